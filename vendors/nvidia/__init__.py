@@ -1,0 +1,1 @@
+"""dra-driver backend for nvidia accelerators."""
