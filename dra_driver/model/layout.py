@@ -1,0 +1,64 @@
+"""Split one pool's inventory into slices under the resource.k8s.io/v1 limits.
+
+Rules (dra-api-facts.md 3.1, 3.6; the 1.35 counter rule):
+- a slice carries devices or shared counters, never both, so counter sets go
+  into counters-only slices first (at most 8 per slice);
+- a device slice holds at most 128 devices, or 64 when any of its devices
+  has taints or consumes counters.
+The split is deterministic: the same inventory always gives the same slices,
+so the publisher's diff sees no change when nothing changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dra_driver.model.device import CounterSet, Device, Inventory
+
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_ADVANCED = 64
+MAX_COUNTER_SETS_PER_SLICE = 8
+
+
+@dataclass
+class SliceContent:
+    devices: list[Device] = field(default_factory=list)
+    counter_sets: list[CounterSet] = field(default_factory=list)
+
+
+def _chunks(items: list[CounterSet], size: int) -> list[list[CounterSet]]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def _device_chunks(devices: list[Device], reserve_for_taints: bool) -> list[list[Device]]:
+    """Greedy split; a chunk's limit drops to 64 as soon as it holds an advanced device.
+
+    `reserve_for_taints` applies the 64 limit everywhere, so that a taint added
+    later for health never moves devices between slices (one health change,
+    one slice write).
+    """
+    chunks: list[list[Device]] = []
+    current: list[Device] = []
+    current_advanced = False
+    for device in devices:
+        advanced = reserve_for_taints or current_advanced or device.uses_advanced_features
+        limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
+        if len(current) + 1 > limit:
+            chunks.append(current)
+            current, advanced = [], reserve_for_taints or device.uses_advanced_features
+        current.append(device)
+        current_advanced = advanced
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def layout_pool(inventory: Inventory, reserve_for_taints: bool = False) -> list[SliceContent]:
+    """The slices of one pool: counters-only slices first, then device slices.
+
+    An empty inventory still yields one empty slice, so that the pool exists
+    and consumers see a complete pool with zero devices.
+    """
+    slices = [SliceContent(counter_sets=chunk) for chunk in _chunks(list(inventory.counter_sets), MAX_COUNTER_SETS_PER_SLICE)]
+    slices.extend(SliceContent(devices=chunk) for chunk in _device_chunks(list(inventory.devices), reserve_for_taints))
+    return slices or [SliceContent()]

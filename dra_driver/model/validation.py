@@ -1,0 +1,340 @@
+"""The resource.k8s.io/v1 ResourceSlice rules, checked before anything leaves the process.
+
+Works on wire-format dicts (what render produces, what a user exports from a
+cluster), so the same checks guard the publisher, `discover` and `explain --fleet`.
+Every error names the slice, the device and the field (dra-api-facts.md 3.1, 3.6).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from dra_driver.errors import FieldError, ValidationError
+from dra_driver.model import quantity
+
+MAX_DEVICES = 128
+MAX_DEVICES_ADVANCED = 64
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_VALUE_LENGTH = 64
+MAX_DOMAIN_LENGTH = 63
+MAX_ID_LENGTH = 32
+MAX_DRIVER_NAME_LENGTH = 63
+MAX_POOL_NAME_LENGTH = 253
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_CONSUMPTIONS_PER_DEVICE = 2
+MAX_TAINTS = 16
+TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# Semantic Versioning 2.0.0: numeric parts without leading zeros, optional pre-release and build.
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+
+
+def is_dns_label(value: str) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
+def is_dns_subdomain(value: str) -> bool:
+    return isinstance(value, str) and len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
+
+
+def is_semver(value: str) -> bool:
+    return isinstance(value, str) and bool(_SEMVER.match(value))
+
+
+def driver_name_problem(name: Any) -> str | None:
+    """Why `name` is not a valid driver name (CSI driver-name rules), or None."""
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string such as gpu.example.com"
+    if len(name) > MAX_DRIVER_NAME_LENGTH:
+        return f"is {len(name)} characters long; at most {MAX_DRIVER_NAME_LENGTH} are allowed"
+    if not is_dns_subdomain(name.lower()):
+        return "must be a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+    return None
+
+
+def qualified_name_problem(name: Any, require_domain: bool = False) -> str | None:
+    """Why `name` is not a valid attribute/capacity key, or None."""
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty name such as 'memory' or 'example.com/memory'"
+    parts = name.split("/")
+    if len(parts) > 2:
+        return "may contain at most one '/' (domain/identifier)"
+    if len(parts) == 2:
+        domain, identifier = parts
+        if not domain:
+            return "has an empty domain before '/'"
+        if len(domain) > MAX_DOMAIN_LENGTH or not is_dns_subdomain(domain.lower()):
+            return f"domain {domain!r} must be a DNS subdomain of at most {MAX_DOMAIN_LENGTH} characters"
+    else:
+        if require_domain:
+            return "must be fully qualified as <domain>/<identifier>"
+        identifier = parts[0]
+    if not identifier:
+        return "has an empty identifier after '/'"
+    if len(identifier) > MAX_ID_LENGTH:
+        return f"identifier {identifier!r} is {len(identifier)} characters long; at most {MAX_ID_LENGTH} are allowed"
+    if not _C_IDENTIFIER.match(identifier):
+        return f"identifier {identifier!r} must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)"
+    return None
+
+
+def label_key_problem(key: Any) -> str | None:
+    """Why `key` is not a valid label key (taint keys use this format), or None."""
+    if not isinstance(key, str) or not key:
+        return "must be a non-empty label key such as example.com/unhealthy"
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix:
+        return "may contain at most one '/'"
+    if prefix and (len(prefix) > 253 or not is_dns_subdomain(prefix)):
+        return f"prefix {prefix!r} must be a lower-case DNS subdomain"
+    if len(name) > 63 or not _LABEL_NAME.match(name):
+        return f"name {name!r} must be at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
+    return None
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+
+def _device_path(slice_path: str, index: int, device: Mapping[str, Any]) -> str:
+    name = device.get("name") if isinstance(device, Mapping) else None
+    return f"{slice_path}.spec.devices[{index}]" + (f"({name})" if name else "")
+
+
+def _check_counters(out: _Collector, path: str, counters: Any) -> None:
+    if not isinstance(counters, Mapping) or not counters:
+        out.add(path, "must map 1 to 32 counter names to {value: <quantity>}")
+        return
+    if len(counters) > MAX_COUNTERS_PER_SET:
+        out.add(path, f"has {len(counters)} counters; at most {MAX_COUNTERS_PER_SET} are allowed")
+    for name, counter in counters.items():
+        if not is_dns_label(name):
+            out.add(f"{path}[{name}]", "counter name must be a DNS label (lower-case letters, digits, '-')")
+        value = counter.get("value") if isinstance(counter, Mapping) else None
+        if value is None or not quantity.is_quantity(value):
+            out.add(f"{path}[{name}].value", f"{value!r} is not a quantity such as '8' or '40Gi'")
+
+
+def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
+    if not isinstance(attribute, Mapping):
+        out.add(path, "must be an object with exactly one of int, bool, string, version")
+        return
+    members = [key for key in ("int", "bool", "string", "version") if key in attribute]
+    unknown = sorted(set(attribute) - {"int", "bool", "string", "version"})
+    if unknown:
+        out.add(path, f"unknown member(s) {unknown}; use one of int, bool, string, version")
+    if len(members) != 1:
+        out.add(path, f"must set exactly one of int, bool, string, version (found {members or 'none'})")
+        return
+    kind = members[0]
+    value = attribute[kind]
+    if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+        out.add(f"{path}.int", f"{value!r} is not an integer")
+    elif kind == "bool" and not isinstance(value, bool):
+        out.add(f"{path}.bool", f"{value!r} is not a boolean")
+    elif kind in ("string", "version"):
+        if not isinstance(value, str):
+            out.add(f"{path}.{kind}", f"{value!r} is not a string")
+            return
+        size = len(value.encode())
+        if size > MAX_VALUE_LENGTH:
+            out.add(f"{path}.{kind}", f"is {size} bytes long; at most {MAX_VALUE_LENGTH} bytes are allowed")
+        if kind == "version" and not is_semver(value):
+            out.add(f"{path}.version", f"{value!r} is not a semantic version (MAJOR.MINOR.PATCH, no leading zeros)")
+
+
+def _check_device(out: _Collector, path: str, device: Any) -> None:
+    if not isinstance(device, Mapping):
+        out.add(path, "must be an object")
+        return
+    name = device.get("name")
+    if not is_dns_label(name):
+        out.add(f"{path}.name", f"{name!r} must be a DNS label: at most 63 lower-case letters, digits and '-'")
+    attributes = device.get("attributes") or {}
+    capacity = device.get("capacity") or {}
+    total = len(attributes) + len(capacity)
+    if total > MAX_ATTRIBUTES_AND_CAPACITIES:
+        out.add(path, f"has {total} attributes and capacities together; at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed")
+    for key, attribute in attributes.items():
+        problem = qualified_name_problem(key)
+        if problem:
+            out.add(f"{path}.attributes[{key}]", f"attribute name {problem}")
+        _check_attribute(out, f"{path}.attributes[{key}]", attribute)
+    for key, entry in capacity.items():
+        problem = qualified_name_problem(key)
+        if problem:
+            out.add(f"{path}.capacity[{key}]", f"capacity name {problem}")
+        value = entry.get("value") if isinstance(entry, Mapping) else None
+        if value is None or not quantity.is_quantity(value):
+            out.add(f"{path}.capacity[{key}].value", f"{value!r} is not a quantity such as '80Gi' or '132'")
+    consumptions = device.get("consumesCounters") or []
+    if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
+        out.add(f"{path}.consumesCounters", f"has {len(consumptions)} entries; at most {MAX_CONSUMPTIONS_PER_DEVICE} are allowed")
+    seen_sets: set[str] = set()
+    for index, consumption in enumerate(consumptions):
+        cpath = f"{path}.consumesCounters[{index}]"
+        counter_set = consumption.get("counterSet") if isinstance(consumption, Mapping) else None
+        if not is_dns_label(counter_set):
+            out.add(f"{cpath}.counterSet", f"{counter_set!r} must name a counter set (a DNS label)")
+        elif counter_set in seen_sets:
+            out.add(f"{cpath}.counterSet", f"{counter_set!r} appears twice; each counter set may be consumed once")
+        seen_sets.add(str(counter_set))
+        _check_counters(out, f"{cpath}.counters", consumption.get("counters") if isinstance(consumption, Mapping) else None)
+    taints = device.get("taints") or []
+    if len(taints) > MAX_TAINTS:
+        out.add(f"{path}.taints", f"has {len(taints)} taints; at most {MAX_TAINTS} are allowed")
+    for index, taint in enumerate(taints):
+        tpath = f"{path}.taints[{index}]"
+        if not isinstance(taint, Mapping):
+            out.add(tpath, "must be an object with key, effect and optional value")
+            continue
+        problem = label_key_problem(taint.get("key"))
+        if problem:
+            out.add(f"{tpath}.key", problem)
+        value = taint.get("value", "")
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            out.add(f"{tpath}.value", f"{value!r} must be a label value (at most 63 characters)")
+        if taint.get("effect") not in TAINT_EFFECTS:
+            out.add(f"{tpath}.effect", f"{taint.get('effect')!r} must be one of {', '.join(TAINT_EFFECTS)}")
+
+
+def _check_pool_ref(out: _Collector, path: str, pool: Any) -> None:
+    if not isinstance(pool, Mapping):
+        out.add(path, "must be an object with name, generation and resourceSliceCount")
+        return
+    name = pool.get("name")
+    if not isinstance(name, str) or not name or len(name) > MAX_POOL_NAME_LENGTH:
+        out.add(f"{path}.name", f"must be a non-empty string of at most {MAX_POOL_NAME_LENGTH} characters")
+    elif not all(is_dns_subdomain(segment) for segment in name.split("/")):
+        out.add(f"{path}.name", f"{name!r} must be DNS subdomains separated by '/'")
+    generation = pool.get("generation", 0)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        out.add(f"{path}.generation", f"{generation!r} must be an integer >= 0")
+    count = pool.get("resourceSliceCount")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        out.add(f"{path}.resourceSliceCount", f"{count!r} must be an integer > 0")
+
+
+def slice_label(obj: Mapping[str, Any], index: int) -> str:
+    name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName")
+    return f"ResourceSlice {name}" if name else f"ResourceSlice[{index}]"
+
+
+def slice_errors(obj: Any, label: str = "ResourceSlice") -> list[FieldError]:
+    """Every rule one ResourceSlice breaks on its own (pool-wide rules: pool_errors)."""
+    out = _Collector()
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
+        out.add(label, "must be an object with a spec")
+        return out.errors
+    spec = obj["spec"]
+    problem = driver_name_problem(spec.get("driver"))
+    if problem:
+        out.add(f"{label}.spec.driver", problem)
+    _check_pool_ref(out, f"{label}.spec.pool", spec.get("pool"))
+    selectors = [key for key in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(key) not in (None, False, "")]
+    if len(selectors) != 1:
+        out.add(f"{label}.spec", f"exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection must be set (found {selectors or 'none'})")
+    devices = spec.get("devices") or []
+    counter_sets = spec.get("sharedCounters") or []
+    if devices and counter_sets:
+        out.add(f"{label}.spec", "a slice may carry devices or sharedCounters, not both; put counter sets in their own slice of the pool")
+    if len(counter_sets) > MAX_COUNTER_SETS:
+        out.add(f"{label}.spec.sharedCounters", f"has {len(counter_sets)} counter sets; at most {MAX_COUNTER_SETS} are allowed per slice")
+    for index, counter_set in enumerate(counter_sets):
+        cpath = f"{label}.spec.sharedCounters[{index}]"
+        name = counter_set.get("name") if isinstance(counter_set, Mapping) else None
+        if not is_dns_label(name):
+            out.add(f"{cpath}.name", f"{name!r} must be a DNS label")
+        _check_counters(out, f"{cpath}.counters", counter_set.get("counters") if isinstance(counter_set, Mapping) else None)
+    advanced = any(isinstance(d, Mapping) and (d.get("taints") or d.get("consumesCounters")) for d in devices)
+    limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
+    if len(devices) > limit:
+        reason = " because a device has taints or consumes counters" if advanced else ""
+        out.add(f"{label}.spec.devices", f"has {len(devices)} devices; at most {limit} are allowed{reason}; split the pool into more slices")
+    seen: set[str] = set()
+    for index, device in enumerate(devices):
+        path = _device_path(label, index, device)
+        _check_device(out, path, device)
+        name = device.get("name") if isinstance(device, Mapping) else None
+        if isinstance(name, str):
+            if name in seen:
+                out.add(f"{path}.name", f"device name {name!r} is used twice in this slice")
+            seen.add(name)
+    return out.errors
+
+
+def _pool_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    spec = obj.get("spec") or {}
+    return (str(spec.get("driver")), str((spec.get("pool") or {}).get("name")))
+
+
+def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
+    """Rules that span the slices of a pool: unique names, counter references, slice counts."""
+    out = _Collector()
+    pools: dict[tuple[str, str], list[tuple[int, Mapping[str, Any]]]] = {}
+    for index, obj in enumerate(slices):
+        if isinstance(obj, Mapping) and isinstance(obj.get("spec"), Mapping):
+            pools.setdefault(_pool_key(obj), []).append((index, obj))
+    for (driver, pool), members in pools.items():
+        ppath = f"pool {driver}/{pool}"
+        top = max(int((obj["spec"].get("pool") or {}).get("generation", 0) or 0) for _, obj in members)
+        current = [(i, o) for i, o in members if int((o["spec"].get("pool") or {}).get("generation", 0) or 0) == top]
+        counts = {(o["spec"].get("pool") or {}).get("resourceSliceCount") for _, o in current}
+        if len(counts) > 1:
+            out.add(ppath, f"slices of generation {top} disagree on resourceSliceCount ({sorted(map(str, counts))})")
+        elif counts and isinstance(next(iter(counts)), int) and len(current) > next(iter(counts)):
+            out.add(ppath, f"has {len(current)} slices at generation {top} but resourceSliceCount says {next(iter(counts))}")
+        counter_sets: dict[str, set[str]] = {}
+        device_names: dict[str, str] = {}
+        for index, obj in current:
+            label = slice_label(obj, index)
+            for counter_set in obj["spec"].get("sharedCounters") or []:
+                name = counter_set.get("name")
+                if name in counter_sets:
+                    out.add(f"{label}.spec.sharedCounters({name})", f"counter set {name!r} is defined twice in {ppath}")
+                counter_sets[name] = set((counter_set.get("counters") or {}).keys())
+            for device in obj["spec"].get("devices") or []:
+                name = device.get("name")
+                if name in device_names:
+                    out.add(f"{label}.spec.devices({name})", f"device name {name!r} is also used in {device_names[name]}; names must be unique in {ppath}")
+                device_names.setdefault(name, label)
+        for index, obj in current:
+            label = slice_label(obj, index)
+            for device in obj["spec"].get("devices") or []:
+                for consumption in device.get("consumesCounters") or []:
+                    set_name = consumption.get("counterSet")
+                    cpath = f"{label}.spec.devices({device.get('name')}).consumesCounters({set_name})"
+                    if set_name not in counter_sets:
+                        out.add(cpath, f"counter set {set_name!r} is not defined in {ppath}")
+                        continue
+                    missing = sorted(set((consumption.get("counters") or {}).keys()) - counter_sets[set_name])
+                    if missing:
+                        out.add(cpath, f"counters {missing} do not exist in counter set {set_name!r}")
+    return out.errors
+
+
+def validate_slices(slices: Iterable[Mapping[str, Any]], subject: str = "ResourceSlices") -> None:
+    """Raise ValidationError listing every problem in these slices and their pools."""
+    items = list(slices)
+    errors: list[FieldError] = []
+    for index, obj in enumerate(items):
+        errors.extend(slice_errors(obj, slice_label(obj, index) if isinstance(obj, Mapping) else f"ResourceSlice[{index}]"))
+    errors.extend(pool_errors(items))
+    if errors:
+        raise ValidationError(errors, subject)

@@ -1,0 +1,76 @@
+"""Find vendor backends through the `dra_driver.vendors` entry-point group and open them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+
+from dra_driver.errors import BackendUnavailable
+from dra_driver.hardware_profiles import Profile
+from dra_driver.logs import fields
+from dra_driver.vendor import BackendSettings, VendorBackend
+
+ENTRY_POINT_GROUP = "dra_driver.vendors"
+log = logging.getLogger(__name__)
+
+
+def backend_classes() -> dict[str, type[VendorBackend]]:
+    """Every installed backend class by vendor name; a broken plugin is logged and skipped."""
+    found: dict[str, type[VendorBackend]] = {}
+    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            cls = entry.load()
+        except Exception as exc:  # a third-party plugin must not take the driver down
+            log.warning("cannot load vendor backend", extra=fields(vendor=entry.name, error=str(exc)))
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, VendorBackend)):
+            log.warning("entry point is not a VendorBackend", extra=fields(vendor=entry.name, target=entry.value))
+            continue
+        found[entry.name] = cls
+    return found
+
+
+@dataclass
+class OpenedBackends:
+    backends: list[VendorBackend] = field(default_factory=list)
+    unavailable: list[BackendUnavailable] = field(default_factory=list)
+
+    def close(self) -> None:
+        for backend in self.backends:
+            try:
+                backend.close()
+            except Exception as exc:  # closing is best effort
+                log.warning("closing backend failed", extra=fields(vendor=backend.vendor, error=str(exc)))
+
+
+def open_backends(
+    settings: BackendSettings,
+    profile: Profile | None = None,
+    vendors: list[str] | None = None,
+) -> OpenedBackends:
+    """Open the requested vendors (all installed ones by default).
+
+    With a profile, only the vendors it describes are simulated; without one,
+    each backend probes the host and reports plainly why it cannot run.
+    """
+    classes = backend_classes()
+    wanted = vendors or sorted(classes)
+    unknown = sorted(set(wanted) - set(classes))
+    result = OpenedBackends()
+    for name in unknown:
+        result.unavailable.append(BackendUnavailable(name, f"no backend named {name!r} is installed (installed: {', '.join(sorted(classes)) or 'none'})"))
+    for name in (n for n in wanted if n in classes):
+        cls = classes[name]
+        try:
+            if profile is not None:
+                if name not in profile.sections:
+                    continue
+                backend = cls.from_profile(profile.sections[name], settings)
+            else:
+                backend = cls.from_host(settings)
+        except BackendUnavailable as exc:
+            result.unavailable.append(exc)
+            continue
+        result.backends.append(backend)
+    return result

@@ -1,0 +1,188 @@
+"""The interface every vendor backend implements, and the types it exchanges with the core.
+
+A backend owns everything vendor-specific: reading its library (NVML, amdsmi,
+sysfs), turning what it finds into the vendor-neutral Inventory, validating its
+opaque configuration, and producing the container edits (device nodes, env,
+mounts, hooks) for allocated devices. It never sees gRPC, CDI files or the API
+server. Backends are found through the `dra_driver.vendors` entry-point group
+(dra_driver.registry), so a separate package can add a vendor.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+from dra_driver.model.device import DeviceTaint, Inventory
+
+Partitioning = Literal["static", "dynamic"]
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Node-level settings shared by all backends."""
+
+    node_name: str = "node"
+    # static: publish partitions that exist (MIG devices, AMD XCPs).
+    # dynamic: publish every possible placement with shared counters
+    # (needs the DRAPartitionableDevices gate) and create partitions at prepare.
+    partitioning: Partitioning = "static"
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
+    # Where the vendor driver's files live on the host (NVIDIA driver root, ROCm root).
+    driver_root: Path = Path("/")
+    # Directory a backend may use for its own on-disk state (the plugin data dir).
+    state_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str  # path inside the container
+    host_path: str | None = None  # defaults to path
+    type: str | None = None  # "c", "b", ...
+    major: int | None = None
+    minor: int | None = None
+    permissions: str | None = None  # subset of "rwm"
+
+
+@dataclass(frozen=True)
+class Mount:
+    host_path: str
+    container_path: str
+    options: tuple[str, ...] = ()
+    type: str | None = None
+
+
+@dataclass(frozen=True)
+class Hook:
+    hook_name: str  # prestart, createRuntime, createContainer, startContainer, poststart, poststop
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+
+
+@dataclass
+class ContainerEdits:
+    """What a container needs for a device; rendered into a CDI spec by dra_driver.cdi."""
+
+    env: list[str] = field(default_factory=list)  # "NAME=VALUE"
+    device_nodes: list[DeviceNode] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    hooks: list[Hook] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (self.env or self.device_nodes or self.mounts or self.hooks)
+
+    def merged(self, other: ContainerEdits) -> ContainerEdits:
+        """Both sets of edits, duplicates dropped, order kept."""
+
+        def union(a: list[Any], b: list[Any]) -> list[Any]:
+            return list(dict.fromkeys([*a, *b]))
+
+        return ContainerEdits(
+            env=union(self.env, other.env),
+            device_nodes=union(self.device_nodes, other.device_nodes),
+            mounts=union(self.mounts, other.mounts),
+            hooks=union(self.hooks, other.hooks),
+        )
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One allocation result of this driver, with its resolved configuration."""
+
+    request: str  # base request name (the "/<subrequest>" part stripped)
+    pool: str
+    device: str
+    admin_access: bool = False
+    share_id: str | None = None
+    # The opaque configuration that applies to this device after the API's
+    # precedence rules, already validated by validate_config; None if none.
+    config: BaseModel | None = None
+
+
+@dataclass
+class PreparedDevice:
+    device: str
+    edits: ContainerEdits
+
+
+@dataclass
+class PreparedClaim:
+    devices: list[PreparedDevice]
+    # Edits that belong to the claim as a whole (e.g. HABANA_VISIBLE_DEVICES listing all devices).
+    claim_edits: ContainerEdits = field(default_factory=ContainerEdits)
+    # JSON-serialisable state the backend needs to undo the preparation
+    # (e.g. MIG GPU/compute instance IDs); stored in the checkpoint and handed
+    # back to unprepare() and reconcile().
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    device: str  # device name in the pool
+    healthy: bool
+    reason: str  # human-readable, e.g. "XID 79 (GPU has fallen off the bus)"
+    taint: DeviceTaint | None = None  # published while unhealthy (when taints are enabled)
+
+
+class VendorBackend(ABC):
+    """One vendor's hardware on one node."""
+
+    vendor: ClassVar[str]  # entry-point name and profile section key: "nvidia", "amd", "gaudi"
+    driver_name: ClassVar[str]  # DRA driver name: "gpu.nvidia.com", ...
+
+    @classmethod
+    @abstractmethod
+    def from_host(cls, settings: BackendSettings) -> VendorBackend:
+        """Open the real library/sysfs; raise BackendUnavailable with a plain reason if it cannot run."""
+
+    @classmethod
+    @abstractmethod
+    def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> VendorBackend:
+        """Simulate the hardware described by a profile section by faking only the lowest layer."""
+
+    @classmethod
+    def profile_dir(cls) -> Path | None:
+        """Directory with this vendor's shipped profiles (<name>.yaml), if any."""
+        return None
+
+    @abstractmethod
+    def discover(self) -> Inventory:
+        """The devices and counter sets of this node. A broken device is logged and skipped."""
+
+    @abstractmethod
+    def validate_config(self, parameters: Mapping[str, Any]) -> BaseModel:
+        """Strictly validate opaque parameters; raise ConfigError naming the field and the fix."""
+
+    @abstractmethod
+    def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
+        """Make the devices usable for the claim; idempotent for the same claim and devices."""
+
+    @abstractmethod
+    def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
+        """Undo prepare using the state it returned; succeed if there is nothing left to undo."""
+
+    def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
+        """After a restart: destroy dynamic partitions that no live claim state lists."""
+
+    def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
+        """Yield health changes until `stop` is set. Default: no health source."""
+        return iter(())
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the vendor library."""

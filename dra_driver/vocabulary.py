@@ -1,0 +1,61 @@
+"""The common attribute vocabulary every backend publishes (docs/attributes.md).
+
+One CEL selector can then choose across vendors, for example:
+    device.attributes["dra-driver.io"].family in ["hopper", "cdna3", "gaudi3"]
+    device.capacity[device.driver].memory.compareTo(quantity("80Gi")) >= 0
+Total device memory is always capacity `memory` in the driver's own domain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from dra_driver.model.device import AttributeValue
+
+DOMAIN = "dra-driver.io"
+VENDOR = f"{DOMAIN}/vendor"  # "nvidia" | "amd" | "intel"
+FAMILY = f"{DOMAIN}/family"  # lower-case architecture family: "hopper", "cdna3", "gaudi3", ...
+PARTITION = f"{DOMAIN}/partition"  # true for MIG devices and AMD partitions
+INTERCONNECT = f"{DOMAIN}/interconnect"  # "nvlink" | "xgmi" | "roce" | "none"
+INTERCONNECT_DOMAIN = f"{DOMAIN}/interconnectDomain"  # equal value = reachable over the scale-up fabric
+INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"  # active scale-up links of the device
+
+# Kubernetes-standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+
+MAX_VALUE_BYTES = 64
+
+
+def interconnect_domain(*parts: str) -> str:
+    """A stable identifier for a scale-up domain that fits the 64-byte attribute limit.
+
+    Parts are joined with '.'; when the result is too long (long node names),
+    the tail is replaced by a short hash so distinct domains stay distinct.
+    """
+    joined = ".".join(part for part in parts if part)
+    if len(joined.encode()) <= MAX_VALUE_BYTES:
+        return joined
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:16]
+    return f"{joined.encode()[: MAX_VALUE_BYTES - 17].decode(errors='ignore')}-{digest}"
+
+
+def common_attributes(
+    vendor: str,
+    family: str,
+    partition: bool,
+    interconnect: str = "none",
+    domain: str | None = None,
+    links: int = 0,
+) -> dict[str, AttributeValue]:
+    """The vocabulary attributes of one device, ready to merge into Device.attributes."""
+    attributes: dict[str, AttributeValue] = {
+        VENDOR: vendor,
+        FAMILY: family.lower(),
+        PARTITION: partition,
+        INTERCONNECT: interconnect,
+        INTERCONNECT_LINKS: int(links),
+    }
+    if domain:
+        attributes[INTERCONNECT_DOMAIN] = domain
+    return attributes
