@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -15,8 +16,9 @@ ENTRY_POINT_GROUP = "dra_driver.vendors"
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def backend_classes() -> dict[str, type[VendorBackend]]:
-    """Every installed backend class by vendor name; a broken plugin is logged and skipped."""
+    """Every installed backend class by vendor name; a broken plugin is logged and skipped (once)."""
     found: dict[str, type[VendorBackend]] = {}
     for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
