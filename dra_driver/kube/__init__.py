@@ -1,0 +1,1 @@
+"""Kubernetes API access: client construction, the simulated API server for tests."""
