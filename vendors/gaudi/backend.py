@@ -1,0 +1,161 @@
+"""GaudiBackend: Intel Gaudi accelerators from the habanalabs sysfs tree (driver gaudi.intel.com)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from dra_driver.errors import BackendUnavailable, DeviceError
+from dra_driver.logs import fields
+from dra_driver.model.device import Device, Inventory
+from dra_driver.vendor import (
+    AllocatedDevice,
+    BackendSettings,
+    ClaimRef,
+    HealthEvent,
+    PreparedClaim,
+    PreparedDevice,
+    VendorBackend,
+)
+
+from dra_driver_gaudi import sysfs
+from dra_driver_gaudi.attributes import DeviceFacts, build_device
+from dra_driver_gaudi.config import parse_config
+from dra_driver_gaudi.discovery import GaudiDevice, discover_devices
+from dra_driver_gaudi.edits import claim_edits, device_edits
+from dra_driver_gaudi.fake_hlml import FakeHlml
+from dra_driver_gaudi.fake_sysfs import FakeSysfs, build_fake_sysfs
+from dra_driver_gaudi.health import DEFAULT_INTERVAL_S, HealthState, watch
+from dra_driver_gaudi.hlml import Hlml, open_hlml
+from dra_driver_gaudi.models import model_for
+
+log = logging.getLogger(__name__)
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class GaudiBackend(VendorBackend):
+    vendor: ClassVar[str] = "gaudi"
+    driver_name: ClassVar[str] = "gaudi.intel.com"
+
+    def __init__(
+        self,
+        settings: BackendSettings,
+        hlml: Hlml | None = None,
+        fake: FakeSysfs | None = None,
+        fake_hlml: FakeHlml | None = None,
+        workdir: tempfile.TemporaryDirectory[str] | None = None,
+    ) -> None:
+        self.settings = settings
+        # Simulation handles (None on a real host): tests and the demo inject events through them.
+        self.fake = fake
+        self.fake_hlml = fake_hlml
+        self.health_interval_s = DEFAULT_INTERVAL_S
+        self._hlml = hlml
+        self._workdir = workdir
+        self._health = HealthState()
+        self._lock = threading.Lock()
+        self._devices: dict[str, GaudiDevice] = {}
+        self._warned_unknown: set[str] = set()
+
+    # --- opening -----------------------------------------------------------
+
+    @classmethod
+    def from_host(cls, settings: BackendSettings) -> GaudiBackend:
+        root = settings.sysfs_root
+        if not sysfs.bound_functions(root):
+            raise BackendUnavailable(cls.vendor, f"no Gaudi devices bound to the habanalabs driver under {root}")
+        devices = discover_devices(root)
+        return cls(settings, hlml=open_hlml(device.bdf for device in devices))
+
+    @classmethod
+    def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> GaudiBackend:
+        workdir = tempfile.TemporaryDirectory(prefix="dra-gaudi-")
+        try:
+            fake = build_fake_sysfs(section, Path(workdir.name) / "sys")
+        except BaseException:
+            workdir.cleanup()
+            raise
+        serials = {device.bdf: device.serial for device in fake.section.devices if device.serial is not None}
+        # Serials come from HLML on real hardware, so a profile with serials gets a simulated HLML.
+        fake_hlml = FakeHlml(serials) if serials else None
+        hlml = open_hlml(serials, library=fake_hlml) if fake_hlml else None
+        simulated = dataclasses.replace(settings, sysfs_root=fake.root)
+        return cls(simulated, hlml=hlml, fake=fake, fake_hlml=fake_hlml, workdir=workdir)
+
+    @classmethod
+    def profile_dir(cls) -> Path | None:
+        return PROFILE_DIR
+
+    # --- discovery ---------------------------------------------------------
+
+    def _scan(self) -> list[GaudiDevice]:
+        devices = discover_devices(self.settings.sysfs_root)
+        with self._lock:
+            self._devices = {device.name: device for device in devices}
+        return devices
+
+    def _facts(self, device: GaudiDevice) -> DeviceFacts:
+        hlml = self._hlml
+        return DeviceFacts(
+            device=device,
+            model=model_for(device.device_id),
+            serial=hlml.serial(device.bdf) if hlml else "",
+            healthy=self._health.verdict(device).healthy,
+            memory_bytes=hlml.memory_total(device.bdf) if hlml else None,
+            driver_version=sysfs.read_text(device.sysfs_dir / "driver_ver"),
+        )
+
+    def discover(self) -> Inventory:
+        published: list[Device] = []
+        for device in self._scan():
+            facts = self._facts(device)
+            if facts.model.family == "unknown" and device.name not in self._warned_unknown:
+                self._warned_unknown.add(device.name)
+                log.warning("unknown Gaudi PCI device id; published with model Unknown and no memory capacity", extra=fields(device=device.name, pci_device_id=device.device_id))
+            published.append(build_device(facts, self.settings.node_name))
+        return Inventory(driver=self.driver_name, devices=published)
+
+    # --- claims ------------------------------------------------------------
+
+    def validate_config(self, parameters: Mapping[str, Any]) -> BaseModel:
+        return parse_config(parameters)
+
+    def _resolve(self, name: str) -> GaudiDevice:
+        with self._lock:
+            known = self._devices.get(name)
+        if known is None:  # not scanned yet, or hot-plugged since the last scan
+            known = next((device for device in self._scan() if device.name == name), None)
+        if known is None:
+            raise DeviceError(name, "no such Gaudi device on this node (not bound to habanalabs, or its sysfs entry is unreadable)")
+        return known
+
+    def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
+        resolved = [self._resolve(allocated.device) for allocated in devices]
+        unique = list({device.name: device for device in resolved}.values())
+        return PreparedClaim(
+            devices=[PreparedDevice(device=device.name, edits=device_edits(device, self.settings)) for device in unique],
+            claim_edits=claim_edits(unique, self.settings),
+        )
+
+    def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
+        """Prepare changed nothing on the node, so there is nothing to undo."""
+
+    # --- health and lifetime -------------------------------------------------
+
+    def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
+        return watch(self._scan, self._health, self._hlml, stop, self.health_interval_s)
+
+    def close(self) -> None:
+        if self._hlml is not None:
+            self._hlml.close()
+            self._hlml = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None

@@ -1,0 +1,66 @@
+"""Container edits for allocated Gaudi devices (hardware.md 5.4, 5.5).
+
+Per device: its accel compute and control nodes and, when present, the RoCE
+verbs node. Per claim: the Habana runtime's environment (which devices and
+modules the container sees), the habana-container-hook and gaudinet.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dra_driver.vendor import BackendSettings, ContainerEdits, DeviceNode, Hook, Mount
+
+from dra_driver_gaudi.discovery import GaudiDevice
+
+# Host paths relative to the host root (settings.driver_root), in the order the
+# runtime looks for them: the standard package, then the OpenShift operator's.
+HOOK_PATHS = ("usr/bin/habana-container-hook", "usr/local/habana/bin/habana-container-hook")
+GAUDINET = "etc/habanalabs/gaudinet.json"
+HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+
+
+def _node(container_path: str, settings: BackendSettings) -> DeviceNode:
+    # The container always sees /dev/...; the host node lives under dev_root
+    # (different when the plugin sees the host's /dev mounted elsewhere).
+    relative = Path(container_path).relative_to("/dev")
+    host = str(settings.dev_root / relative)
+    return DeviceNode(path=container_path, host_path=None if host == container_path else host, type="c")
+
+
+def device_edits(device: GaudiDevice, settings: BackendSettings) -> ContainerEdits:
+    paths = [f"/dev/accel/accel{device.accel_index}", f"/dev/accel/accel_controlD{device.accel_index}"]
+    if device.uverbs_index is not None:
+        paths.append(f"/dev/infiniband/uverbs{device.uverbs_index}")
+    return ContainerEdits(device_nodes=[_node(path, settings) for path in paths])
+
+
+def _joined(values: Sequence[object]) -> str:
+    return ",".join(str(value) for value in values)
+
+
+def _hook(settings: BackendSettings) -> Hook | None:
+    for relative in HOOK_PATHS:
+        if (settings.driver_root / relative).is_file():
+            # The runtime runs the hook on the host, so the spec names the host path.
+            return Hook(hook_name="createRuntime", path=f"/{relative}", args=("habana-container-hook", "createRuntime"), env=HOOK_ENV)
+    return None
+
+
+def claim_edits(devices: Sequence[GaudiDevice], settings: BackendSettings) -> ContainerEdits:
+    by_index = sorted(devices, key=lambda device: device.accel_index)
+    edits = ContainerEdits(
+        env=[
+            f"HABANA_VISIBLE_DEVICES={_joined([d.accel_index for d in by_index])}",
+            f"HABANA_VISIBLE_MODULES={_joined(sorted(d.module_id for d in by_index))}",
+            f"HL_VISIBLE_DEVICES={_joined([f'/dev/accel/accel{d.accel_index}' for d in by_index])}",
+        ]
+    )
+    hook = _hook(settings)
+    if hook is not None:
+        edits.hooks.append(hook)
+    if (settings.driver_root / GAUDINET).is_file():
+        path = f"/{GAUDINET}"
+        edits.mounts.append(Mount(host_path=path, container_path=path, options=("ro", "nosuid", "nodev", "bind")))
+    return edits
