@@ -108,6 +108,10 @@ class FakeHlml:
                 raise FakeHlmlError(ERROR_TIMEOUT)
             return self._events.popleft()
 
+    def set_memory_total(self, bdf: str, total: int) -> None:
+        """Make hlmlDeviceGetMemoryInfo report `total` bytes for the device."""
+        self._memory[bdf] = total
+
     def inject_critical_error(self, bdf: str) -> None:
         """Queue a critical-error event for a device that registered for it."""
         handle = self._handles[bdf]
