@@ -149,3 +149,16 @@ def test_close_removes_the_simulated_tree(open_profile):
     backend.close()
     backend.close()  # idempotent
     assert not root.exists()
+
+
+def test_registry_finds_the_backend_and_its_profiles():
+    from dra_driver.hardware_profiles import load_profile
+    from dra_driver.registry import backend_classes, open_backends
+
+    assert backend_classes()["gaudi"] is GaudiBackend
+    opened = open_backends(BackendSettings(node_name=NODE), load_profile("gaudi3-hls"), ["gaudi"])
+    try:
+        [backend] = opened.backends
+        assert isinstance(backend, GaudiBackend) and len(backend.discover().devices) == 8
+    finally:
+        opened.close()
