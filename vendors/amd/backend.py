@@ -1,0 +1,281 @@
+"""AmdBackend: AMD Instinct GPUs through amdsmi, as the gpu.amd.com DRA driver."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from dra_driver.errors import BackendUnavailable, DeviceError
+from dra_driver.logs import fields
+from dra_driver.model.device import Inventory
+from dra_driver.vendor import (
+    AllocatedDevice,
+    BackendSettings,
+    ClaimRef,
+    HealthEvent,
+    PreparedClaim,
+    PreparedDevice,
+    VendorBackend,
+)
+
+from dra_driver_amd import attributes, config, dynamic, edits
+from dra_driver_amd.discovery import GpuInfo, discover_gpus
+from dra_driver_amd.fake_amdsmi import FakeAmdSmi
+from dra_driver_amd.fake_sysfs import build_pci_tree
+from dra_driver_amd.health import HealthWatcher
+from dra_driver_amd.modes import Mode
+from dra_driver_amd.partitioner import Partitioner
+from dra_driver_amd.pci import pcie_root
+from dra_driver_amd.profile import parse_profile
+from dra_driver_amd.smi import Smi, SmiError, import_amdsmi
+
+log = logging.getLogger(__name__)
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+@dataclass
+class Catalog:
+    """What the last discovery published, and how to prepare each device."""
+
+    inventory: Inventory
+    nodes: dict[str, tuple[int, int]] = field(default_factory=dict)  # existing device -> (card, render)
+    placements: dict[str, dynamic.Placement] = field(default_factory=dict)  # dynamic device -> placement
+    gpus: dict[str, GpuInfo] = field(default_factory=dict)  # GPU BDF -> info
+    devices_by_gpu: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _mode_state(mode: Mode) -> dict[str, Any]:
+    return {"compute": mode.compute, "memory": mode.memory, "partitions": mode.partitions}
+
+
+def _mode_from_state(data: Mapping[str, Any]) -> Mode:
+    return Mode(str(data["compute"]), str(data["memory"]), int(data["partitions"]))
+
+
+class AmdBackend(VendorBackend):
+    vendor = "amd"
+    driver_name = "gpu.amd.com"
+
+    def __init__(self, smi: Smi, settings: BackendSettings, owned_dir: Path | None = None) -> None:
+        self.smi = smi
+        self.settings = settings
+        self.health_poll_s = 5.0
+        self._owned_dir = owned_dir
+        self._lock = threading.RLock()
+        self._catalog: Catalog | None = None
+        self._partitioner = Partitioner(smi)
+        # GPU BDF -> claim UID -> mode the claim's partitions need (dynamic partitioning).
+        self._users: dict[str, dict[str, Mode]] = {}
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    def from_host(cls, settings: BackendSettings) -> AmdBackend:
+        smi = Smi(import_amdsmi())
+        try:
+            smi.init()
+        except SmiError as exc:
+            raise BackendUnavailable(cls.vendor, f"{exc} (is the amdgpu kernel driver loaded?)") from exc
+        try:
+            handles = smi.processor_handles()
+        except SmiError as exc:
+            smi.shutdown()
+            raise BackendUnavailable(cls.vendor, str(exc)) from exc
+        if not handles:
+            smi.shutdown()
+            raise BackendUnavailable(cls.vendor, "no AMD GPUs")
+        return cls(smi, settings)
+
+    @classmethod
+    def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> AmdBackend:
+        profile = parse_profile(section)
+        owned: Path | None = None
+        sysfs_root = settings.sysfs_root
+        if sysfs_root == Path("/sys"):  # never write into the real /sys
+            owned = Path(tempfile.mkdtemp(prefix="dra-amd-sysfs-"))
+            sysfs_root = owned
+        build_pci_tree(sysfs_root, profile)
+        smi = Smi(FakeAmdSmi(profile))
+        smi.init()
+        if not profile.gpus:
+            raise BackendUnavailable(cls.vendor, "no AMD GPUs")
+        return cls(smi, dataclasses.replace(settings, sysfs_root=sysfs_root), owned_dir=owned)
+
+    @classmethod
+    def profile_dir(cls) -> Path | None:
+        return PROFILE_DIR
+
+    # -- discovery -----------------------------------------------------------
+
+    @property
+    def dynamic(self) -> bool:
+        return self.settings.partitioning == "dynamic"
+
+    def _add_gpu(self, catalog: Catalog, gpu: GpuInfo) -> None:
+        root = pcie_root(self.settings.sysfs_root, gpu.bdf)
+        names: list[str] = []
+        if self.dynamic and gpu.modes:
+            gpu_catalog = dynamic.gpu_catalog(gpu, root)
+            if gpu_catalog.counter_set is not None:
+                catalog.inventory.counter_sets.append(gpu_catalog.counter_set)
+            catalog.inventory.devices.extend(gpu_catalog.devices)
+            catalog.placements.update({p.device: p for p in gpu_catalog.placements})
+            names = [d.name for d in gpu_catalog.devices]
+        elif gpu.is_partitioned:
+            for partition in gpu.partitions:
+                device = attributes.partition_device(gpu, partition, root)
+                catalog.inventory.devices.append(device)
+                catalog.nodes[device.name] = (partition.card, partition.render)
+                names.append(device.name)
+        else:
+            device = attributes.gpu_device(gpu, root)
+            catalog.inventory.devices.append(device)
+            catalog.nodes[device.name] = (gpu.primary.card, gpu.primary.render)
+            names.append(device.name)
+        catalog.gpus[gpu.bdf] = gpu
+        catalog.devices_by_gpu[gpu.bdf] = names
+
+    def discover(self) -> Inventory:
+        with self._lock:
+            catalog = Catalog(Inventory(self.driver_name))
+            for gpu in discover_gpus(self.smi):
+                self._add_gpu(catalog, gpu)
+            self._catalog = catalog
+            return catalog.inventory
+
+    def _current_catalog(self) -> Catalog:
+        if self._catalog is None:
+            self.discover()
+        assert self._catalog is not None
+        return self._catalog
+
+    # -- configuration -------------------------------------------------------
+
+    def validate_config(self, parameters: Mapping[str, Any]) -> BaseModel:
+        return config.validate_config(parameters)
+
+    # -- prepare / unprepare -------------------------------------------------
+
+    def _prepare_existing(self, name: str) -> PreparedDevice | None:
+        catalog = self._current_catalog()
+        if name not in catalog.nodes and name not in catalog.placements:
+            catalog = self._rediscover()  # the GPU may have been repartitioned since
+        if name not in catalog.nodes:
+            return None
+        card, render = catalog.nodes[name]
+        return PreparedDevice(name, edits.device_edits(card, render, self.settings.dev_root))
+
+    def _rediscover(self) -> Catalog:
+        self.discover()
+        assert self._catalog is not None
+        return self._catalog
+
+    def _prepare_placement(self, claim: ClaimRef, placement: dynamic.Placement) -> PreparedDevice:
+        users = self._users.setdefault(placement.gpu_bdf, {})
+        conflicts = sorted(uid for uid, mode in users.items() if mode != placement.mode)
+        if conflicts:
+            raise DeviceError(
+                placement.device,
+                f"GPU {placement.gpu_bdf} is in use in mode {users[conflicts[0]].profile} by claim {conflicts[0]}; "
+                f"cannot switch it to {placement.mode.profile}",
+            )
+        self._partitioner.apply(placement.gpu_bdf, placement.mode)
+        users[claim.uid] = placement.mode
+        partition = self._partitioner.partition(placement.gpu_bdf, placement.index)
+        return PreparedDevice(placement.device, edits.device_edits(partition.card, partition.render, self.settings.dev_root))
+
+    def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
+        with self._lock:
+            prepared: list[PreparedDevice] = []
+            placements: list[dict[str, Any]] = []
+            for allocated in devices:
+                placement = self._current_catalog().placements.get(allocated.device)
+                if placement is not None:
+                    prepared.append(self._prepare_placement(claim, placement))
+                    placements.append(
+                        {"device": placement.device, "gpu": placement.gpu_bdf, "index": placement.index, "mode": _mode_state(placement.mode)}
+                    )
+                    continue
+                device = self._prepare_existing(allocated.device)
+                if device is None:
+                    raise DeviceError(allocated.device, f"not a device of {self.driver_name} on this node (was the GPU removed or repartitioned?)")
+                prepared.append(device)
+            state: dict[str, Any] = {"claim": claim.uid, "devices": [d.device for d in prepared]}
+            if placements:
+                state["placements"] = placements
+            return PreparedClaim(devices=prepared, state=state)
+
+    def _default_mode(self, gpu_bdf: str) -> Mode | None:
+        gpu = self._current_catalog().gpus.get(gpu_bdf)
+        return gpu.default_mode if gpu else None
+
+    def _restore_if_unused(self, gpu_bdf: str) -> None:
+        if self._users.get(gpu_bdf):
+            return
+        self._users.pop(gpu_bdf, None)
+        default = self._default_mode(gpu_bdf)
+        if default is None:
+            return
+        try:
+            if self._partitioner.apply(gpu_bdf, default):
+                log.info("AMD GPU restored to its default partition mode", extra=fields(bdf=gpu_bdf, mode=default.profile))
+        except DeviceError as exc:
+            log.warning("cannot restore default partition mode", extra=fields(bdf=gpu_bdf, error=str(exc)))
+
+    def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
+        with self._lock:
+            for entry in state.get("placements") or []:
+                gpu_bdf = str(entry["gpu"])
+                self._users.get(gpu_bdf, {}).pop(claim.uid, None)
+                self._restore_if_unused(gpu_bdf)
+
+    def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
+        """Rebuild who uses which mode from the checkpoint; restore GPUs nobody needs in another mode."""
+        with self._lock:
+            self._users = {}
+            for state in live_states:
+                uid = str(state.get("claim", ""))
+                for entry in state.get("placements") or []:
+                    self._users.setdefault(str(entry["gpu"]), {})[uid] = _mode_from_state(entry["mode"])
+            if not self.dynamic:
+                return
+            for gpu_bdf, gpu in self._current_catalog().gpus.items():
+                if gpu.default_mode is None or self._users.get(gpu_bdf):
+                    continue
+                self._restore_if_unused(gpu_bdf)
+            self.discover()
+
+    # -- health and shutdown -------------------------------------------------
+
+    def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
+        catalog = self._current_catalog()
+        watcher = HealthWatcher(
+            smi=self.smi,
+            handles={bdf: gpu.handle for bdf, gpu in catalog.gpus.items()},
+            devices_of=lambda bdf: self._current_catalog().devices_by_gpu.get(bdf, []),
+            poll_s=self.health_poll_s,
+        )
+        return watcher.run(stop)
+
+    @property
+    def library(self) -> Any:
+        """The amdsmi module object in use (the simulated one under a profile)."""
+        return self.smi.lib
+
+    def close(self) -> None:
+        try:
+            self.smi.shutdown()
+        except SmiError as exc:
+            log.debug("amdsmi shutdown failed", extra=fields(error=str(exc)))
+        if self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir = None

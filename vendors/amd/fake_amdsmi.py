@@ -1,0 +1,374 @@
+"""A simulated `amdsmi` module: the functions dra_driver_amd calls, fed by a hardware profile.
+
+It stands in for the `amdsmi` Python package (7.0.2) and nothing else: the
+functions have the same names, take the same arguments and return dicts with
+the same keys and value formats as amdsmi_interface.py builds them (hex strings
+for IDs, VRAM in MB, partition modes as "SPX"/"NPS1" strings, XGMI hive id as
+an int). Errors are raised as AmdSmiLibraryException with the library's status
+codes, so the production code above it takes the same paths as on a real node.
+
+State that real hardware keeps (current partition modes, ECC counters, pending
+reset events) lives here; tests drive it through the `inject_*` methods and read
+`calls` to see which setters were used.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from dra_driver_amd.profile import AmdProfile, GpuEntry, GpuModel
+
+# amdsmi_wrapper status codes used here.
+AMDSMI_STATUS_INVAL = 1
+AMDSMI_STATUS_NOT_SUPPORTED = 2
+AMDSMI_STATUS_NOT_FOUND = 31
+
+
+class AmdSmiException(Exception):
+    """Base smi exception class (amdsmi_exception.py)."""
+
+
+class AmdSmiLibraryException(AmdSmiException):
+    def __init__(self, err_code: int) -> None:
+        super().__init__(abs(err_code))
+        self.err_code = abs(err_code)
+
+    def get_error_code(self) -> int:
+        return self.err_code
+
+    def __str__(self) -> str:
+        return f"Error code:\n\t{self.err_code} | simulated amdsmi status {self.err_code}"
+
+
+class AmdSmiInitFlags(IntEnum):
+    INIT_ALL_PROCESSORS = 0xFFFFFFFF
+    INIT_AMD_CPUS = 1 << 0
+    INIT_AMD_GPUS = 1 << 1
+    INIT_NON_AMD_CPUS = 1 << 2
+    INIT_NON_AMD_GPUS = 1 << 3
+    INIT_AMD_APUS = INIT_AMD_CPUS | INIT_AMD_GPUS
+
+
+class AmdSmiComputePartitionType(IntEnum):
+    INVALID = 0
+    SPX = 1
+    DPX = 2
+    TPX = 3
+    QPX = 4
+    CPX = 5
+
+
+class AmdSmiMemoryPartitionType(IntEnum):
+    UNKNOWN = 0
+    NPS1 = 1
+    NPS2 = 2
+    NPS4 = 4
+    NPS8 = 8
+
+
+class AmdSmiLinkType(IntEnum):
+    AMDSMI_LINK_TYPE_INTERNAL = 0
+    AMDSMI_LINK_TYPE_PCIE = 1
+    AMDSMI_LINK_TYPE_XGMI = 2
+    AMDSMI_LINK_TYPE_NOT_APPLICABLE = 3
+    AMDSMI_LINK_TYPE_UNKNOWN = 4
+
+
+class AmdSmiEvtNotificationType(IntEnum):
+    NONE = 0
+    VMFAULT = 1
+    THERMAL_THROTTLE = 2
+    GPU_PRE_RESET = 3
+    GPU_POST_RESET = 4
+    MIGRATE_START = 5
+    MIGRATE_END = 6
+    PAGE_FAULT_START = 7
+    PAGE_FAULT_END = 8
+    QUEUE_EVICTION = 9
+    QUEUE_RESTORE = 10
+    UNMAP_FROM_GPU = 11
+    PROCESS_START = 12
+    PROCESS_END = 13
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    """A processor handle: one XCP (partition) of one physical GPU."""
+
+    gpu_bdf: str
+    partition: int
+
+
+@dataclass
+class _GpuState:
+    entry: GpuEntry
+    model: GpuModel
+    compute: str | None
+    memory: str | None
+    correctable: int = 0
+    uncorrectable: int = 0
+
+
+def _partition_bdf(bdf: str, index: int) -> str:
+    # amd-smi lists partition k of 0000:0c:00.0 as 0000:0c:00.k.
+    return f"{bdf[:-1]}{index}"
+
+
+class FakeAmdSmi:
+    """Module-like object: use it where the code expects the `amdsmi` module."""
+
+    AmdSmiException = AmdSmiException
+    AmdSmiLibraryException = AmdSmiLibraryException
+    AmdSmiInitFlags = AmdSmiInitFlags
+    AmdSmiComputePartitionType = AmdSmiComputePartitionType
+    AmdSmiMemoryPartitionType = AmdSmiMemoryPartitionType
+    AmdSmiLinkType = AmdSmiLinkType
+    AmdSmiEvtNotificationType = AmdSmiEvtNotificationType
+
+    def __init__(self, profile: AmdProfile) -> None:
+        self.profile = profile
+        self.initialized = False
+        self.calls: list[tuple[Any, ...]] = []  # setter calls, in order
+        self._lock = threading.Condition()
+        self._events: list[dict[str, Any]] = []
+        self._gpus = {
+            entry.bdf: _GpuState(entry, profile.models[entry.model], entry.compute_partition, entry.memory_partition)
+            for entry in profile.gpus
+        }
+        outer = self
+
+        class AmdSmiEventReader:
+            """Reads the library-wide event queue (the C call takes no handle either)."""
+
+            def __init__(self, processor_handle: FakeHandle, event_types: Iterable[AmdSmiEvtNotificationType]) -> None:
+                outer._gpu(processor_handle)
+                self.processor_handle = processor_handle
+                self.event_types = {AmdSmiEvtNotificationType(t).name for t in event_types}
+
+            def read(self, timestamp: int, num_elem: int = 10) -> list[dict[str, Any]]:
+                return outer._read_events(self.event_types, timestamp, num_elem)
+
+            def stop(self) -> None:
+                return None
+
+        self.AmdSmiEventReader = AmdSmiEventReader
+
+    # -- helpers -------------------------------------------------------------
+
+    def _check_init(self) -> None:
+        if not self.initialized:
+            raise AmdSmiLibraryException(32)  # AMDSMI_STATUS_NOT_INIT
+
+    def _gpu(self, handle: Any) -> _GpuState:
+        self._check_init()
+        if not isinstance(handle, FakeHandle) or handle.gpu_bdf not in self._gpus:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
+        state = self._gpus[handle.gpu_bdf]
+        if handle.partition >= self._num_partitions(state):
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_FOUND)  # stale handle after a mode change
+        return state
+
+    def _num_partitions(self, state: _GpuState) -> int:
+        for profile in state.model.accelerator_profiles:
+            if profile.type == state.compute:
+                return profile.num_partitions
+        return 1
+
+    def _partitioning_supported(self, state: _GpuState) -> None:
+        if not state.model.accelerator_profiles or state.compute is None:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+
+    # -- library lifetime and handles ---------------------------------------
+
+    def amdsmi_init(self, flag: AmdSmiInitFlags = AmdSmiInitFlags.INIT_AMD_GPUS) -> None:
+        self.initialized = True
+
+    def amdsmi_shut_down(self) -> None:
+        self.initialized = False
+
+    def amdsmi_get_processor_handles(self) -> list[FakeHandle]:
+        self._check_init()
+        return [
+            FakeHandle(bdf, index) for bdf, state in self._gpus.items() for index in range(self._num_partitions(state))
+        ]
+
+    # -- identity ------------------------------------------------------------
+
+    def amdsmi_get_gpu_device_bdf(self, handle: FakeHandle) -> str:
+        self._gpu(handle)
+        return _partition_bdf(handle.gpu_bdf, handle.partition)
+
+    def amdsmi_get_gpu_device_uuid(self, handle: FakeHandle) -> str:
+        state = self._gpu(handle)
+        if state.entry.uuid and handle.partition == 0:
+            return state.entry.uuid
+        # amd-smi form "67ff74a1-0000-1000-8081-b5b9fd6edd00": device id in the first field.
+        # From ROCm 7.0 every partition has its own UUID (hardware.md 4.1).
+        device = state.model.device_id[2:].lower().rjust(4, "0")
+        return f"{handle.partition:02x}ff{device}-0000-1000-80{state.entry.xgmi_node_id:02x}-{state.entry.serial[-12:].lower()}"
+
+    def amdsmi_get_gpu_asic_info(self, handle: FakeHandle) -> dict[str, Any]:
+        state = self._gpu(handle)
+        model = state.model
+        return {
+            "market_name": model.market_name,
+            "vendor_id": model.vendor_id,
+            "vendor_name": model.vendor_name.replace(",", ""),
+            "subvendor_id": model.vendor_id,
+            "device_id": model.device_id,
+            "rev_id": model.rev_id,
+            "asic_serial": state.entry.serial,
+            "oam_id": state.entry.xgmi_node_id,
+            "num_compute_units": model.num_compute_units // self._num_partitions(state),
+            "target_graphics_version": model.target_graphics_version,
+            "subsystem_id": "0x0c34",
+        }
+
+    def amdsmi_get_gpu_vram_info(self, handle: FakeHandle) -> dict[str, Any]:
+        state = self._gpu(handle)
+        return {
+            "vram_type": 7,  # AMDSMI_VRAM_TYPE_HBM3 (an int in 7.0.2)
+            "vram_vendor": "SAMSUNG",
+            # The kernel gives each XCP an equal share of its memory partition.
+            "vram_size": state.model.vram_size_mb // self._num_partitions(state),
+            "vram_bit_width": 8192,
+            "vram_max_bandwidth": 5300,
+        }
+
+    def amdsmi_get_gpu_driver_info(self, handle: FakeHandle) -> dict[str, Any]:
+        self._gpu(handle)
+        driver = self.profile.driver
+        return {"driver_name": driver.name, "driver_version": driver.version, "driver_date": driver.date}
+
+    def amdsmi_get_gpu_kfd_info(self, handle: FakeHandle) -> dict[str, Any]:
+        state = self._gpu(handle)
+        position = list(self._gpus).index(handle.gpu_bdf)
+        return {"kfd_id": 10000 + position, "node_id": 1 + position * 8 + handle.partition, "current_partition_id": handle.partition}
+
+    def amdsmi_get_gpu_enumeration_info(self, handle: FakeHandle) -> dict[str, Any]:
+        state = self._gpu(handle)
+        return {
+            "drm_render": state.entry.render + handle.partition,
+            "drm_card": state.entry.card + handle.partition,
+            "hsa_id": 1 + handle.partition,
+            "hip_id": handle.partition,
+            "hip_uuid": f"GPU-{state.entry.serial[-16:].lower()}",
+        }
+
+    def amdsmi_topo_get_numa_node_number(self, handle: FakeHandle) -> int:
+        return self._gpu(handle).entry.numa_node
+
+    # -- partitions ----------------------------------------------------------
+
+    def amdsmi_get_gpu_compute_partition(self, handle: FakeHandle) -> str:
+        state = self._gpu(handle)
+        self._partitioning_supported(state)
+        return str(state.compute)
+
+    def amdsmi_get_gpu_memory_partition(self, handle: FakeHandle) -> str:
+        state = self._gpu(handle)
+        if not state.model.memory_partition_caps or state.memory is None:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+        return str(state.memory)
+
+    def amdsmi_get_gpu_memory_partition_config(self, handle: FakeHandle) -> dict[str, Any]:
+        state = self._gpu(handle)
+        if not state.model.memory_partition_caps:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+        return {
+            "partition_caps": list(state.model.memory_partition_caps),
+            "mp_mode": state.memory or "N/A",
+            "num_numa_ranges": "N/A",
+            "numa_range": "N/A",
+        }
+
+    def amdsmi_get_gpu_accelerator_partition_profile_config(self, handle: FakeHandle) -> dict[str, Any]:
+        state = self._gpu(handle)
+        self._partitioning_supported(state)
+        profiles = [
+            {
+                "profile_type": profile.type,
+                "num_partitions": profile.num_partitions,
+                "profile_index": index,
+                "memory_caps": list(profile.memory_caps) or ["N/A"],
+                "num_resources": 1,
+                "resources": [],
+            }
+            for index, profile in enumerate(state.model.accelerator_profiles)
+        ]
+        return {
+            "num_profiles": len(profiles),
+            "num_resource_profiles": 0,
+            "resource_profiles": [],
+            "default_profile_index": state.model.default_profile_index,
+            "profiles": profiles,
+        }
+
+    def amdsmi_set_gpu_compute_partition(self, handle: FakeHandle, compute_partition: AmdSmiComputePartitionType) -> None:
+        state = self._gpu(handle)
+        self._partitioning_supported(state)
+        name = AmdSmiComputePartitionType(compute_partition).name
+        if name not in {profile.type for profile in state.model.accelerator_profiles}:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
+        self.calls.append(("set_compute_partition", handle.gpu_bdf, name))
+        state.compute = name
+
+    def amdsmi_set_gpu_memory_partition(self, handle: FakeHandle, memory_partition: AmdSmiMemoryPartitionType) -> None:
+        state = self._gpu(handle)
+        name = AmdSmiMemoryPartitionType(memory_partition).name
+        if name not in state.model.memory_partition_caps:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
+        self.calls.append(("set_memory_partition", handle.gpu_bdf, name))
+        if not self.profile.memory_reload_required:
+            state.memory = name
+
+    # -- XGMI ----------------------------------------------------------------
+
+    def amdsmi_get_xgmi_info(self, handle: FakeHandle) -> dict[str, Any]:
+        state = self._gpu(handle)
+        if not state.entry.hive_id:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+        return {"xgmi_lanes": 16, "xgmi_hive_id": state.entry.hive_id, "xgmi_node_id": state.entry.xgmi_node_id, "index": 0}
+
+    def amdsmi_topo_get_link_type(self, src: FakeHandle, dst: FakeHandle) -> dict[str, int]:
+        a, b = self._gpu(src), self._gpu(dst)
+        if a is b:
+            return {"hops": 0, "type": int(AmdSmiLinkType.AMDSMI_LINK_TYPE_INTERNAL)}
+        if a.entry.hive_id and a.entry.hive_id == b.entry.hive_id:
+            return {"hops": 1, "type": int(AmdSmiLinkType.AMDSMI_LINK_TYPE_XGMI)}
+        return {"hops": 2, "type": int(AmdSmiLinkType.AMDSMI_LINK_TYPE_PCIE)}
+
+    # -- health --------------------------------------------------------------
+
+    def amdsmi_get_gpu_total_ecc_count(self, handle: FakeHandle) -> dict[str, int]:
+        state = self._gpu(handle)
+        return {"correctable_count": state.correctable, "uncorrectable_count": state.uncorrectable, "deferred_count": 0}
+
+    def _read_events(self, wanted: set[str], timeout_ms: int, num_elem: int) -> list[dict[str, Any]]:
+        with self._lock:
+            if not self._events:
+                self._lock.wait(timeout=max(timeout_ms, 0) / 1000)
+            taken, self._events = self._events[:num_elem], self._events[num_elem:]
+        return [event for event in taken if event["event"] in wanted]
+
+    # -- test controls (not part of amdsmi) ----------------------------------
+
+    def inject_event(self, gpu_bdf: str, event: AmdSmiEvtNotificationType | str, message: str = "") -> None:
+        """Queue an event as the kernel would report it for the GPU's primary partition."""
+        name = event if isinstance(event, str) else AmdSmiEvtNotificationType(event).name
+        with self._lock:
+            self._events.append({"processor_handle": FakeHandle(gpu_bdf, 0), "event": name, "message": message})
+            self._lock.notify_all()
+
+    def inject_ecc(self, gpu_bdf: str, uncorrectable: int = 0, correctable: int = 0) -> None:
+        state = self._gpus[gpu_bdf]
+        state.uncorrectable += uncorrectable
+        state.correctable += correctable
+
+    def current_mode(self, gpu_bdf: str) -> tuple[str | None, str | None]:
+        state = self._gpus[gpu_bdf]
+        return state.compute, state.memory

@@ -1,0 +1,22 @@
+"""The sysfs entries a simulated AMD node needs: PCI device links under their host bridge."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dra_driver_amd.profile import AmdProfile
+
+
+def build_pci_tree(root: Path, profile: AmdProfile) -> None:
+    """Create <root>/devices/<pcie_root>/<bdf> and the bus/pci/devices/<bdf> symlink per GPU."""
+    links = root / "bus" / "pci" / "devices"
+    links.mkdir(parents=True, exist_ok=True)
+    for gpu in profile.gpus:
+        if not gpu.pcie_root:
+            continue
+        device_dir = root / "devices" / gpu.pcie_root / gpu.bdf
+        device_dir.mkdir(parents=True, exist_ok=True)
+        link = links / gpu.bdf
+        if not link.exists():
+            os.symlink(os.path.relpath(device_dir, links), link)
