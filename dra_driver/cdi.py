@@ -1,0 +1,225 @@
+"""CDI spec files: one transient spec per prepared claim.
+
+Layout (our convention, documented in docs/plugin.md):
+- kind `k8s.<driver>/device`, e.g. `k8s.gpu.nvidia.com/device`;
+- file `<cdi_dir>/k8s.<driver>-device_<claimUID>.json`;
+- one CDI device per allocated device, named `<claimUID>-<device>` (plus
+  `-<shareID>` for consumable-capacity shares) so a name is never reused for
+  another meaning (runtimes may cache specs);
+- edits that belong to the claim as a whole go to the spec-level
+  `containerEdits`, which CDI applies once when any device of the spec is
+  injected: exactly "once per container that uses this claim".
+
+Files are written atomically (temp file in the same directory whose name does
+not end in .json, fsync, rename) with the lowest `cdiVersion` the content needs,
+because runtimes embed older CDI libraries that reject newer version strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dra_driver.vendor import ContainerEdits, DeviceNode, Hook, Mount
+
+CDI_CLASS = "device"
+SPEC_SUFFIX = ".json"
+_ENV_UNSAFE = re.compile(r"[^A-Za-z0-9]")
+
+
+def cdi_vendor(driver: str) -> str:
+    return f"k8s.{driver}"
+
+
+def cdi_kind(driver: str) -> str:
+    return f"{cdi_vendor(driver)}/{CDI_CLASS}"
+
+
+def cdi_device_name(claim_uid: str, device: str, share_id: str | None = None) -> str:
+    name = f"{claim_uid}-{device}"
+    return f"{name}-{share_id}" if share_id else name
+
+
+def qualified_id(driver: str, name: str) -> str:
+    """The fully-qualified CDI device name returned to the kubelet: vendor/class=name."""
+    return f"{cdi_kind(driver)}={name}"
+
+
+def spec_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
+    return cdi_dir / f"{cdi_vendor(driver)}-{CDI_CLASS}_{claim_uid}{SPEC_SUFFIX}"
+
+
+def claim_uid_of(path: Path, driver: str) -> str | None:
+    """The claim UID encoded in one of our spec file names, or None if the file is not ours."""
+    prefix = f"{cdi_vendor(driver)}-{CDI_CLASS}_"
+    if path.name.startswith(prefix) and path.name.endswith(SPEC_SUFFIX):
+        return path.name[len(prefix) : -len(SPEC_SUFFIX)] or None
+    return None
+
+
+def our_spec_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
+    """Claim UID -> spec file, for every spec file of this driver in cdi_dir."""
+    if not cdi_dir.is_dir():
+        return {}
+    found: dict[str, Path] = {}
+    for path in cdi_dir.iterdir():
+        uid = claim_uid_of(path, driver)
+        if uid is not None:
+            found[uid] = path
+    return found
+
+
+# --- rendering ---------------------------------------------------------------
+
+
+def _render_node(node: DeviceNode) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": node.path}
+    if node.host_path and node.host_path != node.path:
+        out["hostPath"] = node.host_path
+    for key, value in (("type", node.type), ("major", node.major), ("minor", node.minor), ("permissions", node.permissions)):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _render_mount(mount: Mount) -> dict[str, Any]:
+    out: dict[str, Any] = {"hostPath": mount.host_path, "containerPath": mount.container_path}
+    if mount.options:
+        out["options"] = list(mount.options)
+    if mount.type:
+        out["type"] = mount.type
+    return out
+
+
+def _render_hook(hook: Hook) -> dict[str, Any]:
+    out: dict[str, Any] = {"hookName": hook.hook_name, "path": hook.path}
+    if hook.args:
+        out["args"] = list(hook.args)
+    if hook.env:
+        out["env"] = list(hook.env)
+    if hook.timeout is not None:
+        out["timeout"] = hook.timeout
+    return out
+
+
+def render_edits(edits: ContainerEdits) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if edits.env:
+        out["env"] = list(edits.env)
+    if edits.device_nodes:
+        out["deviceNodes"] = [_render_node(n) for n in edits.device_nodes]
+    if edits.mounts:
+        out["mounts"] = [_render_mount(m) for m in edits.mounts]
+    if edits.hooks:
+        out["hooks"] = [_render_hook(h) for h in edits.hooks]
+    return out
+
+
+def device_marker_env(driver: str, device: str) -> str:
+    """An env entry naming the device; CDI requires every device to carry non-empty edits."""
+    prefix = _ENV_UNSAFE.sub("_", driver).upper()
+    return f"DRA_{prefix}_DEVICE_{_ENV_UNSAFE.sub('_', device).upper()}={device}"
+
+
+@dataclass(frozen=True)
+class SpecDevice:
+    name: str  # CDI device name (already claim-scoped)
+    device: str  # device name in the pool, for the marker env
+    edits: ContainerEdits
+
+
+def build_claim_spec(driver: str, devices: Sequence[SpecDevice], claim_edits: ContainerEdits) -> dict[str, Any]:
+    """The CDI spec dict of one claim, with the minimum cdiVersion for its content."""
+    rendered = []
+    for dev in devices:
+        edits = dev.edits if not dev.edits.is_empty() else ContainerEdits(env=[device_marker_env(driver, dev.device)])
+        rendered.append({"name": dev.name, "containerEdits": render_edits(edits)})
+    spec: dict[str, Any] = {"cdiVersion": "", "kind": cdi_kind(driver), "devices": rendered}
+    if not claim_edits.is_empty():
+        spec["containerEdits"] = render_edits(claim_edits)
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+# --- version rules (reference section 5.2) --------------------------------------
+
+
+def _all_edits(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    edits = [d.get("containerEdits") or {} for d in spec.get("devices", [])]
+    edits.append(spec.get("containerEdits") or {})
+    return edits
+
+
+def minimum_version(spec: dict[str, Any]) -> str:
+    """The lowest cdiVersion that accepts every feature the spec uses."""
+    needed = (0, 3, 0)
+    edits = _all_edits(spec)
+    class_part = str(spec.get("kind", "")).partition("/")[2]
+
+    def need(version: tuple[int, int, int]) -> None:
+        nonlocal needed
+        needed = max(needed, version)
+
+    if any(m.get("type") for e in edits for m in e.get("mounts", [])):
+        need((0, 4, 0))
+    if any("hostPath" in n for e in edits for n in e.get("deviceNodes", [])):
+        need((0, 5, 0))
+    if any(str(d.get("name", ""))[:1].isdigit() for d in spec.get("devices", [])):
+        need((0, 5, 0))
+    if "annotations" in spec or any("annotations" in d for d in spec.get("devices", [])) or "." in class_part:
+        need((0, 6, 0))
+    if any("intelRdt" in e or "additionalGids" in e for e in edits):
+        need((0, 7, 0))
+    if any("netDevices" in e for e in edits):
+        need((1, 1, 0))
+    return ".".join(str(part) for part in needed)
+
+
+# --- files -------------------------------------------------------------------
+
+
+def write_spec_atomic(path: Path, spec: dict[str, Any]) -> None:
+    """Write so that readers see either no file or the complete file, never a partial one."""
+    directory = path.parent
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    data = json.dumps(spec, indent=2, sort_keys=False).encode()
+    # The temp name must not end in .json/.yaml: runtimes watching the directory ignore it.
+    fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def remove_spec(path: Path) -> bool:
+    """Delete a spec file; True if it existed."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    _fsync_dir(path.parent)
+    return True
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,195 @@
+"""The plugin's on-disk record of prepared claims.
+
+Two phases per claim: `PrepareStarted` is written before the backend touches
+the hardware and `PrepareCompleted` after the CDI spec is on disk, so a crash
+in between leaves a record that the next start rolls back. The file is one
+JSON document with a SHA-256 checksum over its content, written atomically
+(temp file, fsync, rename). It is tied to the boot ID: after a reboot nothing
+that was prepared exists any more (CDI specs live on tmpfs, partitions are
+gone), so a checkpoint from another boot is treated as empty.
+
+A corrupt file is never fatal: it is logged, moved aside and replaced by an
+empty checkpoint, because a crash loop would block every pod on the node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dra_driver.logs import fields
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+PREPARE_STARTED = "PrepareStarted"
+PREPARE_COMPLETED = "PrepareCompleted"
+Phase = Literal["PrepareStarted", "PrepareCompleted"]
+
+
+@dataclass
+class CheckpointDevice:
+    request: str  # base request name
+    pool: str
+    device: str
+    admin_access: bool = False
+    share_id: str | None = None
+    cdi_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClaimRecord:
+    uid: str
+    namespace: str
+    name: str
+    phase: Phase
+    devices: list[CheckpointDevice] = field(default_factory=list)
+    backend_state: dict[str, Any] = field(default_factory=dict)
+    cdi_spec: str | None = None  # path of the claim's spec file once written
+
+    @property
+    def completed(self) -> bool:
+        return self.phase == PREPARE_COMPLETED
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClaimRecord:
+        devices = [CheckpointDevice(**d) for d in data.get("devices", [])]
+        return cls(
+            uid=data["uid"],
+            namespace=data["namespace"],
+            name=data["name"],
+            phase=data["phase"],
+            devices=devices,
+            backend_state=dict(data.get("backend_state") or {}),
+            cdi_spec=data.get("cdi_spec"),
+        )
+
+
+class CheckpointCorrupt(Exception):
+    pass
+
+
+def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        # Without a boot ID (non-Linux, tests) state survives restarts; that is the safe side.
+        return ""
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()
+
+
+class Checkpoint:
+    """Thread-safe claim records, persisted on every change."""
+
+    def __init__(self, path: Path, boot_id_path: Path = DEFAULT_BOOT_ID_PATH) -> None:
+        self.path = path
+        self.boot_id = read_boot_id(boot_id_path)
+        self._claims: dict[str, ClaimRecord] = {}
+        self._lock = threading.Lock()
+
+    # --- loading -------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the file; a missing, stale-boot or corrupt file yields an empty checkpoint."""
+        with self._lock:
+            self._claims = self._read()
+
+    def _read(self) -> dict[str, ClaimRecord]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            body = self._parse(raw)
+        except CheckpointCorrupt as exc:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            os.replace(self.path, aside)
+            log.error(
+                "checkpoint is corrupt; moved aside and starting empty (claims prepared before are rolled forward by the kubelet re-sending them)",
+                extra=fields(path=str(self.path), moved_to=str(aside), reason=str(exc)),
+            )
+            return {}
+        if body.get("boot_id") != self.boot_id:
+            log.warning(
+                "checkpoint is from another boot; prepared state is void",
+                extra=fields(path=str(self.path), checkpoint_boot=body.get("boot_id"), boot=self.boot_id),
+            )
+            return {}
+        return {uid: ClaimRecord.from_json(rec) for uid, rec in body.get("claims", {}).items()}
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any]:
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise CheckpointCorrupt(f"not JSON: {exc}") from exc
+        if not isinstance(doc, dict) or not isinstance(doc.get("body"), dict):
+            raise CheckpointCorrupt("missing 'body' object")
+        if doc.get("checksum") != _checksum(doc["body"]):
+            raise CheckpointCorrupt("checksum mismatch")
+        body = doc["body"]
+        if body.get("version") != FORMAT_VERSION:
+            raise CheckpointCorrupt(f"unknown format version {body.get('version')!r}")
+        try:
+            for rec in body.get("claims", {}).values():
+                ClaimRecord.from_json(rec)
+        except (KeyError, TypeError) as exc:
+            raise CheckpointCorrupt(f"malformed claim record: {exc}") from exc
+        return body
+
+    # --- queries -------------------------------------------------------------
+
+    def get(self, uid: str) -> ClaimRecord | None:
+        with self._lock:
+            return self._claims.get(uid)
+
+    def records(self) -> list[ClaimRecord]:
+        with self._lock:
+            return list(self._claims.values())
+
+    # --- changes (each persisted before returning) -----------------------------
+
+    def put(self, record: ClaimRecord) -> None:
+        with self._lock:
+            self._claims[record.uid] = record
+            self._write()
+
+    def remove(self, uid: str) -> None:
+        with self._lock:
+            if self._claims.pop(uid, None) is not None:
+                self._write()
+
+    def _write(self) -> None:
+        body = {
+            "version": FORMAT_VERSION,
+            "boot_id": self.boot_id,
+            "claims": {uid: asdict(rec) for uid, rec in self._claims.items()},
+        }
+        data = json.dumps({"checksum": _checksum(body), "body": body}).encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise

@@ -1,0 +1,79 @@
+"""`dra-driver run`: the kubelet plugin daemon of a node."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from dra_driver.daemon import Daemon
+from dra_driver.errors import DraError
+from dra_driver.hardware_profiles import load_profile
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.kube.client import load_configuration
+from dra_driver.logs import fields
+from dra_driver.plugin.driver import PluginSettings
+from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR
+from dra_driver.registry import open_backends
+from dra_driver.vendor import BackendSettings
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("run", help="serve the kubelet plugin (registration + DRA gRPC) for every vendor found")
+    add_daemon_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="this node's name (default: $NODE_NAME or the host name)")
+    parser.add_argument("--kubelet-dir", type=Path, default=DEFAULT_KUBELET_DIR, help="kubelet root dir (default /var/lib/kubelet)")
+    parser.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs are written (default /var/run/cdi)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG)")
+    parser.add_argument("--api-server", default=None, help="API server base URL without auth (tests, kubectl proxy)")
+    parser.add_argument("--vendors", default=None, help="comma-separated vendors (default: every installed backend that finds hardware)")
+    parser.add_argument("--profile", default=None, help="simulate this hardware profile instead of the real hardware")
+    parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
+    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
+    parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="per-pod socket names for rolling updates (default: $POD_UID)")
+    parser.add_argument("--state-dir", type=Path, default=None, help="directory for backend state (default: none)")
+
+
+def build_daemon(args: argparse.Namespace) -> Daemon:
+    """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
+    vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
+    profile = load_profile(args.profile) if args.profile else None
+    backend_settings = BackendSettings(node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir)
+    opened = open_backends(backend_settings, profile, vendors)
+    for problem in opened.unavailable:
+        log.warning("vendor backend unavailable", extra=fields(vendor=problem.vendor, reason=problem.reason))
+    if not opened.backends:
+        reasons = "; ".join(str(p) for p in opened.unavailable) or "no backend installed"
+        raise DraError(f"no vendor backend can run on this node: {reasons}")
+    configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig)
+    configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
+    from kubernetes import client
+
+    claims = ClaimReader(client.ApiClient(configuration))
+    settings = PluginSettings(node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid)
+    return Daemon(opened.backends, claims, settings, metrics_port=args.metrics_port)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        daemon = build_daemon(args)
+    except DraError as exc:
+        print(f"dra-driver run: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return daemon.run_until_signal()
+    finally:
+        for backend in daemon.backends:
+            try:
+                backend.close()
+            except Exception as exc:
+                log.warning("closing backend failed", extra=fields(vendor=backend.vendor, error=str(exc)))

@@ -1,0 +1,78 @@
+"""Prometheus metrics of the kubelet plugin.
+
+Each daemon owns its own CollectorRegistry (not the process-global one) so
+several daemons in one process (tests, demo) do not collide.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from dra_driver.logs import fields
+
+log = logging.getLogger(__name__)
+
+# Prepare is expected to take a few ms; the tail buckets catch slow backends (MIG creation).
+_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 45.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "dra_driver_requests",
+            "gRPC requests served, by driver, method and result (ok or error)",
+            ["driver", "method", "result"],
+            registry=self.registry,
+        )
+        self.claims = Counter(
+            "dra_driver_claims",
+            "Claims handled inside prepare/unprepare requests, by result",
+            ["driver", "operation", "result"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "dra_driver_request_duration_seconds",
+            "gRPC request latency by driver and method",
+            ["driver", "method"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.prepared_devices = Gauge(
+            "dra_driver_prepared_devices",
+            "Devices currently prepared for claims",
+            ["driver"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "dra_driver_errors",
+            "Errors by driver and operation (claim failures, backend failures, server failures)",
+            ["driver", "operation"],
+            registry=self.registry,
+        )
+
+    @contextmanager
+    def timed(self, driver: str, method: str) -> Iterator[None]:
+        """Count and time one request; an exception counts as result=error."""
+        start = time.perf_counter()
+        result = "error"
+        try:
+            yield
+            result = "ok"
+        finally:
+            self.latency.labels(driver, method).observe(time.perf_counter() - start)
+            self.requests.labels(driver, method, result).inc()
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> Any:
+        """Expose /metrics on the port (0 = off); returns the server or None."""
+        if port <= 0:
+            return None
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        log.info("serving metrics", extra=fields(port=port))
+        return server

@@ -1,0 +1,181 @@
+"""One driver instance on the node: a backend with its DRA socket, registration socket and health feed.
+
+Start order follows the kubelet contract: recover the checkpoint, serve the
+DRA socket (v1, v1beta1, health), and only then create the registration
+socket. Stop runs the other way round.
+
+The `publisher` seam: the ResourceSlice publisher (dra_driver.publisher, wired
+by the daemon) is an optional object with start(), stop() and
+set_device_health(event); backend health events go both to the kubelet health
+stream and to it (it turns them into device taints).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+
+from dra_driver.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
+from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from dra_driver.checkpoint import DEFAULT_BOOT_ID_PATH, Checkpoint
+from dra_driver.logs import fields
+from dra_driver.metrics import Metrics
+from dra_driver.model.device import Inventory
+from dra_driver.plugin.health import HealthHub, HealthServicer
+from dra_driver.plugin.prepare import ClaimSource, PrepareService
+from dra_driver.plugin.registration import RegistrationServicer
+from dra_driver.plugin.servicers import add_dra_servicers
+from dra_driver.plugin.sockets import PluginPaths, UnixServer
+from dra_driver.vendor import HealthEvent, VendorBackend
+
+log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def set_device_health(self, event: HealthEvent) -> None: ...
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    node_name: str
+    kubelet_dir: Path
+    cdi_dir: Path
+    pod_uid: str | None = None
+    boot_id_path: Path = DEFAULT_BOOT_ID_PATH
+    prepare_workers: int = 8
+    # gRPC threads of the DRA socket; health streams hold one each while open.
+    grpc_workers: int = 32
+
+
+class DriverPlugin:
+    def __init__(
+        self,
+        backend: VendorBackend,
+        claims: ClaimSource,
+        settings: PluginSettings,
+        metrics: Metrics | None = None,
+        publisher: Publisher | None = None,
+        inventory: Inventory | None = None,
+    ) -> None:
+        self.backend = backend
+        self.driver = backend.driver_name
+        self.paths = PluginPaths(settings.kubelet_dir.absolute(), self.driver, settings.pod_uid)
+        self.settings = settings
+        self.publisher = publisher
+        self._inventory = inventory
+        self._metrics = metrics
+        checkpoint = Checkpoint(self.paths.checkpoint, settings.boot_id_path)
+        self.service = PrepareService(
+            backend,
+            claims,
+            checkpoint,
+            settings.cdi_dir,
+            metrics=metrics,
+            workers=settings.prepare_workers,
+            shared_lock=self.paths.serialize_lock,
+        )
+        self.hub: HealthHub | None = None
+        self.registration = RegistrationServicer(self.driver, str(self.paths.dra_socket))
+        self._dra_server: UnixServer | None = None
+        self._reg_server: UnixServer | None = None
+        self._stop_health = threading.Event()
+        self._health_thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        inventory = self._inventory or self.backend.discover()
+        self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
+        self.service.recover()
+        hub = self.hub
+
+        def register_dra(server: grpc.Server) -> None:
+            add_dra_servicers(server, self.service, self._metrics)
+            health_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(hub), server)
+
+        self._dra_server = UnixServer(self.paths.dra_socket, register_dra, self.settings.grpc_workers, f"dra-{self.driver}")
+        self._dra_server.start()
+        self._start_health_feed()
+        if self.publisher is not None:
+            self.publisher.start()
+        self._reg_server = UnixServer(
+            self.paths.registration_socket,
+            lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
+            2,
+            f"reg-{self.driver}",
+        )
+        self._reg_server.start()
+        log.info(
+            "driver plugin started",
+            extra=fields(driver=self.driver, devices=len(inventory.devices), dra_socket=str(self.paths.dra_socket), registration=str(self.paths.registration_socket)),
+        )
+
+    def stop(self) -> None:
+        """Deregister first (remove the registration socket), then stop serving; each step best effort."""
+        for step in (self._stop_registration, self._stop_publisher, self._stop_health_feed, self._stop_dra):
+            try:
+                step()
+            except Exception as exc:
+                log.error("stopping driver plugin step failed", extra=fields(driver=self.driver, step=step.__name__, error=str(exc)))
+        self.service.close()
+        log.info("driver plugin stopped", extra=fields(driver=self.driver))
+
+    def _stop_registration(self) -> None:
+        if self._reg_server is not None:
+            self._reg_server.stop()
+            self._reg_server = None
+
+    def _stop_publisher(self) -> None:
+        if self.publisher is not None:
+            self.publisher.stop()
+
+    def _stop_dra(self) -> None:
+        if self.hub is not None:
+            self.hub.close()  # ends open health streams
+        if self._dra_server is not None:
+            self._dra_server.stop()
+            self._dra_server = None
+
+    # --- health ---------------------------------------------------------------
+
+    def _start_health_feed(self) -> None:
+        self._stop_health.clear()
+        self._health_thread = threading.Thread(target=self._health_loop, name=f"health-{self.driver}", daemon=True)
+        self._health_thread.start()
+
+    def _stop_health_feed(self) -> None:
+        self._stop_health.set()
+        if self._health_thread is not None:
+            self._health_thread.join(timeout=5)
+            self._health_thread = None
+
+    def _health_loop(self) -> None:
+        try:
+            for event in self.backend.watch_health(self._stop_health):
+                self.on_health_event(event)
+                if self._stop_health.is_set():
+                    return
+        except Exception as exc:  # a broken health source must not stop claim handling
+            log.error("health watch failed; device health is no longer updated", extra=fields(driver=self.driver, error=str(exc)))
+
+    def on_health_event(self, event: HealthEvent) -> None:
+        """Route one backend health event to the kubelet stream and the publisher seam."""
+        assert self.hub is not None
+        changed = self.hub.update(event.device, event.healthy, event.reason)
+        if changed:
+            log.warning(
+                "device health changed",
+                extra=fields(driver=self.driver, device=event.device, healthy=event.healthy, reason=event.reason),
+            )
+        if self.publisher is not None:
+            try:
+                self.publisher.set_device_health(event)
+            except Exception as exc:
+                log.error("publisher rejected health event", extra=fields(driver=self.driver, device=event.device, error=str(exc)))

@@ -1,0 +1,317 @@
+"""Prepare and unprepare claims for one driver (one backend).
+
+Guarantees (dra-api-facts.md 2.3-2.5, 6.3):
+- one outcome per requested claim UID; a failing claim carries its own error
+  and never fails the others or the call;
+- idempotent: a completed claim is answered again from the checkpoint without
+  touching the API server or the backend; unprepare of an unknown claim is a
+  success, and unprepare needs only the checkpoint (the claim may be gone);
+- different claims run in parallel, the same claim UID is serialized, and a
+  device held by one claim is refused to another unless the allocation shares
+  it (adminAccess, or a consumable-capacity shareID on both);
+- with a shared lock file (rolling updates: several driver instances on one
+  node) every claim operation holds that lock and re-reads the checkpoint, so
+  an instance can unprepare what another prepared.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from dra_driver import cdi
+from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.errors import DraError
+from dra_driver.kube.claims import ResourceClaim
+from dra_driver.logs import fields
+from dra_driver.metrics import Metrics
+from dra_driver.plugin.config import base_request, resolve_configs
+from dra_driver.plugin.locks import KeyedLocks, optional_file_lock
+from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
+
+log = logging.getLogger(__name__)
+
+# Test hook (crash tests only): when set to a directory, prepare stops after the
+# backend succeeded and the CDI spec is written but before PrepareCompleted is
+# recorded; it creates <dir>/<claimUID> and waits while that file exists.
+HOLD_ENV = "DRA_DRIVER_TEST_HOLD_PREPARE"
+
+# Kubernetes limits of the identifying fields the kubelet sends.
+_MAX_NAME = 253
+_MAX_NAMESPACE = 63
+_MAX_UID = 128
+
+
+class ClaimSource(Protocol):
+    def get(self, namespace: str, name: str) -> ResourceClaim: ...
+
+
+class ClaimError(DraError):
+    """A problem with one claim; its message becomes that claim's error string."""
+
+
+@dataclass
+class PrepareOutcome:
+    devices: list[CheckpointDevice] = field(default_factory=list)
+    error: str = ""
+
+
+class PrepareService:
+    def __init__(
+        self,
+        backend: VendorBackend,
+        claims: ClaimSource,
+        checkpoint: Checkpoint,
+        cdi_dir: Path,
+        metrics: Metrics | None = None,
+        workers: int = 8,
+        shared_lock: Path | None = None,
+    ) -> None:
+        self.backend = backend
+        self.driver = backend.driver_name
+        self._claims = claims
+        self._checkpoint = checkpoint
+        self._cdi_dir = cdi_dir
+        self._metrics = metrics
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"prepare-{self.driver}")
+        self._uid_locks = KeyedLocks()
+        self._devices_lock = KeyedLocks()  # one key: conflict check + PrepareStarted are atomic
+        self._shared_lock = shared_lock
+        self._hold_dir = os.environ.get(HOLD_ENV)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    # --- batch entry points ---------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        return self._batch(claims, self._prepare_guarded, "prepare")
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        outcomes = self._batch(claims, self._unprepare_guarded, "unprepare")
+        return {uid: outcome.error for uid, outcome in outcomes.items()}
+
+    def _batch(self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str) -> dict[str, PrepareOutcome]:
+        unique = list({claim.uid: claim for claim in claims}.values())
+        if len(unique) <= 1:  # the common case: no thread hop
+            outcomes = {claim.uid: one(claim) for claim in unique}
+        else:
+            futures = {claim.uid: self._pool.submit(one, claim) for claim in unique}
+            outcomes = {uid: future.result() for uid, future in futures.items()}
+        if self._metrics is not None:
+            for outcome in outcomes.values():
+                self._metrics.claims.labels(self.driver, operation, "error" if outcome.error else "ok").inc()
+                if outcome.error:
+                    self._metrics.errors.labels(self.driver, operation).inc()
+            self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+        return outcomes
+
+    def prepared_device_count(self) -> int:
+        return sum(len(r.devices) for r in self._checkpoint.records() if r.completed)
+
+    def _prepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+        try:
+            _check_ref(claim)
+            with self._uid_locks.hold(claim.uid), self._cross_instance():
+                return PrepareOutcome(devices=self._prepare_one(claim))
+        except DraError as exc:
+            log.warning("prepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
+            return PrepareOutcome(error=str(exc))
+        except Exception as exc:  # a bug or backend crash fails this claim only
+            log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
+            return PrepareOutcome(error=f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+
+    def _unprepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+        try:
+            _check_ref(claim)
+            with self._uid_locks.hold(claim.uid), self._cross_instance():
+                self._unprepare_one(claim)
+                return PrepareOutcome()
+        except DraError as exc:
+            log.warning("unprepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
+            return PrepareOutcome(error=str(exc))
+        except Exception as exc:
+            log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
+            return PrepareOutcome(error=f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+
+    def _cross_instance(self):  # type: ignore[no-untyped-def]
+        if self._shared_lock is None:
+            return nullcontext()
+        return _ReloadingLock(self._shared_lock, self._checkpoint)
+
+    # --- prepare --------------------------------------------------------------
+
+    def _prepare_one(self, ref: ClaimRef) -> list[CheckpointDevice]:
+        record = self._checkpoint.get(ref.uid)
+        if record is not None and record.completed:
+            return record.devices
+        if record is not None:  # an earlier attempt failed half-way in this process
+            self._undo(record)
+        claim = self._claims.get(ref.namespace, ref.name)
+        allocated = self._our_devices(ref, claim)
+        if not allocated:
+            return []
+        devices = [CheckpointDevice(d.request, d.pool, d.device, d.admin_access, d.share_id) for d in allocated]
+        started = ClaimRecord(ref.uid, ref.namespace, ref.name, PREPARE_STARTED, devices)
+        with self._devices_lock.hold("devices"):
+            self._check_conflicts(ref, allocated)
+            self._checkpoint.put(started)
+        try:
+            prepared = self.backend.prepare(ref, allocated)
+            # Recorded before anything else so a crash from here on is undone with the real state.
+            started = replace(started, backend_state=dict(prepared.state))
+            self._checkpoint.put(started)
+            completed = self._write_cdi(ref, started, prepared)
+            self._hold_for_tests(ref.uid)
+            self._checkpoint.put(completed)
+        except BaseException:
+            self._undo(started)
+            raise
+        log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
+        return completed.devices
+
+    def _our_devices(self, ref: ClaimRef, claim: ResourceClaim) -> list[AllocatedDevice]:
+        where = f"ResourceClaim {_name(ref)}"
+        if claim.metadata.uid != ref.uid:
+            raise ClaimError(f"{where} has UID {claim.metadata.uid}, the kubelet asked for {ref.uid}: the claim was deleted and re-created; the kubelet will retry with the new claim")
+        allocation = claim.allocation
+        if allocation is None or allocation.devices is None:
+            raise ClaimError(f"{where} is not allocated (status.allocation is empty); it must be allocated by the scheduler before the pod starts")
+        results = [r for r in allocation.devices.results if r.driver == self.driver]
+        try:
+            configs = resolve_configs(self.driver, allocation.devices.config, results, self.backend.validate_config)
+        except DraError as exc:
+            raise ClaimError(f"{where}: {exc}") from exc
+        return [
+            AllocatedDevice(
+                request=base_request(r.request),
+                pool=r.pool,
+                device=r.device,
+                admin_access=bool(r.admin_access),
+                share_id=r.share_id,
+                config=config,
+            )
+            for r, config in zip(results, configs)
+        ]
+
+    def _check_conflicts(self, ref: ClaimRef, allocated: Sequence[AllocatedDevice]) -> None:
+        held: dict[tuple[str, str], tuple[ClaimRecord, CheckpointDevice]] = {}
+        for record in self._checkpoint.records():
+            if record.uid != ref.uid:
+                for dev in record.devices:
+                    held[(dev.pool, dev.device)] = (record, dev)
+        for dev in allocated:
+            other = held.get((dev.pool, dev.device))
+            if other is None:
+                continue
+            record, held_dev = other
+            if dev.admin_access or held_dev.admin_access or (dev.share_id and held_dev.share_id and dev.share_id != held_dev.share_id):
+                continue
+            raise ClaimError(
+                f"device {dev.pool}/{dev.device} of ResourceClaim {_name(ref)} is already prepared for claim "
+                f"{record.namespace}/{record.name} (uid {record.uid}); it can be shared only with adminAccess or consumable-capacity shares"
+            )
+
+    def _write_cdi(self, ref: ClaimRef, record: ClaimRecord, prepared: PreparedClaim) -> ClaimRecord:
+        edits_by_device: dict[str, list[ContainerEdits]] = {}
+        for dev in prepared.devices:
+            edits_by_device.setdefault(dev.device, []).append(dev.edits)
+        spec_devices: list[cdi.SpecDevice] = []
+        devices: list[CheckpointDevice] = []
+        for dev in record.devices:
+            queue = edits_by_device.get(dev.device) or [ContainerEdits()]
+            edits = queue.pop(0) if len(queue) > 1 else queue[0]
+            name = cdi.cdi_device_name(ref.uid, dev.device, dev.share_id)
+            spec_devices.append(cdi.SpecDevice(name=name, device=dev.device, edits=edits))
+            devices.append(replace(dev, cdi_ids=[cdi.qualified_id(self.driver, name)]))
+        path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
+        cdi.write_spec_atomic(path, cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits))
+        return replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
+
+    def _hold_for_tests(self, uid: str) -> None:
+        if not self._hold_dir:
+            return
+        marker = Path(self._hold_dir) / uid
+        marker.touch()
+        while marker.exists():
+            time.sleep(0.01)
+
+    # --- unprepare and rollback -----------------------------------------------
+
+    def _unprepare_one(self, ref: ClaimRef) -> None:
+        record = self._checkpoint.get(ref.uid)
+        if record is None:
+            # Unknown claim: success, but drop a spec file a lost checkpoint may have left.
+            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
+            return
+        self._undo(record)
+        log.info("claim unprepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
+
+    def _undo(self, record: ClaimRecord) -> None:
+        """Release everything a (possibly partial) preparation holds; the record goes last."""
+        ref = ClaimRef(record.namespace, record.name, record.uid)
+        try:
+            self.backend.unprepare(ref, record.backend_state)
+        except DraError as exc:
+            raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
+        cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
+        self._checkpoint.remove(record.uid)
+
+    # --- start-up -------------------------------------------------------------
+
+    def recover(self) -> None:
+        """After a (re)start: roll back half-prepared claims, drop orphaned specs, reconcile the backend."""
+        self._checkpoint.load()
+        for record in self._checkpoint.records():
+            if record.completed:
+                continue
+            log.warning("rolling back half-prepared claim", extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid))
+            try:
+                self._undo(record)
+            except Exception as exc:  # keep the record: the next unprepare retries
+                log.error("rollback failed", extra=fields(driver=self.driver, uid=record.uid, error=str(exc)))
+        owned = {r.uid for r in self._checkpoint.records() if r.completed}
+        for uid, path in cdi.our_spec_files(self._cdi_dir, self.driver).items():
+            if uid not in owned:
+                log.warning("removing orphaned CDI spec", extra=fields(driver=self.driver, path=str(path)))
+                cdi.remove_spec(path)
+        self.backend.reconcile([r.backend_state for r in self._checkpoint.records() if r.completed])
+        if self._metrics is not None:
+            self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+
+
+class _ReloadingLock:
+    """The cross-instance file lock; the checkpoint is re-read once the lock is held."""
+
+    def __init__(self, path: Path, checkpoint: Checkpoint) -> None:
+        self._lock = optional_file_lock(path)
+        self._checkpoint = checkpoint
+
+    def __enter__(self) -> None:
+        self._lock.__enter__()
+        self._checkpoint.load()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)  # type: ignore[arg-type]
+
+
+def _name(ref: ClaimRef) -> str:
+    return f"{ref.namespace}/{ref.name}"
+
+
+def _check_ref(ref: ClaimRef) -> None:
+    problems = []
+    for label, value, limit in (("namespace", ref.namespace, _MAX_NAMESPACE), ("name", ref.name, _MAX_NAME), ("uid", ref.uid, _MAX_UID)):
+        if not value:
+            problems.append(f"claim {label} is empty")
+        elif len(value) > limit:
+            problems.append(f"claim {label} is {len(value)} characters long (at most {limit})")
+    if problems:
+        raise ClaimError("invalid claim reference from the kubelet: " + "; ".join(problems))
