@@ -1,0 +1,601 @@
+"""The function library of the Kubernetes 1.35 DRA CEL environment, on cel-python values.
+
+Two registries: GLOBALS (called as `f(x)`) and METHODS (called as `x.f()`, receiver
+first). cel-python dispatches by name only, so each function dispatches on the receiver's
+type itself (one `compareTo` for Quantity and Semver, one `indexOf` for strings and lists).
+Functions raise TypeError for a wrong argument type ("no such overload") and ValueError
+for a bad value; the evaluator turns both into CEL errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+import re2
+from celpy import celtypes
+from celpy.evaluation import base_functions
+
+from dra_driver.cel.types import INT64_MAX, INT64_MIN, Quantity, Semver
+
+CelFunction = Callable[..., Any]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _require(value: Any, kinds: type | tuple[type, ...], what: str) -> None:
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _as_tuple(kinds)):
+        raise TypeError(f"{what}: unexpected argument type {type(value).__name__}")
+
+
+def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, (bool, celtypes.BoolType))
+
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, float)
+
+
+def _int64(value: int) -> celtypes.IntType:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError("integer overflow")
+    return celtypes.IntType(value)
+
+
+def _plain(value: Any) -> int | float:
+    return int(value) if _is_int(value) else float(value)
+
+
+def cel_equal(left: Any, right: Any) -> bool:
+    """CEL runtime equality: numbers compare across int/uint/double, bools never equal numbers."""
+    if isinstance(left, bool) != isinstance(right, bool):
+        return False
+    if _is_number(left) and _is_number(right):
+        return bool(left == right)
+    if type(left) is not type(right) and not (isinstance(left, str) and isinstance(right, str)):
+        if not (isinstance(left, (list, dict)) and isinstance(right, (list, dict))):
+            return False
+    try:
+        return bool(left == right)
+    except TypeError:
+        return False
+
+
+# ---------------------------------------------------------------- quantity library (1.28)
+
+
+def quantity(text: Any) -> Quantity:
+    _require(text, str, "quantity")
+    return Quantity.parse(text)
+
+
+def is_quantity(text: Any) -> celtypes.BoolType:
+    _require(text, str, "isQuantity")
+    try:
+        Quantity.parse(text)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def _quantity(value: Any, what: str) -> Quantity:
+    if not isinstance(value, Quantity):
+        raise TypeError(f"{what}: receiver must be a Quantity, got {type(value).__name__}")
+    return value
+
+
+def sign(value: Any) -> celtypes.IntType:
+    q = _quantity(value, "sign")
+    return celtypes.IntType((q.value > 0) - (q.value < 0))
+
+
+def is_integer(value: Any) -> celtypes.BoolType:
+    q = _quantity(value, "isInteger")
+    exact = q.value == q.value.to_integral_value()
+    return celtypes.BoolType(bool(exact and INT64_MIN <= q.value <= INT64_MAX))
+
+
+def as_integer(value: Any) -> celtypes.IntType:
+    q = _quantity(value, "asInteger")
+    if not is_integer(q):
+        raise ValueError(f"cannot convert quantity {q.text!r} to an int64 integer")
+    return celtypes.IntType(int(q.value))
+
+
+def as_approximate_float(value: Any) -> celtypes.DoubleType:
+    return celtypes.DoubleType(float(_quantity(value, "asApproximateFloat").value))
+
+
+def _quantity_operand(value: Any, what: str) -> Decimal:
+    if isinstance(value, Quantity):
+        return value.value
+    if _is_int(value):
+        return Decimal(int(value))
+    raise TypeError(f"{what}: argument must be a Quantity or an int, got {type(value).__name__}")
+
+
+def add(receiver: Any, other: Any) -> Quantity:
+    total = _quantity(receiver, "add").value + _quantity_operand(other, "add")
+    return Quantity(total, format(total, "f"))
+
+
+def sub(receiver: Any, other: Any) -> Quantity:
+    diff = _quantity(receiver, "sub").value - _quantity_operand(other, "sub")
+    return Quantity(diff, format(diff, "f"))
+
+
+# ---------------------------------------------------------------- semver library (1.33)
+
+
+def semver(text: Any, normalize: Any = False) -> Semver:
+    _require(text, str, "semver")
+    _require(normalize, (bool, celtypes.BoolType), "semver")
+    return Semver.parse(text, bool(normalize))
+
+
+def is_semver(text: Any, normalize: Any = False) -> celtypes.BoolType:
+    _require(text, str, "isSemver")
+    _require(normalize, (bool, celtypes.BoolType), "isSemver")
+    try:
+        Semver.parse(text, bool(normalize))
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def _semver(value: Any, what: str) -> Semver:
+    if not isinstance(value, Semver):
+        raise TypeError(f"{what}: receiver must be a Semver, got {type(value).__name__}")
+    return value
+
+
+def major(value: Any) -> celtypes.IntType:
+    return celtypes.IntType(_semver(value, "major").major)
+
+
+def minor(value: Any) -> celtypes.IntType:
+    return celtypes.IntType(_semver(value, "minor").minor)
+
+
+def patch(value: Any) -> celtypes.IntType:
+    return celtypes.IntType(_semver(value, "patch").patch)
+
+
+# ---------------------------------------------------------------- shared by quantity and semver
+
+
+def _compare(receiver: Any, other: Any, what: str) -> int:
+    if isinstance(receiver, Quantity) and isinstance(other, Quantity):
+        return receiver.compare(other)
+    if isinstance(receiver, Semver) and isinstance(other, Semver):
+        return receiver.compare(other)
+    raise TypeError(f"{what}: needs two Quantities or two Semvers, got {type(receiver).__name__}, {type(other).__name__}")
+
+
+def compare_to(receiver: Any, other: Any) -> celtypes.IntType:
+    return celtypes.IntType(_compare(receiver, other, "compareTo"))
+
+
+def is_greater_than(receiver: Any, other: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_compare(receiver, other, "isGreaterThan") > 0)
+
+
+def is_less_than(receiver: Any, other: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_compare(receiver, other, "isLessThan") < 0)
+
+
+# ---------------------------------------------------------------- ext.Strings (v2)
+
+
+def _string(value: Any, what: str) -> str:
+    _require(value, str, what)
+    return str(value)
+
+
+def _int_arg(value: Any, what: str) -> int:
+    if not _is_int(value):
+        raise TypeError(f"{what}: expected an int argument, got {type(value).__name__}")
+    return int(value)
+
+
+def char_at(receiver: Any, index: Any) -> celtypes.StringType:
+    text, i = _string(receiver, "charAt"), _int_arg(index, "charAt")
+    if i < 0 or i > len(text):
+        raise ValueError(f"charAt: index out of range: {i}")
+    return celtypes.StringType(text[i : i + 1])
+
+
+def _string_index_of(text: str, sub: Any, start: Any, last: bool) -> celtypes.IntType:
+    needle = _string(sub, "indexOf")
+    if start is None:
+        offset = len(text) if last else 0
+    else:
+        offset = _int_arg(start, "indexOf")
+        if offset < 0 or offset > len(text):
+            raise ValueError(f"index out of range: {offset}")
+    if last:
+        return celtypes.IntType(text.rfind(needle, 0, offset + len(needle)))
+    return celtypes.IntType(text.find(needle, offset))
+
+
+def _list_index_of(items: Sequence[Any], value: Any, last: bool) -> celtypes.IntType:
+    positions = range(len(items) - 1, -1, -1) if last else range(len(items))
+    for i in positions:
+        if cel_equal(items[i], value):
+            return celtypes.IntType(i)
+    return celtypes.IntType(-1)
+
+
+def index_of(receiver: Any, value: Any, start: Any = None) -> celtypes.IntType:
+    """String ext `s.indexOf(sub[, start])` or K8s lists `l.indexOf(x)`."""
+    if isinstance(receiver, str):
+        return _string_index_of(str(receiver), value, start, last=False)
+    if isinstance(receiver, list) and start is None:
+        return _list_index_of(receiver, value, last=False)
+    raise TypeError(f"indexOf: unsupported receiver {type(receiver).__name__}")
+
+
+def last_index_of(receiver: Any, value: Any, start: Any = None) -> celtypes.IntType:
+    if isinstance(receiver, str):
+        return _string_index_of(str(receiver), value, start, last=True)
+    if isinstance(receiver, list) and start is None:
+        return _list_index_of(receiver, value, last=True)
+    raise TypeError(f"lastIndexOf: unsupported receiver {type(receiver).__name__}")
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def lower_ascii(receiver: Any) -> celtypes.StringType:
+    return celtypes.StringType(_string(receiver, "lowerAscii").translate(_ASCII_LOWER))
+
+
+def upper_ascii(receiver: Any) -> celtypes.StringType:
+    return celtypes.StringType(_string(receiver, "upperAscii").translate(_ASCII_UPPER))
+
+
+def replace(receiver: Any, old: Any, new: Any, limit: Any = None) -> celtypes.StringType:
+    text = _string(receiver, "replace")
+    count = -1 if limit is None else _int_arg(limit, "replace")
+    return celtypes.StringType(text.replace(_string(old, "replace"), _string(new, "replace"), count))
+
+
+def split(receiver: Any, separator: Any, limit: Any = None) -> celtypes.ListType:
+    """Go strings.SplitN semantics: limit 0 -> [], negative -> all, n -> at most n parts."""
+    text, sep = _string(receiver, "split"), _string(separator, "split")
+    count = -1 if limit is None else _int_arg(limit, "split")
+    if count == 0:
+        return celtypes.ListType()
+    if sep == "":
+        parts = list(text)
+        if 0 < count < len(parts):
+            parts = parts[: count - 1] + ["".join(parts[count - 1 :])]
+    else:
+        parts = text.split(sep, count - 1 if count > 0 else -1)
+    return celtypes.ListType([celtypes.StringType(p) for p in parts])
+
+
+def substring(receiver: Any, start: Any, end: Any = None) -> celtypes.StringType:
+    text = _string(receiver, "substring")
+    first = _int_arg(start, "substring")
+    last = len(text) if end is None else _int_arg(end, "substring")
+    if first < 0 or first > len(text) or last < 0 or last > len(text):
+        raise ValueError(f"substring: index out of range: {first}, {last}")
+    if first > last:
+        raise ValueError(f"substring: invalid range: start {first} > end {last}")
+    return celtypes.StringType(text[first:last])
+
+
+def trim(receiver: Any) -> celtypes.StringType:
+    return celtypes.StringType(_string(receiver, "trim").strip())
+
+
+def join(receiver: Any, separator: Any = "") -> celtypes.StringType:
+    _require(receiver, list, "join")
+    sep = _string(separator, "join")
+    for item in receiver:
+        if not isinstance(item, str):
+            raise TypeError(f"join: list elements must be strings, got {type(item).__name__}")
+    return celtypes.StringType(sep.join(receiver))
+
+
+def quote(text: Any) -> celtypes.StringType:
+    """strings.quote: a double-quoted CEL string literal with escapes."""
+    return celtypes.StringType(json.dumps(_string(text, "strings.quote"), ensure_ascii=False))
+
+
+def format_string(receiver: Any, args: Any) -> celtypes.StringType:
+    """`"%s has %d".format([a, b])`: verbs %s %d %f %e %x %X %o %b %% with optional precision."""
+    template = _string(receiver, "format")
+    _require(args, list, "format")
+    out: list[str] = []
+    i = arg = 0
+    while i < len(template):
+        ch = template[i]
+        if ch != "%":
+            out.append(ch)
+            i += 1
+            continue
+        j = i + 1
+        precision: int | None = None
+        if j < len(template) and template[j] == ".":
+            k = j + 1
+            while k < len(template) and template[k].isdigit():
+                k += 1
+            precision = int(template[j + 1 : k] or "0")
+            j = k
+        if j >= len(template):
+            raise ValueError("format: unterminated formatting clause")
+        verb = template[j]
+        if verb == "%":
+            out.append("%")
+        else:
+            if arg >= len(args):
+                raise ValueError(f"format: index {arg} out of range")
+            out.append(_format_one(verb, args[arg], precision))
+            arg += 1
+        i = j + 1
+    if arg != len(args):
+        raise ValueError(f"format: {len(args)} arguments given, {arg} used")
+    return celtypes.StringType("".join(out))
+
+
+def _format_one(verb: str, value: Any, precision: int | None) -> str:
+    if verb == "s":
+        return _to_display(value)
+    if verb == "d":
+        if not _is_int(value):
+            raise TypeError(f"format: %d needs an integer, got {type(value).__name__}")
+        return str(int(value))
+    if verb in "fe":
+        if not _is_number(value):
+            raise TypeError(f"format: %{verb} needs a number, got {type(value).__name__}")
+        return f"{float(value):.{6 if precision is None else precision}{verb}}"
+    if verb in "xXob":
+        if isinstance(value, bool):
+            value = int(value)
+        if _is_int(value):
+            text = format(int(value), {"x": "x", "X": "X", "o": "o", "b": "b"}[verb])
+            return text
+        if verb in "xX" and isinstance(value, (str, bytes)):
+            raw = value.encode() if isinstance(value, str) else bytes(value)
+            return raw.hex().upper() if verb == "X" else raw.hex()
+        raise TypeError(f"format: %{verb} cannot format {type(value).__name__}")
+    raise ValueError(f"format: unrecognized formatting clause %{verb}")
+
+
+def _to_display(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return repr(float(value)) if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_to_display(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_to_display(k)}: {_to_display(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (Quantity, Semver)):
+        raise TypeError(f"format: %s cannot format {type(value).__name__}")
+    return str(value)
+
+
+# ---------------------------------------------------------------- K8s regex library
+
+
+def find(receiver: Any, pattern: Any) -> celtypes.StringType:
+    text, regex = _string(receiver, "find"), _compile_regex(pattern)
+    match = regex.search(text)
+    return celtypes.StringType(match.group(0) if match else "")
+
+
+def find_all(receiver: Any, pattern: Any, limit: Any = None) -> celtypes.ListType:
+    text, regex = _string(receiver, "findAll"), _compile_regex(pattern)
+    count = -1 if limit is None else _int_arg(limit, "findAll")
+    if count == 0:
+        return celtypes.ListType()
+    found = [m.group(0) for m in regex.finditer(text)]
+    if count > 0:
+        found = found[:count]
+    return celtypes.ListType([celtypes.StringType(f) for f in found])
+
+
+def _compile_regex(pattern: Any) -> Any:
+    source = _string(pattern, "regex")
+    try:
+        return re2.compile(source)
+    except re2.error as exc:
+        raise ValueError(f"invalid regular expression {source!r}: {exc}") from exc
+
+
+# ---------------------------------------------------------------- K8s lists library
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    _require(value, list, what)
+    return list(value)
+
+
+def _ordered(items: list[Any], what: str) -> None:
+    """Elements must be mutually comparable: all numbers or all of one other type."""
+    if all(_is_number(i) for i in items):
+        return
+    kinds = {type(i) for i in items}
+    if len(kinds) > 1 or (items and isinstance(items[0], (list, dict, bool, Quantity, Semver)) and not isinstance(items[0], bool)):
+        raise TypeError(f"{what}: list elements are not comparable")
+
+
+def is_sorted(receiver: Any) -> celtypes.BoolType:
+    items = _list(receiver, "isSorted")
+    _ordered(items, "isSorted")
+    return celtypes.BoolType(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
+
+
+def sum_list(receiver: Any) -> Any:
+    items = _list(receiver, "sum")
+    if not items:
+        return celtypes.IntType(0)
+    if all(isinstance(i, celtypes.DoubleType) for i in items):
+        return celtypes.DoubleType(math.fsum(items))
+    if all(isinstance(i, celtypes.UintType) for i in items):
+        return celtypes.UintType(sum(int(i) for i in items))
+    if all(_is_int(i) and not isinstance(i, celtypes.UintType) for i in items):
+        return _int64(sum(int(i) for i in items))
+    raise TypeError("sum: list elements must all be int, all uint or all double")
+
+
+def min_list(receiver: Any) -> Any:
+    items = _list(receiver, "min")
+    if not items:
+        raise ValueError("min called on empty list")
+    _ordered(items, "min")
+    return min(items)
+
+
+def max_list(receiver: Any) -> Any:
+    items = _list(receiver, "max")
+    if not items:
+        raise ValueError("max called on empty list")
+    _ordered(items, "max")
+    return max(items)
+
+
+# ---------------------------------------------------------------- ext.Sets
+
+
+def _contains_all(haystack: list[Any], needles: list[Any]) -> bool:
+    return all(any(cel_equal(h, n) for h in haystack) for n in needles)
+
+
+def sets_contains(left: Any, right: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_contains_all(_list(left, "sets.contains"), _list(right, "sets.contains")))
+
+
+def sets_equivalent(left: Any, right: Any) -> celtypes.BoolType:
+    a, b = _list(left, "sets.equivalent"), _list(right, "sets.equivalent")
+    return celtypes.BoolType(_contains_all(a, b) and _contains_all(b, a))
+
+
+def sets_intersects(left: Any, right: Any) -> celtypes.BoolType:
+    a, b = _list(left, "sets.intersects"), _list(right, "sets.intersects")
+    return celtypes.BoolType(any(cel_equal(x, y) for x in a for y in b))
+
+
+# ---------------------------------------------------------------- operators (cross-type numeric ordering)
+
+
+def _ordering(op: Callable[[Any, Any], bool], name: str) -> CelFunction:
+    """Kubernetes enables cross-type numeric comparisons: `1 < 2.5`, `1u <= 2`."""
+
+    def compare(left: Any, right: Any) -> celtypes.BoolType:
+        if isinstance(left, (Quantity, Semver)) or isinstance(right, (Quantity, Semver)):
+            raise TypeError(f"no such overload: {name} is not defined for Quantity/Semver (use compareTo)")
+        if _is_number(left) and _is_number(right):
+            # Plain Python int/float compare exactly across types; celtypes refuse mixing.
+            return celtypes.BoolType(op(_plain(left), _plain(right)))
+        return base_functions[name](left, right)
+
+    compare.__name__ = f"ordering_{name.strip('_')}"
+    return compare
+
+
+# ---------------------------------------------------------------- registries
+
+_STANDARD_GLOBALS = (
+    "size", "int", "uint", "double", "string", "bytes", "bool", "type", "duration", "timestamp", "matches",
+)  # fmt: skip
+_STANDARD_METHODS = (
+    "size", "contains", "startsWith", "endsWith", "matches",
+    "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear", "getFullYear", "getMonth",
+    "getHours", "getMilliseconds", "getMinutes", "getSeconds",
+)  # fmt: skip
+
+GLOBALS: dict[str, CelFunction] = {name: base_functions[name] for name in _STANDARD_GLOBALS}
+GLOBALS.update(
+    {
+        "quantity": quantity,
+        "isQuantity": is_quantity,
+        "semver": semver,
+        "isSemver": is_semver,
+        "strings.quote": quote,
+        "sets.contains": sets_contains,
+        "sets.equivalent": sets_equivalent,
+        "sets.intersects": sets_intersects,
+    }
+)
+
+METHODS: dict[str, CelFunction] = {name: base_functions[name] for name in _STANDARD_METHODS}
+METHODS.update(
+    {
+        "sign": sign,
+        "isInteger": is_integer,
+        "asInteger": as_integer,
+        "asApproximateFloat": as_approximate_float,
+        "add": add,
+        "sub": sub,
+        "isGreaterThan": is_greater_than,
+        "isLessThan": is_less_than,
+        "compareTo": compare_to,
+        "major": major,
+        "minor": minor,
+        "patch": patch,
+        "charAt": char_at,
+        "indexOf": index_of,
+        "lastIndexOf": last_index_of,
+        "lowerAscii": lower_ascii,
+        "upperAscii": upper_ascii,
+        "replace": replace,
+        "split": split,
+        "substring": substring,
+        "trim": trim,
+        "join": join,
+        "format": format_string,
+        "find": find,
+        "findAll": find_all,
+        "isSorted": is_sorted,
+        "sum": sum_list,
+        "min": min_list,
+        "max": max_list,
+    }
+)
+
+OPERATORS: dict[str, CelFunction] = {
+    "_<_": _ordering(lambda a, b: a < b, "_<_"),
+    "_<=_": _ordering(lambda a, b: a <= b, "_<=_"),
+    "_>_": _ordering(lambda a, b: a > b, "_>_"),
+    "_>=_": _ordering(lambda a, b: a >= b, "_>=_"),
+}
+
+# Kubernetes has these, this implementation does not: a use is a CelNotSupported error,
+# never a silently different answer.
+NOT_SUPPORTED: frozenset[str] = frozenset(
+    {
+        "url", "isURL", "getScheme", "getHost", "getHostname", "getPort", "getEscapedPath", "getQuery",
+        "ip", "isIP", "cidr", "isCIDR", "isCanonical", "family", "isUnspecified", "isLoopback",
+        "isGlobalUnicast", "isLinkLocalMulticast", "isLinkLocalUnicast", "containsIP", "containsCIDR",
+        "prefixLength", "masked",
+        "format.dns1123Label", "format.dns1123Subdomain", "format.dns1035Label", "format.qualifiedName",
+        "format.dns1123LabelPrefix", "format.dns1123SubdomainPrefix", "format.dns1035LabelPrefix",
+        "format.labelValue", "format.uri", "format.uuid", "format.byte", "format.date", "format.datetime",
+        "format.named", "validate",
+        "optional.of", "optional.ofNonZeroValue", "optional.none", "orValue", "value", "hasValue", "or",
+        "transformMap", "transformMapEntry",
+        "distinct", "lists.range", "reverse", "slice", "flatten", "sort", "sortBy",
+        "authorizer", "path", "group", "resource", "check", "allowed", "reason", "errored", "error",
+        "math.greatest", "math.least",
+    }
+)  # fmt: skip
+
+# Names that look like a receiver but are a namespace: `sets.contains(a, b)`.
+NAMESPACES: frozenset[str] = frozenset({"sets", "strings", "cel", "optional", "lists", "math", "format"})

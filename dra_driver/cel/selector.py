@@ -1,0 +1,161 @@
+"""compile_selector: Kubernetes DRA device selectors, compiled once and evaluated many times.
+
+    selector = compile_selector('device.attributes["gpu.nvidia.com"].type == "gpu"')
+    selector.evaluate(cel_device("gpu.nvidia.com", slice_device))  # -> bool or CelRuntimeError
+
+Thread safety: compile_selector and evaluate may be called from any thread. Parsing is
+serialized by a lock; each evaluation uses its own evaluator over a shared, read-only parse
+tree and function table (cel-python's InterpretedRunner model; the CompiledRunner is not
+used because it writes module globals during evaluation).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import lark
+from celpy import celtypes
+from celpy.celparser import CELParseError, CELParser
+from celpy.evaluation import Activation, CELEvalError
+
+from dra_driver.cel import analysis
+from dra_driver.cel.analysis import ReferencedKey
+from dra_driver.cel.device import CelDevice
+from dra_driver.cel.errors import CelCompileError, CelNotSupported, CelRuntimeError
+from dra_driver.cel.evaluator import BudgetEvaluator
+from dra_driver.cel.library import OPERATORS
+
+MAX_EXPRESSION_BYTES = 10240  # CELSelectorExpressionMaxLength
+DEFAULT_COST_BUDGET = 1_000_000  # CELSelectorExpressionMaxCost, here counted in evaluation steps
+MISSING = ("<missing>",)  # stands for an absent attribute in group keys
+
+# cel-python logs every failed evaluation at ERROR; a failed selector is reported to the caller.
+logging.getLogger("celpy").setLevel(logging.CRITICAL)
+
+_parse_lock = threading.Lock()
+_parser: CELParser | None = None
+
+
+def _parse(expression: str) -> lark.Tree:
+    global _parser
+    with _parse_lock:
+        if _parser is None:
+            # CELParser builds a process-wide lark parser once; creating it directly (not via
+            # celpy.Environment) avoids Environment's sys.setrecursionlimit side effect.
+            limit = sys.getrecursionlimit()
+            _parser = CELParser(tree_class=lark.Tree)
+            sys.setrecursionlimit(limit)
+        return _parser.parse(expression)
+
+
+def _functions_activation() -> Activation:
+    return Activation(functions=dict(OPERATORS))
+
+
+_ACTIVATION = _functions_activation()
+
+
+@dataclass(frozen=True)
+class CompiledSelector:
+    """A checked, parsed selector. `referenced_keys` is None when not statically known."""
+
+    expression: str
+    tree: lark.Tree = field(repr=False, compare=False)
+    referenced_keys: frozenset[ReferencedKey] | None = field(compare=False)
+    budget: int = field(default=DEFAULT_COST_BUDGET, compare=False)
+
+    def evaluate(self, device: CelDevice) -> bool:
+        """True/False, or CelRuntimeError (runtime error, non-bool result, budget exceeded)."""
+        value = self.evaluate_value(device.value)
+        if not isinstance(value, celtypes.BoolType):
+            raise CelRuntimeError(self.expression, f"expression returned {type(value).__name__}, a selector must return bool")
+        return bool(value)
+
+    def evaluate_value(self, device_value: Any) -> Any:
+        """Evaluate with `device` bound to `device_value`; returns any CEL value."""
+        evaluator = BudgetEvaluator(self.tree, _ACTIVATION, {"device": device_value}, self.budget, self.expression)
+        try:
+            value = evaluator.run()
+        except RecursionError as exc:
+            raise CelRuntimeError(self.expression, "expression nested too deeply to evaluate") from exc
+        if isinstance(value, CELEvalError):
+            raise CelRuntimeError(self.expression, _error_text(value))
+        return value
+
+    def group_key(self, device: CelDevice) -> Hashable | None:
+        """Devices with equal group keys get the same result (or the same error) from evaluate.
+
+        None when the expression reads the device in a way analysis cannot follow.
+        """
+        keys = self.referenced_keys
+        if keys is None:
+            return None
+        parts: list[Any] = []
+        for key in sorted(keys, key=_sort_key):
+            if key.kind == "driver":
+                parts.append(device.driver)
+                continue
+            domain = device.driver if key.domain is None else key.domain
+            if not key.name:
+                parts.append(device.has_domain(key.kind, domain))
+                continue
+            value = device.attribute(domain, key.name) if key.kind == "attribute" else device.capacity(domain, key.name)
+            parts.append(MISSING if value is None else (type(value).__name__, value))
+        return tuple(parts)
+
+
+def _sort_key(key: ReferencedKey) -> tuple[str, str, str]:
+    return (key.kind, key.domain or "", key.name)
+
+
+def _error_text(error: CELEvalError) -> str:
+    message = str(error.args[0]) if error.args else "evaluation error"
+    if len(error.args) > 2 and error.args[2] and message in ("no such key",):
+        message = f"{message}: {error.args[2][0]!r}"
+    return message
+
+
+def compile_selector(expression: str, budget: int = DEFAULT_COST_BUDGET) -> CompiledSelector:
+    """Parse and check one selector (cached by source text).
+
+    Raises CelCompileError (syntax, > 10240 bytes, undeclared names) or its subclass
+    CelNotSupported (valid Kubernetes CEL that this implementation cannot evaluate).
+    """
+    if not isinstance(expression, str):
+        raise CelCompileError(str(expression), f"expression must be a string, got {type(expression).__name__}")
+    return _compile(expression, budget)
+
+
+@lru_cache(maxsize=4096)
+def _compile(expression: str, budget: int) -> CompiledSelector:
+    size = len(expression.encode())
+    if size > MAX_EXPRESSION_BYTES:
+        raise CelCompileError(expression, f"expression is {size} bytes, the limit is {MAX_EXPRESSION_BYTES}")
+    if not expression.strip():
+        raise CelCompileError(expression, "expression is empty")
+    try:
+        tree = _parse(expression)
+    except CELParseError as exc:
+        if ".?" in expression or "[?" in expression:
+            raise CelNotSupported(expression, "optional field/index syntax (.? and [?]) is not supported") from exc
+        raise CelCompileError(expression, f"syntax error: {_first_line(exc)}") from exc
+    if analysis.raw_depth(tree) > 12 * analysis.MAX_DEPTH:
+        raise CelCompileError(expression, f"expression nesting is deeper than {analysis.MAX_DEPTH} levels")
+    tree = analysis.collapse(tree)
+    try:
+        analysis.check(tree)
+    except analysis.AnalysisError as exc:
+        error = CelCompileError if exc.supported else CelNotSupported
+        raise error(expression, str(exc)) from exc
+    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc.args[0]) if exc.args else str(exc)
+    return " ".join(text.split())[:300]

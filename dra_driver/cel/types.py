@@ -1,0 +1,130 @@
+"""The two Kubernetes CEL object types DRA selectors use: Quantity and Semver.
+
+Both compare only through their methods (compareTo, isGreaterThan, isLessThan), as in
+Kubernetes; `==` is semantic ("1Gi" == "1024Mi"), ordering operators (`<`) are not defined
+and evaluate to a "no such overload" error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from kubernetes.utils.quantity import parse_quantity
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, eq=False)
+class Quantity:
+    """A Kubernetes resource.Quantity inside CEL; `value` is exact (Decimal)."""
+
+    value: Decimal
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Quantity:
+        """Parse with the kubernetes client's parser; ValueError when `text` is not a quantity."""
+        if not isinstance(text, str) or isinstance(text, bool):
+            raise TypeError(f"quantity() takes a string, got {type(text).__name__}")
+        try:
+            return cls(Decimal(parse_quantity(text)), text)
+        except (ValueError, TypeError, InvalidOperation, ArithmeticError) as exc:
+            raise ValueError(f"invalid quantity {text!r}: {exc}") from exc
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Quantity):
+            return self.value == other.value
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(("Quantity", self.value))
+
+    def __repr__(self) -> str:
+        return f"Quantity({self.text!r})"
+
+    def compare(self, other: Quantity) -> int:
+        return (self.value > other.value) - (self.value < other.value)
+
+
+# semver.org 2.0.0: numeric parts without leading zeros, optional pre-release and build.
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+# The Kubernetes `normalize` mode: optional "v", missing minor/patch, leading zeros.
+_LOOSE = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?((?:[-+].*)?)$")
+
+
+@dataclass(frozen=True, eq=False)
+class Semver:
+    """A semantic version inside CEL (the DRA `version` attribute type)."""
+
+    major: int
+    minor: int
+    patch: int
+    prerelease: tuple[str, ...]
+    build: str
+    text: str
+
+    @classmethod
+    def parse(cls, text: str, normalize: bool = False) -> Semver:
+        """Strict semver 2.0.0; with `normalize`, accept "v1", "1.2", "01.2.3" as Kubernetes does."""
+        if not isinstance(text, str) or isinstance(text, bool):
+            raise TypeError(f"semver() takes a string, got {type(text).__name__}")
+        source = text
+        if normalize:
+            loose = _LOOSE.match(text)
+            if loose:
+                major, minor, patch, rest = loose.groups()
+                source = f"{int(major)}.{int(minor or 0)}.{int(patch or 0)}{rest}"
+        match = _SEMVER.match(source)
+        if not match:
+            raise ValueError(f"invalid semver {text!r}")
+        major, minor, patch, pre, build = match.groups()
+        return cls(int(major), int(minor), int(patch), tuple(pre.split(".")) if pre else (), build or "", text)
+
+    def compare(self, other: Semver) -> int:
+        """Precedence per semver 2.0.0 section 11; build metadata is ignored."""
+        left = (self.major, self.minor, self.patch)
+        right = (other.major, other.minor, other.patch)
+        if left != right:
+            return 1 if left > right else -1
+        return _compare_prerelease(self.prerelease, other.prerelease)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Semver) and self.compare(other) == 0
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(("Semver", self.major, self.minor, self.patch, self.prerelease))
+
+    def __repr__(self) -> str:
+        return f"Semver({self.text!r})"
+
+
+def _compare_prerelease(left: tuple[str, ...], right: tuple[str, ...]) -> int:
+    if left == right:
+        return 0
+    if not left:  # a release ranks above any of its pre-releases
+        return 1
+    if not right:
+        return -1
+    for a, b in zip(left, right):
+        if a == b:
+            continue
+        a_num, b_num = a.isdigit(), b.isdigit()
+        if a_num and b_num:
+            return 1 if int(a) > int(b) else -1
+        if a_num != b_num:  # numeric identifiers rank below alphanumeric ones
+            return -1 if a_num else 1
+        return 1 if a > b else -1
+    return 1 if len(left) > len(right) else -1
