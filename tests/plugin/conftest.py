@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,14 @@ from dra_driver.vendor import BackendSettings, ClaimRef  # noqa: E402
 # The stdlib server writes headers and body separately; without TCP_NODELAY every
 # answer waits ~40 ms for a delayed ACK (Nagle). The real apiserver sets NODELAY.
 sim_apiserver._Handler.disable_nagle_algorithm = True
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temp dir with a short path: unix socket paths are limited to 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -67,14 +77,14 @@ def make_settings(root: Path, pod_uid: str | None = None) -> PluginSettings:
 
 
 @pytest.fixture
-def node(tmp_path: Path, apiserver: sim_apiserver.SimApiServer) -> Iterator[Node]:
-    settings = make_settings(tmp_path)
-    state = tmp_path / "state"
+def node(short_tmp: Path, apiserver: sim_apiserver.SimApiServer) -> Iterator[Node]:
+    settings = make_settings(short_tmp)
+    state = short_tmp / "state"
     state.mkdir()
     backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=state))
     daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
     daemon.start()
     try:
-        yield Node(tmp_path, apiserver, daemon, backend, settings)
+        yield Node(short_tmp, apiserver, daemon, backend, settings)
     finally:
         daemon.stop()
