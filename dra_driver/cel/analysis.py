@@ -52,12 +52,17 @@ def raw_depth(tree: lark.Tree) -> int:
 
 
 def collapse(tree: lark.Tree) -> lark.Tree:
-    """Replace single-child chain nodes by their child, in place; returns the new root."""
+    """Replace single-child chain nodes by their child, in place; returns the new root.
+
+    Node names become plain str: lark's Token.__eq__ is Python-level and dominated
+    evaluation time in comparisons like `tree.data == "ident"`.
+    """
     while tree.data in _CHAIN and len(tree.children) == 1 and isinstance(tree.children[0], lark.Tree):
         tree = tree.children[0]
     stack = [tree]
     while stack:
         node = stack.pop()
+        node.data = str(node.data)
         for i, child in enumerate(node.children):
             if not isinstance(child, lark.Tree):
                 continue
@@ -277,6 +282,22 @@ def _device_map(node: lark.Tree) -> Literal["attribute", "capacity"] | None:
         return None
     field = cast(lark.Token, node.children[1]).value
     return "attribute" if field == "attributes" else "capacity" if field == "capacity" else None
+
+
+def literal_values(tree: lark.Tree) -> dict[int, Any]:
+    """Every literal node's value, keyed by node identity, computed once at compile time."""
+    from celpy.evaluation import Evaluator
+
+    decoder = Evaluator(tree, activation=None)  # type: ignore[arg-type]
+    values: dict[int, Any] = {}
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if node.data == "literal":
+            values[id(node)] = decoder.literal(node)
+            continue
+        stack.extend(c for c in node.children if isinstance(c, lark.Tree))
+    return values
 
 
 def _constant_string(node: lark.Tree) -> str | None:

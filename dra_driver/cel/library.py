@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
@@ -74,6 +75,12 @@ def cel_equal(left: Any, right: Any) -> bool:
 
 def quantity(text: Any) -> Quantity:
     _require(text, str, "quantity")
+    return _parse_quantity(str(text))
+
+
+@lru_cache(maxsize=1024)
+def _parse_quantity(text: str) -> Quantity:
+    """Selectors repeat the same literal for every device; parsing is the slow part."""
     return Quantity.parse(text)
 
 
@@ -510,6 +517,22 @@ def _ordering(op: Callable[[Any, Any], bool], name: str) -> CelFunction:
     return compare
 
 
+def _int_arithmetic(op: Callable[[int, int], int], name: str) -> CelFunction:
+    """int64 arithmetic without celpy's per-call wrapper construction; other types fall back."""
+    fallback = base_functions[name]
+
+    def arithmetic(left: Any, right: Any) -> Any:
+        if type(left) is celtypes.IntType and type(right) is celtypes.IntType:
+            result = op(int(left), int(right))
+            if not INT64_MIN <= result <= INT64_MAX:
+                raise ValueError("integer overflow")
+            return int.__new__(celtypes.IntType, result)
+        return fallback(left, right)
+
+    arithmetic.__name__ = f"arithmetic_{name.strip('_')}"
+    return arithmetic
+
+
 # ---------------------------------------------------------------- registries
 
 _STANDARD_GLOBALS = (
@@ -575,6 +598,9 @@ OPERATORS: dict[str, CelFunction] = {
     "_<=_": _ordering(lambda a, b: a <= b, "_<=_"),
     "_>_": _ordering(lambda a, b: a > b, "_>_"),
     "_>=_": _ordering(lambda a, b: a >= b, "_>=_"),
+    "_+_": _int_arithmetic(lambda a, b: a + b, "_+_"),
+    "_-_": _int_arithmetic(lambda a, b: a - b, "_-_"),
+    "_*_": _int_arithmetic(lambda a, b: a * b, "_*_"),
 }
 
 # Kubernetes has these, this implementation does not: a use is a CelNotSupported error,

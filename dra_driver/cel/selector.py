@@ -69,6 +69,7 @@ class CompiledSelector:
     tree: lark.Tree = field(repr=False, compare=False)
     referenced_keys: frozenset[ReferencedKey] | None = field(compare=False)
     budget: int = field(default=DEFAULT_COST_BUDGET, compare=False)
+    literals: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def evaluate(self, device: CelDevice) -> bool:
         """True/False, or CelRuntimeError (runtime error, non-bool result, budget exceeded)."""
@@ -79,7 +80,9 @@ class CompiledSelector:
 
     def evaluate_value(self, device_value: Any) -> Any:
         """Evaluate with `device` bound to `device_value`; returns any CEL value."""
-        evaluator = BudgetEvaluator(self.tree, _ACTIVATION, {"device": device_value}, self.budget, self.expression)
+        evaluator = BudgetEvaluator(
+            self.tree, _ACTIVATION, {"device": device_value}, self.budget, self.expression, self.literals
+        )
         try:
             value = evaluator.run()
         except RecursionError as exc:
@@ -153,7 +156,11 @@ def _compile(expression: str, budget: int) -> CompiledSelector:
     except analysis.AnalysisError as exc:
         error = CelCompileError if exc.supported else CelNotSupported
         raise error(expression, str(exc)) from exc
-    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget)
+    literals = analysis.literal_values(tree)
+    for value in literals.values():
+        if isinstance(value, CELEvalError):
+            raise CelCompileError(expression, f"invalid literal: {value.args[0] if value.args else value}")
+    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals)
 
 
 def _first_line(exc: Exception) -> str:
