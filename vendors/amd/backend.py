@@ -264,6 +264,7 @@ class AmdBackend(VendorBackend):
             devices_of=lambda bdf: self._current_catalog().devices_by_gpu.get(bdf, []),
             poll_s=self.health_poll_s,
         )
+        watcher.prime()
         return watcher.run(stop)
 
     @property

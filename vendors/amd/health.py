@@ -102,10 +102,15 @@ class HealthWatcher:
             return self._mark_recovered(bdf)
         return []
 
-    def run(self, stop: threading.Event) -> Iterator[HealthEvent]:
+    def prime(self) -> None:
+        """Take the ECC baselines now, so errors from before the watch began are not reported."""
         for bdf, handle in self.handles.items():
             self._gpus[bdf] = GpuHealth(handle, 0)
-            self._gpus[bdf].ecc_baseline = self._ecc(bdf) or 0  # errors from before we started are not news
+            self._gpus[bdf].ecc_baseline = self._ecc(bdf) or 0
+
+    def run(self, stop: threading.Event) -> Iterator[HealthEvent]:
+        if not self._gpus:
+            self.prime()
         readers = self.smi.event_readers(list(self.handles.values()), [PRE_RESET, POST_RESET])
         # The library's event queue is global: reading through one reader returns every GPU's events.
         reader = readers[0] if readers else None

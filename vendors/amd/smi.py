@@ -34,7 +34,8 @@ class SmiError(Exception):
     def __init__(self, call: str, code: int | None, detail: str) -> None:
         self.call = call
         self.code = code
-        super().__init__(f"{call} failed: {detail.strip() or 'unknown error'}")
+        # amdsmi's messages span lines ("Error code:\n\t34 | ..."); keep errors on one line.
+        super().__init__(f"{call} failed: {' '.join(detail.split()) or 'unknown error'}")
 
     @property
     def unsupported(self) -> bool:

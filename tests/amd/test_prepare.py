@@ -1,0 +1,129 @@
+"""Container edits, dynamic mode switching on prepare, restore on unprepare and reconcile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dra_driver.errors import DeviceError
+from dra_driver.hardware_profiles import load_profile
+from dra_driver.vendor import AllocatedDevice, ClaimRef, DeviceNode
+
+from dra_driver_amd.backend import AmdBackend
+
+CLAIM_A = ClaimRef("default", "a", "uid-a")
+CLAIM_B = ClaimRef("default", "b", "uid-b")
+
+
+def _alloc(*names: str) -> list[AllocatedDevice]:
+    return [AllocatedDevice(request="gpu", pool="node-a", device=name) for name in names]
+
+
+def _paths(prepared_device) -> list[str]:
+    return [node.path for node in prepared_device.edits.device_nodes]
+
+
+def test_whole_gpu_gets_kfd_render_and_card(open_backend):
+    backend = open_backend("mi300x")
+    prepared = backend.prepare(CLAIM_A, _alloc("gpu-8-136"))
+    assert [d.device for d in prepared.devices] == ["gpu-8-136"]
+    assert _paths(prepared.devices[0]) == ["/dev/kfd", "/dev/dri/renderD136", "/dev/dri/card8"]
+    assert all(node.host_path is None for node in prepared.devices[0].edits.device_nodes)
+    assert prepared.state["devices"] == ["gpu-8-136"] and "placements" not in prepared.state
+    backend.unprepare(CLAIM_A, prepared.state)  # nothing to undo
+    assert backend.library.calls == []
+
+
+def test_static_partition_uses_its_own_render_node(open_backend):
+    backend = open_backend("mi300x-cpx")
+    prepared = backend.prepare(CLAIM_A, _alloc("gpu-11-139", "gpu-12-140"))
+    assert _paths(prepared.devices[0]) == ["/dev/kfd", "/dev/dri/renderD139", "/dev/dri/card11"]
+    assert _paths(prepared.devices[1]) == ["/dev/kfd", "/dev/dri/renderD140", "/dev/dri/card12"]
+
+
+def test_host_paths_follow_dev_root(open_backend, tmp_path: Path):
+    backend = open_backend("mi210", dev_root=tmp_path / "hostdev")
+    node = backend.prepare(CLAIM_A, _alloc("gpu-1-128")).devices[0].edits.device_nodes[1]
+    assert node == DeviceNode(path="/dev/dri/renderD128", host_path=str(tmp_path / "hostdev/dri/renderD128"), permissions="rw")
+
+
+def test_unknown_device_fails_with_its_name(open_backend):
+    backend = open_backend("mi300x")
+    with pytest.raises(DeviceError, match="gpu-99-999"):
+        backend.prepare(CLAIM_A, _alloc("gpu-99-999"))
+
+
+def test_dynamic_prepare_switches_mode_and_unprepare_restores(open_backend):
+    backend = open_backend("mi300x", "dynamic")
+    backend.discover()
+    fake = backend.library
+    prepared = backend.prepare(CLAIM_A, _alloc("gpu-8-136-cpx-nps4-3"))
+    assert fake.current_mode("0000:26:00.0") == ("CPX", "NPS4")
+    # Growing: compute first, then memory (NPS4 needs at least 4 compute partitions).
+    assert fake.calls == [("set_compute_partition", "0000:26:00.0", "CPX"), ("set_memory_partition", "0000:26:00.0", "NPS4")]
+    assert _paths(prepared.devices[0]) == ["/dev/kfd", "/dev/dri/renderD139", "/dev/dri/card11"]
+    assert prepared.state["placements"] == [
+        {"device": "gpu-8-136-cpx-nps4-3", "gpu": "0000:26:00.0", "index": 3, "mode": {"compute": "CPX", "memory": "NPS4", "partitions": 8}}
+    ]
+    # The same claim again is idempotent: no further library calls.
+    again = backend.prepare(CLAIM_A, _alloc("gpu-8-136-cpx-nps4-3"))
+    assert _paths(again.devices[0]) == _paths(prepared.devices[0]) and len(fake.calls) == 2
+    fake.calls.clear()
+    backend.unprepare(CLAIM_A, prepared.state)
+    assert fake.current_mode("0000:26:00.0") == ("SPX", "NPS1")
+    # Shrinking: memory first, then compute.
+    assert fake.calls == [("set_memory_partition", "0000:26:00.0", "NPS1"), ("set_compute_partition", "0000:26:00.0", "SPX")]
+    backend.unprepare(CLAIM_A, prepared.state)  # idempotent
+    assert len(fake.calls) == 2
+
+
+def test_dynamic_same_mode_claims_share_a_gpu_and_other_modes_are_refused(open_backend):
+    backend = open_backend("mi300x", "dynamic")
+    backend.discover()
+    first = backend.prepare(CLAIM_A, _alloc("gpu-0-128-qpx-nps1-0"))
+    second = backend.prepare(CLAIM_B, _alloc("gpu-0-128-qpx-nps1-1"))
+    assert _paths(second.devices[0])[1] == "/dev/dri/renderD129"
+    with pytest.raises(DeviceError, match="in use in mode qpx_nps1"):
+        backend.prepare(ClaimRef("default", "c", "uid-c"), _alloc("gpu-0-128-cpx-nps1-2"))
+    backend.unprepare(CLAIM_A, first.state)
+    assert backend.library.current_mode("0000:05:00.0") == ("QPX", "NPS1")  # claim b still uses it
+    backend.unprepare(CLAIM_B, second.state)
+    assert backend.library.current_mode("0000:05:00.0") == ("SPX", "NPS1")
+
+
+def test_memory_mode_change_that_needs_a_reload_fails_clearly(open_backend):
+    section = dict(load_profile("mi300x").sections["amd"])
+    section["memory_reload_required"] = True
+    backend = open_backend(section=section, partitioning="dynamic")
+    backend.discover()
+    with pytest.raises(DeviceError, match="driver reload"):
+        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
+    # A compute-only change needs no reload.
+    prepared = backend.prepare(CLAIM_B, _alloc("gpu-8-136-cpx-nps1-7"))
+    assert _paths(prepared.devices[0])[1] == "/dev/dri/renderD143"
+
+
+def test_reconcile_restores_gpus_no_live_claim_needs(open_backend):
+    backend = open_backend("mi300x", "dynamic")
+    backend.discover()
+    kept = backend.prepare(CLAIM_A, _alloc("gpu-0-128-dpx-nps1-1"))
+    backend.prepare(CLAIM_B, _alloc("gpu-8-136-cpx-nps4-0"))  # its state is lost (claim gone while we were down)
+    restarted = AmdBackend(backend.smi, backend.settings)  # same hardware state, fresh bookkeeping
+    restarted.reconcile([kept.state])
+    assert restarted.library.current_mode("0000:05:00.0") == ("DPX", "NPS1")
+    assert restarted.library.current_mode("0000:26:00.0") == ("SPX", "NPS1")
+    # The kept claim's mode is still protected after reconcile.
+    with pytest.raises(DeviceError):
+        restarted.prepare(CLAIM_B, _alloc("gpu-0-128"))
+
+
+def test_validate_partitions_after_mode_change_still_valid(open_backend):
+    from dra_driver.model import render_pool, validate_slices
+
+    backend = open_backend("mi300x", "dynamic")
+    backend.discover()
+    backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
+    inventory = backend.discover()  # the GPU is now in CPX; the published set must not change
+    assert len(inventory.devices) == 216 and inventory.device("gpu-0-128").capacity["memory"] == "196592Mi"
+    validate_slices(render_pool(inventory, "node-a"))
