@@ -1,0 +1,181 @@
+"""Turn GpuInfo / MIG records into model Devices and CounterSets with upstream-compatible names.
+
+Names and attributes follow the NVIDIA DRA driver (gpu.nvidia.com): full GPUs
+`gpu-<minor>`, MIG devices `gpu-<minor>-mig-<profile>-<profileId>-<start>`,
+counter sets `gpu-<minor>-counter-set`; docs/attributes.md lists every key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dra_driver.errors import DeviceError
+from dra_driver.model import quantity
+from dra_driver.model.device import AttributeValue, CounterConsumption, CounterSet, Device, Version
+from dra_driver.model.validation import MAX_ATTRIBUTES_AND_CAPACITIES
+from dra_driver.vocabulary import PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
+from dra_driver_nvidia.discovery import GpuInfo, SystemInfo
+from dra_driver_nvidia.mig import MigDevice, MigProfile, device_name
+from dra_driver_nvidia.nvml import GpuInstanceProfileInfo, Placement
+
+VENDOR = "nvidia"
+# Capacity name -> counter name (counter names must be DNS labels).
+ENGINE_COUNTERS = {
+    "multiprocessors": "multiprocessors",
+    "copyEngines": "copy-engines",
+    "decoders": "decoders",
+    "encoders": "encoders",
+    "jpegEngines": "jpeg-engines",
+    "ofaEngines": "ofa-engines",
+}
+
+
+def semver(version: str) -> Version:
+    """Masterminds-style normalisation as upstream does: "580.159.04" -> 580.159.4, "9.0" -> 9.0.0."""
+    parts = [int(part) for part in version.strip().split(".")[:3] if part.isdigit()]
+    parts += [0] * (3 - len(parts))
+    return Version(".".join(str(part) for part in parts))
+
+
+def family(architecture: str) -> str:
+    return architecture.lower().replace(" ", "-")
+
+
+def counter_set_name(gpu: GpuInfo) -> str:
+    return f"{gpu.name}-counter-set"
+
+
+def _engine_capacity(info: GpuInstanceProfileInfo, multiprocessors: int | None = None) -> dict[str, str]:
+    return {
+        "multiprocessors": quantity.from_count(multiprocessors if multiprocessors is not None else info.multiprocessors),
+        "copyEngines": quantity.from_count(info.copy_engines),
+        "decoders": quantity.from_count(info.decoders),
+        "encoders": quantity.from_count(info.encoders),
+        "jpegEngines": quantity.from_count(info.jpeg_engines),
+        "ofaEngines": quantity.from_count(info.ofa_engines),
+    }
+
+
+def _shared_attributes(gpu: GpuInfo, system: SystemInfo) -> dict[str, AttributeValue]:
+    """What a GPU and its MIG devices have in common."""
+    attributes: dict[str, AttributeValue] = {
+        "productName": gpu.product_name,
+        "brand": gpu.brand,
+        "architecture": gpu.architecture,
+        "cudaComputeCapability": semver(gpu.compute_capability),
+        "driverVersion": semver(system.driver_version),
+        "cudaDriverVersion": semver(system.cuda_driver_version),
+        "index": gpu.index,
+        "minor": gpu.minor,
+        PCI_BUS_ID: gpu.pci_bus_id,
+    }
+    if gpu.pcie_root:
+        attributes[PCIE_ROOT] = gpu.pcie_root
+    return attributes
+
+
+def _largest_profile(profiles: list[MigProfile]) -> GpuInstanceProfileInfo | None:
+    return max((p.info for p in profiles), key=lambda info: (info.slice_count, info.memory_mb), default=None)
+
+
+def _full_gpu_capacity(gpu: GpuInfo, profiles: list[MigProfile]) -> dict[str, str]:
+    capacity = {"memory": quantity.from_bytes(gpu.memory_bytes)}
+    largest = _largest_profile(profiles)
+    if largest is not None:
+        # Engine counts of a whole GPU are only known from MIG data (the full-size profile).
+        sms = max(gpu.multiprocessors or 0, largest.multiprocessors)
+        capacity.update(_engine_capacity(largest, sms))
+    elif gpu.multiprocessors:
+        capacity["multiprocessors"] = quantity.from_count(gpu.multiprocessors)
+    return capacity
+
+
+def gpu_device(gpu: GpuInfo, system: SystemInfo, node_name: str, profiles: list[MigProfile]) -> Device:
+    attributes: dict[str, AttributeValue] = {"type": "gpu", "uuid": gpu.uuid, **_shared_attributes(gpu, system)}
+    interconnect, domain = "none", None
+    if gpu.nvlink_links:
+        interconnect = "nvlink"
+        domain = gpu.fabric_clique or interconnect_domain("nvlink", node_name)
+        attributes["nvlinkLinks"] = gpu.nvlink_links
+        if gpu.nvlink_version:
+            attributes["nvlinkVersion"] = semver(gpu.nvlink_version)
+    if gpu.fabric_clique:
+        attributes["nvlinkClique"] = gpu.fabric_clique
+    attributes.update(common_attributes(VENDOR, family(gpu.architecture), False, interconnect, domain, gpu.nvlink_links))
+    return checked(Device(name=gpu.name, attributes=attributes, capacity=_full_gpu_capacity(gpu, profiles)))
+
+
+def _mig_attributes(gpu: GpuInfo, system: SystemInfo, profile: str) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {"type": "mig", **_shared_attributes(gpu, system)}
+    attributes["parentUUID"] = gpu.uuid
+    attributes["profile"] = profile
+    # MIG devices do not take part in NVLink peer traffic.
+    attributes.update(common_attributes(VENDOR, family(gpu.architecture), True))
+    return attributes
+
+
+def static_mig_device(gpu: GpuInfo, system: SystemInfo, mig: MigDevice) -> Device:
+    attributes = _mig_attributes(gpu, system, mig.profile.name)
+    attributes["uuid"] = mig.uuid
+    sms = mig.attributes.multiprocessors if mig.attributes else None
+    capacity = {"memory": quantity.from_bytes(mig.memory_bytes), **_engine_capacity(mig.profile, sms)}
+    name = device_name(gpu.minor, mig.profile.name, mig.profile.id, mig.placement.start)
+    return checked(Device(name=name, attributes=attributes, capacity=capacity))
+
+
+def _profile_counters(info: GpuInstanceProfileInfo, placement: Placement) -> dict[str, str]:
+    counters = {ENGINE_COUNTERS[key]: value for key, value in _engine_capacity(info).items()}
+    counters["memory"] = quantity.from_mebibytes(info.memory_mb)
+    for memory_slice in range(placement.start, placement.start + placement.size):
+        counters[f"memory-slice-{memory_slice}"] = "1"
+    return counters
+
+
+def counter_set(gpu: GpuInfo, profiles: list[MigProfile], memory_slices: int) -> CounterSet:
+    """Everything one GPU has to share among its partitions (= what the full GPU consumes)."""
+    capacity = _full_gpu_capacity(gpu, profiles)
+    counters = {ENGINE_COUNTERS[key]: value for key, value in capacity.items() if key in ENGINE_COUNTERS}
+    counters["memory"] = capacity["memory"]
+    for memory_slice in range(memory_slices):
+        counters[f"memory-slice-{memory_slice}"] = "1"
+    return CounterSet(name=counter_set_name(gpu), counters=counters)
+
+
+def memory_slice_count(profiles: list[MigProfile]) -> int:
+    return max((p.start + p.size for profile in profiles for p in profile.placements), default=0)
+
+
+def dynamic_gpu_device(gpu: GpuInfo, system: SystemInfo, node_name: str, profiles: list[MigProfile], counters: CounterSet) -> Device:
+    device = gpu_device(gpu, system, node_name, profiles)
+    device.consumes_counters = [CounterConsumption(counters.name, dict(counters.counters))]
+    return device
+
+
+def dynamic_mig_device(gpu: GpuInfo, system: SystemInfo, profile: MigProfile, placement: Placement) -> Device:
+    info = profile.info
+    capacity = {"memory": quantity.from_mebibytes(info.memory_mb), **_engine_capacity(info)}
+    return checked(
+        Device(
+            name=device_name(gpu.minor, info.name, info.id, placement.start),
+            attributes=_mig_attributes(gpu, system, info.name),
+            capacity=capacity,
+            consumes_counters=[CounterConsumption(counter_set_name(gpu), _profile_counters(info, placement))],
+        )
+    )
+
+
+def checked(device: Device) -> Device:
+    """Refuse a device over the API's 32 attributes+capacities limit (it would be rejected on publish)."""
+    total = len(device.attributes) + len(device.capacity)
+    if total > MAX_ATTRIBUTES_AND_CAPACITIES:
+        raise DeviceError(device.name, f"has {total} attributes and capacities; at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed")
+    return device
+
+
+@dataclass(frozen=True)
+class PlacementRef:
+    """What prepare needs to create the MIG device behind a dynamic device name."""
+
+    parent_uuid: str
+    profile_id: int
+    placement: Placement

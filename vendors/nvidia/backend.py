@@ -1,0 +1,321 @@
+"""NvidiaBackend: the gpu.nvidia.com VendorBackend on NVML (real, or the simulated library for profiles)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dra_driver.errors import BackendUnavailable, DeviceError
+from dra_driver.logs import fields
+from dra_driver.model.device import CounterSet, Device, Inventory
+from dra_driver.vendor import (
+    AllocatedDevice,
+    BackendSettings,
+    ClaimRef,
+    ContainerEdits,
+    HealthEvent,
+    PreparedClaim,
+    PreparedDevice,
+    VendorBackend,
+)
+from dra_driver_nvidia import attributes, edits, fake_nvml, mig, nvml
+from dra_driver_nvidia.config import GpuConfig, MigDeviceConfig, NvidiaConfig, validate_config
+from dra_driver_nvidia.discovery import GpuInfo, SystemInfo, kubernetes_bus_id, read_gpus, system_info
+from dra_driver_nvidia.health import HealthWatcher, ignored_xids
+from dra_driver_nvidia.mig import MigDevice, MigProfile
+from dra_driver_nvidia.nvml import NvmlError, Placement
+from dra_driver_nvidia.profile import NvidiaSection, parse_section
+
+log = logging.getLogger(__name__)
+PROFILE_DIR = Path(__file__).parent / "profiles"
+STATE_KEY = "migInstances"
+
+
+@dataclass
+class _Published:
+    """What the last discovery published, so prepare and health can map device names back to hardware."""
+
+    system: SystemInfo
+    gpus: dict[str, GpuInfo] = field(default_factory=dict)  # device name -> GPU
+    by_uuid: dict[str, GpuInfo] = field(default_factory=dict)
+    profiles: dict[str, list[MigProfile]] = field(default_factory=dict)  # GPU uuid -> profiles
+    static_migs: dict[str, tuple[GpuInfo, MigDevice]] = field(default_factory=dict)
+    placements: dict[str, tuple[GpuInfo, MigProfile, Placement]] = field(default_factory=dict)
+    per_gpu: dict[str, list[str]] = field(default_factory=dict)  # GPU uuid -> device names
+
+    def add(self, gpu: GpuInfo, name: str) -> None:
+        self.per_gpu.setdefault(gpu.uuid, []).append(name)
+
+
+class NvidiaBackend(VendorBackend):
+    vendor: ClassVar[str] = "nvidia"
+    driver_name: ClassVar[str] = "gpu.nvidia.com"
+
+    def __init__(
+        self,
+        settings: BackendSettings,
+        simulator: fake_nvml.FakeNvmlLibrary | None = None,
+        sysfs_root: Path | None = None,
+        proc_root: Path | None = Path("/proc"),
+        scratch: Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.simulator = simulator
+        self._sysfs_root = sysfs_root or settings.sysfs_root
+        self._mig_minors = edits.MigMinors(proc_root)
+        self._scratch = scratch
+        self._lock = threading.RLock()
+        self._published: _Published | None = None
+        self._dynamic_by_gi: dict[tuple[str, int], str] = {}  # (GPU uuid, GI id) -> device name
+
+    # ---- opening ------------------------------------------------------------------
+
+    @classmethod
+    def from_host(cls, settings: BackendSettings) -> NvidiaBackend:
+        if isinstance(fake_nvml.installed(), fake_nvml.FakeNvmlLibrary):
+            fake_nvml.install(None)  # a simulated library left behind must not stand in for the host
+        _start_nvml()
+        return cls(settings)
+
+    @classmethod
+    def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> NvidiaBackend:
+        parsed = parse_section(section)
+        simulator = fake_nvml.FakeNvmlLibrary(parsed)
+        fake_nvml.install(simulator)
+        try:
+            _start_nvml()
+        except BackendUnavailable:
+            fake_nvml.install(None)
+            raise
+        scratch = Path(tempfile.mkdtemp(prefix="dra-nvidia-sysfs-"))
+        _write_sysfs(scratch, parsed)
+        return cls(settings, simulator=simulator, sysfs_root=scratch, proc_root=None, scratch=scratch)
+
+    @classmethod
+    def profile_dir(cls) -> Path:
+        return PROFILE_DIR
+
+    def close(self) -> None:
+        try:
+            nvml.shutdown()
+        except NvmlError as exc:
+            log.debug("nvmlShutdown failed", extra=fields(error=str(exc)))
+        if self.simulator is not None and fake_nvml.installed() is self.simulator:
+            fake_nvml.install(None)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    # ---- discovery ----------------------------------------------------------------
+
+    def discover(self) -> Inventory:
+        with self._lock:
+            published = _Published(system=system_info())
+            inventory = Inventory(driver=self.driver_name)
+            for gpu in read_gpus(self._sysfs_root):
+                try:
+                    devices, counters = self._gpu_devices(gpu, published)
+                except (NvmlError, DeviceError) as exc:
+                    log.warning("skipping GPU", extra=fields(gpu=gpu.name, uuid=gpu.uuid, error=str(exc)))
+                    continue
+                inventory.devices.extend(devices)
+                inventory.counter_sets.extend(counters)
+                published.gpus[gpu.name] = gpu
+                published.by_uuid[gpu.uuid] = gpu
+                for device in devices:
+                    published.add(gpu, device.name)
+            self._published = published
+            return inventory
+
+    def _gpu_devices(self, gpu: GpuInfo, published: _Published) -> tuple[list[Device], list[CounterSet]]:
+        system, node = published.system, self.settings.node_name
+        profiles = mig.read_profiles(gpu.handle) if gpu.mig_capable else []
+        published.profiles[gpu.uuid] = profiles
+        if self.settings.partitioning == "dynamic" and profiles:
+            counters = attributes.counter_set(gpu, profiles, attributes.memory_slice_count(profiles))
+            devices = [attributes.dynamic_gpu_device(gpu, system, node, profiles, counters)]
+            for profile in profiles:
+                for placement in profile.placements:
+                    device = attributes.dynamic_mig_device(gpu, system, profile, placement)
+                    published.placements[device.name] = (gpu, profile, placement)
+                    devices.append(device)
+            return devices, [counters]
+        if gpu.mig_enabled:
+            # In MIG mode the parent is not usable as a whole: publish its MIG devices only.
+            by_id = {profile.info.id: profile.info for profile in profiles}
+            devices = []
+            for mig_device in mig.read_mig_devices(gpu.handle, by_id):
+                device = attributes.static_mig_device(gpu, system, mig_device)
+                published.static_migs[device.name] = (gpu, mig_device)
+                devices.append(device)
+            return devices, []
+        return [attributes.gpu_device(gpu, system, node, profiles)], []
+
+    def _index(self) -> _Published:
+        if self._published is None:
+            self.discover()
+        assert self._published is not None
+        return self._published
+
+    # ---- configuration and preparation ------------------------------------------------
+
+    def validate_config(self, parameters: Mapping[str, Any]) -> NvidiaConfig:
+        return validate_config(parameters)
+
+    def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
+        with self._lock:
+            index = self._index()
+            created: list[dict[str, Any]] = []
+            prepared: list[PreparedDevice] = []
+            uuids: list[str] = []
+            try:
+                for allocated in devices:
+                    device_edits, uuid = self._prepare_device(index, allocated.device, created)
+                    prepared.append(PreparedDevice(allocated.device, device_edits))
+                    uuids.append(uuid)
+            except (NvmlError, DeviceError) as exc:
+                self._destroy(created)  # leave nothing half-done behind
+                if isinstance(exc, DeviceError):
+                    raise
+                raise DeviceError(allocated.device, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
+            configs = [d.config if isinstance(d.config, (GpuConfig, MigDeviceConfig)) else None for d in devices]
+            env = edits.visible_devices_env(uuids) + edits.sharing_env(configs)
+            return PreparedClaim(devices=prepared, claim_edits=ContainerEdits(env=env), state={STATE_KEY: created})
+
+    def _prepare_device(self, index: _Published, name: str, created: list[dict[str, Any]]) -> tuple[ContainerEdits, str]:
+        dev_root = self.settings.dev_root
+        if name in index.gpus:
+            gpu = index.gpus[name]
+            if self.settings.partitioning == "dynamic" and index.profiles.get(gpu.uuid):
+                self._set_mig_mode(gpu, enabled=False)
+            return edits.gpu_edits(gpu.minor, dev_root), gpu.uuid
+        if name in index.static_migs:
+            gpu, mig_device = index.static_migs[name]
+            return edits.mig_edits(gpu.minor, mig_device.gi_id, mig_device.ci_id, dev_root, self._mig_minors), mig_device.uuid
+        if name in index.placements:
+            gpu, profile, placement = index.placements[name]
+            self._set_mig_mode(gpu, enabled=True)
+            instance = mig.create_instance(gpu.handle, profile, placement)
+            created.append(
+                {"device": name, "parentUUID": gpu.uuid, "giId": instance.gi_id, "ciId": instance.ci_id,
+                 "profileId": profile.info.id, "start": placement.start, "uuid": instance.uuid}
+            )
+            self._dynamic_by_gi[(gpu.uuid, instance.gi_id)] = name
+            log.info("created MIG device", extra=fields(device=name, gi=instance.gi_id, ci=instance.ci_id, uuid=instance.uuid))
+            return edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, dev_root, self._mig_minors), instance.uuid
+        raise DeviceError(name, f"is not a device of this node's {self.driver_name} pool (was it removed? run discovery again)")
+
+    def _set_mig_mode(self, gpu: GpuInfo, enabled: bool) -> None:
+        current, _pending = nvml.mig_mode(gpu.handle)
+        if bool(current) == enabled:
+            return
+        try:
+            nvml.set_mig_mode(gpu.handle, enabled)
+        except NvmlError as exc:
+            action = "enable" if enabled else "disable"
+            raise DeviceError(gpu.name, f"cannot {action} MIG mode: {exc} (MIG instances or processes still use the GPU?)") from exc
+        gpu.mig_enabled = enabled
+        log.info("changed MIG mode", extra=fields(gpu=gpu.name, enabled=enabled))
+
+    def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._destroy(list(state.get(STATE_KEY) or []), strict=True)
+
+    def _destroy(self, instances: Sequence[Mapping[str, Any]], strict: bool = False) -> None:
+        index = self._index()
+        for entry in instances:
+            gpu = index.by_uuid.get(str(entry.get("parentUUID")))
+            if gpu is None:
+                log.warning("MIG instance of an unknown GPU left alone", extra=fields(**dict(entry)))
+                continue
+            try:
+                gone = mig.destroy_instance(gpu.handle, int(entry["giId"]), int(entry["profileId"]), int(entry["start"]))
+            except NvmlError as exc:
+                if strict:
+                    raise DeviceError(str(entry.get("device")), f"cannot destroy its MIG instance: {exc}") from exc
+                log.warning("rollback of a MIG instance failed", extra=fields(device=entry.get("device"), error=str(exc)))
+                continue
+            self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
+            log.info("destroyed MIG device" if gone else "MIG device already gone", extra=fields(device=entry.get("device")))
+
+    def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
+        """Destroy GPU instances that no live claim lists (dynamic mode only; static MIG belongs to the admin)."""
+        if self.settings.partitioning != "dynamic":
+            return
+        with self._lock:
+            index = self._index()
+            keep = {(str(e.get("parentUUID")), int(e.get("giId", -1))) for s in live_states for e in (s.get(STATE_KEY) or [])}
+            for gpu in index.by_uuid.values():
+                profiles = index.profiles.get(gpu.uuid) or []
+                if not profiles or not nvml.mig_mode(gpu.handle)[0]:
+                    continue
+                for gi, info in mig.live_instances(gpu.handle, profiles):
+                    if (gpu.uuid, info.id) in keep:
+                        continue
+                    try:
+                        mig.destroy_gpu_instance_tree(gi)
+                        log.info("destroyed unknown MIG instance", extra=fields(gpu=gpu.name, gi=info.id))
+                    except NvmlError as exc:
+                        log.warning("cannot destroy unknown MIG instance", extra=fields(gpu=gpu.name, gi=info.id, error=str(exc)))
+            self._dynamic_by_gi = {key: name for key, name in self._dynamic_by_gi.items() if key in keep}
+
+    # ---- health --------------------------------------------------------------------------
+
+    def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
+        index = self._index()
+        watcher = HealthWatcher(
+            gpus=list(index.by_uuid.values()),
+            resolve=self._affected_devices,
+            all_devices=lambda: [name for names in index.per_gpu.values() for name in names],
+            ignore=ignored_xids(),
+        )
+        yield from watcher.events(stop)
+
+    def _affected_devices(self, gpu_uuid: str, gi_id: int | None) -> list[str]:
+        index = self._index()
+        if gi_id is None:
+            return list(index.per_gpu.get(gpu_uuid, []))
+        for name, (gpu, mig_device) in index.static_migs.items():
+            if gpu.uuid == gpu_uuid and mig_device.gi_id == gi_id:
+                return [name]
+        name = self._dynamic_by_gi.get((gpu_uuid, gi_id))
+        return [name] if name else []
+
+
+def _start_nvml() -> None:
+    """nvmlInit plus a device count; BackendUnavailable with a plain reason when NVIDIA cannot run here."""
+    try:
+        nvml.init()
+    except NvmlError as exc:
+        if exc.library_missing:
+            raise BackendUnavailable(
+                "nvidia", "the NVIDIA driver library (libnvidia-ml.so.1) is not installed or not loadable; install the driver, or use --profile to simulate"
+            ) from exc
+        raise BackendUnavailable("nvidia", f"NVML could not start: {exc}") from exc
+    try:
+        count = nvml.device_count()
+    except NvmlError as exc:
+        nvml.shutdown()
+        raise BackendUnavailable("nvidia", f"NVML cannot count GPUs: {exc}") from exc
+    if count == 0:
+        nvml.shutdown()
+        raise BackendUnavailable("nvidia", "NVML found no NVIDIA GPUs on this node")
+
+
+def _write_sysfs(root: Path, section: NvidiaSection) -> None:
+    """A minimal sysfs tree so the PCIe root is read the same way as on a host."""
+    for gpu in section.gpus:
+        if not gpu.pcieRoot:
+            continue
+        bus_id = kubernetes_bus_id(gpu.pciBusId)
+        device_dir = root / "devices" / gpu.pcieRoot / bus_id
+        device_dir.mkdir(parents=True, exist_ok=True)
+        link = root / "bus" / "pci" / "devices" / bus_id
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(Path("../../..") / "devices" / gpu.pcieRoot / bus_id)

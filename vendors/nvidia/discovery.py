@@ -1,0 +1,178 @@
+"""Read what NVML reports about each full GPU into plain GpuInfo records.
+
+A GPU whose mandatory calls fail (GPU lost, driver error) is logged and
+skipped; the other GPUs are still returned. Optional facts (NVLink, fabric,
+SM count, PCIe root) are left empty when NVML or sysfs does not report them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pynvml
+
+from dra_driver.logs import fields
+from dra_driver_nvidia import nvml
+from dra_driver_nvidia.nvml import Handle, NvmlError
+
+log = logging.getLogger(__name__)
+
+# go-nvlib's strings for nvmlDeviceArchitecture_t (the upstream `architecture` attribute).
+ARCHITECTURES = {
+    2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing",
+    7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell", 13: "Rubin",
+}
+BRANDS = {
+    0: "Unknown", 1: "Quadro", 2: "Tesla", 3: "NVS", 4: "Grid", 5: "GeForce", 6: "Titan",
+    7: "NvidiaVApps", 8: "NvidiaVPC", 9: "NvidiaVCS", 10: "NvidiaVWS", 11: "NvidiaCloudGaming",
+    12: "QuadroRTX", 13: "NvidiaRTX", 14: "Nvidia", 15: "GeForceRTX", 16: "TitanRTX",
+}
+# NVML_NVLINK_VERSION_* -> NVLink generation as a version string.
+NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
+_ROOT_BUS = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+
+
+@dataclass(frozen=True)
+class SystemInfo:
+    driver_version: str  # "580.159.04"
+    cuda_driver_version: str  # "13.0"
+
+
+@dataclass
+class GpuInfo:
+    handle: Handle
+    index: int
+    minor: int
+    uuid: str
+    product_name: str
+    brand: str
+    architecture: str
+    compute_capability: str  # "9.0"
+    memory_bytes: int
+    pci_bus_id: str  # "0000:1b:00.0" (Kubernetes form)
+    pcie_root: str | None
+    multiprocessors: int | None
+    mig_capable: bool
+    mig_enabled: bool
+    nvlink_links: int
+    nvlink_version: str | None
+    fabric_clique: str | None  # "<clusterUuid>.<cliqueId>" when the fabric is set up
+
+    @property
+    def name(self) -> str:
+        # Upstream names GPUs by minor number on purpose (stable across index reordering).
+        return f"gpu-{self.minor}"
+
+
+def system_info() -> SystemInfo:
+    cuda = nvml.cuda_driver_version()
+    return SystemInfo(nvml.driver_version(), f"{cuda // 1000}.{(cuda % 1000) // 10}")
+
+
+def kubernetes_bus_id(nvml_bus_id: str) -> str:
+    """NVML "00000000:1B:00.0" -> Kubernetes/sysfs "0000:1b:00.0"."""
+    domain, rest = nvml_bus_id.strip().split(":", 1)
+    return f"{int(domain, 16):04x}:{rest.lower()}"
+
+
+def pcie_root(sysfs_root: Path, bus_id: str) -> str | None:
+    """The root complex ("pci0000:15") above a PCI device, from its sysfs path, like deviceattribute does."""
+    link = sysfs_root / "bus" / "pci" / "devices" / bus_id
+    try:
+        target = Path(os.path.realpath(link))
+    except OSError:
+        return None
+    if not target.exists():
+        return None
+    return next((part for part in target.parts if _ROOT_BUS.match(part)), None)
+
+
+def _optional(what: str, gpu: str, default: object, fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        return fn(*args)
+    except NvmlError as exc:
+        if exc.gpu_lost:
+            raise
+        log.debug("optional NVML fact unavailable", extra=fields(gpu=gpu, fact=what, error=str(exc)))
+        return default
+
+
+def _nvlink(handle: Handle, gpu: str) -> tuple[int, str | None]:
+    links, version = 0, None
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            if not nvml.nvlink_state(handle, link):
+                continue
+        except NvmlError as exc:
+            if exc.not_supported:
+                break  # past the last link, or no NVLink on this board
+            raise
+        links += 1
+        if version is None:
+            version = NVLINK_VERSIONS.get(_optional("nvlink version", gpu, 0, nvml.nvlink_version, handle, link))
+    return links, version
+
+
+def _fabric_clique(handle: Handle, gpu: str) -> str | None:
+    info = _optional("fabric", gpu, None, nvml.fabric_info, handle)
+    if info is None or info.state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED or info.status != pynvml.NVML_SUCCESS:
+        return None
+    return f"{info.cluster_uuid}.{info.clique_id}"
+
+
+def _mig_mode(handle: Handle, gpu: str) -> tuple[bool, bool]:
+    try:
+        current, _pending = nvml.mig_mode(handle)
+    except NvmlError as exc:
+        if exc.not_supported:
+            return False, False
+        raise
+    return True, current == pynvml.NVML_DEVICE_MIG_ENABLE
+
+
+def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
+    """Everything about one GPU; raises NvmlError when a mandatory call fails."""
+    handle = nvml.handle_by_index(index)
+    label = f"index {index}"
+    bus_id = kubernetes_bus_id(nvml.pci_bus_id(handle))
+    major, minor_cc = nvml.compute_capability(handle)
+    mig_capable, mig_enabled = _mig_mode(handle, label)
+    attributes = _optional("attributes", label, None, nvml.attributes, handle)
+    links, link_version = _nvlink(handle, label)
+    return GpuInfo(
+        handle=handle,
+        index=index,
+        minor=nvml.minor_number(handle),
+        uuid=nvml.uuid(handle),
+        product_name=nvml.name(handle),
+        brand=BRANDS.get(nvml.brand(handle), "Unknown"),
+        architecture=ARCHITECTURES.get(nvml.architecture(handle), "Unknown"),
+        compute_capability=f"{major}.{minor_cc}",
+        memory_bytes=nvml.memory_total(handle),
+        pci_bus_id=bus_id,
+        pcie_root=pcie_root(sysfs_root, bus_id),
+        multiprocessors=attributes.multiprocessors if attributes else None,
+        mig_capable=mig_capable,
+        mig_enabled=mig_enabled,
+        nvlink_links=links,
+        nvlink_version=link_version,
+        fabric_clique=_fabric_clique(handle, label),
+    )
+
+
+def read_gpus(sysfs_root: Path) -> list[GpuInfo]:
+    """All readable GPUs; a GPU whose calls fail is logged with the failing call and skipped."""
+    gpus: list[GpuInfo] = []
+    for index in range(nvml.device_count()):
+        try:
+            gpus.append(read_gpu(index, sysfs_root))
+        except NvmlError as exc:
+            log.warning(
+                "skipping GPU: NVML call failed",
+                extra=fields(index=index, call=exc.call, error=exc.detail, gpu_lost=exc.gpu_lost),
+            )
+    return gpus

@@ -1,0 +1,105 @@
+"""Container edits for NVIDIA devices: device nodes, MIG capability nodes, environment.
+
+The CDI spec built from these gives a container exactly the allocated GPUs:
+/dev/nvidia<minor> per GPU, the shared control nodes, the MIG access
+capabilities for MIG devices, and NVIDIA_VISIBLE_DEVICES (a claim-level edit,
+so a container with several devices sees one list).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from dra_driver.logs import fields
+from dra_driver.model import quantity
+from dra_driver.vendor import ContainerEdits, DeviceNode
+from dra_driver_nvidia.config import TIMESLICE_VALUES, GpuConfig, MigDeviceConfig
+
+log = logging.getLogger(__name__)
+
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+MIG_MINORS_FILE = Path("driver/nvidia-caps/mig-minors")
+MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+# Layout of the nvidia-caps minors the kernel driver assigns (what mig-minors lists):
+# config=1, monitor=2, then per GPU 15 GIs x (1 GI access + 8 CI access) minors.
+_CAPS_PER_GI = 9
+_GIS_PER_GPU = 15
+_MIG_LINE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
+
+
+def _node(path: str, dev_root: Path) -> DeviceNode:
+    host = str(dev_root / path.removeprefix("/dev/"))
+    return DeviceNode(path=path, host_path=None if host == path else host)
+
+
+def gpu_edits(minor: int, dev_root: Path) -> ContainerEdits:
+    return ContainerEdits(device_nodes=[_node(f"/dev/nvidia{minor}", dev_root), *(_node(p, dev_root) for p in CONTROL_NODES)])
+
+
+class MigMinors:
+    """nvidia-caps minor numbers of MIG access capabilities, from /proc or the driver's fixed layout."""
+
+    def __init__(self, proc_root: Path | None) -> None:
+        self._table: dict[tuple[int, int, int | None], int] = {}
+        path = proc_root / MIG_MINORS_FILE if proc_root is not None else None
+        if path is not None and path.is_file():
+            for line in path.read_text().splitlines():
+                match = _MIG_LINE.match(line.strip())
+                if match:
+                    gpu, gi, ci, minor = match.groups()
+                    self._table[(int(gpu), int(gi), int(ci) if ci is not None else None)] = int(minor)
+        elif path is not None:
+            log.debug("no mig-minors file; using the driver's fixed minor layout", extra=fields(path=str(path)))
+
+    def minor(self, gpu_minor: int, gi_id: int, ci_id: int | None = None) -> int:
+        key = (gpu_minor, gi_id, ci_id)
+        if key in self._table:
+            return self._table[key]
+        base = 3 + gpu_minor * _GIS_PER_GPU * _CAPS_PER_GI + gi_id * _CAPS_PER_GI
+        return base if ci_id is None else base + 1 + ci_id
+
+
+def mig_edits(parent_minor: int, gi_id: int, ci_id: int, dev_root: Path, minors: MigMinors) -> ContainerEdits:
+    edits = gpu_edits(parent_minor, dev_root)
+    for cap in (minors.minor(parent_minor, gi_id), minors.minor(parent_minor, gi_id, ci_id)):
+        edits.device_nodes.append(_node(f"/dev/nvidia-caps/nvidia-cap{cap}", dev_root))
+    return edits
+
+
+def visible_devices_env(uuids: Sequence[str]) -> list[str]:
+    return [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}"] if uuids else []
+
+
+def sharing_env(configs: Sequence[GpuConfig | MigDeviceConfig | None]) -> list[str]:
+    """Environment for the claim's sharing settings (container-wide, so one set per claim).
+
+    MPS: the CUDA MPS client variables (the MPS control daemon itself is not
+    started by this driver). TimeSlicing: the interval cannot be set through
+    NVML (upstream runs `nvidia-smi compute-policy`), so it is exported for
+    visibility only.
+    """
+    env: list[str] = []
+    mps_limits: list[str] = []
+    for ordinal, config in enumerate(configs):
+        sharing = config.sharing if config is not None else None
+        if sharing is None:
+            continue
+        if sharing.strategy == "TimeSlicing":
+            interval = sharing.timeSlicingConfig.interval if sharing.timeSlicingConfig else "Default"
+            env += ["NVIDIA_DRA_SHARING_STRATEGY=TimeSlicing", f"NVIDIA_DRA_TIMESLICE_INTERVAL={TIMESLICE_VALUES[interval]}"]
+            continue
+        env += ["NVIDIA_DRA_SHARING_STRATEGY=MPS", f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIRECTORY}"]
+        mps = sharing.mpsConfig
+        if mps is None:
+            continue
+        if mps.defaultActiveThreadPercentage is not None:
+            env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={mps.defaultActiveThreadPercentage}")
+        if mps.defaultPinnedDeviceMemoryLimit is not None:
+            mebibytes = int(quantity.parse(mps.defaultPinnedDeviceMemoryLimit)) >> 20
+            mps_limits.append(f"{ordinal}={mebibytes}M")
+    if mps_limits:
+        env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={','.join(mps_limits)}")
+    return list(dict.fromkeys(env))

@@ -1,0 +1,742 @@
+"""A simulated libnvidia-ml, installed as `pynvml.nvmlLib`.
+
+pynvml resolves every C function with getattr(nvmlLib, "<symbol>") and passes
+ctypes arguments (out-parameters through byref), so an object with methods
+named after the C symbols is a complete stand-in: the real pynvml code and
+everything above it run unchanged. Methods return nvmlReturn_t codes.
+
+Handles (nvmlDevice_t, nvmlGpuInstance_t, ...) are opaque pointers; the fake
+hands out distinct fake addresses and maps them back to its objects. It keeps
+state like the driver does: MIG mode, GPU and compute instances created and
+destroyed, event sets; tests can make any call fail per GPU and inject XID
+and GPU-lost events.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+import uuid as uuidlib
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from dra_driver_nvidia.profile import GpuInstanceProfile, GpuModel, GpuSpec, NvidiaSection
+
+_PTR = ctypes.sizeof(ctypes.c_void_p)
+NO_ID = 0xFFFFFFFF
+# Compute slices of each NVML_COMPUTE_INSTANCE_PROFILE_* enum value (0x0..0x6).
+_CI_PROFILE_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
+
+
+def error_code(name: str) -> int:
+    """NVML error name ("GPU_IS_LOST" or "NVML_ERROR_GPU_IS_LOST") -> nvmlReturn_t value."""
+    key = name if name.startswith("NVML_ERROR_") else f"NVML_ERROR_{name}"
+    code = getattr(pynvml, key, None)
+    if not isinstance(code, int):
+        raise ValueError(f"unknown NVML error {name!r}; use a name such as GPU_IS_LOST or NOT_SUPPORTED")
+    return code
+
+
+def _out(ref: Any) -> Any:
+    """The object behind an out-parameter (byref(x) or a pointer)."""
+    return ref._obj if hasattr(ref, "_obj") else ref.contents
+
+
+def _int(value: Any) -> int:
+    return int(value.value) if hasattr(value, "value") else int(value)
+
+
+def _address(handle: Any) -> int | None:
+    return ctypes.cast(handle, ctypes.c_void_p).value
+
+
+def _store_handle(target: Any, address: int, offset: int = 0) -> None:
+    ctypes.c_void_p.from_buffer(target, offset).value = address
+
+
+@dataclass(eq=False)
+class FakeGpu:
+    index: int
+    spec: GpuSpec
+    model: GpuModel
+    mig_mode: int = 0
+    lost: bool = False
+    failures: dict[str, int] = field(default_factory=dict)
+    instances: dict[int, FakeGpuInstance] = field(default_factory=dict)  # GI id -> GI
+
+
+@dataclass(eq=False)
+class FakeGpuInstance:
+    gpu: FakeGpu
+    id: int
+    profile: GpuInstanceProfile
+    start: int
+    computes: dict[int, FakeComputeInstance] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class FakeComputeInstance:
+    gi: FakeGpuInstance
+    id: int
+    profile_id: int
+    slices: int
+    uuid: str
+
+
+@dataclass(eq=False)
+class FakeEventSet:
+    registered: dict[int, int] = field(default_factory=dict)  # GPU index -> event mask
+    pending: deque[tuple[int, int, int, int, int]] = field(default_factory=deque)
+    lost: bool = False
+
+
+class FakeNvmlLibrary:
+    """The simulated library. One instance per profile; see install()."""
+
+    def __init__(self, section: NvidiaSection) -> None:
+        self.section = section
+        self._lock = threading.RLock()
+        self._wakeup = threading.Condition(self._lock)
+        self._objects: dict[int, Any] = {}
+        self._next_address = 0x10000
+        self.initialized = 0
+        self.init_flags: list[int] = []
+        self.failures = {symbol: error_code(name) for symbol, name in section.failures.items()}
+        self.gpus: list[FakeGpu] = []
+        self.event_sets: list[FakeEventSet] = []
+        self.created: list[tuple[str, int]] = []  # (GPU uuid, GI id) in creation order
+        self.destroyed: list[tuple[str, int]] = []
+        for index, spec in enumerate(section.gpus):
+            model = section.models[spec.model]
+            gpu = FakeGpu(index, spec, model, mig_mode=int(spec.migEnabled))
+            gpu.failures = {symbol: error_code(name) for symbol, name in spec.failures.items()}
+            self.gpus.append(gpu)
+            self._register(gpu)
+            for mig in spec.migDevices:
+                profile = self._profile_by_id(gpu, mig.profileId)
+                if profile is None:
+                    raise ValueError(f"GPU {index}: MIG profile ID {mig.profileId} is not in model {spec.model!r}")
+                gi = self._new_gpu_instance(gpu, profile, mig.start)
+                self._new_compute_instance(gi, self._full_ci_profile(profile), mig.uuid)
+
+    # ---- test controls -------------------------------------------------
+
+    def fail(self, symbol: str, error: str, gpu: int | None = None) -> None:
+        """Make `symbol` return `error` (for one GPU, or for every call when gpu is None)."""
+        with self._lock:
+            target = self.gpus[gpu].failures if gpu is not None else self.failures
+            target[symbol] = error_code(error)
+
+    def clear_failure(self, symbol: str, gpu: int | None = None) -> None:
+        with self._lock:
+            (self.gpus[gpu].failures if gpu is not None else self.failures).pop(symbol, None)
+
+    def inject_xid(self, gpu: int, xid: int, gi_id: int = NO_ID, ci_id: int = NO_ID) -> None:
+        """Deliver an XID critical-error event to every event set watching this GPU."""
+        with self._lock:
+            for event_set in self.event_sets:
+                if event_set.registered.get(gpu, 0) & pynvml.nvmlEventTypeXidCriticalError:
+                    event_set.pending.append((gpu, pynvml.nvmlEventTypeXidCriticalError, xid, gi_id, ci_id))
+            self._wakeup.notify_all()
+
+    def inject_gpu_lost(self, gpu: int) -> None:
+        """The GPU falls off the bus: every later call on it and the next event wait fail with GPU_IS_LOST."""
+        with self._lock:
+            self.gpus[gpu].lost = True
+            for event_set in self.event_sets:
+                if gpu in event_set.registered:
+                    event_set.lost = True
+            self._wakeup.notify_all()
+
+    def live_instances(self) -> Iterator[tuple[str, int, int]]:
+        """(GPU uuid, GI id, placement start) of every GPU instance that exists now."""
+        with self._lock:
+            for gpu in self.gpus:
+                for gi in gpu.instances.values():
+                    yield gpu.spec.uuid, gi.id, gi.start
+
+    # ---- object bookkeeping ---------------------------------------------
+
+    def _register(self, obj: Any) -> int:
+        address = self._next_address
+        self._next_address += 0x10
+        self._objects[address] = obj
+        obj._address = address
+        return address
+
+    def _lookup(self, handle: Any, kind: type) -> Any:
+        obj = self._objects.get(_address(handle) or 0)
+        return obj if isinstance(obj, kind) else None
+
+    def _gpu_call(self, symbol: str, handle: Any) -> tuple[int, FakeGpu | None]:
+        """Common checks of a per-device call: init, handle, injected failures, lost GPU."""
+        if not self.initialized:
+            return pynvml.NVML_ERROR_UNINITIALIZED, None
+        if symbol in self.failures:
+            return self.failures[symbol], None
+        gpu = self._lookup(handle, FakeGpu)
+        if gpu is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, None
+        if gpu.lost:
+            return pynvml.NVML_ERROR_GPU_IS_LOST, None
+        if symbol in gpu.failures:
+            return gpu.failures[symbol], None
+        return pynvml.NVML_SUCCESS, gpu
+
+    def _system_call(self, symbol: str) -> int:
+        if not self.initialized:
+            return pynvml.NVML_ERROR_UNINITIALIZED
+        return self.failures.get(symbol, pynvml.NVML_SUCCESS)
+
+    @staticmethod
+    def _profile_by_enum(gpu: FakeGpu, profile: int) -> GpuInstanceProfile | None:
+        if gpu.model.mig is None:
+            return None
+        return next((p for p in gpu.model.mig.gpuInstanceProfiles if p.profile == profile), None)
+
+    @staticmethod
+    def _profile_by_id(gpu: FakeGpu, profile_id: int) -> GpuInstanceProfile | None:
+        if gpu.model.mig is None:
+            return None
+        return next((p for p in gpu.model.mig.gpuInstanceProfiles if p.id == profile_id), None)
+
+    @staticmethod
+    def _full_ci_profile(profile: GpuInstanceProfile) -> int:
+        return next(enum for enum, slices in _CI_PROFILE_SLICES.items() if slices == profile.sliceCount)
+
+    def _new_gpu_instance(self, gpu: FakeGpu, profile: GpuInstanceProfile, start: int) -> FakeGpuInstance:
+        # GI IDs as seen on real boards for 1- and 2-slice profiles; lowest free otherwise.
+        preferred = {1: 7 + start, 2: 3 + start // 2}.get(profile.placements.size)
+        gi_id = preferred if preferred is not None and preferred not in gpu.instances else next(i for i in range(1, 15) if i not in gpu.instances)
+        gi = FakeGpuInstance(gpu, gi_id, profile, start)
+        gpu.instances[gi_id] = gi
+        self._register(gi)
+        self.created.append((gpu.spec.uuid, gi_id))
+        return gi
+
+    def _new_compute_instance(self, gi: FakeGpuInstance, ci_profile: int, mig_uuid: str | None = None) -> FakeComputeInstance:
+        ci_id = next(i for i in range(8) if i not in gi.computes)
+        if mig_uuid is None:
+            digest = hashlib.sha256(f"{gi.gpu.spec.uuid}/{gi.id}/{ci_id}/{len(self.created)}".encode()).digest()
+            mig_uuid = f"MIG-{uuidlib.UUID(bytes=digest[:16])}"
+        ci = FakeComputeInstance(gi, ci_id, ci_profile, _CI_PROFILE_SLICES[ci_profile], mig_uuid)
+        gi.computes[ci_id] = ci
+        self._register(ci)
+        return ci
+
+    def _mig_devices(self, gpu: FakeGpu) -> list[FakeComputeInstance]:
+        return [ci for gi in sorted(gpu.instances.values(), key=lambda g: g.id) for ci in sorted(gi.computes.values(), key=lambda c: c.id)]
+
+    def _occupied(self, gpu: FakeGpu) -> set[int]:
+        return {s for gi in gpu.instances.values() for s in range(gi.start, gi.start + gi.profile.placements.size)}
+
+    # ---- library and system -----------------------------------------------
+
+    def nvmlInitWithFlags(self, flags: Any) -> int:
+        if "nvmlInitWithFlags" in self.failures:
+            return self.failures["nvmlInitWithFlags"]
+        with self._lock:
+            self.initialized += 1
+            self.init_flags.append(_int(flags))
+        return pynvml.NVML_SUCCESS
+
+    def nvmlShutdown(self) -> int:
+        with self._lock:
+            if not self.initialized:
+                return pynvml.NVML_ERROR_UNINITIALIZED
+            self.initialized -= 1
+        return pynvml.NVML_SUCCESS
+
+    def nvmlSystemGetDriverVersion(self, buffer: Any, size: Any) -> int:
+        ret = self._system_call("nvmlSystemGetDriverVersion")
+        if ret == pynvml.NVML_SUCCESS:
+            buffer.value = self.section.driverVersion.encode()
+        return ret
+
+    def nvmlSystemGetCudaDriverVersion(self, ref: Any) -> int:
+        ret = self._system_call("nvmlSystemGetCudaDriverVersion")
+        if ret == pynvml.NVML_SUCCESS:
+            _out(ref).value = self.section.cudaDriverVersion
+        return ret
+
+    def nvmlSystemGetCudaDriverVersion_v2(self, ref: Any) -> int:
+        return self.nvmlSystemGetCudaDriverVersion(ref)
+
+    def nvmlDeviceGetCount_v2(self, ref: Any) -> int:
+        ret = self._system_call("nvmlDeviceGetCount_v2")
+        if ret == pynvml.NVML_SUCCESS:
+            _out(ref).value = len(self.gpus)
+        return ret
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, ref: Any) -> int:
+        ret = self._system_call("nvmlDeviceGetHandleByIndex_v2")
+        if ret != pynvml.NVML_SUCCESS:
+            return ret
+        position = _int(index)
+        if not 0 <= position < len(self.gpus):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        gpu = self.gpus[position]
+        if "nvmlDeviceGetHandleByIndex_v2" in gpu.failures:
+            return gpu.failures["nvmlDeviceGetHandleByIndex_v2"]
+        _store_handle(_out(ref), gpu._address)  # type: ignore[attr-defined]
+        return pynvml.NVML_SUCCESS
+
+    # ---- device identity ------------------------------------------------------
+
+    def _string_call(self, symbol: str, handle: Any, buffer: Any, value: Any) -> int:
+        with self._lock:
+            mig = self._lookup(handle, FakeComputeInstance)
+            if mig is not None and symbol == "nvmlDeviceGetUUID":
+                buffer.value = mig.uuid.encode()
+                return pynvml.NVML_SUCCESS
+            ret, gpu = self._gpu_call(symbol, handle)
+            if gpu is not None:
+                buffer.value = value(gpu).encode()
+            return ret
+
+    def nvmlDeviceGetName(self, handle: Any, buffer: Any, size: Any) -> int:
+        return self._string_call("nvmlDeviceGetName", handle, buffer, lambda g: g.model.name)
+
+    def nvmlDeviceGetUUID(self, handle: Any, buffer: Any, size: Any) -> int:
+        return self._string_call("nvmlDeviceGetUUID", handle, buffer, lambda g: g.spec.uuid)
+
+    def _uint_call(self, symbol: str, handle: Any, ref: Any, value: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call(symbol, handle)
+            if gpu is not None:
+                result = value(gpu)
+                if isinstance(result, int) and result < 0:
+                    return -result  # a negative value encodes an NVML error
+                _out(ref).value = result
+            return ret
+
+    def nvmlDeviceGetMinorNumber(self, handle: Any, ref: Any) -> int:
+        return self._uint_call("nvmlDeviceGetMinorNumber", handle, ref, lambda g: g.spec.minor)
+
+    def nvmlDeviceGetIndex(self, handle: Any, ref: Any) -> int:
+        return self._uint_call("nvmlDeviceGetIndex", handle, ref, lambda g: g.index)
+
+    def nvmlDeviceGetBrand(self, handle: Any, ref: Any) -> int:
+        return self._uint_call("nvmlDeviceGetBrand", handle, ref, lambda g: g.model.brand)
+
+    def nvmlDeviceGetArchitecture(self, handle: Any, ref: Any) -> int:
+        return self._uint_call("nvmlDeviceGetArchitecture", handle, ref, lambda g: g.model.architecture)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, ref: Any) -> int:
+        return self._uint_call(
+            "nvmlDeviceGetMaxMigDeviceCount", handle, ref,
+            lambda g: g.model.mig.maxDevices if g.model.mig else -pynvml.NVML_ERROR_NOT_SUPPORTED,
+        )
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetCudaComputeCapability", handle)
+            if gpu is not None:
+                _out(major).value, _out(minor).value = gpu.model.cudaComputeCapability
+            return ret
+
+    def nvmlDeviceGetPciInfo_v3(self, handle: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetPciInfo_v3", handle)
+            if gpu is not None:
+                info = _out(ref)
+                domain, bus, rest = gpu.spec.pciBusId.split(":")
+                info.busId = gpu.spec.pciBusId.encode()
+                info.busIdLegacy = f"{int(domain, 16):04X}:{bus}:{rest}".encode()
+                info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+                info.pciDeviceId = gpu.model.pciDeviceId
+                info.pciSubSystemId = gpu.model.pciSubSystemId
+            return ret
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
+        with self._lock:
+            mig = self._lookup(handle, FakeComputeInstance)
+            if mig is not None:
+                total = mig.gi.profile.memoryMB << 20
+            else:
+                ret, gpu = self._gpu_call("nvmlDeviceGetMemoryInfo", handle)
+                if gpu is None:
+                    return ret
+                total = gpu.model.memoryMiB << 20
+            info = _out(ref)
+            info.total, info.used, info.free = total, 0, total
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetAttributes_v2(self, handle: Any, ref: Any) -> int:
+        with self._lock:
+            attrs = _out(ref)
+            mig = self._lookup(handle, FakeComputeInstance)
+            if mig is not None:
+                profile = mig.gi.profile
+                attrs.multiprocessorCount = profile.multiprocessors * mig.slices // profile.sliceCount
+                attrs.sharedCopyEngineCount = profile.copyEngines
+                attrs.sharedDecoderCount = profile.decoders
+                attrs.sharedEncoderCount = profile.encoders
+                attrs.sharedJpegCount = profile.jpegEngines
+                attrs.sharedOfaCount = profile.ofaEngines
+                attrs.gpuInstanceSliceCount = profile.sliceCount
+                attrs.computeInstanceSliceCount = mig.slices
+                attrs.memorySizeMB = profile.memoryMB
+                return pynvml.NVML_SUCCESS
+            ret, gpu = self._gpu_call("nvmlDeviceGetAttributes_v2", handle)
+            if gpu is None:
+                return ret
+            if gpu.mig_mode:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            # Full GPU: NVML fills the SM count and memory; engine counts are MIG-only.
+            attrs.multiprocessorCount = gpu.model.multiprocessors
+            attrs.memorySizeMB = gpu.model.memoryMiB
+            return pynvml.NVML_SUCCESS
+
+    # ---- MIG mode and MIG devices ---------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetMigMode", handle)
+            if gpu is None:
+                return ret
+            if gpu.model.mig is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            _out(current).value = _out(pending).value = gpu.mig_mode
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceSetMigMode(self, handle: Any, mode: Any, activation: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceSetMigMode", handle)
+            if gpu is None:
+                return ret
+            if gpu.model.mig is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            if not _int(mode) and gpu.instances:
+                return pynvml.NVML_ERROR_IN_USE
+            gpu.mig_mode = _int(mode)
+            _out(activation).value = pynvml.NVML_SUCCESS
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+            if gpu is None:
+                return ret
+            if not gpu.mig_mode:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            devices = self._mig_devices(gpu)
+            position = _int(index)
+            if position >= len(devices):
+                return pynvml.NVML_ERROR_NOT_FOUND
+            _store_handle(_out(ref), devices[position]._address)  # type: ignore[attr-defined]
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any, ref: Any) -> int:
+        mig = self._lookup(handle, FakeComputeInstance)
+        if mig is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        _out(ref).value = mig.gi.id
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any, ref: Any) -> int:
+        mig = self._lookup(handle, FakeComputeInstance)
+        if mig is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        _out(ref).value = mig.id
+        return pynvml.NVML_SUCCESS
+
+    # ---- GPU instances --------------------------------------------------------
+
+    def nvmlDeviceGetGpuInstanceProfileInfoV(self, handle: Any, profile: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetGpuInstanceProfileInfoV", handle)
+            if gpu is None:
+                return ret
+            row = self._profile_by_enum(gpu, _int(profile))
+            if row is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            info = _out(ref)
+            info.id, info.isP2pSupported, info.sliceCount = row.id, int(row.p2p), row.sliceCount
+            info.instanceCount, info.multiprocessorCount = row.instanceCount, row.multiprocessors
+            info.copyEngineCount, info.decoderCount, info.encoderCount = row.copyEngines, row.decoders, row.encoders
+            info.jpegCount, info.ofaCount, info.memorySizeMB = row.jpegEngines, row.ofaEngines, row.memoryMB
+            info.name = row.name.encode()
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements_v2(self, handle: Any, profile_id: Any, placements: Any, count: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetGpuInstancePossiblePlacements_v2", handle)
+            if gpu is None:
+                return ret
+            row = self._profile_by_id(gpu, _int(profile_id))
+            if row is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            starts = row.placements.starts
+            counter = _out(count)
+            if placements is None:  # size query
+                counter.value = len(starts)
+                return pynvml.NVML_SUCCESS
+            if counter.value < len(starts):
+                counter.value = len(starts)
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            for position, start in enumerate(starts):
+                placements[position].start, placements[position].size = start, row.placements.size
+            counter.value = len(starts)
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: Any, profile_id: Any, placement: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceCreateGpuInstanceWithPlacement", handle)
+            if gpu is None:
+                return ret
+            if not gpu.mig_mode:
+                return pynvml.NVML_ERROR_INVALID_STATE
+            row = self._profile_by_id(gpu, _int(profile_id))
+            if row is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            wanted = _out(placement)
+            if wanted.start not in row.placements.starts or wanted.size != row.placements.size:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if set(range(wanted.start, wanted.start + wanted.size)) & self._occupied(gpu):
+                return pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
+            gi = self._new_gpu_instance(gpu, row, wanted.start)
+            _store_handle(_out(ref), gi._address)  # type: ignore[attr-defined]
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstances(self, handle: Any, profile_id: Any, instances: Any, count: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetGpuInstances", handle)
+            if gpu is None:
+                return ret
+            found = [gi for gi in sorted(gpu.instances.values(), key=lambda g: g.id) if gi.profile.id == _int(profile_id)]
+            counter = _out(count)
+            if instances is None or counter.value < len(found):
+                counter.value = len(found)
+                return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            for position, gi in enumerate(found):
+                _store_handle(instances, gi._address, position * _PTR)  # type: ignore[attr-defined]
+            counter.value = len(found)
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gi_id: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetGpuInstanceById", handle)
+            if gpu is None:
+                return ret
+            gi = gpu.instances.get(_int(gi_id))
+            if gi is None:
+                return pynvml.NVML_ERROR_NOT_FOUND
+            _store_handle(_out(ref), gi._address)  # type: ignore[attr-defined]
+            return pynvml.NVML_SUCCESS
+
+    def nvmlGpuInstanceGetInfo(self, handle: Any, ref: Any) -> int:
+        gi = self._lookup(handle, FakeGpuInstance)
+        if gi is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        info = _out(ref)
+        info.device = ctypes.cast(ctypes.c_void_p(gi.gpu._address), pynvml.c_nvmlDevice_t)  # type: ignore[attr-defined]
+        info.id, info.profileId = gi.id, gi.profile.id
+        info.placement.start, info.placement.size = gi.start, gi.profile.placements.size
+        return pynvml.NVML_SUCCESS
+
+    def nvmlGpuInstanceDestroy(self, handle: Any) -> int:
+        with self._lock:
+            gi = self._lookup(handle, FakeGpuInstance)
+            if gi is None or gi.gpu.instances.get(gi.id) is not gi:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if gi.gpu.lost:
+                return pynvml.NVML_ERROR_GPU_IS_LOST
+            if gi.computes:
+                return pynvml.NVML_ERROR_IN_USE
+            del gi.gpu.instances[gi.id]
+            self._objects.pop(gi._address, None)  # type: ignore[attr-defined]
+            self.destroyed.append((gi.gpu.spec.uuid, gi.id))
+            return pynvml.NVML_SUCCESS
+
+    # ---- compute instances ----------------------------------------------------
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, handle: Any, profile: Any, engine: Any, ref: Any) -> int:
+        gi = self._lookup(handle, FakeGpuInstance)
+        if gi is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        slices = _CI_PROFILE_SLICES.get(_int(profile))
+        # Simulation: a GI offers the compute profiles that fit in it, 3c only in 3g and 7g GIs.
+        if slices is None or slices > gi.profile.sliceCount or (slices == 3 and gi.profile.sliceCount == 4):
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        info = _out(ref)
+        info.id, info.sliceCount = _int(profile), slices
+        info.instanceCount = gi.profile.sliceCount // slices
+        info.multiprocessorCount = gi.profile.multiprocessors * slices // gi.profile.sliceCount
+        info.sharedCopyEngineCount, info.sharedDecoderCount = gi.profile.copyEngines, gi.profile.decoders
+        info.sharedEncoderCount, info.sharedJpegCount = gi.profile.encoders, gi.profile.jpegEngines
+        info.sharedOfaCount = gi.profile.ofaEngines
+        name = gi.profile.name.removeprefix("MIG ")
+        info.name = (f"MIG {name}" if slices == gi.profile.sliceCount else f"MIG {slices}c.{name}").encode()
+        return pynvml.NVML_SUCCESS
+
+    def nvmlGpuInstanceCreateComputeInstance(self, handle: Any, profile_id: Any, ref: Any) -> int:
+        with self._lock:
+            gi = self._lookup(handle, FakeGpuInstance)
+            if gi is None:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            slices = _CI_PROFILE_SLICES.get(_int(profile_id))
+            used = sum(ci.slices for ci in gi.computes.values())
+            if slices is None or slices > gi.profile.sliceCount:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            if used + slices > gi.profile.sliceCount:
+                return pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
+            ci = self._new_compute_instance(gi, _int(profile_id))
+            _store_handle(_out(ref), ci._address)  # type: ignore[attr-defined]
+            return pynvml.NVML_SUCCESS
+
+    def nvmlGpuInstanceGetComputeInstances(self, handle: Any, profile_id: Any, instances: Any, count: Any) -> int:
+        with self._lock:
+            gi = self._lookup(handle, FakeGpuInstance)
+            if gi is None:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            found = [ci for ci in sorted(gi.computes.values(), key=lambda c: c.id) if ci.profile_id == _int(profile_id)]
+            counter = _out(count)
+            if instances is None or counter.value < len(found):
+                counter.value = len(found)
+                return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            for position, ci in enumerate(found):
+                _store_handle(instances, ci._address, position * _PTR)  # type: ignore[attr-defined]
+            counter.value = len(found)
+            return pynvml.NVML_SUCCESS
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, handle: Any, ci_id: Any, ref: Any) -> int:
+        with self._lock:
+            gi = self._lookup(handle, FakeGpuInstance)
+            if gi is None:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            ci = gi.computes.get(_int(ci_id))
+            if ci is None:
+                return pynvml.NVML_ERROR_NOT_FOUND
+            _store_handle(_out(ref), ci._address)  # type: ignore[attr-defined]
+            return pynvml.NVML_SUCCESS
+
+    def nvmlComputeInstanceGetInfo_v2(self, handle: Any, ref: Any) -> int:
+        ci = self._lookup(handle, FakeComputeInstance)
+        if ci is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        info = _out(ref)
+        info.device = ctypes.cast(ctypes.c_void_p(ci.gi.gpu._address), pynvml.c_nvmlDevice_t)  # type: ignore[attr-defined]
+        info.gpuInstance = ctypes.cast(ctypes.c_void_p(ci.gi._address), pynvml.c_nvmlGpuInstance_t)  # type: ignore[attr-defined]
+        info.id, info.profileId = ci.id, ci.profile_id
+        return pynvml.NVML_SUCCESS
+
+    def nvmlComputeInstanceDestroy(self, handle: Any) -> int:
+        with self._lock:
+            ci = self._lookup(handle, FakeComputeInstance)
+            if ci is None or ci.gi.computes.get(ci.id) is not ci:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if ci.gi.gpu.lost:
+                return pynvml.NVML_ERROR_GPU_IS_LOST
+            del ci.gi.computes[ci.id]
+            self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
+            return pynvml.NVML_SUCCESS
+
+    # ---- interconnect -----------------------------------------------------------
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetNvLinkState", handle)
+            if gpu is None:
+                return ret
+            if gpu.model.nvlink is None or _int(link) >= gpu.model.nvlink.links:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED if gpu.model.nvlink is None else pynvml.NVML_ERROR_INVALID_ARGUMENT
+            _out(ref).value = pynvml.NVML_FEATURE_ENABLED
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: Any, link: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetNvLinkVersion", handle)
+            if gpu is None:
+                return ret
+            if gpu.model.nvlink is None or _int(link) >= gpu.model.nvlink.links:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED if gpu.model.nvlink is None else pynvml.NVML_ERROR_INVALID_ARGUMENT
+            _out(ref).value = gpu.model.nvlink.version
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetGpuFabricInfoV", handle)
+            if gpu is None:
+                return ret
+            fabric = gpu.spec.fabric
+            if fabric is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            info = _out(ref)
+            raw = bytes.fromhex(fabric.clusterUuid.replace("-", ""))
+            for position, byte in enumerate(raw[:16]):
+                info.clusterUuid[position] = byte
+            info.cliqueId, info.state, info.status = fabric.cliqueId, fabric.state, fabric.status
+            return pynvml.NVML_SUCCESS
+
+    # ---- events -----------------------------------------------------------------
+
+    def nvmlEventSetCreate(self, ref: Any) -> int:
+        with self._lock:
+            ret = self._system_call("nvmlEventSetCreate")
+            if ret != pynvml.NVML_SUCCESS:
+                return ret
+            event_set = FakeEventSet()
+            self.event_sets.append(event_set)
+            _store_handle(_out(ref), self._register(event_set))
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any, ref: Any) -> int:
+        supported = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
+        return self._uint_call("nvmlDeviceGetSupportedEventTypes", handle, ref, lambda g: supported)
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, mask: Any, event_set_handle: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceRegisterEvents", handle)
+            event_set = self._lookup(event_set_handle, FakeEventSet)
+            if gpu is None:
+                return ret
+            if event_set is None:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            event_set.registered[gpu.index] = event_set.registered.get(gpu.index, 0) | _int(mask)
+            return pynvml.NVML_SUCCESS
+
+    def nvmlEventSetWait_v2(self, event_set_handle: Any, ref: Any, timeout_ms: Any) -> int:
+        with self._lock:
+            event_set = self._lookup(event_set_handle, FakeEventSet)
+            if event_set is None:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if not (event_set.pending or event_set.lost):
+                self._wakeup.wait(_int(timeout_ms) / 1000.0)
+            if event_set.lost:
+                event_set.lost = False
+                return pynvml.NVML_ERROR_GPU_IS_LOST
+            if not event_set.pending:
+                return pynvml.NVML_ERROR_TIMEOUT
+            gpu_index, event_type, data, gi_id, ci_id = event_set.pending.popleft()
+            event = _out(ref)
+            event.device = ctypes.cast(ctypes.c_void_p(self.gpus[gpu_index]._address), pynvml.c_nvmlDevice_t)  # type: ignore[attr-defined]
+            event.eventType, event.eventData = event_type, data
+            event.gpuInstanceId, event.computeInstanceId = gi_id, ci_id
+            return pynvml.NVML_SUCCESS
+
+    def nvmlEventSetFree(self, event_set_handle: Any) -> int:
+        with self._lock:
+            event_set = self._lookup(event_set_handle, FakeEventSet)
+            if event_set is None:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            self.event_sets.remove(event_set)
+            self._objects.pop(_address(event_set_handle) or 0, None)
+            return pynvml.NVML_SUCCESS
+
+
+def install(library: Any) -> None:
+    """Make pynvml use `library` (a fake, or None to load the real libnvidia-ml next time)."""
+    with pynvml.libLoadLock:
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml.nvmlLib = library
+        pynvml._nvmlLib_refcount = 0
+
+
+def installed() -> Any:
+    return pynvml.nvmlLib

@@ -1,0 +1,195 @@
+"""MIG through NVML: profiles and placements, existing MIG devices, creating and destroying instances.
+
+Profiles and placements always come from NVML (nvmlDeviceGetGpuInstanceProfileInfo
+for every NVML_GPU_INSTANCE_PROFILE_* value, then ...PossiblePlacements), never
+from tables in code, so a new board or driver works without a code change.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import pynvml
+
+from dra_driver.logs import fields
+from dra_driver_nvidia import nvml
+from dra_driver_nvidia.nvml import DeviceAttributes, GpuInstanceProfileInfo, Handle, NvmlError, Placement
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    info: GpuInstanceProfileInfo
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """An existing MIG device (static MIG)."""
+
+    uuid: str
+    gi_id: int
+    ci_id: int
+    profile: GpuInstanceProfileInfo
+    placement: Placement
+    attributes: DeviceAttributes | None
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class CreatedInstance:
+    gi_id: int
+    ci_id: int
+    uuid: str
+
+
+def device_name(minor: int, profile: str, profile_id: int, start: int) -> str:
+    """Upstream's `gpu-%d-mig-%s-%d-%d`: minor, profile without dots, GI profile ID, placement start.
+
+    '+' (as in "1g.10gb+me") is not allowed in a device name; it becomes '-'.
+    """
+    return f"gpu-{minor}-mig-{profile.replace('.', '').replace('+', '-')}-{profile_id}-{start}"
+
+
+def read_profiles(handle: Handle) -> list[MigProfile]:
+    """Every GPU instance profile this GPU supports, with its possible placements."""
+    profiles: dict[int, MigProfile] = {}
+    for enum in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = nvml.gpu_instance_profile_info(handle, enum)
+        except NvmlError as exc:
+            if exc.not_supported or exc.not_found:
+                continue  # this board has no such profile
+            raise
+        if info.id in profiles:
+            continue
+        placements = tuple(sorted(nvml.gpu_instance_possible_placements(handle, info.id)))
+        profiles[info.id] = MigProfile(info, placements)
+    return sorted(profiles.values(), key=lambda p: (p.info.slice_count, p.info.memory_mb, p.info.id))
+
+
+def read_mig_devices(handle: Handle, profiles: dict[int, GpuInstanceProfileInfo]) -> list[MigDevice]:
+    """The MIG devices that exist on a MIG-enabled GPU; an unreadable one is logged and skipped."""
+    devices: list[MigDevice] = []
+    for position in range(nvml.max_mig_device_count(handle)):
+        try:
+            mig = nvml.mig_device_handle(handle, position)
+        except NvmlError as exc:
+            if exc.not_found or exc.not_supported:
+                continue  # empty slot
+            raise
+        try:
+            devices.append(_read_mig_device(handle, mig, profiles))
+        except (NvmlError, KeyError) as exc:
+            log.warning("skipping MIG device", extra=fields(position=position, error=str(exc)))
+    return devices
+
+
+def _read_mig_device(handle: Handle, mig: Handle, profiles: dict[int, GpuInstanceProfileInfo]) -> MigDevice:
+    gi_id = nvml.gpu_instance_id(mig)
+    gi_info = nvml.gpu_instance_info(nvml.gpu_instance_by_id(handle, gi_id))
+    try:
+        attributes: DeviceAttributes | None = nvml.attributes(mig)
+    except NvmlError:
+        attributes = None
+    return MigDevice(
+        uuid=nvml.uuid(mig),
+        gi_id=gi_id,
+        ci_id=nvml.compute_instance_id(mig),
+        profile=profiles[gi_info.profile_id],
+        placement=gi_info.placement,
+        attributes=attributes,
+        memory_bytes=nvml.memory_total(mig),
+    )
+
+
+def _full_compute_profile(gi: Handle, slice_count: int) -> int:
+    """The compute-instance profile that spans the whole GPU instance (what `nvidia-smi mig -C` creates)."""
+    best: nvml.ComputeInstanceProfileInfo | None = None
+    for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+        try:
+            info = nvml.compute_instance_profile_info(gi, enum)
+        except NvmlError as exc:
+            if exc.not_supported or exc.not_found:
+                continue
+            raise
+        if info.slice_count <= slice_count and (best is None or info.slice_count > best.slice_count):
+            best = info
+    if best is None:
+        raise NvmlError("nvmlGpuInstanceGetComputeInstanceProfileInfo", pynvml.NVML_ERROR_NOT_SUPPORTED, "no compute instance profile fits the GPU instance")
+    return best.id
+
+
+def find_instance(handle: Handle, profile_id: int, start: int) -> Handle | None:
+    """An existing GPU instance of this profile at this placement, if any."""
+    for gi in nvml.gpu_instances(handle, profile_id):
+        if nvml.gpu_instance_info(gi).placement.start == start:
+            return gi
+    return None
+
+
+def mig_uuid(handle: Handle, gi_id: int, ci_id: int) -> str:
+    """The UUID of the MIG device backed by (GI, CI); found by walking the parent's MIG handles."""
+    for position in range(nvml.max_mig_device_count(handle)):
+        try:
+            mig = nvml.mig_device_handle(handle, position)
+        except NvmlError as exc:
+            if exc.not_found or exc.not_supported:
+                continue
+            raise
+        if nvml.gpu_instance_id(mig) == gi_id and nvml.compute_instance_id(mig) == ci_id:
+            return nvml.uuid(mig)
+    raise NvmlError("nvmlDeviceGetMigDeviceHandleByIndex", pynvml.NVML_ERROR_NOT_FOUND, f"no MIG device for GI {gi_id} CI {ci_id}")
+
+
+def create_instance(handle: Handle, profile: MigProfile, placement: Placement) -> CreatedInstance:
+    """Create (or reuse, for idempotent prepare) the GI at `placement` and one full-size CI in it."""
+    gi = find_instance(handle, profile.info.id, placement.start)
+    if gi is None:
+        gi = nvml.create_gpu_instance(handle, profile.info.id, placement)
+    gi_id = nvml.gpu_instance_info(gi).id
+    ci_profile = _full_compute_profile(gi, profile.info.slice_count)
+    existing = nvml.compute_instances(gi, ci_profile)
+    ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
+    ci_id = nvml.compute_instance_id_of(ci)
+    return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id))
+
+
+def destroy_instance(handle: Handle, gi_id: int, profile_id: int, start: int) -> bool:
+    """Destroy a GI (and its CIs) if it is still the one we created; False when already gone."""
+    try:
+        gi = nvml.gpu_instance_by_id(handle, gi_id)
+    except NvmlError as exc:
+        if exc.not_found or exc.not_supported:
+            return False
+        raise
+    info = nvml.gpu_instance_info(gi)
+    if info.profile_id != profile_id or info.placement.start != start:
+        # The ID was reused for another instance after ours went away: not ours to destroy.
+        return False
+    destroy_gpu_instance_tree(gi)
+    return True
+
+
+def destroy_gpu_instance_tree(gi: Handle) -> None:
+    for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+        try:
+            info = nvml.compute_instance_profile_info(gi, enum)
+        except NvmlError as exc:
+            if exc.not_supported or exc.not_found:
+                continue
+            raise
+        for ci in nvml.compute_instances(gi, info.id):
+            nvml.destroy_compute_instance(ci)
+    nvml.destroy_gpu_instance(gi)
+
+
+def live_instances(handle: Handle, profiles: list[MigProfile]) -> list[tuple[Handle, nvml.GpuInstanceInfo]]:
+    """Every GPU instance on this GPU with its info."""
+    found = []
+    for profile in profiles:
+        for gi in nvml.gpu_instances(handle, profile.info.id):
+            found.append((gi, nvml.gpu_instance_info(gi)))
+    return found

@@ -1,0 +1,382 @@
+"""Thin wrapper over pynvml: one function per NVML call, errors typed with the call's name.
+
+Every NVMLError becomes NvmlError(call, code), so callers can tell "not
+supported on this board" from "GPU is lost" and logs say which call failed.
+Values come back as plain Python types and small dataclasses; ctypes stays here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pynvml
+
+from dra_driver.errors import DraError
+
+T = TypeVar("T")
+Handle = Any  # nvmlDevice_t / nvmlGpuInstance_t / nvmlComputeInstance_t (opaque pointers)
+
+
+class NvmlError(DraError):
+    """An NVML call failed; `code` is the nvmlReturn_t value."""
+
+    def __init__(self, call: str, code: int, detail: str) -> None:
+        self.call = call
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{call}: {detail} (NVML error {code})")
+
+    @property
+    def not_supported(self) -> bool:
+        return self.code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    @property
+    def not_found(self) -> bool:
+        return self.code == pynvml.NVML_ERROR_NOT_FOUND
+
+    @property
+    def gpu_lost(self) -> bool:
+        return self.code == pynvml.NVML_ERROR_GPU_IS_LOST
+
+    @property
+    def library_missing(self) -> bool:
+        return self.code in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    @property
+    def timeout(self) -> bool:
+        return self.code == pynvml.NVML_ERROR_TIMEOUT
+
+
+def call(fn: Callable[..., T], *args: Any) -> T:
+    try:
+        return fn(*args)
+    except pynvml.NVMLError as exc:
+        raise NvmlError(fn.__name__, int(exc.value), str(exc)) from exc
+
+
+# ---- library and system -------------------------------------------------------
+
+
+def init() -> None:
+    # NO_GPUS: init succeeds on a node whose GPUs are all broken or absent, so we
+    # can report "no GPUs" plainly and still publish the healthy ones otherwise.
+    call(pynvml.nvmlInitWithFlags, pynvml.NVML_INIT_FLAG_NO_GPUS)
+
+
+def shutdown() -> None:
+    call(pynvml.nvmlShutdown)
+
+
+def driver_version() -> str:
+    return call(pynvml.nvmlSystemGetDriverVersion)
+
+
+def cuda_driver_version() -> int:
+    return call(pynvml.nvmlSystemGetCudaDriverVersion)
+
+
+def device_count() -> int:
+    return call(pynvml.nvmlDeviceGetCount)
+
+
+# ---- devices ----------------------------------------------------------------
+
+
+def handle_by_index(index: int) -> Handle:
+    return call(pynvml.nvmlDeviceGetHandleByIndex, index)
+
+
+def name(handle: Handle) -> str:
+    return call(pynvml.nvmlDeviceGetName, handle)
+
+
+def uuid(handle: Handle) -> str:
+    return call(pynvml.nvmlDeviceGetUUID, handle)
+
+
+def minor_number(handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetMinorNumber, handle)
+
+
+def index(handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetIndex, handle)
+
+
+def brand(handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetBrand, handle)
+
+
+def architecture(handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetArchitecture, handle)
+
+
+def compute_capability(handle: Handle) -> tuple[int, int]:
+    major, minor = call(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
+    return int(major), int(minor)
+
+
+def pci_bus_id(handle: Handle) -> str:
+    """NVML's busId, e.g. "00000000:1B:00.0"."""
+    bus_id = call(pynvml.nvmlDeviceGetPciInfo, handle).busId
+    return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+
+
+def memory_total(handle: Handle) -> int:
+    return int(call(pynvml.nvmlDeviceGetMemoryInfo, handle).total)
+
+
+@dataclass(frozen=True)
+class DeviceAttributes:
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    gpu_instance_slices: int
+    compute_instance_slices: int
+    memory_mb: int
+
+
+def attributes(handle: Handle) -> DeviceAttributes:
+    raw = call(pynvml.nvmlDeviceGetAttributes, handle)
+    return DeviceAttributes(
+        multiprocessors=raw.multiprocessorCount,
+        copy_engines=raw.sharedCopyEngineCount,
+        decoders=raw.sharedDecoderCount,
+        encoders=raw.sharedEncoderCount,
+        jpeg_engines=raw.sharedJpegCount,
+        ofa_engines=raw.sharedOfaCount,
+        gpu_instance_slices=raw.gpuInstanceSliceCount,
+        compute_instance_slices=raw.computeInstanceSliceCount,
+        memory_mb=raw.memorySizeMB,
+    )
+
+
+# ---- MIG ----------------------------------------------------------------------
+
+
+def mig_mode(handle: Handle) -> tuple[int, int]:
+    current, pending = call(pynvml.nvmlDeviceGetMigMode, handle)
+    return int(current), int(pending)
+
+
+def set_mig_mode(handle: Handle, enabled: bool) -> None:
+    mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
+    call(pynvml.nvmlDeviceSetMigMode, handle, mode)
+
+
+def max_mig_device_count(handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+
+
+def mig_device_handle(handle: Handle, position: int) -> Handle:
+    return call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, position)
+
+
+def gpu_instance_id(mig_handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetGpuInstanceId, mig_handle)
+
+
+def compute_instance_id(mig_handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetComputeInstanceId, mig_handle)
+
+
+@dataclass(frozen=True)
+class GpuInstanceProfileInfo:
+    """One GPU instance profile as NVML describes it (`nvidia-smi mig -lgip`)."""
+
+    profile: int  # NVML_GPU_INSTANCE_PROFILE_* enum value used to query it
+    id: int  # profile ID used by every later call
+    name: str  # "1g.10gb" (the "MIG " prefix removed)
+    slice_count: int
+    instance_count: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    memory_mb: int
+
+
+def gpu_instance_profile_info(handle: Handle, profile: int) -> GpuInstanceProfileInfo:
+    raw = call(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, profile)
+    raw_name = raw.name.decode() if isinstance(raw.name, bytes) else str(raw.name)
+    return GpuInstanceProfileInfo(
+        profile=profile,
+        id=raw.id,
+        name=raw_name.removeprefix("MIG ").strip(),
+        slice_count=raw.sliceCount,
+        instance_count=raw.instanceCount,
+        multiprocessors=raw.multiprocessorCount,
+        copy_engines=raw.copyEngineCount,
+        decoders=raw.decoderCount,
+        encoders=raw.encoderCount,
+        jpeg_engines=raw.jpegCount,
+        ofa_engines=raw.ofaCount,
+        memory_mb=raw.memorySizeMB,
+    )
+
+
+@dataclass(frozen=True, order=True)
+class Placement:
+    start: int  # in memory slices
+    size: int
+
+
+def gpu_instance_possible_placements(handle: Handle, profile_id: int) -> list[Placement]:
+    count = ctypes.c_uint(0)
+    call(pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, None, ctypes.byref(count))
+    if not count.value:
+        return []
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
+    call(pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, handle, profile_id, array, ctypes.byref(count))
+    return [Placement(array[i].start, array[i].size) for i in range(count.value)]
+
+
+def create_gpu_instance(handle: Handle, profile_id: int, placement: Placement) -> Handle:
+    wanted = pynvml.c_nvmlGpuInstancePlacement_t()
+    wanted.start, wanted.size = placement.start, placement.size
+    return call(pynvml.nvmlDeviceCreateGpuInstanceWithPlacement, handle, profile_id, ctypes.byref(wanted))
+
+
+def gpu_instances(handle: Handle, profile_id: int) -> list[Handle]:
+    count = ctypes.c_uint(0)
+    call(pynvml.nvmlDeviceGetGpuInstances, handle, profile_id, None, ctypes.byref(count))
+    if not count.value:
+        return []
+    array = (pynvml.c_nvmlGpuInstance_t * count.value)()
+    call(pynvml.nvmlDeviceGetGpuInstances, handle, profile_id, array, ctypes.byref(count))
+    return [array[i] for i in range(count.value)]
+
+
+def gpu_instance_by_id(handle: Handle, gi_id: int) -> Handle:
+    return call(pynvml.nvmlDeviceGetGpuInstanceById, handle, gi_id)
+
+
+@dataclass(frozen=True)
+class GpuInstanceInfo:
+    id: int
+    profile_id: int
+    placement: Placement
+
+
+def gpu_instance_info(gi: Handle) -> GpuInstanceInfo:
+    raw = call(pynvml.nvmlGpuInstanceGetInfo, gi)
+    return GpuInstanceInfo(raw.id, raw.profileId, Placement(raw.placement.start, raw.placement.size))
+
+
+def destroy_gpu_instance(gi: Handle) -> None:
+    call(pynvml.nvmlGpuInstanceDestroy, gi)
+
+
+@dataclass(frozen=True)
+class ComputeInstanceProfileInfo:
+    profile: int
+    id: int
+    slice_count: int
+    multiprocessors: int
+
+
+def compute_instance_profile_info(gi: Handle, profile: int) -> ComputeInstanceProfileInfo:
+    raw = call(
+        pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, profile, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    )
+    return ComputeInstanceProfileInfo(profile, raw.id, raw.sliceCount, raw.multiprocessorCount)
+
+
+def create_compute_instance(gi: Handle, profile_id: int) -> Handle:
+    return call(pynvml.nvmlGpuInstanceCreateComputeInstance, gi, profile_id)
+
+
+def compute_instances(gi: Handle, profile_id: int) -> list[Handle]:
+    count = ctypes.c_uint(0)
+    call(pynvml.nvmlGpuInstanceGetComputeInstances, gi, profile_id, None, ctypes.byref(count))
+    if not count.value:
+        return []
+    array = (pynvml.c_nvmlComputeInstance_t * count.value)()
+    call(pynvml.nvmlGpuInstanceGetComputeInstances, gi, profile_id, array, ctypes.byref(count))
+    return [array[i] for i in range(count.value)]
+
+
+def compute_instance_by_id(gi: Handle, ci_id: int) -> Handle:
+    return call(pynvml.nvmlGpuInstanceGetComputeInstanceById, gi, ci_id)
+
+
+def compute_instance_id_of(ci: Handle) -> int:
+    return int(call(pynvml.nvmlComputeInstanceGetInfo, ci).id)
+
+
+def destroy_compute_instance(ci: Handle) -> None:
+    call(pynvml.nvmlComputeInstanceDestroy, ci)
+
+
+# ---- interconnect -------------------------------------------------------------
+
+
+def nvlink_state(handle: Handle, link: int) -> bool:
+    return call(pynvml.nvmlDeviceGetNvLinkState, handle, link) == pynvml.NVML_FEATURE_ENABLED
+
+
+def nvlink_version(handle: Handle, link: int) -> int:
+    return call(pynvml.nvmlDeviceGetNvLinkVersion, handle, link)
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    cluster_uuid: str  # canonical 8-4-4-4-12 form
+    clique_id: int
+    state: int
+    status: int
+
+
+def fabric_info(handle: Handle) -> FabricInfo:
+    raw = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(raw))
+    hexdigits = bytes(raw.clusterUuid).hex()
+    cluster = f"{hexdigits[:8]}-{hexdigits[8:12]}-{hexdigits[12:16]}-{hexdigits[16:20]}-{hexdigits[20:]}"
+    return FabricInfo(cluster, int(raw.cliqueId), int(raw.state), int(raw.status))
+
+
+# ---- events ---------------------------------------------------------------------
+
+
+def event_set_create() -> Handle:
+    return call(pynvml.nvmlEventSetCreate)
+
+
+def supported_event_types(handle: Handle) -> int:
+    return call(pynvml.nvmlDeviceGetSupportedEventTypes, handle)
+
+
+def register_events(handle: Handle, mask: int, event_set: Handle) -> None:
+    call(pynvml.nvmlDeviceRegisterEvents, handle, mask, event_set)
+
+
+@dataclass(frozen=True)
+class Event:
+    device_address: int | None  # identifies the GPU handle the event came from
+    event_type: int
+    data: int  # the XID for XID events
+    gpu_instance_id: int
+    compute_instance_id: int
+
+
+def event_set_wait(event_set: Handle, timeout_ms: int) -> Event:
+    raw = call(pynvml.nvmlEventSetWait, event_set, timeout_ms)
+    return Event(
+        handle_address(raw.device), int(raw.eventType), int(raw.eventData), int(raw.gpuInstanceId), int(raw.computeInstanceId)
+    )
+
+
+def event_set_free(event_set: Handle) -> None:
+    call(pynvml.nvmlEventSetFree, event_set)
+
+
+def handle_address(handle: Handle) -> int | None:
+    """A handle's identity (NVML hands out the same pointer for the same device)."""
+    return ctypes.cast(handle, ctypes.c_void_p).value
