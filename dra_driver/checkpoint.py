@@ -118,7 +118,10 @@ class Checkpoint:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             os.replace(self.path, aside)
             log.error(
-                "checkpoint is corrupt; moved aside and starting empty (claims prepared before are rolled forward by the kubelet re-sending them)",
+                "checkpoint %s is corrupt (%s); moved aside to %s and starting empty: claims prepared before are forgotten",
+                self.path,
+                exc,
+                aside,
                 extra=fields(path=str(self.path), moved_to=str(aside), reason=str(exc)),
             )
             return {}

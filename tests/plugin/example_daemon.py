@@ -1,0 +1,33 @@
+"""Run the real Daemon with the example backend as a separate process (crash tests).
+
+usage: example_daemon.py API_URL ROOT
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from example_backend import ExampleBackend  # noqa: E402
+from kubernetes import client  # noqa: E402
+
+from dra_driver.daemon import Daemon  # noqa: E402
+from dra_driver.kube.claims import ClaimReader  # noqa: E402
+from dra_driver.logs import configure_logging  # noqa: E402
+from dra_driver.plugin.driver import PluginSettings  # noqa: E402
+from dra_driver.vendor import BackendSettings  # noqa: E402
+
+
+def main() -> int:
+    api_url, root = sys.argv[1], Path(sys.argv[2])
+    configure_logging(verbosity=1)
+    settings = PluginSettings(node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id")
+    backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=root / "state"))
+    claims = ClaimReader(client.ApiClient(client.Configuration(host=api_url)))
+    return Daemon([backend], claims, settings).run_until_signal()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

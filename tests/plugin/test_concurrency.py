@@ -1,0 +1,84 @@
+"""Same claim serialized, different claims in parallel, device conflicts refused."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from conftest import Node
+from example_backend import DRIVER
+
+
+def test_same_claim_concurrently_prepares_once(node: Node):
+    conn = node.connect()
+    ref = node.add_claim("shared-pod-claim", {"gpu": ["gpu-0", "gpu-1"]})
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda _: conn.prepare([ref]), range(8)))
+    assert all(r == responses[0] for r in responses)
+    assert responses[0].claims[ref.uid].error == ""
+    assert [op for op, _ in node.backend.calls].count("prepare") == 1
+
+
+def test_different_claims_run_in_parallel(node: Node):
+    """Two claims in one request overlap inside the backend (a barrier both must reach)."""
+    barrier = threading.Barrier(2, timeout=5)
+    original = node.backend.prepare
+
+    def slow_prepare(claim, devices):
+        barrier.wait()  # raises BrokenBarrierError if the two claims were serialized
+        return original(claim, devices)
+
+    node.backend.prepare = slow_prepare  # type: ignore[method-assign]
+    a = node.add_claim("a", {"gpu": ["gpu-0"]})
+    b = node.add_claim("b", {"gpu": ["gpu-1"]})
+    response = node.connect().prepare([a, b])
+    assert response.claims[a.uid].error == "" and response.claims[b.uid].error == ""
+
+
+def test_device_held_by_one_claim_is_refused_to_another(node: Node):
+    conn = node.connect()
+    first = node.add_claim("first", {"gpu": ["gpu-4"]})
+    second = node.add_claim("second", {"gpu": ["gpu-4", "gpu-5"]})
+    assert conn.prepare([first]).claims[first.uid].error == ""
+    error = conn.prepare([second]).claims[second.uid].error
+    assert "node-a/gpu-4" in error and "default/first" in error
+    assert [op for op, _ in node.backend.calls].count("prepare") == 1
+    conn.unprepare([first])
+    assert conn.prepare([second]).claims[second.uid].error == ""
+
+
+def test_racing_claims_for_one_device_one_wins(node: Node):
+    conn = node.connect()
+    refs = [node.add_claim(f"race-{i}", {"gpu": ["gpu-7"]}) for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        responses = list(pool.map(lambda r: conn.prepare([r]).claims[r.uid], refs))
+    assert sum(1 for r in responses if r.error == "") == 1
+
+
+def test_admin_access_may_share_a_device(node: Node):
+    conn = node.connect()
+    owner = node.add_claim("owner", {"gpu": ["gpu-3"]})
+    stored = node.server.store.put(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "monitor", "namespace": "ops"},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-3", "adminAccess": True}]}}},
+        }
+    )
+    from dra_driver.vendor import ClaimRef
+
+    monitor = ClaimRef("ops", "monitor", stored["metadata"]["uid"])
+    assert conn.prepare([owner]).claims[owner.uid].error == ""
+    assert conn.prepare([monitor]).claims[monitor.uid].error == ""
+
+
+def test_per_uid_locks_are_released(node: Node):
+    conn = node.connect()
+    refs = [node.add_claim(f"l{i}", {"gpu": [f"gpu-{i}"]}) for i in range(4)]
+    conn.prepare(refs)
+    conn.unprepare(refs)
+    time.sleep(0.05)
+    assert len(node.daemon.plugins[DRIVER].service._uid_locks) == 0

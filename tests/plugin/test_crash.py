@@ -1,0 +1,108 @@
+"""kill -9 in the middle of a prepare, restart, and check the rollback and the repeated calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from example_backend import DRIVER, journal
+
+from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.plugin.prepare import HOLD_ENV
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.vendor import ClaimRef
+
+DAEMON = Path(__file__).parent / "example_daemon.py"
+
+
+def wait_for(predicate, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_daemon(apiserver, root: Path, hold: Path | None = None) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop(HOLD_ENV, None)
+    if hold is not None:
+        env[HOLD_ENV] = str(hold)
+    return subprocess.Popen([sys.executable, str(DAEMON), apiserver.url, str(root)], env=env, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def root(short_tmp: Path) -> Path:
+    (short_tmp / "state").mkdir()
+    (short_tmp / "boot_id").write_text("boot-1\n")
+    return short_tmp
+
+
+def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
+    paths = PluginPaths(root / "kubelet", DRIVER)
+    stored = apiserver.store.put(allocated_claim_object("job", "default", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]}))
+    ref = ClaimRef("default", "job", stored["metadata"]["uid"])
+    hold = root / "hold"
+    hold.mkdir()
+    proc = start_daemon(apiserver, root, hold)
+    try:
+        wait_for(paths.registration_socket.exists, what="registration socket")
+        conn = register(paths.registration_socket)
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(conn.prepare, [ref], 30.0)
+            wait_for((hold / ref.uid).exists, what="prepare to reach the hold point")
+            spec = root / "cdi" / f"k8s.{DRIVER}-device_{ref.uid}.json"
+            assert spec.exists()  # written, but the claim is not recorded as completed
+            checkpoint = json.loads(paths.checkpoint.read_text())["body"]["claims"]
+            assert checkpoint[ref.uid]["phase"] == "PrepareStarted"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            with pytest.raises(grpc.RpcError):
+                pending.result(10)
+        conn.close()
+        orphan = root / "cdi" / f"k8s.{DRIVER}-device_orphan-uid.json"
+        orphan.write_text("{}")
+        assert paths.dra_socket.exists()  # a killed process leaves its sockets behind
+
+        proc = start_daemon(apiserver, root)
+        wait_for(lambda: any(e["op"] == "reconcile" for e in journal(root / "state")[2:]), what="restart recovery")
+        ops = journal(root / "state")
+        assert [e["op"] for e in ops] == ["reconcile", "prepare", "unprepare", "reconcile"]
+        assert ops[2]["data"] == {"uid": ref.uid, "state": {"uid": ref.uid, "devices": ["gpu-0", "gpu-1"]}}
+        assert ops[3]["data"] == []
+        assert not spec.exists() and not orphan.exists()
+
+        wait_for(lambda: _registers(paths), what="restarted daemon to serve")
+        conn = register(paths.registration_socket)
+        first = conn.prepare([ref])
+        assert first.claims[ref.uid].error == "" and spec.exists()
+        assert conn.prepare([ref]) == first
+        assert [e["op"] for e in journal(root / "state")].count("prepare") == 2
+        conn.close()
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert not paths.registration_socket.exists() and not paths.dra_socket.exists()
+        assert spec.exists()  # prepared claims stay prepared across a clean restart
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def _registers(paths: PluginPaths) -> bool:
+    try:
+        register(paths.registration_socket, timeout=1.0).close()
+        return True
+    except Exception:
+        return False
