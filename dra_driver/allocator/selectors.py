@@ -1,0 +1,122 @@
+"""Evaluating device selectors, with memoized verdicts.
+
+The allocator talks to a `Matcher`: `evaluate(expression, device)` returns the
+selector's bool or raises SelectorRuntimeError. `CelMatcher` is the real one,
+on top of dra_driver.cel. Devices that agree on every attribute/capacity an
+expression reads (CompiledSelector.referenced_keys) get the same answer, so the
+verdict is cached per distinct tuple of those values: on a fleet of thousands of
+identical GPUs an expression runs once per distinct model, not once per device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from dra_driver.allocator.types import PoolDevice
+
+class SelectorRuntimeError(Exception):
+    """The expression failed on this device (scheduler semantics: the claim cannot be allocated)."""
+
+
+# A value a selector reads: ("driver", None, ""), ("attribute"|"capacity", domain or None, name).
+# domain None means the device's own driver domain (`device.attributes[device.driver]`).
+Key = tuple[str, "str | None", str]
+
+
+class Matcher(Protocol):
+    def evaluate(self, expression: str, device: PoolDevice) -> bool: ...
+
+    def keys_read(self, expression: str) -> tuple[Key, ...] | None: ...
+
+
+def key_value(device: PoolDevice, key: Key) -> Any:
+    """What `device` holds for `key`: an attribute (type, value), a capacity string, or None."""
+    kind, domain, name = key
+    if kind == "driver":
+        return device.id.driver
+    qualified = f"{domain or device.id.driver}/{name}"
+    return device.attributes.get(qualified) if kind == "attribute" else device.capacity.get(qualified)
+
+
+def read_values(device: PoolDevice, keys: Iterable[Key]) -> list[str]:
+    """`name=value` for each key the expression reads (for explanations: what it saw)."""
+    shown: list[str] = []
+    for key in keys:
+        kind, domain, name = key
+        label = "driver" if kind == "driver" else f"{domain or device.id.driver}/{name}"
+        value = key_value(device, key)
+        if value is None:
+            shown.append(f"{label} unset")
+        elif isinstance(value, tuple):
+            shown.append(f"{label}={value[1]!r}" if value[0] == "string" else f"{label}={value[1]}")
+        else:
+            shown.append(f"{label}={value}")
+    return shown
+
+
+def _normalise_key(key: Any) -> Key:
+    return (str(key.kind), key.domain, str(key.name))
+
+
+class CelMatcher:
+    """The real CEL evaluator, memoized per distinct value tuple of the keys an expression reads."""
+
+    def __init__(self) -> None:
+        from dra_driver import cel  # late: keeps the allocator importable without the CEL layer
+
+        self._cel = cel
+        self._compiled: dict[str, Any] = {}
+        self._keys: dict[str, tuple[Key, ...] | None] = {}
+        self._memo: dict[tuple[str, Any], bool | str] = {}
+        self._cel_devices: dict[int, Any] = {}
+        self.evaluations = 0  # real CEL runs (for the benchmark)
+
+    def compile_problem(self, expression: str) -> str | None:
+        """None when `expression` compiles, else why not (for input validation)."""
+        try:
+            self._program(expression)
+        except self._cel.CelCompileError as exc:
+            return getattr(exc, "message", str(exc))
+        return None
+
+    def _program(self, expression: str) -> Any:
+        program = self._compiled.get(expression)
+        if program is None:
+            program = self._cel.compile_selector(expression)
+            self._compiled[expression] = program
+            keys = getattr(program, "referenced_keys", None)
+            self._keys[expression] = None if keys is None else tuple(sorted((_normalise_key(k) for k in keys), key=repr))
+        return program
+
+    def keys_read(self, expression: str) -> tuple[Key, ...] | None:
+        self._program(expression)
+        return self._keys[expression]
+
+    def _memo_key(self, expression: str, device: PoolDevice) -> Any:
+        keys = self._keys[expression]
+        if keys is None:
+            return id(device)  # unknown reads: no sharing between devices
+        return (device.id.driver, tuple(key_value(device, k) for k in keys))
+
+    def _cel_device(self, device: PoolDevice) -> Any:
+        cached = self._cel_devices.get(id(device))
+        if cached is None:
+            cached = self._cel.cel_device(device.id.driver, device.wire)
+            self._cel_devices[id(device)] = cached
+        return cached
+
+    def evaluate(self, expression: str, device: PoolDevice) -> bool:
+        program = self._program(expression)
+        memo_key = (expression, self._memo_key(expression, device))
+        verdict = self._memo.get(memo_key)
+        if verdict is None:
+            self.evaluations += 1
+            try:
+                verdict = bool(program.evaluate(self._cel_device(device)))
+            except self._cel.CelRuntimeError as exc:
+                verdict = getattr(exc, "message", str(exc))
+            self._memo[memo_key] = verdict
+        if isinstance(verdict, str):
+            raise SelectorRuntimeError(verdict)
+        return verdict

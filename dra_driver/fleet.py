@@ -1,0 +1,230 @@
+"""Where `explain` gets its ResourceSlices from: files, a simulated fleet, or a cluster.
+
+- files: a kubectl List (what `discover -o json|yaml` prints), multi-document
+  YAML or JSON, or a directory of such files (*.yaml, *.yml, *.json, by name);
+- `--profile NAME --nodes N`: every installed vendor backend simulates the
+  profile, and the inventory is rendered once per node `node-0` .. `node-<N-1>`;
+- `--kubeconfig PATH`: resource.k8s.io/v1 ResourceSlices, DeviceClasses and
+  ResourceClaims (their status.allocation marks devices in use) plus Node labels.
+
+Besides slices, file input may carry DeviceClass and ResourceClaim documents;
+they are returned too so the caller can merge classes and honour allocations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver.allocator.types import Allocated, DeviceID, Node
+from dra_driver.errors import DraError, FieldError, ValidationError
+from dra_driver.model.validation import slice_errors
+
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class FleetError(DraError):
+    """The fleet cannot be loaded (missing file, bad YAML, no backend, cluster unreachable)."""
+
+
+@dataclass
+class Fleet:
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    classes: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
+    sources: list[str] = field(default_factory=list)
+
+    def merge(self, other: Fleet) -> None:
+        self.slices += other.slices
+        self.classes += other.classes
+        self.claims += other.claims
+        self.nodes += other.nodes
+        self.sources += other.sources
+
+
+# -- documents ------------------------------------------------------------------------------------
+
+
+def _expand(doc: Any) -> Iterator[dict[str, Any]]:
+    """A document, or the items of a List (kubectl get -o yaml / discover output)."""
+    if doc is None:
+        return
+    if isinstance(doc, Mapping) and (str(doc.get("kind", "")).endswith("List")) and isinstance(doc.get("items"), list):
+        for item in doc["items"]:
+            yield from _expand(item)
+    elif isinstance(doc, Mapping):
+        yield dict(doc)
+    elif isinstance(doc, list):
+        for item in doc:
+            yield from _expand(item)
+    else:
+        raise FleetError(f"expected a Kubernetes object or a List, found {type(doc).__name__}")
+
+
+def read_documents(path: Path) -> list[dict[str, Any]]:
+    """Every object in a YAML/JSON file (multi-document YAML and Lists are expanded)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise FleetError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        docs = list(yaml.safe_load_all(text)) if path.suffix != ".json" else [json.loads(text)]
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise FleetError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        out.extend(_expand(doc))
+    return out
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in FILE_SUFFIXES)
+        if not files:
+            raise FleetError(f"directory {path} holds no {', '.join(FILE_SUFFIXES)} files")
+        return files
+    if not path.exists():
+        raise FleetError(f"fleet file {path} does not exist")
+    return [path]
+
+
+def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
+    """Split objects by kind; anything else than slices, classes, claims (and ignorable kinds) is an error."""
+    fleet = Fleet(sources=[source])
+    for doc in docs:
+        kind = doc.get("kind")
+        if kind == "ResourceSlice":
+            fleet.slices.append(dict(doc))
+        elif kind == "DeviceClass":
+            fleet.classes.append(dict(doc))
+        elif kind == "ResourceClaim":
+            fleet.claims.append(dict(doc))
+        elif kind == "Node":
+            meta = doc.get("metadata") or {}
+            fleet.nodes.append(Node(str(meta.get("name", "")), dict(meta.get("labels") or {})))
+        else:
+            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim or Node)")
+    return fleet
+
+
+def load_paths(paths: Sequence[str | Path]) -> Fleet:
+    fleet = Fleet()
+    for raw in paths:
+        for path in _files(Path(raw)):
+            fleet.merge(sort_documents(read_documents(path), str(path)))
+    return fleet
+
+
+def check_slices(slices: Sequence[Mapping[str, Any]]) -> None:
+    """Reject slices the API server would not have stored (ValidationError naming slice and field)."""
+    errors: list[FieldError] = []
+    for index, obj in enumerate(slices):
+        name = (obj.get("metadata") or {}).get("name") or f"[{index}]"
+        errors += slice_errors(obj, f"ResourceSlice {name}")
+    if errors:
+        raise ValidationError(errors, "fleet")
+
+
+# -- simulated fleet ------------------------------------------------------------------------------
+
+
+def simulated(profile_name: str, nodes: int, partitioning: str = "static") -> Fleet:
+    """The slices of `nodes` identical nodes running every vendor the profile describes.
+
+    Backends discover once; the inventory is rendered per node (pool = node name),
+    so attribute values that embed a node name keep node-0's.
+    """
+    from dra_driver.hardware_profiles import load_profile
+    from dra_driver.model.render import render_pool
+    from dra_driver.registry import open_backends
+    from dra_driver.vendor import BackendSettings
+
+    if nodes < 1:
+        raise FleetError(f"--nodes must be at least 1 (got {nodes})")
+    try:
+        profile = load_profile(profile_name)
+    except DraError as exc:
+        raise FleetError(str(exc)) from exc
+    opened = open_backends(BackendSettings(node_name="node-0", partitioning=partitioning), profile)  # type: ignore[arg-type]
+    try:
+        if not opened.backends:
+            reasons = "; ".join(str(e) for e in opened.unavailable) or "no vendor section matches an installed backend"
+            raise FleetError(f"profile {profile.name}: no backend could simulate it ({reasons})")
+        inventories = [backend.discover() for backend in opened.backends]
+    finally:
+        opened.close()
+    fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({partitioning})"])
+    for index in range(nodes):
+        for inventory in inventories:
+            fleet.slices += render_pool(inventory, f"node-{index}")
+    return fleet
+
+
+# -- cluster --------------------------------------------------------------------------------------
+
+
+def from_cluster(kubeconfig: str) -> Fleet:
+    """Slices, classes, claims and nodes from the cluster `kubeconfig` points at (read only)."""
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    try:
+        api_client = config.new_client_from_config(config_file=kubeconfig)
+    except Exception as exc:  # the loader raises several unrelated types for a bad file
+        raise FleetError(f"cannot load kubeconfig {kubeconfig}: {exc}") from exc
+    resource = client.ResourceV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+
+    def listed(call: Any) -> list[dict[str, Any]]:
+        # Raw JSON, not the client's models: those drop fields they do not know.
+        try:
+            response = call(_preload_content=False)
+        except ApiException as exc:
+            raise FleetError(f"listing from {kubeconfig} failed: {exc.status} {exc.reason}") from exc
+        except Exception as exc:  # connection errors come in many types
+            raise FleetError(f"cannot reach the API server of {kubeconfig}: {exc}") from exc
+        return list(json.loads(response.data).get("items") or [])
+
+    fleet = Fleet(sources=[f"cluster ({kubeconfig})"])
+    fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
+    fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
+    fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
+    for item in listed(core.list_node):
+        meta = item.get("metadata") or {}
+        fleet.nodes.append(Node(str(meta.get("name", "")), dict(meta.get("labels") or {})))
+    try:
+        api_client.close()
+    except Exception:  # closing the pool is best effort
+        pass
+    return fleet
+
+
+# -- allocations ----------------------------------------------------------------------------------
+
+
+def claim_label(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+
+def allocated_devices(claims: Iterable[Mapping[str, Any]], skip: Iterable[str] = ()) -> dict[DeviceID, Allocated]:
+    """Devices other claims hold, from their status.allocation (admin-access results hold nothing)."""
+    skipped = set(skip)
+    out: dict[DeviceID, Allocated] = {}
+    for doc in claims:
+        label = claim_label(doc)
+        if label in skipped:
+            continue
+        allocation = (doc.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            device = DeviceID(str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
+            admin = bool(result.get("adminAccess"))
+            if device not in out or out[device].admin_access:
+                out[device] = Allocated(device, label, admin)
+    return {k: v for k, v in out.items() if not v.admin_access}
