@@ -1,0 +1,101 @@
+"""`dra-driver migrate`: rewrite device-plugin GPU requests in manifests as DRA claims (docs/migration.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
+
+EXIT_OK = 0
+EXIT_WOULD_CHANGE = 1
+EXIT_REFUSED = 2
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "migrate",
+        help="rewrite device-plugin GPU requests (nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, MIG, AMD partitions) as DRA",
+        description="Read Kubernetes manifests (files or '-' for stdin) and rewrite device-plugin requests as "
+        "ResourceClaimTemplates and pod resource claims, or emit extended-resource DeviceClasses. "
+        "Everything it does not change is written back byte for byte.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help="manifest files; '-' reads standard input")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="claims",
+                        help="claims: rewrite workloads to use ResourceClaimTemplates (default); extended-resource: "
+                        "leave workloads unchanged and emit DeviceClasses with extendedResourceName (alpha gate)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("-o", "--output", type=Path, help="write the migrated stream(s) to this file instead of stdout")
+    output.add_argument("-w", "--write", action="store_true", help="rewrite each input file in place")
+    output.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
+    parser.add_argument("--report", choices=("text", "json", "none"), default="text",
+                        help="report of what was and was not converted, on stderr (default: text)")
+    parser.add_argument("--deviceclasses", type=Path, default=None,
+                        help="directory of DeviceClass YAML the cluster has (default: the shipped deviceclasses/)")
+    parser.set_defaults(func=run)
+
+
+def _join(results: list[FileResult]) -> str:
+    text = ""
+    for result in results:
+        if text and result.output:
+            if not text.endswith("\n"):
+                text += "\n"
+            if not result.output.startswith("---"):
+                text += "---\n"
+        text += result.output
+    return text
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.write and "-" in args.files:
+        print("dra-driver migrate: --write cannot rewrite standard input", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.files.count("-") > 1:
+        print("dra-driver migrate: '-' may be given once", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        inputs = [(name, sys.stdin.read() if name == "-" else Path(name).read_text()) for name in args.files]
+    except OSError as exc:
+        print(f"dra-driver migrate: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.deviceclasses is not None and not args.deviceclasses.is_dir():
+        print(f"dra-driver migrate: --deviceclasses {args.deviceclasses}: not a directory", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        results, report = migrate(inputs, Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses)))
+    except MigrationError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_REFUSED
+    if args.report == "json":
+        print(report.to_json(), file=sys.stderr)
+    elif args.report == "text":
+        print(report.to_text(), file=sys.stderr)
+    if args.check:
+        return EXIT_WOULD_CHANGE if report.changed_files else EXIT_OK
+    if args.write:
+        for result in results:
+            if result.changed:
+                _write_atomic(Path(result.source), result.output)
+    elif args.output is not None:
+        _write_atomic(args.output, _join(results))
+    else:
+        sys.stdout.write(_join(results))
+    return EXIT_OK

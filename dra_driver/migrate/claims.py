@@ -1,0 +1,254 @@
+"""The claims strategy: device-plugin requests of one pod spec become one ResourceClaimTemplate.
+
+Design (docs/migration.md):
+- One template per workload, one request per (container, resource). Requests of
+  one claim never share devices, so every container keeps its own devices; each
+  container names its request (`resources.claims[].request`) when the claim has
+  more than one.
+- App containers and sidecars (init containers with restartPolicy Always) run at
+  the same time, so they always get their own requests. A regular init container
+  runs before them and the device plugin let later containers reuse its devices;
+  we keep that by pointing it at an existing request with the same resource and
+  count when there is one, otherwise it gets its own (and the pod needs more devices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from dra_driver.migrate.context import Context
+from dra_driver.migrate.counts import device_count
+from dra_driver.migrate.edit import key_column, remove_key, to_ruamel
+from dra_driver.migrate.names import dns_label, dns_subdomain
+from dra_driver.migrate.placement import PlacementPlan, plan_placement
+from dra_driver.migrate.report import Action
+from dra_driver.migrate.resources import DeviceKind, Unsupported, classify
+from dra_driver.migrate.workloads import Workload
+
+POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
+TEMPLATE_SUFFIX = "accelerators"
+API_VERSION = "resource.k8s.io/v1"
+MAX_REQUESTS = 32  # DeviceRequestsMaxSize
+
+
+@dataclass
+class ContainerDevices:
+    """One device-plugin resource of one container."""
+
+    container: CommentedMap
+    name: str
+    role: str  # "container" | "init" | "sidecar"
+    path: str  # "spec.template.spec.containers[0]"
+    kind: DeviceKind
+    count: int
+    in_requests: bool
+
+
+@dataclass
+class Request:
+    name: str
+    kind: DeviceKind
+    count: int
+    selectors: list[str] = field(default_factory=list)
+    users: list[ContainerDevices] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        exactly: dict[str, Any] = {"deviceClassName": self.kind.device_class, "count": self.count}
+        selectors = [*self.kind.selectors, *self.selectors]
+        if selectors:
+            exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+        return {"name": self.name, "exactly": exactly}
+
+
+@dataclass
+class Generated:
+    template_name: str
+    namespace: str | None
+    template: CommentedMap
+
+
+def template_name(workload: Workload) -> str:
+    return dns_subdomain(workload.name or workload.kind.lower(), TEMPLATE_SUFFIX)
+
+
+def _containers(workload: Workload) -> list[tuple[str, str, int, CommentedMap]]:
+    found = []
+    for list_key in ("initContainers", "containers"):
+        for index, container in enumerate(workload.pod_spec.get(list_key) or []):
+            if not isinstance(container, Mapping):
+                continue
+            if list_key == "containers":
+                role = "container"
+            else:
+                role = "sidecar" if container.get("restartPolicy") == "Always" else "init"
+            found.append((role, f"{workload.spec_path}.{list_key}[{index}]", index, container))
+    return found
+
+
+def _scan_container(ctx: Context, role: str, path: str, container: CommentedMap) -> list[ContainerDevices]:
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return []
+    limits = resources.get("limits") if isinstance(resources.get("limits"), Mapping) else {}
+    requests = resources.get("requests") if isinstance(resources.get("requests"), Mapping) else {}
+    name = str(container.get("name", ""))
+    found: list[ContainerDevices] = []
+    for resource in [*limits, *(r for r in requests if r not in limits)]:
+        kind = classify(str(resource), ctx.catalog.names)
+        at = f"{path}.resources"
+        if kind is None:
+            continue
+        if isinstance(kind, Unsupported):
+            ctx.add(Action.NOT_CONVERTED, at, kind.resource, kind.reason)
+            continue
+        if resource not in limits:
+            ctx.add(Action.NOT_CONVERTED, f"{at}.requests", resource,
+                    "set in requests but not in limits; the API requires extended resources in limits, fix that first")
+            continue
+        count = device_count(limits[resource])
+        if resource in requests and device_count(requests[resource]) != count:
+            ctx.refuse(f"{at}", f"{resource}: limits ({limits[resource]}) and requests ({requests[resource]}) disagree; "
+                       "make them equal (or drop the request) and run again")
+            continue
+        if count is None:
+            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource,
+                    f"count {limits[resource]!r} is not a whole number of devices")
+            continue
+        if count <= 0:
+            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, f"count {count} asks for no device")
+            continue
+        found.append(ContainerDevices(container, name, role, path, kind, count, resource in requests))
+    _check_mixed(ctx, path, found)
+    return found
+
+
+def _check_mixed(ctx: Context, path: str, devices: list[ContainerDevices]) -> None:
+    """A whole GPU and a partition of the same vendor in one container is ambiguous: refuse it."""
+    for vendor in {d.kind.vendor for d in devices}:
+        mine = [d for d in devices if d.kind.vendor == vendor]
+        if any(d.kind.partition for d in mine) and any(not d.kind.partition for d in mine):
+            names = ", ".join(d.kind.resource for d in mine)
+            ctx.refuse(f"{path}.resources", f"asks for whole devices and partitions of the same vendor ({names}); "
+                       "a device is either whole or partitioned on a node, keep one of them")
+
+
+def _check_existing_claims(ctx: Context, workload: Workload, containers: list[tuple[str, str, int, CommentedMap]]) -> None:
+    for index, entry in enumerate(workload.pod_spec.get("resourceClaims") or []):
+        if isinstance(entry, Mapping) and entry.get("name") == POD_CLAIM:
+            ctx.refuse(f"{workload.spec_path}.resourceClaims[{index}]",
+                       f"the pod already has a resourceClaims entry named {POD_CLAIM!r}, the name this tool generates; "
+                       "rename it and run again")
+    for _, path, _, container in containers:
+        resources = container.get("resources") or {}
+        for entry in (resources.get("claims") or []) if isinstance(resources, Mapping) else []:
+            if isinstance(entry, Mapping) and entry.get("name") == POD_CLAIM:
+                ctx.refuse(f"{path}.resources.claims", f"already refers to a claim named {POD_CLAIM!r}; rename it and run again")
+
+
+def _build_requests(ctx: Context, devices: list[ContainerDevices]) -> list[Request]:
+    requests: dict[str, Request] = {}
+    shareable: list[Request] = []  # requests a later regular init container may reuse
+    ordered = [d for d in devices if d.role != "init"] + [d for d in devices if d.role == "init"]
+    for device in ordered:
+        if device.role == "init":
+            reuse = next((r for r in shareable if r.kind.resource == device.kind.resource and r.count == device.count), None)
+            if reuse is not None:
+                reuse.users.append(device)
+                ctx.add(Action.NOTE, device.path, device.kind.resource,
+                        f"init container {device.name!r} uses request {reuse.name!r}: it runs before the containers "
+                        "that use it, as the device plugin reused init-container devices")
+                continue
+        name = dns_label(device.name, device.kind.short)
+        if name in requests:
+            ctx.refuse(device.path, f"generated request name {name!r} is not unique (duplicate container names?)")
+            continue
+        request = Request(name, device.kind, device.count, users=[device])
+        requests[name] = request
+        if device.role != "sidecar":
+            shareable.append(request)
+        if device.role == "init":
+            ctx.add(Action.NOTE, device.path, device.kind.resource,
+                    f"init container {device.name!r} gets its own {device.count} device(s), held for the pod's lifetime; "
+                    "the device plugin let later containers reuse them, so the pod may need more devices now")
+    order = {id(d.container): i for i, d in enumerate(devices)}
+    return sorted(requests.values(), key=lambda r: order[id(r.users[0].container)])
+
+
+def _apply_container_edits(requests: list[Request]) -> None:
+    for request in requests:
+        for device in request.users:
+            resources = device.container["resources"]
+            for part in ("limits", "requests"):
+                values = resources.get(part)
+                if isinstance(values, CommentedMap) and device.kind.resource in values:
+                    remove_key(values, device.kind.resource, key_column(values))
+                    if not values:
+                        remove_key(resources, part, key_column(resources))
+            claims = resources.get("claims")
+            if not isinstance(claims, list):
+                claims = CommentedSeq()
+                resources["claims"] = claims
+            entry: dict[str, str] = {"name": POD_CLAIM}
+            if len(requests) > 1:
+                entry["request"] = request.name
+            if to_ruamel(entry) not in claims:
+                claims.append(to_ruamel(entry))
+
+
+def _template(workload: Workload, name: str, requests: list[Request]) -> CommentedMap:
+    metadata: dict[str, Any] = {"name": name}
+    if workload.namespace:
+        metadata["namespace"] = workload.namespace
+    template = to_ruamel(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceClaimTemplate",
+            "metadata": metadata,
+            "spec": {"spec": {"devices": {"requests": [r.as_dict() for r in requests]}}},
+        }
+    )
+    template.yaml_set_start_comment(f"Generated by dra-driver migrate from {workload.ref}")
+    return template
+
+
+def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
+    """Rewrite `workload` in place; returns the template to emit, or None when it asks for no devices."""
+    containers = _containers(workload)
+    devices = [d for role, path, _, c in containers for d in _scan_container(ctx, role, path, c)]
+    if not devices:
+        return None
+    errors_before = len(ctx.errors)
+    _check_existing_claims(ctx, workload, containers)
+    requests = _build_requests(ctx, devices)
+    if len(requests) > MAX_REQUESTS:
+        ctx.refuse(workload.spec_path, f"{len(requests)} device requests exceed the {MAX_REQUESTS} a claim may hold")
+    if len(ctx.errors) > errors_before:
+        return None
+    placement: PlacementPlan = plan_placement(ctx, workload, _unique_kinds(requests))
+    for request in requests:
+        request.selectors.extend(placement.selectors_for(request.kind))
+    name = template_name(workload)
+    _apply_container_edits(requests)
+    placement.apply()
+    claim_entry = to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": name})
+    if isinstance(workload.pod_spec.get("resourceClaims"), list):
+        workload.pod_spec["resourceClaims"].append(claim_entry)
+    else:
+        workload.pod_spec["resourceClaims"] = CommentedSeq([claim_entry])
+    for request in requests:
+        users = ", ".join(repr(d.name) for d in request.users)
+        ctx.add(Action.CONVERTED, request.users[0].path, request.kind.resource,
+                f"{request.count} x {request.kind.device_class} as request {request.name!r} of template {name!r} "
+                f"(container {users})")
+    return Generated(name, workload.namespace, _template(workload, name, requests))
+
+
+def _unique_kinds(requests: list[Request]) -> list[DeviceKind]:
+    kinds: dict[str, DeviceKind] = {}
+    for request in requests:
+        kinds.setdefault(request.kind.resource, request.kind)
+    return list(kinds.values())

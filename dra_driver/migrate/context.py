@@ -1,0 +1,28 @@
+"""What every rewriting step needs to know about the document it is in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dra_driver.errors import FieldError
+from dra_driver.migrate.catalog import ClassCatalog
+from dra_driver.migrate.report import Action, Location, Report
+
+
+@dataclass
+class Context:
+    report: Report
+    catalog: ClassCatalog
+    errors: list[FieldError] = field(default_factory=list)
+    file: str = "-"
+    document: int = 0
+    obj: str = ""
+
+    def at(self, path: str = "") -> Location:
+        return Location(self.file, self.document, self.obj, path)
+
+    def add(self, action: Action, path: str, subject: str, reason: str) -> None:
+        self.report.add(action, self.at(path), subject, reason)
+
+    def refuse(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(str(self.at(path)), message))

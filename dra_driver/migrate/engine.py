@@ -1,0 +1,257 @@
+"""Run a migration over whole YAML streams: all input is checked before any output is produced."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.errors import FieldError
+from dra_driver.migrate import stream as streams
+from dra_driver.migrate.catalog import ClassCatalog
+from dra_driver.migrate.claims import Generated, migrate_workload
+from dra_driver.migrate.context import Context
+from dra_driver.migrate.edit import to_ruamel
+from dra_driver.migrate.report import Action, MigrationError, Report
+from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
+from dra_driver.migrate.workloads import POD_SPEC_PATHS, find_resource_maps, is_list, metadata, workload
+
+STRATEGIES = ("claims", "extended-resource")
+_SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
+
+
+@dataclass
+class Options:
+    strategy: str = "claims"
+    catalog: ClassCatalog = field(default_factory=ClassCatalog)
+
+
+@dataclass
+class FileResult:
+    source: str
+    original: str
+    output: str
+
+    @property
+    def changed(self) -> bool:
+        return self.output != self.original
+
+
+@dataclass
+class _Item:
+    """One object of a document, with the List items sequence holding it (None at top level)."""
+
+    prefix: str
+    obj: Mapping[str, Any]
+    parent: list[Any] | None
+
+
+def _items(data: Any, prefix: str = "", parent: list[Any] | None = None) -> Iterator[_Item]:
+    if is_list(data):
+        for index, item in enumerate(data["items"]):
+            yield from _items(item, f"{prefix}items[{index}].", data["items"])
+    elif isinstance(data, Mapping):
+        yield _Item(prefix, data, parent)
+
+
+def _describe(obj: Mapping[str, Any]) -> str:
+    name, namespace = metadata(obj)
+    return f"{obj.get('kind', '?')}/{namespace + '/' if namespace else ''}{name}"
+
+
+def _in_vendor_domain(key: str) -> bool:
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    return any(domain == d or domain.endswith("." + d) for d in VENDOR_DOMAINS)
+
+
+def _report_annotations(ctx: Context, item: _Item) -> None:
+    places = [("metadata.annotations", item.obj.get("metadata"))]
+    spec_path = POD_SPEC_PATHS.get(str(item.obj.get("kind", "")))
+    if spec_path:
+        node: Any = item.obj
+        for key in spec_path[:-1]:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        places.append((".".join(spec_path[:-1]) + ".metadata.annotations", node.get("metadata") if isinstance(node, Mapping) else None))
+    for path, meta in places:
+        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        for key in annotations or {}:
+            if _in_vendor_domain(str(key)):
+                ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", str(key),
+                        "device-plugin annotation (e.g. sharing or time-slicing settings) has no DRA equivalent this tool "
+                        "can write; kept as is, set the equivalent claim configuration by hand")
+
+
+def _report_configmap(ctx: Context, item: _Item) -> None:
+    for key, value in (item.obj.get("data") or {}).items():
+        if isinstance(value, str) and any(marker in value for marker in _SHARING_MARKERS):
+            ctx.add(Action.NOT_CONVERTED, f"{item.prefix}data.{key}", str(key),
+                    "device-plugin sharing configuration (time-slicing / MPS); DRA sets sharing per claim through "
+                    "opaque GpuConfig, which this tool does not write")
+
+
+def _device_resources(obj: Mapping[str, Any], catalog: ClassCatalog) -> Iterator[tuple[str, DeviceKind | Unsupported]]:
+    for path, values in find_resource_maps(obj):
+        for resource in values:
+            kind = classify(str(resource), catalog.names)
+            if kind is not None:
+                yield path, kind
+
+
+def _report_unknown_kind(ctx: Context, item: _Item) -> None:
+    kind = item.obj.get("kind", "?")
+    for path, device in _device_resources(item.obj, ctx.catalog):
+        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", device.resource,
+                f"kind {kind} is not a workload this tool rewrites (operators such as PyTorchJob, MPIJob or RayCluster "
+                "build the pods themselves); left untouched - use --strategy extended-resource, or migrate the operator")
+
+
+@dataclass
+class _Pending:
+    document: streams.Document
+    item: _Item
+    generated: Generated
+
+
+def _existing_templates(all_streams: list[streams.Stream]) -> set[tuple[str, str]]:
+    found = set()
+    for stream in all_streams:
+        for document in stream.documents:
+            for item in _items(document.data):
+                if item.obj.get("kind") == "ResourceClaimTemplate":
+                    name, namespace = metadata(item.obj)
+                    found.add((namespace or "", name))
+    return found
+
+
+def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pending]:
+    pending: list[_Pending] = []
+    taken = _existing_templates(all_streams)
+    for stream in all_streams:
+        ctx.file = stream.source
+        for index, document in enumerate(stream.documents):
+            ctx.document = index
+            for item in _items(document.data):
+                ctx.obj = _describe(item.obj)
+                _report_annotations(ctx, item)
+                if item.obj.get("kind") == "ConfigMap":
+                    _report_configmap(ctx, item)
+                found = workload(item.obj, item.prefix)
+                if found is None:
+                    if item.obj.get("kind") not in POD_SPEC_PATHS:
+                        _report_unknown_kind(ctx, item)
+                    continue
+                generated = migrate_workload(ctx, found)
+                if generated is None:
+                    continue
+                key = (generated.namespace or "", generated.template_name)
+                if key in taken:
+                    ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated for "
+                               f"{found.ref}) already exists in the input or is generated twice; rename the workload "
+                               "or the existing template")
+                    continue
+                taken.add(key)
+                ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {found.ref}")
+                document.changed = True
+                pending.append(_Pending(document, item, generated))
+    return pending
+
+
+def _insert_templates(stream: streams.Stream, pending: list[_Pending]) -> None:
+    for entry in pending:
+        if entry.item.parent is not None:
+            items = entry.item.parent
+            position = next(i for i, obj in enumerate(items) if obj is entry.item.obj)
+            items.insert(position, entry.generated.template)
+            continue
+        position = next(i for i, d in enumerate(stream.documents) if d is entry.document)
+        helm_source = "".join(line for line in entry.document.prefix.splitlines(keepends=True) if line.startswith("# Source:"))
+        stream.documents.insert(position, streams.Document(
+            separator=entry.document.separator, prefix=helm_source, body="", data=entry.generated.template, generated=True,
+        ))
+        entry.document.separator = "---\n"
+
+
+def _existing_extended(all_streams: list[streams.Stream]) -> set[str]:
+    names = set()
+    for stream in all_streams:
+        for document in stream.documents:
+            for item in _items(document.data):
+                if item.obj.get("kind") == "DeviceClass":
+                    spec = item.obj.get("spec") or {}
+                    if spec.get("extendedResourceName"):
+                        names.add(str(spec["extendedResourceName"]))
+    return names
+
+
+def _extended_class(kind: DeviceKind, catalog: ClassCatalog) -> dict[str, Any]:
+    shipped = catalog.by_extended_resource(kind.resource)
+    if shipped is not None:
+        return shipped
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": kind.extended_class},
+        "spec": {
+            "selectors": [{"cel": {"expression": s}} for s in kind.extended_selectors],
+            "extendedResourceName": kind.resource,
+        },
+    }
+
+
+def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
+    """Workloads stay as they are; one DeviceClass with extendedResourceName per resource found."""
+    present = _existing_extended(all_streams)
+    emitted: set[str] = set()
+    for stream in all_streams:
+        ctx.file = stream.source
+        new_documents: list[streams.Document] = []
+        for index, document in enumerate(stream.documents):
+            ctx.document = index
+            for item in _items(document.data):
+                ctx.obj = _describe(item.obj)
+                for path, kind in _device_resources(item.obj, ctx.catalog):
+                    if isinstance(kind, Unsupported):
+                        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", kind.resource, kind.reason)
+                        continue
+                    if kind.resource in present or kind.resource in emitted:
+                        continue
+                    emitted.add(kind.resource)
+                    device_class = _extended_class(kind, ctx.catalog)
+                    ctx.add(Action.GENERATED, f"{item.prefix}{path}", f"DeviceClass/{device_class['metadata']['name']}",
+                            f"extendedResourceName {kind.resource}: pods keep asking for {kind.resource} and the scheduler "
+                            "allocates it through DRA (needs the DRAExtendedResource feature gate, alpha in 1.35)")
+                    template = to_ruamel(device_class)
+                    template.yaml_set_start_comment(f"Generated by dra-driver migrate --strategy extended-resource for {kind.resource}")
+                    new_documents.append(streams.Document("---\n", "", "", template, generated=True))
+        stream.documents.extend(new_documents)
+
+
+def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileResult], Report]:
+    """Migrate each (source name, text); raises MigrationError, with every problem found, before any output."""
+    if options.strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {options.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    report = Report()
+    errors: list[FieldError] = []
+    parsed: list[streams.Stream] = []
+    for source, text in inputs:
+        try:
+            parsed.append(streams.split(text, source))
+        except MigrationError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise MigrationError(errors)
+    ctx = Context(report=report, catalog=options.catalog)
+    if options.strategy == "claims":
+        pending = _migrate_claims(ctx, parsed)
+        if ctx.errors:
+            raise MigrationError(ctx.errors)
+        for stream in parsed:
+            _insert_templates(stream, [p for p in pending if any(p.document is d for d in stream.documents)])
+    else:
+        _migrate_extended(ctx, parsed)
+    results = []
+    for stream, (source, text) in zip(parsed, inputs):
+        touched = any(d.changed or d.generated for d in stream.documents)
+        results.append(FileResult(source, text, streams.render(stream) if touched else text))
+    report.changed_files = [r.source for r in results if r.changed]
+    return results, report

@@ -1,0 +1,91 @@
+"""What a migration did and did not do, and the errors that stop it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+from dra_driver.errors import DraError, FieldError
+
+
+class Action(str, Enum):
+    CONVERTED = "converted"  # a device-plugin request became a claim request
+    TRANSLATED = "translated"  # a node label became a CEL selector and left the pod's placement
+    GENERATED = "generated"  # a new object (ResourceClaimTemplate, DeviceClass) was emitted
+    NOT_CONVERTED = "not-converted"  # left exactly as it was; `reason` says why
+    NOTE = "note"  # converted, but the behaviour differs in a way the user should know
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where something is: file, document index (0-based), object and field path."""
+
+    file: str
+    document: int
+    obj: str = ""
+    path: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}: document {self.document}"
+        if self.obj:
+            where += f" ({self.obj})"
+        if self.path:
+            where += f" {self.path}"
+        return where
+
+
+@dataclass(frozen=True)
+class Finding:
+    action: Action
+    where: Location
+    subject: str  # the resource, label or object concerned
+    reason: str
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self.where)
+        return {"action": self.action.value, **data, "subject": self.subject, "reason": self.reason}
+
+    def __str__(self) -> str:
+        return f"{self.action.value:<13} {self.where}: {self.subject}: {self.reason}"
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    changed_files: list[str] = field(default_factory=list)
+
+    def add(self, action: Action, where: Location, subject: str, reason: str) -> None:
+        self.findings.append(Finding(action, where, subject, reason))
+
+    def by_action(self, action: Action) -> list[Finding]:
+        return [f for f in self.findings if f.action is action]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "changed": bool(self.changed_files),
+                "changedFiles": self.changed_files,
+                "summary": {a.value: len(self.by_action(a)) for a in Action},
+                "findings": [f.as_dict() for f in self.findings],
+            },
+            indent=2,
+        )
+
+    def to_text(self) -> str:
+        lines = [str(f) for f in self.findings]
+        counts = ", ".join(f"{len(self.by_action(a))} {a.value}" for a in Action)
+        lines.append(f"migrate: {counts}; {len(self.changed_files)} file(s) would change")
+        return "\n".join(lines)
+
+
+class MigrationError(DraError):
+    """Input the migration refuses; nothing is written when this is raised."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = list(errors)
+        if len(errors) == 1:
+            text = f"migrate refused: {errors[0]}"
+        else:
+            text = f"migrate refused ({len(errors)} problems):\n" + "\n".join(f"  - {e}" for e in errors)
+        super().__init__(text)

@@ -1,0 +1,174 @@
+"""Which device-plugin resources we know, and the DRA request each one becomes.
+
+Attribute names follow our vendor backends (docs/attributes.md): NVIDIA
+`type` ("gpu" | "mig") and `profile`; AMD `computePartition` /
+`memoryPartition` (lower case, "cpx" / "nps4"); Gaudi devices are all alike.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+AMD_DRIVER = "gpu.amd.com"
+GAUDI_DRIVER = "gaudi.intel.com"
+
+# Resource-name domains of the device plugins (and their node labellers) we know about.
+VENDOR_DOMAINS = ("nvidia.com", "amd.com", "habana.ai")
+
+_MIG = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)$")
+_AMD_PARTITION = re.compile(r"^amd\.com/(?P<compute>spx|dpx|tpx|qpx|cpx)_(?P<memory>nps1|nps2|nps4|nps8)$")
+
+
+def cel_string(value: str) -> str:
+    """A CEL double-quoted string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def attr(driver: str, name: str) -> str:
+    return f"device.attributes[{cel_string(driver)}].{name}"
+
+
+def capacity(driver: str, name: str) -> str:
+    return f"device.capacity[{cel_string(driver)}].{name}"
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """What one device-plugin resource means in DRA terms."""
+
+    resource: str  # "nvidia.com/mig-1g.10gb"
+    vendor: str  # "nvidia" | "amd" | "gaudi"
+    driver: str  # the DRA driver publishing such devices
+    device_class: str  # class used by the claims strategy
+    selectors: tuple[str, ...]  # CEL the request adds to the class (e.g. the MIG profile)
+    short: str  # DNS-label fragment for request names: "gpu", "mig-1g-10gb", "cpx-nps4"
+    partition: bool  # a slice of a device (MIG, AMD partition) rather than a whole one
+    extended_class: str  # DeviceClass name for the extended-resource strategy
+    extended_selectors: tuple[str, ...]  # full selector list of a generated extended class
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A device-plugin resource we recognise but deliberately do not convert."""
+
+    resource: str
+    reason: str
+
+
+def _nvidia_gpu() -> DeviceKind:
+    return DeviceKind(
+        resource="nvidia.com/gpu",
+        vendor="nvidia",
+        driver=NVIDIA_DRIVER,
+        device_class="gpu.nvidia.com",
+        selectors=(),
+        short="gpu",
+        partition=False,
+        extended_class="extended.gpu.nvidia.com",
+        extended_selectors=(
+            f"device.driver == {cel_string(NVIDIA_DRIVER)} && {attr(NVIDIA_DRIVER, 'type')} == \"gpu\"",
+        ),
+    )
+
+
+def _mig(resource: str, profile: str, per_profile_classes: frozenset[str]) -> DeviceKind:
+    per_profile = f"mig-{profile}.nvidia.com"
+    profile_selector = f"{attr(NVIDIA_DRIVER, 'profile')} == {cel_string(profile)}"
+    if per_profile in per_profile_classes:
+        device_class, selectors = per_profile, ()
+    else:
+        device_class, selectors = "mig.nvidia.com", (profile_selector,)
+    return DeviceKind(
+        resource=resource,
+        vendor="nvidia",
+        driver=NVIDIA_DRIVER,
+        device_class=device_class,
+        selectors=selectors,
+        short="mig-" + profile.replace(".", "-"),
+        partition=True,
+        extended_class=f"extended.mig-{profile}.nvidia.com",
+        extended_selectors=(
+            f"device.driver == {cel_string(NVIDIA_DRIVER)} && {attr(NVIDIA_DRIVER, 'type')} == \"mig\"",
+            profile_selector,
+        ),
+    )
+
+
+def _amd_gpu() -> DeviceKind:
+    return DeviceKind(
+        resource="amd.com/gpu",
+        vendor="amd",
+        driver=AMD_DRIVER,
+        device_class="gpu.amd.com",
+        selectors=(),
+        short="gpu",
+        partition=False,
+        extended_class="extended.gpu.amd.com",
+        extended_selectors=(f"device.driver == {cel_string(AMD_DRIVER)} && {attr(AMD_DRIVER, 'type')} == \"amdgpu\"",),
+    )
+
+
+def _amd_partition(resource: str, compute: str, memory: str) -> DeviceKind:
+    """`amd.com/<compute>_<memory>`: one partition of a GPU in that mode (ROCm device plugin naming).
+
+    SPX is the whole GPU, so `spx_*` asks for a whole GPU in that memory mode.
+    """
+    mode = (
+        f"{attr(AMD_DRIVER, 'computePartition')} == {cel_string(compute)} && "
+        f"{attr(AMD_DRIVER, 'memoryPartition')} == {cel_string(memory)}"
+    )
+    whole = compute == "spx"
+    device_type = "amdgpu" if whole else "amdgpu-partition"
+    return DeviceKind(
+        resource=resource,
+        vendor="amd",
+        driver=AMD_DRIVER,
+        device_class="gpu.amd.com" if whole else "partition.gpu.amd.com",
+        selectors=(mode,),
+        short=f"{compute}-{memory}",
+        partition=not whole,
+        extended_class=f"extended.{compute}-{memory}.gpu.amd.com",
+        extended_selectors=(
+            f"device.driver == {cel_string(AMD_DRIVER)} && {attr(AMD_DRIVER, 'type')} == {cel_string(device_type)}",
+            mode,
+        ),
+    )
+
+
+def _gaudi() -> DeviceKind:
+    return DeviceKind(
+        resource="habana.ai/gaudi",
+        vendor="gaudi",
+        driver=GAUDI_DRIVER,
+        device_class="gaudi.intel.com",
+        selectors=(),
+        short="gaudi",
+        partition=False,
+        extended_class="extended.gaudi.intel.com",
+        extended_selectors=(f"device.driver == {cel_string(GAUDI_DRIVER)}",),
+    )
+
+
+def classify(resource: str, per_profile_classes: frozenset[str] = frozenset()) -> DeviceKind | Unsupported | None:
+    """The DRA meaning of a resource name; None when it is not a device-plugin resource we know."""
+    if resource == "nvidia.com/gpu":
+        return _nvidia_gpu()
+    if resource == "amd.com/gpu":
+        return _amd_gpu()
+    if resource == "habana.ai/gaudi":
+        return _gaudi()
+    if match := _MIG.match(resource):
+        return _mig(resource, match["profile"], per_profile_classes)
+    if match := _AMD_PARTITION.match(resource):
+        return _amd_partition(resource, match["compute"], match["memory"])
+    if resource.endswith(".shared") and resource.split("/", 1)[0] in VENDOR_DOMAINS:
+        return Unsupported(
+            resource,
+            "time-sliced replica of a device (device-plugin sharing with renameByDefault); DRA shares a device "
+            "through a GpuConfig sharing strategy in the claim, which this tool does not write",
+        )
+    if resource.split("/", 1)[0] in VENDOR_DOMAINS:
+        return Unsupported(resource, "device-plugin resource this tool does not know how to map")
+    return None

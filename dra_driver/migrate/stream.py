@@ -1,0 +1,135 @@
+"""Multi-document YAML streams split into documents that keep their exact text.
+
+A document we do not change is written back byte for byte from its original
+text; only changed documents go through ruamel's round-trip dumper, with the
+indentation style detected from the input. The leading comment block of a
+document (Helm's `# Source:` line) is kept verbatim either way.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from dra_driver.errors import FieldError
+from dra_driver.migrate.report import MigrationError
+
+_SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?\n?$")
+_KEY_ONLY = re.compile(r"^( *)(?:- +)?[^\s#-][^#]*:[ \t]*(?:#.*)?$")
+
+
+@dataclass
+class Document:
+    """One document of a stream: separator line, leading comments, body text and parsed data."""
+
+    separator: str  # "---\n" or "" for a first document without one
+    prefix: str  # leading blank/comment lines, kept verbatim
+    body: str  # the rest of the text
+    data: Any = None  # ruamel round-trip data (None for an empty document)
+    changed: bool = False
+    generated: bool = False  # a document this tool emitted
+
+    @property
+    def text(self) -> str:
+        return self.prefix + self.body
+
+
+@dataclass
+class Stream:
+    source: str  # file name or "-"
+    documents: list[Document] = field(default_factory=list)
+    yaml: YAML | None = None
+    trailer: str = ""
+
+
+def _new_yaml(mapping: int = 2, sequence: int = 2, offset: int = 0) -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never fold long strings (CEL expressions, commands)
+    yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
+    return yaml
+
+
+def detect_indent(text: str) -> tuple[int, int, int]:
+    """(mapping, sequence, offset) as ruamel wants them, from the first examples in the text.
+
+    Defaults to kubectl's style: two-space mappings, sequences not indented.
+    """
+    lines = [line.rstrip("\n") for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    mapping = sequence = offset = None
+    for current, following in zip(lines, lines[1:]):
+        match = _KEY_ONLY.match(current)
+        if not match:
+            continue
+        base = len(current) - len(current.lstrip(" -"))  # column of the key, after any "- "
+        indent = len(following) - len(following.lstrip(" "))
+        if following.lstrip().startswith("- ") and offset is None and indent >= base:
+            offset = indent - base
+            after_dash = following.lstrip()[1:]
+            sequence = offset + 1 + (len(after_dash) - len(after_dash.lstrip(" ")))
+        elif not following.lstrip().startswith("- ") and mapping is None and indent > base:
+            mapping = indent - base
+        if mapping is not None and offset is not None:
+            break
+    mapping = mapping or 2
+    if offset is None:
+        offset, sequence = 0, mapping
+    return mapping, max(sequence or mapping, offset + 2), offset
+
+
+def split(text: str, source: str) -> Stream:
+    """Split `text` into documents and parse each; raises MigrationError naming the bad document."""
+    stream = Stream(source)
+    chunks: list[tuple[str, list[str]]] = [("", [])]
+    for line in text.splitlines(keepends=True):
+        if _SEPARATOR.match(line):
+            chunks.append((line if line.endswith("\n") else line + "\n", []))
+        else:
+            chunks[-1][1].append(line)
+    if chunks[0] == ("", []) and len(chunks) > 1:
+        chunks.pop(0)
+    mapping, sequence, offset = detect_indent(text)
+    stream.yaml = _new_yaml(mapping, sequence, offset)
+    errors: list[FieldError] = []
+    for index, (separator, lines) in enumerate(chunks):
+        cut = 0
+        while cut < len(lines) and (not lines[cut].strip() or lines[cut].lstrip().startswith("#")):
+            cut += 1
+        document = Document(separator, "".join(lines[:cut]), "".join(lines[cut:]))
+        try:
+            document.data = stream.yaml.load(document.body) if document.body.strip() else None
+        except YAMLError as exc:
+            problem = str(exc).replace("\n", " ")
+            errors.append(FieldError(f"{source}: document {index}", f"invalid YAML: {problem}"))
+        stream.documents.append(document)
+    if errors:
+        raise MigrationError(errors)
+    return stream
+
+
+def dump(stream: Stream, data: Any) -> str:
+    assert stream.yaml is not None
+    out = io.StringIO()
+    stream.yaml.dump(data, out)
+    return out.getvalue()
+
+
+def render(stream: Stream) -> str:
+    """The stream's text: unchanged documents verbatim, changed and generated ones dumped."""
+    parts: list[str] = []
+    for index, document in enumerate(stream.documents):
+        separator = document.separator
+        if index > 0 and not separator:
+            separator = "---\n"
+        if parts and not parts[-1].endswith("\n"):
+            parts.append("\n")
+        if document.changed or document.generated:
+            parts.append(separator + document.prefix + dump(stream, document.data))
+        else:
+            parts.append(separator + document.text)
+    return "".join(parts)
