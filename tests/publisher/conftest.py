@@ -1,0 +1,103 @@
+"""Fixtures: a simulated API server with a Node, and synthetic inventories of a given shape."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dra_driver.kube.client import make_api_client
+from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
+from dra_driver.publisher import PublisherOptions, SlicePublisher
+from dra_driver.vendor import Partitioning
+
+DRIVER = "gpu.example.com"
+NODE = "node-a"
+FAST = PublisherOptions(backoff_initial=0.01, backoff_cap=0.1, debounce=0.01, watch_timeout=30)
+
+
+def make_inventory(count: int, driver: str = DRIVER, partitioning: Partitioning = "static", model: str = "H100") -> Inventory:
+    """`count` whole GPUs; with dynamic partitioning also one counter set and one partition device per GPU."""
+    devices = [Device(name=f"gpu-{i}", attributes={"index": i, "model": model}, capacity={"memory": "80Gi"}) for i in range(count)]
+    if partitioning == "static":
+        return Inventory(driver=driver, devices=devices)
+    counter_sets = [CounterSet(name=f"gpu-{i}-counters", counters={"memory": "80Gi"}) for i in range(count)]
+    for i, device in enumerate(devices):
+        device.consumes_counters = [CounterConsumption(f"gpu-{i}-counters", {"memory": "80Gi"})]
+    partitions = [
+        Device(name=f"gpu-{i}-mig-1g", attributes={"index": i}, capacity={"memory": "10Gi"}, consumes_counters=[CounterConsumption(f"gpu-{i}-counters", {"memory": "10Gi"})])
+        for i in range(count)
+    ]
+    return Inventory(driver=driver, devices=devices + partitions, counter_sets=counter_sets)
+
+
+class Source:
+    """An inventory source whose shape the test can change; records what it was asked."""
+
+    def __init__(self, count: int, driver: str = DRIVER) -> None:
+        self.count = count
+        self.driver = driver
+        self.model = "H100"
+        self.asked: list[str] = []
+
+    def __call__(self, partitioning: Partitioning) -> Inventory:
+        self.asked.append(partitioning)
+        return make_inventory(self.count, self.driver, partitioning, self.model)
+
+
+@pytest.fixture
+def server() -> Iterator[SimApiServer]:
+    with SimApiServer() as srv:
+        srv.add_node(NODE)
+        yield srv
+
+
+@pytest.fixture
+def api_client(server: SimApiServer) -> client.ApiClient:
+    return make_api_client(server.url)
+
+
+@pytest.fixture
+def make_publisher(api_client: client.ApiClient) -> Iterator[Callable[..., SlicePublisher]]:
+    started: list[SlicePublisher] = []
+
+    def build(source: Any, options: PublisherOptions = FAST, node: str = NODE, driver: str = DRIVER, api: client.ApiClient | None = None) -> SlicePublisher:
+        publisher = SlicePublisher(api or api_client, node, driver, source, options)
+        started.append(publisher)
+        return publisher
+
+    yield build
+    for publisher in started:
+        publisher.stop()
+
+
+def slices(server: SimApiServer, node: str = NODE, driver: str = DRIVER) -> list[dict[str, Any]]:
+    return server.objects("ResourceSlice", spec__nodeName=node, spec__driver=driver)
+
+
+def device_names(objs: list[dict[str, Any]]) -> set[str]:
+    return {d["name"] for o in objs for d in o["spec"].get("devices") or []}
+
+
+def eventually(predicate: Callable[[], Any], timeout: float = 10.0, message: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except Exception:  # the state may be mid-change; try again
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout} s")
+        time.sleep(0.02)
+
+
+def pool_consistent(objs: list[dict[str, Any]], expected_devices: set[str]) -> bool:
+    """Every slice at one generation, count right, and exactly the expected devices."""
+    generations = {o["spec"]["pool"]["generation"] for o in objs}
+    counts = {o["spec"]["pool"]["resourceSliceCount"] for o in objs}
+    return len(generations) == 1 and counts == {len(objs)} and device_names(objs) == expected_devices
