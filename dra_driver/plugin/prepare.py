@@ -113,6 +113,9 @@ class PrepareService:
             self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
         return outcomes
 
+    def checkpoint_record(self, uid: str) -> ClaimRecord | None:
+        return self._checkpoint.get(uid)
+
     def prepared_device_count(self) -> int:
         return sum(len(r.devices) for r in self._checkpoint.records() if r.completed)
 

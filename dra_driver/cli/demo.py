@@ -1,0 +1,191 @@
+"""`dra-driver demo`: the whole claim-to-container flow on a laptop, no cluster and no GPU.
+
+It runs the real daemon on a simulated hardware profile, an in-process API
+server, and plays the kubelet over the real unix socket: register (GetInfo),
+NodePrepareResources, show the CDI spec and what a container would get, then
+NodeUnprepareResources and show the cleanup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from kubernetes import client
+
+from dra_driver.daemon import Daemon
+from dra_driver.errors import DraError
+from dra_driver.hardware_profiles import load_profile
+from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.plugin.driver import PluginSettings
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.registry import open_backends
+from dra_driver.vendor import BackendSettings, ClaimRef, VendorBackend
+
+NODE = "demo-node"
+NAMESPACE = "default"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("demo", help="prepare and unprepare a claim end to end on simulated hardware (no cluster, no GPU, no root)")
+    parser.add_argument("--profile", default="dgx-h100", help="hardware profile to simulate (default dgx-h100)")
+    parser.add_argument("--vendor", default=None, help="which vendor of the profile to use (default: the first one found)")
+    parser.add_argument("--count", type=int, default=2, help="devices to allocate to the example claim (default 2)")
+    parser.add_argument("--work-dir", type=Path, default=None, help="where the kubelet and CDI dirs go (default: a new temp dir, removed afterwards)")
+    parser.set_defaults(func=run_demo)
+
+
+@contextmanager
+def _work_dir(given: Path | None) -> Iterator[Path]:
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    # Short path on purpose: unix socket paths are limited to 107 bytes.
+    path = Path(tempfile.mkdtemp(prefix="dra-demo-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    import sys
+
+    out = out or sys.stdout
+    if args.count < 1:
+        print("dra-driver demo: --count must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        profile = load_profile(args.profile)
+        opened = open_backends(BackendSettings(node_name=NODE), profile, [args.vendor] if args.vendor else None)
+    except DraError as exc:
+        print(f"dra-driver demo: {exc}", file=sys.stderr)
+        return 1
+    if not opened.backends:
+        reasons = "; ".join(str(p) for p in opened.unavailable) or f"profile {profile.name} describes no installed vendor"
+        print(f"dra-driver demo: nothing to simulate: {reasons}", file=sys.stderr)
+        return 1
+    try:
+        with _work_dir(args.work_dir) as work, SimApiServer() as server:
+            return _demo(opened.backends[0], profile.name, args.count, work, server, out)
+    except DraError as exc:
+        print(f"dra-driver demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        opened.close()
+
+
+def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: SimApiServer, out: TextIO) -> int:
+    def say(text: str = "") -> None:
+        print(text, file=out)
+
+    settings = PluginSettings(node_name=NODE, kubelet_dir=work / "kubelet", cdi_dir=work / "cdi")
+    daemon = Daemon([backend], ClaimReader(server.api_client()), settings)
+    status = daemon.start()
+    if not status.running:
+        raise DraError(f"the daemon could not start {backend.driver_name}: {status.failed}")
+    try:
+        plugin = daemon.plugins[backend.driver_name]
+        inventory = backend.discover()
+        say(f"== Simulated node '{NODE}' (profile {profile}): {len(inventory.devices)} {backend.driver_name} devices")
+        for device in inventory.devices[:12]:
+            say(f"   {device.name}")
+        if len(inventory.devices) > 12:
+            say(f"   ... and {len(inventory.devices) - 12} more")
+        say(f"== Plugin sockets under {settings.kubelet_dir}")
+        say(f"   registration: {plugin.paths.registration_socket}")
+        say(f"   DRA service:  {plugin.paths.dra_socket}")
+
+        chosen = _first_fit(inventory.devices, count)
+        claim = _create_claim(server, backend.driver_name, chosen)
+        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}) allocated first-fit: request 'gpus' -> {', '.join(chosen)}")
+
+        conn = register(plugin.paths.registration_socket)
+        say("== Kubelet registration (GetInfo)")
+        say(f"   type={conn.info.type} name={conn.info.name}")
+        say(f"   endpoint={conn.info.endpoint}")
+        say(f"   supported_versions={list(conn.info.supported_versions)} -> kubelet uses {conn.service}")
+
+        response = conn.prepare([claim])
+        entry = response.claims[claim.uid]
+        if entry.error:
+            raise DraError(f"NodePrepareResources failed: {entry.error}")
+        say("== NodePrepareResources answer")
+        for device in entry.devices:
+            say(f"   {device.pool_name}/{device.device_name} request={list(device.request_names)} cdi={list(device.cdi_device_ids)}")
+        spec_path = Path(plugin.service.checkpoint_record(claim.uid).cdi_spec or "")
+        spec = json.loads(spec_path.read_text())
+        say(f"== CDI spec {spec_path}")
+        say(_indent(json.dumps(spec, indent=2)))
+        say("== What a container using this claim gets (resolved from the CDI spec)")
+        _describe_container(spec, [i for d in entry.devices for i in d.cdi_device_ids], say)
+
+        unprepared = conn.unprepare([claim])
+        if unprepared.claims[claim.uid].error:
+            raise DraError(f"NodeUnprepareResources failed: {unprepared.claims[claim.uid].error}")
+        say("== NodeUnprepareResources: done")
+        say(f"   CDI spec file {'still exists (unexpected!)' if spec_path.exists() else 'removed'}; claims still prepared: {plugin.service.prepared_device_count()} devices")
+        conn.close()
+    finally:
+        daemon.stop()
+    left = [p for p in (plugin.paths.registration_socket, plugin.paths.dra_socket) if p.exists()]
+    say(f"== Daemon stopped; {'sockets left behind: ' + ', '.join(map(str, left)) if left else 'its sockets were removed'}.")
+    return 0
+
+
+def _first_fit(devices: list[Any], count: int) -> list[str]:
+    """The first `count` devices that use no shared counters (whole devices, like a simple allocator)."""
+    whole = [d.name for d in devices if not d.consumes_counters] or [d.name for d in devices]
+    if len(whole) < count:
+        raise DraError(f"the profile has only {len(whole)} allocatable devices; use --count {len(whole)} or less")
+    return whole[:count]
+
+
+def _create_claim(server: SimApiServer, driver: str, devices: list[str]) -> ClaimRef:
+    """Create the claim through the real kubernetes client, then write its allocation as the scheduler would."""
+    api = client.ResourceV1Api(server.api_client())
+    body = allocated_claim_object("demo-claim", NAMESPACE, driver, NODE, {"gpus": devices}, device_class=driver)
+    status = body.pop("status")
+    created = api.create_namespaced_resource_claim(NAMESPACE, body, _preload_content=False)
+    meta = json.loads(created.data)["metadata"]
+    api.patch_namespaced_resource_claim_status(meta["name"], NAMESPACE, {"status": status}, _content_type="application/merge-patch+json")
+    return ClaimRef(NAMESPACE, meta["name"], meta["uid"])
+
+
+def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> None:
+    wanted = {i.split("=", 1)[1] for i in cdi_ids}
+    edits = [d["containerEdits"] for d in spec["devices"] if d["name"] in wanted]
+    if spec.get("containerEdits"):
+        edits.append(spec["containerEdits"])
+    env = [e for edit in edits for e in edit.get("env", [])]
+    nodes = list({n["path"]: n for edit in edits for n in edit.get("deviceNodes", [])}.values())  # shared nodes once
+    mounts = [m for edit in edits for m in edit.get("mounts", [])]
+    hooks = [h for edit in edits for h in edit.get("hooks", [])]
+    say("   environment:")
+    for item in env or ["(none)"]:
+        say(f"     {item}")
+    say("   device nodes:")
+    for node in nodes:
+        say(f"     {node.get('hostPath', node['path'])} -> {node['path']}")
+    if not nodes:
+        say("     (none)")
+    if mounts:
+        say("   mounts:")
+        for mount in mounts:
+            say(f"     {mount['hostPath']} -> {mount['containerPath']} {','.join(mount.get('options', []))}")
+    if hooks:
+        say("   hooks:")
+        for hook in hooks:
+            say(f"     {hook['hookName']}: {hook['path']} {' '.join(hook.get('args', []))}")
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"   {line}" for line in text.splitlines())

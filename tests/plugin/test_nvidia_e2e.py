@@ -1,0 +1,57 @@
+"""End to end with the real NVIDIA backend over its fake NVML (dgx-h100 profile), and the demo command."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import pytest
+from conftest import make_settings
+
+from dra_driver.daemon import Daemon
+from dra_driver.hardware_profiles import load_profile
+from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.vendor import BackendSettings, ClaimRef
+
+nvidia = pytest.importorskip("dra_driver_nvidia.backend")
+
+
+def test_prepare_unprepare_with_nvidia_backend(short_tmp, apiserver):
+    settings = make_settings(short_tmp)
+    profile = load_profile("dgx-h100")
+    backend = nvidia.NvidiaBackend.from_profile(profile.sections["nvidia"], BackendSettings(node_name="node-a"))
+    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    assert daemon.start().running == ["gpu.nvidia.com"]
+    try:
+        plugin = daemon.plugins["gpu.nvidia.com"]
+        stored = apiserver.store.put(allocated_claim_object("train", "default", "gpu.nvidia.com", "node-a", {"gpu": ["gpu-3"]}))
+        ref = ClaimRef("default", "train", stored["metadata"]["uid"])
+        conn = register(plugin.paths.registration_socket)
+        entry = conn.prepare([ref]).claims[ref.uid]
+        assert entry.error == ""
+        assert list(entry.devices[0].cdi_device_ids) == [f"k8s.gpu.nvidia.com/device={ref.uid}-gpu-3"]
+        spec = json.loads((settings.cdi_dir / f"k8s.gpu.nvidia.com-device_{ref.uid}.json").read_text())
+        paths = [n["path"] for d in spec["devices"] for n in d["containerEdits"].get("deviceNodes", [])]
+        assert "/dev/nvidia3" in paths
+        env = spec.get("containerEdits", {}).get("env", []) + [e for d in spec["devices"] for e in d["containerEdits"].get("env", [])]
+        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=GPU-") for e in env)
+        assert conn.unprepare([ref]).claims[ref.uid].error == ""
+        assert not any(settings.cdi_dir.iterdir())
+        conn.close()
+    finally:
+        daemon.stop()
+
+
+def test_demo_runs_without_root_or_cluster(short_tmp):
+    from dra_driver.cli.demo import run_demo
+
+    out = io.StringIO()
+    args = argparse.Namespace(profile="dgx-h100", vendor=None, count=2, work_dir=short_tmp / "w")
+    assert run_demo(args, out) == 0
+    text = out.getvalue()
+    assert "kubelet uses v1.DRAPlugin" in text
+    assert "k8s.gpu.nvidia.com/device=" in text and "NVIDIA_VISIBLE_DEVICES=" in text
+    assert "CDI spec file removed" in text and "its sockets were removed" in text
+    assert not list((short_tmp / "w" / "cdi").glob("*.json"))
