@@ -69,7 +69,10 @@ def attribute_value(key: str, raw: Mapping[str, Any]) -> Any:
     if kind == "string" and isinstance(value, str):
         return celtypes.StringType(value)
     if kind == "version" and isinstance(value, str):
-        return Semver.parse(value)
+        try:
+            return Semver.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"attribute {key!r}: {exc}") from exc
     raise ValueError(f"attribute {key!r}: unsupported value {raw!r}")
 
 
@@ -89,7 +92,10 @@ def cel_device(driver: str, device: Mapping[str, Any]) -> CelDevice:
             if not isinstance(raw, Mapping) or "value" not in raw:
                 raise ValueError(f"capacity {key!r}: expected {{'value': <quantity>}}, got {raw!r}")
             domain, ident = _split(driver, key)
-            capacity.setdefault(domain, {})[ident] = Quantity.parse(str(raw["value"]))
+            try:
+                capacity.setdefault(domain, {})[ident] = Quantity.parse(str(raw["value"]))
+            except ValueError as exc:
+                raise ValueError(f"capacity {key!r}: {exc}") from exc
     except ValueError as exc:
         raise ValueError(f"device {name!r} of driver {driver!r}: {exc}") from exc
     value = celtypes.MapType(
