@@ -60,7 +60,7 @@ def cel_equal(left: Any, right: Any) -> bool:
     if isinstance(left, bool) != isinstance(right, bool):
         return False
     if _is_number(left) and _is_number(right):
-        return bool(left == right)
+        return _plain(left) == _plain(right)
     if type(left) is not type(right) and not (isinstance(left, str) and isinstance(right, str)):
         if not (isinstance(left, (list, dict)) and isinstance(right, (list, dict))):
             return False

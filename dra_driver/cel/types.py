@@ -29,6 +29,9 @@ class Quantity:
         """Parse with the kubernetes client's parser; ValueError when `text` is not a quantity."""
         if not isinstance(text, str) or isinstance(text, bool):
             raise TypeError(f"quantity() takes a string, got {type(text).__name__}")
+        if not text or any(ch.isspace() for ch in text):
+            # The client parser tolerates spaces; Kubernetes' ParseQuantity does not.
+            raise ValueError(f"invalid quantity {text!r}: empty or contains whitespace")
         try:
             return cls(Decimal(parse_quantity(text)), text)
         except (ValueError, TypeError, InvalidOperation, ArithmeticError) as exc:
