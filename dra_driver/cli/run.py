@@ -58,9 +58,13 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
     from kubernetes import client
 
-    claims = ClaimReader(client.ApiClient(configuration))
+    api_client = client.ApiClient(configuration)
+    claims = ClaimReader(api_client)
     settings = PluginSettings(node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid)
-    return Daemon(opened.backends, claims, settings, metrics_port=args.metrics_port)
+    # Slice publishing (dra_driver.publisher): one SlicePublisher per backend, health events become taints.
+    from dra_driver.publisher.daemon_adapter import publisher_factory
+
+    return Daemon(opened.backends, claims, settings, metrics_port=args.metrics_port, publisher_factory=publisher_factory(api_client, args.node_name))
 
 
 def run(args: argparse.Namespace) -> int:

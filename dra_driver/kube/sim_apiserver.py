@@ -691,6 +691,9 @@ class _Route:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body are written separately; without TCP_NODELAY each answer
+    # waits for a delayed ACK (~40 ms). The real apiserver sets it too.
+    disable_nagle_algorithm = True
     server: _HttpServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature

@@ -1,0 +1,88 @@
+"""Plug SlicePublisher into the node daemon: one publisher per backend, fed by its discovery and health.
+
+The daemon (dra_driver.daemon) asks a `PublisherFactory` for the publisher of
+each backend and calls start(), stop() and set_device_health(HealthEvent) on
+it; this module provides that factory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from kubernetes import client
+
+from dra_driver.logs import fields
+from dra_driver.model.device import Inventory
+from dra_driver.publisher.desired import strip_partitioning
+from dra_driver.publisher.publisher import InventorySource, PublisherOptions, SlicePublisher
+from dra_driver.vendor import BackendSettings, HealthEvent, Partitioning, VendorBackend
+
+log = logging.getLogger(__name__)
+
+
+class DaemonPublisher:
+    """The daemon's publisher seam over a SlicePublisher."""
+
+    def __init__(self, publisher: SlicePublisher) -> None:
+        self.publisher = publisher
+
+    def start(self) -> None:
+        self.publisher.start()
+
+    def stop(self) -> None:
+        self.publisher.stop()
+
+    def set_device_health(self, event: HealthEvent) -> None:
+        self.publisher.apply_health_event(event)
+
+
+def backend_inventory_source(backend: VendorBackend, first: Inventory | None = None) -> InventorySource:
+    """Inventory from the backend; the daemon's initial discovery is used once instead of discovering twice.
+
+    Asked for "static" while the backend runs dynamic partitioning (the API
+    server dropped counters), the backend is switched to static partitioning
+    so that discovery and prepare agree with what is published.
+    """
+    cached = [first] if first is not None else []
+
+    def source(partitioning: Partitioning) -> Inventory:
+        settings = getattr(backend, "settings", None)
+        if isinstance(settings, BackendSettings) and settings.partitioning != partitioning:
+            backend.settings = dataclasses.replace(settings, partitioning=partitioning)  # type: ignore[attr-defined]
+            cached.clear()
+            log.warning("backend switched partitioning mode", extra=fields(vendor=backend.vendor, partitioning=partitioning))
+        if cached:
+            return cached.pop()
+        inventory = backend.discover()
+        if partitioning == "static" and inventory.counter_sets:
+            # A backend that cannot switch: drop the counters rather than publish nothing.
+            log.warning("backend cannot publish static partitions; dropping shared counters", extra=fields(vendor=backend.vendor))
+            inventory = strip_partitioning(inventory)
+        return inventory
+
+    return source
+
+
+def publisher_factory(
+    api_client: client.ApiClient,
+    node_name: str,
+    options: PublisherOptions | None = None,
+) -> Callable[[VendorBackend, Inventory], DaemonPublisher]:
+    """What `Daemon(publisher_factory=...)` takes: a publisher per backend, in the backend's partitioning mode."""
+    base = options or PublisherOptions()
+
+    def build(backend: VendorBackend, inventory: Inventory) -> DaemonPublisher:
+        settings = getattr(backend, "settings", None)
+        partitioning: Partitioning = settings.partitioning if isinstance(settings, BackendSettings) else base.partitioning
+        publisher = SlicePublisher(
+            api_client,
+            node_name,
+            backend.driver_name,
+            backend_inventory_source(backend, inventory),
+            dataclasses.replace(base, partitioning=partitioning),
+        )
+        return DaemonPublisher(publisher)
+
+    return build
