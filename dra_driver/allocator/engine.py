@@ -128,6 +128,7 @@ class _Plan:
     candidates: list[_Entry]
     everything: list[_Entry]
     first_error: str | None
+    candidate_errors: bool = False  # some candidate's selector errs: no pruning, the search must reach it
 
 
 @dataclass
@@ -310,8 +311,12 @@ class Allocator:
                 elif isinstance(selectable, str) and plan.first_error is None:
                     plan.first_error = selectable
             in_use = holder is not None and not alternative.admin_access
-            if not pool_problem and not in_use:
+            # The search only walks devices that can still be picked; a device whose
+            # selector errs stays in, so the search reaches it in the scheduler's order.
+            viable = selectable is not False and (blocked is None or blocked.code != "taint")
+            if not pool_problem and not in_use and viable:
                 plan.candidates.append(entry)
+                plan.candidate_errors = plan.candidate_errors or isinstance(selectable, str)
             # What the report says: the first reason in the order the scheduler checks.
             if pool_problem:
                 reason: Rejection | None = Rejection("pool", pool_problem)
@@ -441,6 +446,8 @@ class _Search:
                 return True
             self._release(ci, entry)
             return False
+        if not plan.candidate_errors and len(candidates) - start < need - k:
+            return False  # not enough devices left: no solution below (the Go code finds that out slowly)
         for index in range(start, len(candidates)):
             entry = candidates[index]
             if not self._take(ci, ri, ai, entry, must=False):

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from dra_driver.allocator.types import DeviceID, Node, NodeTarget, Pool, PoolDevice
 from dra_driver.model import quantity
+
+
+@lru_cache(maxsize=4096)
+def _quantity(text: str) -> Decimal:
+    """Counter values repeat across devices and nodes; parse each distinct string once."""
+    return quantity.parse(text)
 
 
 def qualify(key: str, driver: str) -> str:
@@ -23,9 +30,9 @@ def qualify(key: str, driver: str) -> str:
 
 
 def _attribute(value: Mapping[str, Any]) -> tuple[str, Any]:
-    for kind in ("int", "bool", "string", "version"):
-        if kind in value:
-            return kind, value[kind]
+    """{"int": 4} -> ("int", 4); validation guarantees exactly one member."""
+    for kind, member in value.items():
+        return kind, member
     return "unknown", None
 
 
@@ -37,20 +44,23 @@ def _target(obj: Mapping[str, Any]) -> NodeTarget:
     )
 
 
+@lru_cache(maxsize=4096)
+def _consumption(set_name: str, counters: tuple[tuple[str, str], ...]) -> tuple[str, tuple[tuple[str, Decimal], ...]]:
+    return set_name, tuple(sorted((name, _quantity(value)) for name, value in counters))
+
+
 def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per_device: bool) -> PoolDevice:
+    own = driver + "/"
     consumes = tuple(
-        (
-            str(entry.get("counterSet")),
-            tuple(sorted((name, quantity.parse(str(counter.get("value", "0")))) for name, counter in (entry.get("counters") or {}).items())),
-        )
-        for entry in raw.get("consumesCounters") or []
+        _consumption(str(entry.get("counterSet")), tuple((name, str((counter or {}).get("value", "0"))) for name, counter in (entry.get("counters") or {}).items()))
+        for entry in raw.get("consumesCounters") or ()
     )
     return PoolDevice(
         id=DeviceID(driver, pool, str(raw.get("name"))),
         wire=raw,
         slice_name=slice_name,
-        attributes={qualify(k, driver): _attribute(v) for k, v in (raw.get("attributes") or {}).items()},
-        capacity={qualify(k, driver): str((v or {}).get("value")) for k, v in (raw.get("capacity") or {}).items()},
+        attributes={(k if "/" in k else own + k): _attribute(v) for k, v in (raw.get("attributes") or {}).items()},
+        capacity={(k if "/" in k else own + k): str((v or {}).get("value")) for k, v in (raw.get("capacity") or {}).items()},
         consumes=consumes,
         taints=tuple(raw.get("taints") or ()),
         target=_target(raw) if per_device else None,
@@ -101,7 +111,7 @@ def build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
                 name = str(counter_set.get("name"))
                 if name in pool.counter_sets and pool.invalid is None:
                     pool.invalid = f"counter set {name!r} is defined twice"
-                pool.counter_sets[name] = {c: quantity.parse(str(v.get("value", "0"))) for c, v in (counter_set.get("counters") or {}).items()}
+                pool.counter_sets[name] = {c: _quantity(str(v.get("value", "0"))) for c, v in (counter_set.get("counters") or {}).items()}
             for raw in spec.get("devices") or []:
                 device = _device(raw, driver, pool_name, slice_name, per_device)
                 if device.id.device in seen and pool.invalid is None:
