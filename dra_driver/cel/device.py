@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from celpy import celtypes
@@ -70,7 +71,7 @@ def attribute_value(key: str, raw: Mapping[str, Any]) -> Any:
         return celtypes.StringType(value)
     if kind == "version" and isinstance(value, str):
         try:
-            return Semver.parse(value)
+            return _parse_version(value)
         except ValueError as exc:
             raise ValueError(f"attribute {key!r}: {exc}") from exc
     raise ValueError(f"attribute {key!r}: unsupported value {raw!r}")
@@ -93,7 +94,7 @@ def cel_device(driver: str, device: Mapping[str, Any]) -> CelDevice:
                 raise ValueError(f"capacity {key!r}: expected {{'value': <quantity>}}, got {raw!r}")
             domain, ident = _split(driver, key)
             try:
-                capacity.setdefault(domain, {})[ident] = Quantity.parse(str(raw["value"]))
+                capacity.setdefault(domain, {})[ident] = _parse_capacity(str(raw["value"]))
             except ValueError as exc:
                 raise ValueError(f"capacity {key!r}: {exc}") from exc
     except ValueError as exc:
@@ -106,6 +107,17 @@ def cel_device(driver: str, device: Mapping[str, Any]) -> CelDevice:
         }
     )
     return CelDevice(driver=driver, name=name, value=value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_version(text: str) -> Semver:
+    """Fleets repeat the same few values; the values are immutable, so sharing them is safe."""
+    return Semver.parse(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse_capacity(text: str) -> Quantity:
+    return Quantity.parse(text)
 
 
 def _domain_map(by_domain: dict[str, dict[str, Any]]) -> DomainMap:
