@@ -22,7 +22,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count
-from dra_driver.migrate.edit import key_column, remove_key, to_ruamel
+from dra_driver.migrate.edit import attach_trailing, remove_key, to_ruamel
 from dra_driver.migrate.names import dns_label, dns_subdomain
 from dra_driver.migrate.placement import PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
@@ -182,21 +182,21 @@ def _apply_container_edits(requests: list[Request]) -> None:
     for request in requests:
         for device in request.users:
             resources = device.container["resources"]
+            orphans: list[str] = []  # comment lines that followed a removed entry and need a new home
             for part in ("limits", "requests"):
                 values = resources.get(part)
                 if isinstance(values, CommentedMap) and device.kind.resource in values:
-                    remove_key(values, device.kind.resource, key_column(values))
+                    orphans += remove_key(values, device.kind.resource)
                     if not values:
-                        remove_key(resources, part, key_column(resources))
+                        orphans += remove_key(resources, part)
             claims = resources.get("claims")
             if not isinstance(claims, list):
                 claims = CommentedSeq()
                 resources["claims"] = claims
-            entry: dict[str, str] = {"name": POD_CLAIM}
-            if len(requests) > 1:
-                entry["request"] = request.name
-            if to_ruamel(entry) not in claims:
-                claims.append(to_ruamel(entry))
+            entry = to_ruamel({"name": POD_CLAIM, **({"request": request.name} if len(requests) > 1 else {})})
+            if entry not in claims:
+                claims.append(entry)
+            attach_trailing(resources, orphans)
 
 
 def _template(workload: Workload, name: str, requests: list[Request]) -> CommentedMap:

@@ -167,6 +167,7 @@ def _insert_templates(stream: streams.Stream, pending: list[_Pending]) -> None:
         helm_source = "".join(line for line in entry.document.prefix.splitlines(keepends=True) if line.startswith("# Source:"))
         stream.documents.insert(position, streams.Document(
             separator=entry.document.separator, prefix=helm_source, body="", data=entry.generated.template, generated=True,
+            indent=entry.document.indent,
         ))
         entry.document.separator = "---\n"
 

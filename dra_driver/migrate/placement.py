@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.migrate.context import Context
-from dra_driver.migrate.edit import key_column, remove_key
+from dra_driver.migrate.edit import remove_key
 from dra_driver.migrate.labels import Requirement, is_gpu_label, label_vendor, translate
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind
@@ -52,7 +52,7 @@ def _node_selector(ctx: Context, workload: Workload) -> tuple[list[_Found], Call
         _Found(
             Requirement(str(label), "In", (str(value),)),
             f"{workload.spec_path}.nodeSelector",
-            lambda label=label: remove_key(selector, label, key_column(selector)),
+            lambda label=label: remove_key(selector, label),
         )
         for label, value in selector.items()
         if is_gpu_label(str(label))
@@ -60,7 +60,7 @@ def _node_selector(ctx: Context, workload: Workload) -> tuple[list[_Found], Call
 
     def cleanup() -> None:
         if "nodeSelector" in spec and not spec["nodeSelector"]:
-            remove_key(spec, "nodeSelector", key_column(spec))
+            remove_key(spec, "nodeSelector")
 
     return found, cleanup
 
@@ -101,15 +101,15 @@ def _required_affinity(ctx: Context, workload: Workload) -> tuple[list[_Found], 
     def cleanup() -> None:
         term = terms[0]
         if "matchExpressions" in term and not term["matchExpressions"]:
-            remove_key(term, "matchExpressions", key_column(term))
+            remove_key(term, "matchExpressions")
         if term:
             return
         node_affinity = _get(spec, _AFFINITY[:2])
-        remove_key(node_affinity, _AFFINITY[2], key_column(node_affinity))
+        remove_key(node_affinity, _AFFINITY[2])
         if not node_affinity:
-            remove_key(spec["affinity"], "nodeAffinity", key_column(spec["affinity"]))
+            remove_key(spec["affinity"], "nodeAffinity")
         if not spec["affinity"]:
-            remove_key(spec, "affinity", key_column(spec))
+            remove_key(spec, "affinity")
 
     return found, cleanup
 

@@ -33,6 +33,7 @@ class Document:
     data: Any = None  # ruamel round-trip data (None for an empty document)
     changed: bool = False
     generated: bool = False  # a document this tool emitted
+    indent: tuple[int, int, int] = (2, 2, 0)  # ruamel (mapping, sequence, offset), detected per document
 
     @property
     def text(self) -> str:
@@ -43,8 +44,6 @@ class Document:
 class Stream:
     source: str  # file name or "-"
     documents: list[Document] = field(default_factory=list)
-    yaml: YAML | None = None
-    trailer: str = ""
 
 
 def _new_yaml(mapping: int = 2, sequence: int = 2, offset: int = 0) -> YAML:
@@ -93,16 +92,16 @@ def split(text: str, source: str) -> Stream:
             chunks[-1][1].append(line)
     if chunks[0] == ("", []) and len(chunks) > 1:
         chunks.pop(0)
-    mapping, sequence, offset = detect_indent(text)
-    stream.yaml = _new_yaml(mapping, sequence, offset)
+    loader = _new_yaml()
     errors: list[FieldError] = []
     for index, (separator, lines) in enumerate(chunks):
         cut = 0
         while cut < len(lines) and (not lines[cut].strip() or lines[cut].lstrip().startswith("#")):
             cut += 1
         document = Document(separator, "".join(lines[:cut]), "".join(lines[cut:]))
+        document.indent = detect_indent(document.body)
         try:
-            document.data = stream.yaml.load(document.body) if document.body.strip() else None
+            document.data = loader.load(document.body) if document.body.strip() else None
         except YAMLError as exc:
             problem = str(exc).replace("\n", " ")
             errors.append(FieldError(f"{source}: document {index}", f"invalid YAML: {problem}"))
@@ -112,10 +111,9 @@ def split(text: str, source: str) -> Stream:
     return stream
 
 
-def dump(stream: Stream, data: Any) -> str:
-    assert stream.yaml is not None
+def dump(data: Any, indent: tuple[int, int, int]) -> str:
     out = io.StringIO()
-    stream.yaml.dump(data, out)
+    _new_yaml(*indent).dump(data, out)
     return out.getvalue()
 
 
@@ -129,7 +127,7 @@ def render(stream: Stream) -> str:
         if parts and not parts[-1].endswith("\n"):
             parts.append("\n")
         if document.changed or document.generated:
-            parts.append(separator + document.prefix + dump(stream, document.data))
+            parts.append(separator + document.prefix + dump(document.data, document.indent))
         else:
             parts.append(separator + document.text)
     return "".join(parts)

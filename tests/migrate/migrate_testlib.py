@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.migrate import FileResult, Options, Report, load_catalog, migrate
+
+CORPUS = Path(__file__).parent / "corpus"
+GOOD = sorted(p for p in CORPUS.glob("*.yaml"))
+REFUSE = sorted((CORPUS / "refuse").glob("*.yaml"))
+
+
+def run(text: str, source: str = "in.yaml", strategy: str = "claims") -> tuple[FileResult, Report]:
+    results, report = migrate([(source, text)], Options(strategy=strategy, catalog=load_catalog()))
+    return results[0], report
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def objects(text: str) -> list[dict[str, Any]]:
+    found = []
+    for d in docs(text):
+        found.extend(d["items"] if d.get("kind") == "List" else [d])
+    return found
+
+
+def by_kind(text: str, kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects(text) if o.get("kind") == kind]
+
+

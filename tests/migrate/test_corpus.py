@@ -1,0 +1,85 @@
+"""Properties every corpus file must keep: parseable output, idempotency, comments, untouched documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migrate_testlib import CORPUS as corpus, GOOD, by_kind, docs, objects, run
+from dra_driver.migrate.resources import classify
+from dra_driver.migrate.workloads import pod_spec
+
+DEVICE_PREFIXES = ("nvidia.com/", "amd.com/", "habana.ai/")
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)
+def test_output_parses_and_is_idempotent(path: Path) -> None:
+    text = path.read_text()
+    first, _ = run(text, path.name)
+    docs(first.output)  # parses
+    second, report = run(first.output, path.name)
+    assert second.output == first.output
+    assert not second.changed
+    assert report.changed_files == []
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)
+def test_every_comment_survives(path: Path) -> None:
+    text = path.read_text()
+    result, _ = run(text, path.name)
+    out_lines = {line.strip() for line in result.output.splitlines()}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            assert stripped in out_lines, f"comment lost: {stripped}"
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)
+def test_converted_pods_reference_their_template(path: Path) -> None:
+    result, report = run(path.read_text(), path.name)
+    templates = {t["metadata"]["name"]: t for t in by_kind(result.output, "ResourceClaimTemplate")}
+    for obj in objects(result.output):
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        claims = {c["name"]: c for c in spec.get("resourceClaims") or []}
+        for container in (spec.get("initContainers") or []) + spec["containers"]:
+            refs = (container.get("resources") or {}).get("claims") or []
+            for ref in refs:
+                template = templates[claims[ref["name"]]["resourceClaimTemplateName"]]
+                names = [r["name"] for r in template["spec"]["spec"]["devices"]["requests"]]
+                assert ref.get("request", names[0]) in names
+                if len(names) > 1:
+                    assert "request" in ref  # without it the container would get every device of the claim
+            limits = (container.get("resources") or {}).get("limits") or {}
+            converted = [r for r in limits if not isinstance(classify(r), type(None)) and refs]
+            assert not [r for r in converted if str(r).startswith(DEVICE_PREFIXES) and not str(r).endswith(".shared")]
+
+
+def test_untouched_documents_are_byte_identical() -> None:
+    text = (corpus / "helm-rendered.yaml").read_text()
+    result, _ = run(text)
+    chunks = text.split("---\n")
+    for chunk in chunks:
+        if "release-triton\n  labels" in chunk and "kind: Deployment" in chunk:
+            assert chunk not in result.output  # the GPU deployment changed
+        elif chunk.strip():
+            assert chunk in result.output
+    assert result.output.count("# Source: triton/templates/deployment.yaml") == 2  # workload + its template
+
+
+def test_helm_stream_keeps_document_order_and_separators() -> None:
+    result, _ = run((corpus / "helm-rendered.yaml").read_text())
+    kinds = [d["kind"] for d in docs(result.output)]
+    assert kinds == ["ServiceAccount", "ConfigMap", "Service", "ResourceClaimTemplate", "Deployment", "Deployment"]
+    assert result.output.startswith("---\n# Source: triton/templates/serviceaccount.yaml\n")
+
+
+def test_custom_operator_kinds_are_reported_and_never_changed() -> None:
+    text = (corpus / "custom-operators.yaml").read_text()
+    result, report = run(text)
+    assert result.output == text
+    reported = {f.where.obj.split("/")[0] for f in report.by_action(report.findings[0].action)}
+    assert reported == {"PyTorchJob", "RayCluster", "MPIJob"}
+    assert all("not a workload this tool rewrites" in f.reason for f in report.findings)
