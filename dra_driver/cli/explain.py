@@ -64,20 +64,21 @@ def add_parser(subparsers: Any) -> None:
 
 
 def shipped_class_documents() -> list[dict[str, Any]]:
-    """The DeviceClasses shipped with dra-driver (deviceclasses/*.yaml)."""
+    """The DeviceClasses shipped with dra-driver (deviceclasses/, listed by its kustomization.yaml).
+
+    Read as plain documents so they go through the same checks as a user's classes.
+    """
+    from dra_driver.cel.classes import shipped_classes_dir
+
     try:
-        from dra_driver.cel import deviceclasses as shipped  # type: ignore[attr-defined]
-    except ImportError:
-        shipped = None
-    if shipped is not None and hasattr(shipped, "load_documents"):
-        return [dict(d) for d in shipped.load_documents()]
-    for directory in (Path(__file__).resolve().parents[2] / "deviceclasses", Path(__file__).resolve().parents[1] / "deviceclasses"):
-        if directory.is_dir():
-            docs: list[dict[str, Any]] = []
-            for path in sorted(directory.glob("*.yaml")):
-                docs += fleets.read_documents(path)
-            return [d for d in docs if d.get("kind") == "DeviceClass"]
-    return []
+        directory = shipped_classes_dir()
+    except FileNotFoundError:
+        return []  # an installation without them: users bring classes with --classes
+    listed = (fleets.read_documents(directory / "kustomization.yaml") or [{}])[0].get("resources") or []
+    docs: list[dict[str, Any]] = []
+    for name in listed:
+        docs += fleets.read_documents(directory / str(name))
+    return [d for d in docs if d.get("kind") == "DeviceClass"]
 
 
 def _classes(layers: Sequence[tuple[str, list[dict[str, Any]]]], matcher: CelMatcher) -> dict[str, DeviceClassSpec]:
