@@ -163,6 +163,8 @@ def _build_requests(ctx: Context, devices: list[ContainerDevices]) -> list[Reque
                         "that use it, as the device plugin reused init-container devices")
                 continue
         name = dns_label(device.name, device.kind.short)
+        if name in requests and requests[name].users[0].container is device.container:
+            name = dns_label(device.name, device.kind.vendor, device.kind.short)  # e.g. amd.com/gpu next to nvidia.com/gpu
         if name in requests:
             ctx.refuse(device.path, f"generated request name {name!r} is not unique (duplicate container names?)")
             continue

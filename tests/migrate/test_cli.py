@@ -1,0 +1,86 @@
+"""The command: exit codes, outputs, refusals (no partial output), report formats."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from migrate_testlib import CORPUS, REFUSE, by_kind
+from dra_driver.cli.main import main
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["migrate", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = CORPUS / "training-job.yaml"
+    code, out, _ = _run([str(source), "--check"], capsys)
+    assert (code, out) == (1, "")
+    migrated = tmp_path / "out.yaml"
+    assert _run([str(source), "-o", str(migrated), "--report", "none"], capsys)[0] == 0
+    assert _run([str(migrated), "--check"], capsys)[0] == 0
+    assert _run([str(CORPUS / "custom-operators.yaml"), "--check"], capsys)[0] == 0
+
+
+def test_write_in_place_only_touches_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    changed, unchanged = tmp_path / "job.yaml", tmp_path / "ops.yaml"
+    shutil.copy(CORPUS / "training-job.yaml", changed)
+    shutil.copy(CORPUS / "custom-operators.yaml", unchanged)
+    before = unchanged.stat().st_mtime_ns
+    code, out, _ = _run([str(changed), str(unchanged), "--write", "--report", "none"], capsys)
+    assert (code, out) == (0, "")
+    assert by_kind(changed.read_text(), "ResourceClaimTemplate")
+    assert unchanged.stat().st_mtime_ns == before
+    assert unchanged.read_text() == (CORPUS / "custom-operators.yaml").read_text()
+
+
+def test_stdin_and_several_files_to_stdout(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO((CORPUS / "gaudi.yaml").read_text()))
+    code, out, _ = _run(["-", str(CORPUS / "list.yaml"), "--report", "none"], capsys)
+    assert code == 0
+    assert {t["metadata"]["name"] for t in by_kind(out, "ResourceClaimTemplate")} == {
+        "gaudi-finetune-accelerators", "whisper-accelerators"}
+
+
+def test_json_report_lists_converted_and_not_converted(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run([str(CORPUS / "reported.yaml"), "--report", "json"], capsys)
+    report = json.loads(err)
+    assert code == 0 and report["changed"] is True
+    actions = [f["action"] for f in report["findings"]]
+    assert actions.count("converted") == 1 and actions.count("not-converted") == 4
+    first = report["findings"][0]
+    assert {"file", "document", "obj", "path", "subject", "reason"} <= set(first)
+
+
+@pytest.mark.parametrize("path", REFUSE, ids=lambda p: p.name)
+def test_refusals_write_nothing_and_name_the_place(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run([str(path)], capsys)
+    assert code == 2
+    assert out == ""
+    assert "migrate refused" in err and path.name in err and "document" in err
+
+
+def test_refusal_in_one_file_blocks_all_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    shutil.copy(CORPUS / "gaudi.yaml", good)
+    shutil.copy(CORPUS / "refuse" / "gpu-and-mig.yaml", bad)
+    code, _, err = _run([str(good), str(bad), "--write"], capsys)
+    assert code == 2
+    assert good.read_text() == (CORPUS / "gaudi.yaml").read_text()
+    assert "nvidia.com/mig-1g.10gb" in err
+
+
+def test_invalid_yaml_names_the_document(capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, err = _run([str(CORPUS / "refuse" / "invalid-yaml.yaml")], capsys)
+    assert "document 1" in err and "invalid YAML" in err
+
+
+def test_write_refuses_stdin(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["-", "--write"], capsys)[0] == 2

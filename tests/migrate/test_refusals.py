@@ -1,0 +1,60 @@
+"""Conflicts the engine refuses, with every problem listed."""
+
+from __future__ import annotations
+
+import pytest
+
+from dra_driver.migrate import MigrationError, Options, load_catalog, migrate
+
+POD = """apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  containers:
+  - name: a
+    image: busybox
+    resources:
+      limits:
+{limits}
+"""
+
+
+def _pod(name: str, limits: str) -> str:
+    return POD.format(name=name, limits="\n".join(f"        {line}" for line in limits.splitlines()))
+
+
+def _migrate(*texts: str) -> None:
+    migrate([(f"f{i}.yaml", t) for i, t in enumerate(texts)], Options(catalog=load_catalog()))
+
+
+def test_amd_gpu_and_partition_in_one_container_is_refused() -> None:
+    with pytest.raises(MigrationError, match="amd.com/gpu, amd.com/cpx_nps4"):
+        _migrate(_pod("x", "amd.com/gpu: 1\namd.com/cpx_nps4: 1"))
+
+
+def test_different_vendors_in_one_container_get_distinct_requests() -> None:
+    [result], _ = migrate([("f.yaml", _pod("x", "amd.com/gpu: 1\nnvidia.com/gpu: 1"))], Options(catalog=load_catalog()))
+    assert "name: a-gpu\n" in result.output and "name: a-nvidia-gpu\n" in result.output
+
+
+def test_all_problems_are_reported_together() -> None:
+    with pytest.raises(MigrationError) as caught:
+        _migrate(_pod("x", "nvidia.com/gpu: 1\nnvidia.com/mig-1g.10gb: 1"), "a: [", _pod("y", "amd.com/gpu: 1\namd.com/spx_nps1: 1"))
+    # parse errors are found first and stop before any rewriting
+    assert len(caught.value.errors) == 1 and "f1.yaml: document 0" in str(caught.value)
+    with pytest.raises(MigrationError) as caught:
+        _migrate(_pod("x", "nvidia.com/gpu: 1\nnvidia.com/mig-1g.10gb: 1"), _pod("y", "amd.com/gpu: 1\namd.com/qpx_nps1: 1"))
+    assert len(caught.value.errors) == 2
+
+
+def test_generated_template_name_colliding_with_an_existing_one_is_refused() -> None:
+    existing = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: x-accelerators\n"
+    with pytest.raises(MigrationError, match="x-accelerators"):
+        _migrate(existing + "---\n" + _pod("x", "nvidia.com/gpu: 1"))
+
+
+def test_container_already_referring_to_the_generated_claim_name_is_refused() -> None:
+    text = _pod("x", "nvidia.com/gpu: 1").rstrip("\n") + "\n      claims:\n      - name: accelerators\n"
+    with pytest.raises(MigrationError, match="already refers to a claim named 'accelerators'"):
+        _migrate(text)
