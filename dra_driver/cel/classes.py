@@ -122,6 +122,12 @@ def shipped_classes_dir() -> Path:
     if os.environ.get(ENV_DIR):
         candidates.append(Path(os.environ[ENV_DIR]))
     candidates.append(Path(__file__).resolve().parents[2] / "deviceclasses")
+    try:  # a regular (non-editable) install ships them as the data package dra_driver_deviceclasses
+        import dra_driver_deviceclasses
+
+        candidates.append(Path(dra_driver_deviceclasses.__file__).parent)
+    except ImportError:
+        pass
     for candidate in candidates:
         if (candidate / "kustomization.yaml").is_file():
             return candidate

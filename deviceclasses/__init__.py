@@ -1,0 +1,1 @@
+"""The shipped DeviceClasses, installed as package data (see setup.py)."""
