@@ -1,0 +1,44 @@
+"""--strategy extended-resource: workloads untouched, one DeviceClass per resource found."""
+
+from __future__ import annotations
+
+from migrate_testlib import CORPUS, by_kind, run
+from dra_driver.migrate import Action
+
+
+def _classes(text: str) -> dict[str, dict]:
+    return {c["spec"]["extendedResourceName"]: c for c in by_kind(text, "DeviceClass")}
+
+
+def test_workloads_stay_byte_identical_and_classes_are_appended() -> None:
+    text = (CORPUS / "inference-deployment.yaml").read_text()
+    result, report = run(text, strategy="extended-resource")
+    assert result.output.startswith(text)
+    classes = _classes(result.output)
+    assert set(classes) == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb"}
+    assert classes["nvidia.com/gpu"]["metadata"]["name"] == "extended.gpu.nvidia.com"  # the shipped class
+    mig = classes["nvidia.com/mig-1g.10gb"]
+    assert mig["metadata"]["name"] == "extended.mig-1g.10gb.nvidia.com"
+    assert 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"' in [s["cel"]["expression"] for s in mig["spec"]["selectors"]]
+    assert len(report.by_action(Action.GENERATED)) == 2
+
+
+def test_custom_operators_are_covered_without_changes() -> None:
+    text = (CORPUS / "custom-operators.yaml").read_text()
+    result, _ = run(text, strategy="extended-resource")
+    assert result.output.startswith(text)
+    assert set(_classes(result.output)) == {"nvidia.com/gpu"}
+
+
+def test_idempotent_and_one_class_per_resource() -> None:
+    text = (CORPUS / "amd.yaml").read_text() + "---\n" + (CORPUS / "gaudi.yaml").read_text()
+    first, _ = run(text, strategy="extended-resource")
+    assert set(_classes(first.output)) == {"amd.com/gpu", "amd.com/cpx_nps4", "habana.ai/gaudi"}
+    second, _ = run(first.output, strategy="extended-resource")
+    assert second.output == first.output
+
+
+def test_shared_resources_are_reported_not_classed() -> None:
+    result, report = run((CORPUS / "mig.yaml").read_text(), strategy="extended-resource")
+    assert "nvidia.com/gpu.shared" not in _classes(result.output)
+    assert any(f.subject == "nvidia.com/gpu.shared" for f in report.by_action(Action.NOT_CONVERTED))
