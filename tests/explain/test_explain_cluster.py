@@ -1,0 +1,51 @@
+"""explain --kubeconfig against the in-process API server, through the real kubernetes client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import alloc_builders as b
+import pytest
+import yaml
+
+from dra_driver.cli.main import main
+from dra_driver.kube.sim_apiserver import SimApiServer
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[SimApiServer, Path]]:
+    with SimApiServer() as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
+            "clusters": [{"name": "sim", "cluster": {"server": server.url}}],
+            "users": [{"name": "sim", "user": {}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+        }))
+        yield server, kubeconfig
+
+
+def test_cluster_slices_classes_and_allocated_claims(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server, kubeconfig = cluster
+    server.store.put(b.resource_slice("node-0", [b.device("gpu-0"), b.device("gpu-1")]))
+    server.store.put(b.class_doc("any-gpu.example.com", [f'device.driver == "{b.NV}"']))
+    server.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0", "labels": {"zone": "a"}}})
+    held = b.claim_doc([b.exact("gpu", "any-gpu.example.com")], name="other")
+    held["status"] = {"allocation": {"devices": {"results": [{"request": "gpu", "driver": b.NV, "pool": "node-0", "device": "gpu-0"}]}}}
+    server.store.put(held)
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "any-gpu.example.com")])))
+    code = main(["explain", str(claim), "--kubeconfig", str(kubeconfig), "-o", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["allocations"]["default/claim"]["devices"]["results"][0]["device"] == "gpu-1"
+    assert report["fleet"]["allocatedElsewhere"] == 1
+
+
+def test_unreachable_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu")])))
+    assert main(["explain", str(claim), "--kubeconfig", str(tmp_path / "missing")]) == 2
+    assert "kubeconfig" in capsys.readouterr().err
