@@ -7,6 +7,7 @@ Every error names the slice, the device and the field (dra-api-facts.md 3.1, 3.6
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -53,6 +54,7 @@ def is_semver(value: str) -> bool:
     return isinstance(value, str) and bool(_SEMVER.match(value))
 
 
+@functools.lru_cache(maxsize=4096)
 def driver_name_problem(name: Any) -> str | None:
     """Why `name` is not a valid driver name (CSI driver-name rules), or None."""
     if not isinstance(name, str) or not name:
@@ -64,6 +66,7 @@ def driver_name_problem(name: Any) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def qualified_name_problem(name: Any, require_domain: bool = False) -> str | None:
     """Why `name` is not a valid attribute/capacity key, or None."""
     if not isinstance(name, str) or not name:
@@ -90,6 +93,7 @@ def qualified_name_problem(name: Any, require_domain: bool = False) -> str | Non
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def label_key_problem(key: Any) -> str | None:
     """Why `key` is not a valid label key (taint keys use this format), or None."""
     if not isinstance(key, str) or not key:
@@ -104,6 +108,22 @@ def label_key_problem(key: Any) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_quantity(value: str | int) -> bool:
+    # Real pools repeat the same few quantities thousands of times; parsing is the cost.
+    return quantity.is_quantity(value)
+
+
+@functools.lru_cache(maxsize=8192)
+def _text_value_problem(kind: str, value: str) -> str | None:
+    size = len(value.encode())
+    if size > MAX_VALUE_LENGTH:
+        return f"is {size} bytes long; at most {MAX_VALUE_LENGTH} bytes are allowed"
+    if kind == "version" and not is_semver(value):
+        return f"{value!r} is not a semantic version (MAJOR.MINOR.PATCH, no leading zeros)"
+    return None
+
+
 class _Collector:
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
@@ -113,12 +133,12 @@ class _Collector:
 
 
 def _device_path(slice_path: str, index: int, device: Mapping[str, Any]) -> str:
-    name = device.get("name") if isinstance(device, Mapping) else None
+    name = device.get("name") if isinstance(device, dict) else None
     return f"{slice_path}.spec.devices[{index}]" + (f"({name})" if name else "")
 
 
 def _check_counters(out: _Collector, path: str, counters: Any) -> None:
-    if not isinstance(counters, Mapping) or not counters:
+    if not isinstance(counters, dict) or not counters:
         out.add(path, "must map 1 to 32 counter names to {value: <quantity>}")
         return
     if len(counters) > MAX_COUNTERS_PER_SET:
@@ -126,13 +146,13 @@ def _check_counters(out: _Collector, path: str, counters: Any) -> None:
     for name, counter in counters.items():
         if not is_dns_label(name):
             out.add(f"{path}[{name}]", "counter name must be a DNS label (lower-case letters, digits, '-')")
-        value = counter.get("value") if isinstance(counter, Mapping) else None
-        if value is None or not quantity.is_quantity(value):
+        value = counter.get("value") if isinstance(counter, dict) else None
+        if value is None or not (isinstance(value, (str, int)) and not isinstance(value, bool) and _is_quantity(value)):
             out.add(f"{path}[{name}].value", f"{value!r} is not a quantity such as '8' or '40Gi'")
 
 
 def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
-    if not isinstance(attribute, Mapping):
+    if not isinstance(attribute, dict):
         out.add(path, "must be an object with exactly one of int, bool, string, version")
         return
     members = [key for key in ("int", "bool", "string", "version") if key in attribute]
@@ -152,15 +172,13 @@ def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
         if not isinstance(value, str):
             out.add(f"{path}.{kind}", f"{value!r} is not a string")
             return
-        size = len(value.encode())
-        if size > MAX_VALUE_LENGTH:
-            out.add(f"{path}.{kind}", f"is {size} bytes long; at most {MAX_VALUE_LENGTH} bytes are allowed")
-        if kind == "version" and not is_semver(value):
-            out.add(f"{path}.version", f"{value!r} is not a semantic version (MAJOR.MINOR.PATCH, no leading zeros)")
+        problem = _text_value_problem(kind, value)
+        if problem:
+            out.add(f"{path}.{kind}", problem)
 
 
 def _check_device(out: _Collector, path: str, device: Any) -> None:
-    if not isinstance(device, Mapping):
+    if not isinstance(device, dict):
         out.add(path, "must be an object")
         return
     name = device.get("name")
@@ -180,8 +198,8 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         problem = qualified_name_problem(key)
         if problem:
             out.add(f"{path}.capacity[{key}]", f"capacity name {problem}")
-        value = entry.get("value") if isinstance(entry, Mapping) else None
-        if value is None or not quantity.is_quantity(value):
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if value is None or not (isinstance(value, (str, int)) and not isinstance(value, bool) and _is_quantity(value)):
             out.add(f"{path}.capacity[{key}].value", f"{value!r} is not a quantity such as '80Gi' or '132'")
     consumptions = device.get("consumesCounters") or []
     if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
@@ -189,19 +207,19 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
     seen_sets: set[str] = set()
     for index, consumption in enumerate(consumptions):
         cpath = f"{path}.consumesCounters[{index}]"
-        counter_set = consumption.get("counterSet") if isinstance(consumption, Mapping) else None
+        counter_set = consumption.get("counterSet") if isinstance(consumption, dict) else None
         if not is_dns_label(counter_set):
             out.add(f"{cpath}.counterSet", f"{counter_set!r} must name a counter set (a DNS label)")
         elif counter_set in seen_sets:
             out.add(f"{cpath}.counterSet", f"{counter_set!r} appears twice; each counter set may be consumed once")
         seen_sets.add(str(counter_set))
-        _check_counters(out, f"{cpath}.counters", consumption.get("counters") if isinstance(consumption, Mapping) else None)
+        _check_counters(out, f"{cpath}.counters", consumption.get("counters") if isinstance(consumption, dict) else None)
     taints = device.get("taints") or []
     if len(taints) > MAX_TAINTS:
         out.add(f"{path}.taints", f"has {len(taints)} taints; at most {MAX_TAINTS} are allowed")
     for index, taint in enumerate(taints):
         tpath = f"{path}.taints[{index}]"
-        if not isinstance(taint, Mapping):
+        if not isinstance(taint, dict):
             out.add(tpath, "must be an object with key, effect and optional value")
             continue
         problem = label_key_problem(taint.get("key"))
@@ -215,7 +233,7 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
 
 
 def _check_pool_ref(out: _Collector, path: str, pool: Any) -> None:
-    if not isinstance(pool, Mapping):
+    if not isinstance(pool, dict):
         out.add(path, "must be an object with name, generation and resourceSliceCount")
         return
     name = pool.get("name")
@@ -239,7 +257,7 @@ def slice_label(obj: Mapping[str, Any], index: int) -> str:
 def slice_errors(obj: Any, label: str = "ResourceSlice") -> list[FieldError]:
     """Every rule one ResourceSlice breaks on its own (pool-wide rules: pool_errors)."""
     out = _Collector()
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
+    if not isinstance(obj, dict) or not isinstance(obj.get("spec"), Mapping):
         out.add(label, "must be an object with a spec")
         return out.errors
     spec = obj["spec"]
@@ -258,11 +276,11 @@ def slice_errors(obj: Any, label: str = "ResourceSlice") -> list[FieldError]:
         out.add(f"{label}.spec.sharedCounters", f"has {len(counter_sets)} counter sets; at most {MAX_COUNTER_SETS} are allowed per slice")
     for index, counter_set in enumerate(counter_sets):
         cpath = f"{label}.spec.sharedCounters[{index}]"
-        name = counter_set.get("name") if isinstance(counter_set, Mapping) else None
+        name = counter_set.get("name") if isinstance(counter_set, dict) else None
         if not is_dns_label(name):
             out.add(f"{cpath}.name", f"{name!r} must be a DNS label")
-        _check_counters(out, f"{cpath}.counters", counter_set.get("counters") if isinstance(counter_set, Mapping) else None)
-    advanced = any(isinstance(d, Mapping) and (d.get("taints") or d.get("consumesCounters")) for d in devices)
+        _check_counters(out, f"{cpath}.counters", counter_set.get("counters") if isinstance(counter_set, dict) else None)
+    advanced = any(isinstance(d, dict) and (d.get("taints") or d.get("consumesCounters")) for d in devices)
     limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
     if len(devices) > limit:
         reason = " because a device has taints or consumes counters" if advanced else ""
@@ -271,7 +289,7 @@ def slice_errors(obj: Any, label: str = "ResourceSlice") -> list[FieldError]:
     for index, device in enumerate(devices):
         path = _device_path(label, index, device)
         _check_device(out, path, device)
-        name = device.get("name") if isinstance(device, Mapping) else None
+        name = device.get("name") if isinstance(device, dict) else None
         if isinstance(name, str):
             if name in seen:
                 out.add(f"{path}.name", f"device name {name!r} is used twice in this slice")
@@ -289,7 +307,7 @@ def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
     out = _Collector()
     pools: dict[tuple[str, str], list[tuple[int, Mapping[str, Any]]]] = {}
     for index, obj in enumerate(slices):
-        if isinstance(obj, Mapping) and isinstance(obj.get("spec"), Mapping):
+        if isinstance(obj, dict) and isinstance(obj.get("spec"), Mapping):
             pools.setdefault(_pool_key(obj), []).append((index, obj))
     for (driver, pool), members in pools.items():
         ppath = f"pool {driver}/{pool}"
@@ -334,7 +352,7 @@ def validate_slices(slices: Iterable[Mapping[str, Any]], subject: str = "Resourc
     items = list(slices)
     errors: list[FieldError] = []
     for index, obj in enumerate(items):
-        errors.extend(slice_errors(obj, slice_label(obj, index) if isinstance(obj, Mapping) else f"ResourceSlice[{index}]"))
+        errors.extend(slice_errors(obj, slice_label(obj, index) if isinstance(obj, dict) else f"ResourceSlice[{index}]"))
     errors.extend(pool_errors(items))
     if errors:
         raise ValidationError(errors, subject)
