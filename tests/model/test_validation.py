@@ -161,3 +161,8 @@ def test_validation_error_lists_every_problem() -> None:
     with pytest.raises(ValidationError) as info:
         validate_slices([obj])
     assert len(info.value.errors) == 2
+
+
+def test_cached_quantity_check_does_not_confuse_true_with_1() -> None:
+    assert messages(one_slice(capacity={"cores": {"value": 1}})) == []
+    assert any("not a quantity" in e for e in messages(one_slice(capacity={"cores": {"value": True}})))
