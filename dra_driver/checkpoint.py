@@ -86,9 +86,12 @@ def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
         return ""
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def _checksum(body: dict[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
 class Checkpoint:
@@ -98,14 +101,20 @@ class Checkpoint:
         self.path = path
         self.boot_id = read_boot_id(boot_id_path)
         self._claims: dict[str, ClaimRecord] = {}
-        self._lock = threading.Lock()
+        self._texts: dict[str, str] = {}  # uid -> canonical JSON of the record
+        self._lock = threading.Lock()  # guards the in-memory state
+        self._write_lock = threading.Lock()  # one file write at a time
+        self._version = 0  # changes made in memory
+        self._written = 0  # changes known to be on disk
 
     # --- loading -------------------------------------------------------------
 
     def load(self) -> None:
         """Read the file; a missing, stale-boot or corrupt file yields an empty checkpoint."""
+        claims = self._read()
         with self._lock:
-            self._claims = self._read()
+            self._claims = claims
+            self._texts = {uid: _canonical(asdict(rec)) for uid, rec in claims.items()}
 
     def _read(self) -> dict[str, ClaimRecord]:
         try:
@@ -168,20 +177,37 @@ class Checkpoint:
     def put(self, record: ClaimRecord) -> None:
         with self._lock:
             self._claims[record.uid] = record
-            self._write()
+            self._texts[record.uid] = _canonical(asdict(record))
+            self._version += 1
+            version = self._version
+        self._flush(version)
 
     def remove(self, uid: str) -> None:
         with self._lock:
-            if self._claims.pop(uid, None) is not None:
-                self._write()
+            if self._claims.pop(uid, None) is None:
+                return
+            self._texts.pop(uid, None)
+            self._version += 1
+            version = self._version
+        self._flush(version)
 
-    def _write(self) -> None:
-        body = {
-            "version": FORMAT_VERSION,
-            "boot_id": self.boot_id,
-            "claims": {uid: asdict(rec) for uid, rec in self._claims.items()},
-        }
-        data = json.dumps({"checksum": _checksum(body), "body": body}).encode()
+    def _flush(self, version: int) -> None:
+        """Group commit: one writer at a time; a write that already covers `version` serves its caller too."""
+        with self._write_lock:
+            if self._written >= version:
+                return
+            with self._lock:
+                snapshot = self._version
+                # Canonical JSON assembled from per-record pieces cached at put(): keys sorted
+                # (boot_id < claims < version), so the checksum matches _checksum(body) on load
+                # without re-serialising every record on every write.
+                claims = ",".join(f"{json.dumps(uid)}:{text}" for uid, text in sorted(self._texts.items()))
+            body = f'{{"boot_id":{json.dumps(self.boot_id)},"claims":{{{claims}}},"version":{FORMAT_VERSION}}}'
+            digest = hashlib.sha256(body.encode()).hexdigest()
+            self._write_file(f'{{"body":{body},"checksum":"{digest}"}}'.encode())
+            self._written = snapshot
+
+    def _write_file(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:

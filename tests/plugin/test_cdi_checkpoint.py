@@ -91,3 +91,17 @@ def test_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog):
     path.write_text("{not json")
     ckpt.load()
     assert ckpt.records() == []
+
+
+def test_concurrent_puts_are_all_on_disk(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    boot = tmp_path / "boot"
+    boot.write_text("b1")
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: ckpt.put(record(f"u{i}")), range(64)))
+    ckpt.remove("u3")
+    again = Checkpoint(tmp_path / "cp.json", boot)
+    again.load()
+    assert sorted(r.uid for r in again.records()) == sorted(f"u{i}" for i in range(64) if i != 3)

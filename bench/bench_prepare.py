@@ -1,0 +1,124 @@
+"""NodePrepareResources latency and throughput over the real unix socket.
+
+The daemon runs as its own process (`dra-driver run --profile dgx-h100`, real
+NVIDIA backend over the fake NVML) against the in-process simulated API
+server; this script plays the kubelet. Each claim is prepared once (the
+first, expensive call: claim GET, config resolution, backend, CDI spec,
+two-phase checkpoint) and later unprepared.
+
+The profile has 8 GPUs, so to run 64 claims at once the allocation results
+carry adminAccess (the only way the API lets claims share a whole device);
+the prepare path is otherwise the same.
+
+usage: python bench/bench_prepare.py [--claims N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from dra_driver.kube import sim_apiserver
+from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.plugin.kubelet_client import PluginConnection, register
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.vendor import ClaimRef
+
+DRIVER = "gpu.nvidia.com"
+NODE = "bench-node"
+# The stdlib HTTP server writes headers and body in two sends; without TCP_NODELAY each
+# answer waits ~40 ms for a delayed ACK. The real apiserver (Go) sets NODELAY.
+sim_apiserver._Handler.disable_nagle_algorithm = True
+
+
+def make_claims(server: sim_apiserver.SimApiServer, prefix: str, count: int, devices: int) -> list[ClaimRef]:
+    refs = []
+    names = [f"gpu-{i}" for i in range(devices)]
+    for i in range(count):
+        body = allocated_claim_object(f"{prefix}-{i}", "bench", DRIVER, NODE, {"gpu": names}, device_class=DRIVER)
+        for result in body["status"]["allocation"]["devices"]["results"]:
+            result["adminAccess"] = True
+        stored = server.store.put(body)
+        refs.append(ClaimRef("bench", stored["metadata"]["name"], stored["metadata"]["uid"]))
+    return refs
+
+
+def timed_call(call, refs: list[ClaimRef]) -> float:
+    start = time.perf_counter()
+    response = call([refs[0]])
+    elapsed = time.perf_counter() - start
+    error = getattr(response.claims[refs[0].uid], "error", "")
+    if error:
+        raise SystemExit(f"claim failed: {error}")
+    return elapsed
+
+
+def run_case(conn: PluginConnection, server: sim_apiserver.SimApiServer, concurrency: int, devices: int, claims: int) -> dict[str, float]:
+    refs = make_claims(server, f"c{concurrency}-d{devices}", claims, devices)
+    with ThreadPoolExecutor(concurrency) as pool:
+        start = time.perf_counter()
+        latencies = list(pool.map(lambda r: timed_call(conn.prepare, [r]), refs))
+        wall = time.perf_counter() - start
+        list(pool.map(lambda r: timed_call(conn.unprepare, [r]), refs))
+    latencies.sort()
+    return {
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "claims_per_s": len(refs) / wall,
+    }
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=int, default=400, help="claims per case (default 400)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="dra-bench-", dir="/tmp"))
+    server = sim_apiserver.SimApiServer().start()
+    command = [
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia",
+        "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"),
+    ]  # fmt: skip
+    daemon = subprocess.Popen(command)
+    try:
+        paths = PluginPaths(work / "kubelet", DRIVER)
+        deadline = time.monotonic() + 30
+        while not paths.registration_socket.exists():
+            if time.monotonic() > deadline or daemon.poll() is not None:
+                raise SystemExit("daemon did not start")
+            time.sleep(0.05)
+        conn = register(paths.registration_socket)
+        make_claims(server, "warm", 1, 1)
+        run_case(conn, server, 1, 1, 20)  # warm-up: imports, connections
+        print(f"{'conc':>4} {'dev/claim':>9} {'p50 ms':>8} {'p99 ms':>8} {'claims/s':>9}")
+        for devices in (1, 8):
+            for concurrency in (1, 16, 64):
+                result = run_case(conn, server, concurrency, devices, args.claims)
+                print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f}")
+        print(f"daemon RSS: {rss_mib(daemon.pid):.0f} MiB")
+        conn.close()
+    finally:
+        daemon.terminate()
+        daemon.wait(15)
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
