@@ -274,7 +274,7 @@ class NvidiaBackend(VendorBackend):
             all_devices=lambda: [name for names in index.per_gpu.values() for name in names],
             ignore=ignored_xids(),
         )
-        yield from watcher.events(stop)
+        return watcher.events(stop)
 
     def _affected_devices(self, gpu_uuid: str, gi_id: int | None) -> list[str]:
         index = self._index()

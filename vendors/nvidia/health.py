@@ -84,9 +84,17 @@ class HealthWatcher:
         return watched
 
     def events(self, stop: threading.Event) -> Iterator[HealthEvent]:
+        """Register for events now (so nothing after this call is missed), then iterate lazily."""
         event_set = nvml.event_set_create()
         try:
             watched = self._register(event_set)
+        except BaseException:
+            nvml.event_set_free(event_set)
+            raise
+        return self._loop(event_set, watched, stop)
+
+    def _loop(self, event_set: nvml.Handle, watched: dict[int | None, GpuInfo], stop: threading.Event) -> Iterator[HealthEvent]:
+        try:
             while not stop.is_set():
                 try:
                     event = nvml.event_set_wait(event_set, WAIT_MS)
