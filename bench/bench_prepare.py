@@ -34,9 +34,6 @@ from dra_driver.vendor import ClaimRef
 
 DRIVER = "gpu.nvidia.com"
 NODE = "bench-node"
-# The stdlib HTTP server writes headers and body in two sends; without TCP_NODELAY each
-# answer waits ~40 ms for a delayed ACK. The real apiserver (Go) sets NODELAY.
-sim_apiserver._Handler.disable_nagle_algorithm = True
 
 
 def make_claims(server: sim_apiserver.SimApiServer, prefix: str, count: int, devices: int) -> list[ClaimRef]:

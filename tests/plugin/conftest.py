@@ -24,9 +24,6 @@ from dra_driver.plugin.kubelet_client import PluginConnection, register  # noqa:
 from dra_driver.plugin.sockets import PluginPaths  # noqa: E402
 from dra_driver.vendor import BackendSettings, ClaimRef  # noqa: E402
 
-# The stdlib server writes headers and body separately; without TCP_NODELAY every
-# answer waits ~40 ms for a delayed ACK (Nagle). The real apiserver sets NODELAY.
-sim_apiserver._Handler.disable_nagle_algorithm = True
 
 
 @pytest.fixture
