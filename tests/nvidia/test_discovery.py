@@ -183,3 +183,16 @@ def test_profile_typo_is_a_profile_error() -> None:
     section["gpus"][0]["minorr"] = 3
     with pytest.raises(ProfileError, match=r"nvidia\.gpus\.0\.minorr"):
         NvidiaBackend.from_profile(section, BackendSettings())
+
+
+def test_discover_command_with_dgx_h100(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from dra_driver.cli.main import main
+
+    assert main(["discover", "--profile", "dgx-h100", "--vendors", "nvidia", "-o", "json", "--node-name", "n1"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    devices = [d for item in items for d in item["spec"].get("devices", [])]
+    assert len(devices) == 8
+    assert {d["capacity"]["memory"]["value"] for d in devices} == {"81559Mi"}
+    fake_nvml.install(None)
