@@ -977,6 +977,13 @@ class _HttpServer(ThreadingHTTPServer):
         self.sim._untrack(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (or a connection we cut in stop()) is normal here, not a server bug.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
 
 class SimApiServer:
     """The simulated API server. Use as a context manager, or call start()/stop().

@@ -20,6 +20,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from dra_driver.model import quantity
@@ -28,6 +30,12 @@ JsonObject = dict[str, Any]
 
 
 # --------------------------------------------------------------------------- comparison
+
+
+@lru_cache(maxsize=4096)
+def _quantity_value(text: str) -> Decimal | str:
+    # Inventories repeat the same few quantities; parsing each one once keeps a resync cheap.
+    return quantity.parse(text) if quantity.is_quantity(text) else text
 
 
 def _normalize(value: Any, key: str = "") -> Any:
@@ -41,8 +49,8 @@ def _normalize(value: Any, key: str = "") -> Any:
         for k, v in value.items():
             if k == "timeAdded":
                 continue
-            if k == "value" and isinstance(v, str) and quantity.is_quantity(v):
-                out[k] = quantity.parse(v)
+            if k == "value" and isinstance(v, str):
+                out[k] = _quantity_value(v)
                 continue
             normalized = _normalize(v, k)
             if normalized in (None, [], {}):
@@ -74,7 +82,8 @@ def pool_name_of(obj: Mapping[str, Any]) -> str:
 
 
 def with_pool(spec: Mapping[str, Any], generation: int, count: int) -> JsonObject:
-    out = copy.deepcopy(dict(spec))
+    """A shallow copy with the pool's generation and count set (nested members are shared, never mutated)."""
+    out = dict(spec)
     out["pool"] = {**out.get("pool", {}), "generation": generation, "resourceSliceCount": count}
     return out
 
@@ -190,7 +199,8 @@ def plan_pool(
 
 
 def carry_taint_times(new_spec: JsonObject, existing_spec: Mapping[str, Any]) -> JsonObject:
-    """Keep the server-set `timeAdded` of taints that stay, so an update does not reset them."""
+    """A copy of new_spec keeping the server-set `timeAdded` of taints that stay, so an update does not reset them."""
+    new_spec = copy.deepcopy(new_spec)
     times: dict[tuple[str, str, str, str], str] = {}
     for device in existing_spec.get("devices") or []:
         for taint in device.get("taints") or []:
