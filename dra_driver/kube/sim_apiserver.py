@@ -49,7 +49,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -675,6 +675,17 @@ class Fault:
 # --------------------------------------------------------------------------- HTTP
 
 
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as received, for tests that check what a client sent (headers, preconditions)."""
+
+    verb: str
+    resource: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
 _PATH = re.compile(
     r"^/(?:api/(?P<core_version>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?/?$"
@@ -790,6 +801,7 @@ class _Handler(BaseHTTPRequestHandler):
             route = self._route(parts.path)
             verb = self._verb(method, route, query)
             sim._count(verb, route.rt.plural)
+            sim.request_log.append(RequestRecord(verb, route.rt.plural, self.path, dict(self.headers.items()), body))
             fault = sim._take_fault(verb, route.rt.plural)
             if fault is not None:
                 self._answer_fault(fault)
@@ -997,6 +1009,7 @@ class SimApiServer:
         self.store = ObjectStore(self.options)
         self.requests: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> requests received
         self._writes: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> successful writes
+        self.request_log: deque[RequestRecord] = deque(maxlen=1000)  # the most recent requests
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._watches: set[threading.Event] = set()

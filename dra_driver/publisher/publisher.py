@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import Counter
@@ -30,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from dra_driver.kube.client import JsonApi, WatchStream
 from dra_driver.logs import fields
 from dra_driver.model.device import DeviceTaint, Inventory
 from dra_driver.model.render import API_VERSION
@@ -46,6 +46,8 @@ JsonObject = dict[str, Any]
 # Asked again with "static" when the API server drops partitionable-device fields.
 InventorySource = Callable[[Partitioning], Inventory]
 _RETRYABLE = (ApiException, urllib3.exceptions.HTTPError, OSError)
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+NODES_PATH = "/api/v1/nodes"
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,7 @@ class SlicePublisher:
         self.driver = driver
         self.options = options or PublisherOptions()
         self.pool_name = self.options.pool_name or node_name
-        self._resource = client.ResourceV1Api(api_client)
-        self._core = client.CoreV1Api(api_client)
+        self._api = JsonApi(api_client)
         self._source = inventory_source
         self._partitioning: Partitioning = self.options.partitioning
         self._taints_supported = True
@@ -97,7 +98,7 @@ class SlicePublisher:
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._synced = threading.Condition()
-        self._watch: watch.Watch | None = None
+        self._watch: WatchStream | None = None
         self._threads: list[threading.Thread] = []
         self._backoff = Backoff(self.options.backoff_initial, cap=self.options.backoff_cap)
 
@@ -259,8 +260,7 @@ class SlicePublisher:
     # ------------------------------------------------------------------ API calls
 
     def _list(self) -> list[JsonObject]:
-        response = self._resource.list_resource_slice(field_selector=self.field_selector, _preload_content=False)
-        body = json.loads(response.data)
+        body = self._api.request("GET", SLICES_PATH, {"fieldSelector": self.field_selector})
         self._list_version = body.get("metadata", {}).get("resourceVersion")
         # Defence in depth: never touch another node's or driver's slice, whatever the server returned.
         return [
@@ -272,7 +272,7 @@ class SlicePublisher:
     def _owner_references(self) -> list[JsonObject]:
         if self._node_uid is None:
             try:
-                node = json.loads(self._core.read_node(self.node_name, _preload_content=False).data)
+                node = self._api.request("GET", f"{NODES_PATH}/{self.node_name}")
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -295,7 +295,7 @@ class SlicePublisher:
             "metadata": {"generateName": f"{self.node_name}-{self.driver}-", "ownerReferences": self._owner_references()},
             "spec": spec,
         }
-        stored = json.loads(self._resource.create_resource_slice(body, _preload_content=False).data)
+        stored = self._api.request("POST", SLICES_PATH, body=body)
         self.writes["create"] += 1
         return self._remember(stored)
 
@@ -304,7 +304,7 @@ class SlicePublisher:
         if not metadata.get("ownerReferences"):
             metadata["ownerReferences"] = self._owner_references()
         body = {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": carry_taint_times(spec, existing.get("spec") or {})}
-        stored = json.loads(self._resource.replace_resource_slice(existing["metadata"]["name"], body, _preload_content=False).data)
+        stored = self._api.request("PUT", f"{SLICES_PATH}/{existing['metadata']['name']}", body=body)
         self.writes["update"] += 1
         return self._remember(stored)
 
@@ -312,7 +312,7 @@ class SlicePublisher:
         meta = existing["metadata"]
         preconditions = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
         try:
-            stored = json.loads(self._resource.delete_resource_slice(meta["name"], body={"preconditions": preconditions}, _preload_content=False).data)
+            stored = self._api.request("DELETE", f"{SLICES_PATH}/{meta['name']}", body={"preconditions": preconditions})
         except ApiException as exc:
             if exc.status == 404:
                 return  # already gone: what we wanted
@@ -371,16 +371,18 @@ class SlicePublisher:
                     return
 
     def _watch_once(self, version: str | None) -> str | None:
-        stream = watch.Watch()
-        self._watch = stream
-        kwargs: dict[str, Any] = {"field_selector": self.field_selector, "timeout_seconds": self.options.watch_timeout}
+        query = {"fieldSelector": self.field_selector, "timeoutSeconds": str(self.options.watch_timeout), "allowWatchBookmarks": "true"}
         if version:
-            kwargs["resource_version"] = version
+            query["resourceVersion"] = version
+        stream = self._api.watch(SLICES_PATH, query)
+        self._watch = stream
         try:
-            for event in stream.stream(self._resource.list_resource_slice, **kwargs):
-                raw = event.get("raw_object") or {}
+            for event in stream:
+                raw = event.get("object") or {}
                 event_version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
                 version = event_version or version
+                if event.get("type") == "BOOKMARK":
+                    continue
                 with self._lock:
                     ours = event_version in self._own_versions
                 if not ours:

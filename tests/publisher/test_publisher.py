@@ -73,6 +73,8 @@ def test_shrink_deletes_obsolete_slices_and_bumps(server: SimApiServer, make_pub
     objs = slices(server)
     assert len(objs) == 1 and pool_consistent(objs, gpu_names(10)) and plan.generation == 1
     assert server.writes("delete") == 3
+    deletes = [r.body for r in server.request_log if r.verb == "delete"]
+    assert len(deletes) == 3 and all(set(b["preconditions"]) == {"uid", "resourceVersion"} for b in deletes)
 
 
 def test_delete_sends_uid_and_resource_version_preconditions(server: SimApiServer, make_publisher: Build, monkeypatch: pytest.MonkeyPatch) -> None:
