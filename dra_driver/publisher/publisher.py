@@ -362,10 +362,11 @@ class SlicePublisher:
             try:
                 version = self._watch_once(version)
                 backoff.reset()
-            except _RETRYABLE as exc:
+            except Exception as exc:  # any broken stream: re-list and watch again, never let the thread die
                 if self._stop.is_set():
                     return
-                log.info("slice watch ended; resyncing", extra=fields(driver=self.driver, error=_describe(exc)))
+                level = logging.INFO if isinstance(exc, _RETRYABLE) else logging.ERROR
+                log.log(level, "slice watch ended; resyncing", extra=fields(driver=self.driver, error=_describe(exc)))
                 version = None
                 if self._stop.wait(backoff.next_delay(_retry_after(exc))):
                     return
