@@ -16,7 +16,7 @@ def test_valid_configs(open_profile, parameters):
 @pytest.mark.parametrize(
     ("parameters", "needles"),
     [
-        ({"apiVersion": API_VERSION, "kind": KIND, "visibleDevices": "0"}, ["'visibleDevices'", "remove it"]),
+        ({"apiVersion": API_VERSION, "kind": KIND, "visibleDevices": "0"}, ["visibleDevices: unknown field", "remove it"]),
         ({"apiVersion": "resource.nvidia.com/v1beta1", "kind": KIND}, ["apiVersion", API_VERSION]),
         ({"apiVersion": API_VERSION, "kind": "GpuConfig"}, ["kind", "GaudiConfig"]),
         (["not", "a", "mapping"], ["must be an object"]),

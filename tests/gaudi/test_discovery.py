@@ -142,6 +142,12 @@ def test_bad_profile_sections_name_the_field(section, needle):
         GaudiBackend.from_profile(section, BackendSettings())
 
 
+def test_section_wide_profile_errors_say_so():
+    # A model-level check has no field location; the message must still say where to look.
+    with pytest.raises(ProfileError, match=r"gaudi\.\(section\): .*repeat accel_index"):
+        GaudiBackend.from_profile({"devices": [one_device(), one_device(bdf="0000:1a:00.0")]}, BackendSettings())
+
+
 def test_close_removes_the_simulated_tree(open_profile):
     backend = open_profile("gaudi2-intel-faker")
     root = backend.settings.sysfs_root

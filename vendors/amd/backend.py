@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
+from dra_driver.sysfs_util import pci_device_dir, pcie_root
 from dra_driver.vendor import (
     AllocatedDevice,
     BackendSettings,
@@ -34,7 +35,6 @@ from dra_driver_amd.fake_sysfs import build_pci_tree
 from dra_driver_amd.health import HealthWatcher
 from dra_driver_amd.modes import Mode
 from dra_driver_amd.partitioner import Partitioner
-from dra_driver_amd.pci import pcie_root
 from dra_driver_amd.profile import parse_profile
 from dra_driver_amd.smi import Smi, SmiError, import_amdsmi
 
@@ -121,7 +121,7 @@ class AmdBackend(VendorBackend):
         return self.settings.partitioning == "dynamic"
 
     def _add_gpu(self, catalog: Catalog, gpu: GpuInfo) -> None:
-        root = pcie_root(self.settings.sysfs_root, gpu.bdf)
+        root = pcie_root(pci_device_dir(self.settings.sysfs_root, gpu.bdf))
         names: list[str] = []
         if self.dynamic and gpu.modes:
             gpu_catalog = dynamic.gpu_catalog(gpu, root)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dra_driver.sysfs_util import pci_device_dir
+
 from dra_driver_amd.profile import AmdProfile
 
 
 def build_pci_tree(root: Path, profile: AmdProfile) -> None:
     """Create <root>/devices/<pcie_root>/<bdf> and the bus/pci/devices/<bdf> symlink per GPU."""
-    links = root / "bus" / "pci" / "devices"
-    links.mkdir(parents=True, exist_ok=True)
     for gpu in profile.gpus:
         if not gpu.pcie_root:
             continue
         device_dir = root / "devices" / gpu.pcie_root / gpu.bdf
         device_dir.mkdir(parents=True, exist_ok=True)
-        link = links / gpu.bdf
+        link = pci_device_dir(root, gpu.bdf)
+        link.parent.mkdir(parents=True, exist_ok=True)
         if not link.exists():
-            os.symlink(os.path.relpath(device_dir, links), link)
+            os.symlink(os.path.relpath(device_dir, link.parent), link)

@@ -9,18 +9,16 @@ Validated with pydantic so a typo in a user's profile is an error naming the fie
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic import ValidationError as PydanticValidationError
 
-from dra_driver.errors import ProfileError
+from dra_driver.backend_support import parse_profile_section
+from dra_driver.sysfs_util import BDF_PATTERN
 
 ComputeMode = Literal["SPX", "DPX", "TPX", "QPX", "CPX"]
 MemoryMode = Literal["NPS1", "NPS2", "NPS4", "NPS8"]
-_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 class _Strict(BaseModel):
@@ -77,7 +75,7 @@ class GpuEntry(_Strict):
     @field_validator("bdf")
     @classmethod
     def _bdf_format(cls, value: str) -> str:
-        if not _BDF.match(value):
+        if not BDF_PATTERN.match(value):
             raise ValueError(f"{value!r} must be a lower-case PCI address such as 0000:0c:00.0")
         return value
 
@@ -103,10 +101,4 @@ class AmdProfile(_Strict):
 
 def parse_profile(section: Mapping[str, Any]) -> AmdProfile:
     """Validate an `amd:` profile section; ProfileError names the field that is wrong."""
-    try:
-        return AmdProfile.model_validate(dict(section))
-    except PydanticValidationError as exc:
-        problems = "; ".join(
-            f"amd.{'.'.join(str(part) for part in error['loc']) or '(section)'}: {error['msg']}" for error in exc.errors()
-        )
-        raise ProfileError(f"invalid AMD profile: {problems}") from exc
+    return parse_profile_section(AmdProfile, section, "amd", "AMD profile")

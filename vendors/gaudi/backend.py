@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from dra_driver import sysfs_util
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import Device, Inventory
@@ -109,7 +110,7 @@ class GaudiBackend(VendorBackend):
             serial=hlml.serial(device.bdf) if hlml else "",
             healthy=self._health.verdict(device).healthy,
             memory_bytes=hlml.memory_total(device.bdf) if hlml else None,
-            driver_version=sysfs.read_text(device.sysfs_dir / "driver_ver"),
+            driver_version=sysfs_util.read_text(device.sysfs_dir / "driver_ver"),
         )
 
     def discover(self) -> Inventory:

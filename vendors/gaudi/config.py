@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from dra_driver.errors import ConfigError
+from dra_driver.backend_support import validate_settingless_config
 
 API_VERSION = "gaudi.dra-driver.io/v1alpha1"
 KIND = "GaudiConfig"
@@ -26,23 +26,8 @@ class GaudiConfig(BaseModel):
     kind: Literal["GaudiConfig"] = KIND
 
 
-def _describe(error: Mapping[str, Any]) -> str:
-    field = ".".join(str(part) for part in error["loc"]) or "parameters"
-    if error["type"] == "extra_forbidden":
-        return f"unknown field {field!r}: GaudiConfig has no settings besides apiVersion and kind; remove it"
-    if error["type"] == "literal_error":
-        expected = API_VERSION if field == "apiVersion" else KIND
-        return f"{field} is {error.get('input')!r}; it must be {expected!r}"
-    return f"{field}: {error['msg']}"
-
-
 def parse_config(parameters: Mapping[str, Any] | None) -> GaudiConfig:
     """A GaudiConfig from opaque parameters ({} or None gives the default); ConfigError otherwise."""
     if parameters is None:
         return GaudiConfig()
-    if not isinstance(parameters, Mapping):
-        raise ConfigError(f"gaudi.intel.com config parameters must be an object with apiVersion {API_VERSION!r} and kind {KIND!r}, not {type(parameters).__name__}")
-    try:
-        return GaudiConfig.model_validate(dict(parameters))
-    except ValidationError as exc:
-        raise ConfigError("invalid gaudi.intel.com config: " + "; ".join(_describe(e) for e in exc.errors())) from exc
+    return validate_settingless_config(GaudiConfig, parameters, "gaudi.intel.com")

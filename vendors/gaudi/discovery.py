@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver import sysfs_util
 from dra_driver.errors import DeviceError
 from dra_driver.logs import fields
 
@@ -52,9 +53,9 @@ def _legacy_index(sysfs_root: Path) -> dict[str, _LegacyEntry]:
     found: dict[str, _LegacyEntry] = {}
     for index in sysfs.numbered_entries(base, sysfs.ACCEL_PATTERN):
         device = base / f"accel{index}" / "device"
-        address = sysfs.read_text(device / "pci_addr")
+        address = sysfs_util.read_text(device / "pci_addr")
         if address:
-            found[address.lower()] = _LegacyEntry(index, sysfs.read_int(device / "module_id"))
+            found[address.lower()] = _LegacyEntry(index, sysfs_util.read_int(device / "module_id"))
     return found
 
 
@@ -70,7 +71,7 @@ def _accel_index(bdf: str, function_dir: Path, legacy: dict[str, _LegacyEntry]) 
 
 
 def _module_id(bdf: str, function_dir: Path, legacy: dict[str, _LegacyEntry]) -> int:
-    module = sysfs.read_int(function_dir / "module_id")
+    module = sysfs_util.read_int(function_dir / "module_id")
     if module is None and bdf in legacy:
         module = legacy[bdf].module_id
     if module is None:
@@ -88,14 +89,14 @@ def _uverbs_index(bdf: str, function_dir: Path) -> int | None:
 def read_function(sysfs_root: Path, bdf: str, legacy: dict[str, _LegacyEntry]) -> GaudiDevice:
     """One bound function; DeviceError names what is missing."""
     function_dir = sysfs_root / sysfs.DRIVER_DIR / bdf
-    raw_id = sysfs.read_text(function_dir / "device")
+    raw_id = sysfs_util.read_text(function_dir / "device")
     if not raw_id:
         raise DeviceError(bdf, f"cannot read the PCI device id from {function_dir / 'device'}")
     try:
         device_id = normalize_device_id(raw_id)
     except ValueError as exc:
         raise DeviceError(bdf, f"{function_dir / 'device'} holds {raw_id!r}, not a hex PCI device id") from exc
-    root = sysfs.pcie_root(function_dir)
+    root = sysfs_util.pcie_root(function_dir)
     if root is None:
         log.info("no PCIe root in the device path; pcieRoot is not published", extra=fields(device=bdf))
     return GaudiDevice(

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dra_driver.errors import ProfileError
+from dra_driver import sysfs_util
+from dra_driver.backend_support import parse_profile_section
 
 from dra_driver_gaudi import sysfs
 from dra_driver_gaudi.models import normalize_device_id
@@ -42,14 +43,14 @@ class FakeDevice(BaseModel):
     @field_validator("bdf", "bridge")
     @classmethod
     def _bdf(cls, value: str | None) -> str | None:
-        if value is not None and not sysfs.BDF_PATTERN.match(value):
+        if value is not None and not sysfs_util.BDF_PATTERN.match(value):
             raise ValueError(f"{value!r} is not a lower-case PCI address like 0000:19:00.0")
         return value
 
     @field_validator("pci_root")
     @classmethod
     def _root(cls, value: str) -> str:
-        if not sysfs.PCIE_ROOT_PATTERN.match(value):
+        if not sysfs_util.PCIE_ROOT_PATTERN.match(value):
             raise ValueError(f"{value!r} is not a root complex name like pci0000:17")
         return value
 
@@ -80,11 +81,7 @@ class FakeGaudiSection(BaseModel):
 
 
 def parse_section(section: Mapping[str, Any]) -> FakeGaudiSection:
-    try:
-        return FakeGaudiSection.model_validate(dict(section))
-    except ValidationError as exc:
-        problems = "; ".join(f"gaudi.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
-        raise ProfileError(f"invalid gaudi profile section: {problems}") from exc
+    return parse_profile_section(FakeGaudiSection, section, "gaudi", "gaudi profile section")
 
 
 class FakeSysfs:
@@ -117,7 +114,7 @@ class FakeSysfs:
 
     def count_hard_reset(self, bdf: str) -> None:
         path = self.function_dir(self._device(bdf)) / "hard_reset_cnt"
-        count = int(sysfs.read_text(path) or "0")
+        count = int(sysfs_util.read_text(path) or "0")
         self._write(path, str(count + 1))
 
     def build(self) -> None:

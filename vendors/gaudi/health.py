@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from dra_driver import sysfs_util
 from dra_driver.logs import fields
 from dra_driver.model.device import DeviceTaint
 from dra_driver.vendor import HealthEvent
 
-from dra_driver_gaudi import sysfs
 from dra_driver_gaudi.discovery import GaudiDevice
 from dra_driver_gaudi.hlml import Hlml
 
@@ -61,19 +61,19 @@ class HealthState:
 
     def mark_critical(self, device: GaudiDevice) -> None:
         with self._lock:
-            self._critical[device.bdf] = sysfs.read_int(device.sysfs_dir / "hard_reset_cnt")
+            self._critical[device.bdf] = sysfs_util.read_int(device.sysfs_dir / "hard_reset_cnt")
 
     def verdict(self, device: GaudiDevice) -> Verdict:
         with self._lock:
             if device.bdf in self._critical:
                 before = self._critical[device.bdf]
-                now = sysfs.read_int(device.sysfs_dir / "hard_reset_cnt")
+                now = sysfs_util.read_int(device.sysfs_dir / "hard_reset_cnt")
                 if now is not None and now != before:
                     del self._critical[device.bdf]  # the driver reset the device since the error
                     log.info("device was reset after a critical error", extra=fields(device=device.bdf))
                 else:
                     return Verdict(False, "HLML critical error", CRITICAL_ERROR)
-        return status_verdict(sysfs.read_text(device.sysfs_dir / "status"))
+        return status_verdict(sysfs_util.read_text(device.sysfs_dir / "status"))
 
 
 def _event(device: GaudiDevice, verdict: Verdict) -> HealthEvent:
