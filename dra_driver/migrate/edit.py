@@ -48,13 +48,7 @@ def attach_trailing(node: Any, lines: list[str]) -> bool:
     last = list(node.keys())[-1]
     if isinstance(node[last], (CommentedMap, CommentedSeq)):
         return attach_trailing(node[last], lines)
-    text = "".join(line + "\n" for line in lines)
-    tokens = node.ca.items.setdefault(last, [None, None, None, None])
-    if tokens[2] is None:
-        tokens[2] = CommentToken("\n" + text, CommentMark(0), None)
-    else:
-        value = tokens[2].value
-        tokens[2].value = value + ("" if value.endswith("\n") else "\n") + text
+    attach_after_key(node, last, lines)
     return True
 
 
@@ -86,6 +80,7 @@ def remove_key(cmap: CommentedMap, key: Any) -> list[str]:
 
 
 def attach_after_key(cmap: CommentedMap, key: Any, lines: list[str]) -> None:
+    """Put raw comment `lines` after the line of `key` (after any comment already there)."""
     text = "".join(line + "\n" for line in lines)
     tokens = cmap.ca.items.setdefault(key, [None, None, None, None])
     if tokens[2] is None:

@@ -57,20 +57,36 @@ class Unsupported:
     reason: str
 
 
-def _nvidia_gpu() -> DeviceKind:
+def _driver_is(driver: str, device_type: str | None = None) -> str:
+    """The selector every extended class starts with: this driver's devices (of one `type`)."""
+    test = f"device.driver == {cel_string(driver)}"
+    return test if device_type is None else f"{test} && {attr(driver, 'type')} == {cel_string(device_type)}"
+
+
+def _whole(resource: str, vendor: str, driver: str, short: str, device_type: str | None) -> DeviceKind:
+    """A resource for one whole device: the driver's own class, no extra selectors."""
     return DeviceKind(
-        resource="nvidia.com/gpu",
-        vendor="nvidia",
-        driver=NVIDIA_DRIVER,
-        device_class="gpu.nvidia.com",
+        resource=resource,
+        vendor=vendor,
+        driver=driver,
+        device_class=driver,
         selectors=(),
-        short="gpu",
+        short=short,
         partition=False,
-        extended_class="extended.gpu.nvidia.com",
-        extended_selectors=(
-            f"device.driver == {cel_string(NVIDIA_DRIVER)} && {attr(NVIDIA_DRIVER, 'type')} == \"gpu\"",
-        ),
+        extended_class=f"extended.{driver}",
+        extended_selectors=(_driver_is(driver, device_type),),
     )
+
+
+# Resource name -> its whole-device kind (the shipped class of each driver is named after it).
+_WHOLE_DEVICES: dict[str, DeviceKind] = {
+    kind.resource: kind
+    for kind in (
+        _whole("nvidia.com/gpu", "nvidia", NVIDIA_DRIVER, "gpu", "gpu"),
+        _whole("amd.com/gpu", "amd", AMD_DRIVER, "gpu", "amdgpu"),
+        _whole("habana.ai/gaudi", "gaudi", GAUDI_DRIVER, "gaudi", None),
+    )
+}
 
 
 def _mig(resource: str, profile: str, per_profile_classes: frozenset[str]) -> DeviceKind:
@@ -89,24 +105,7 @@ def _mig(resource: str, profile: str, per_profile_classes: frozenset[str]) -> De
         short="mig-" + profile.replace(".", "-"),
         partition=True,
         extended_class=f"extended.mig-{profile}.nvidia.com",
-        extended_selectors=(
-            f"device.driver == {cel_string(NVIDIA_DRIVER)} && {attr(NVIDIA_DRIVER, 'type')} == \"mig\"",
-            profile_selector,
-        ),
-    )
-
-
-def _amd_gpu() -> DeviceKind:
-    return DeviceKind(
-        resource="amd.com/gpu",
-        vendor="amd",
-        driver=AMD_DRIVER,
-        device_class="gpu.amd.com",
-        selectors=(),
-        short="gpu",
-        partition=False,
-        extended_class="extended.gpu.amd.com",
-        extended_selectors=(f"device.driver == {cel_string(AMD_DRIVER)} && {attr(AMD_DRIVER, 'type')} == \"amdgpu\"",),
+        extended_selectors=(_driver_is(NVIDIA_DRIVER, "mig"), profile_selector),
     )
 
 
@@ -130,35 +129,14 @@ def _amd_partition(resource: str, compute: str, memory: str) -> DeviceKind:
         short=f"{compute}-{memory}",
         partition=not whole,
         extended_class=f"extended.{compute}-{memory}.gpu.amd.com",
-        extended_selectors=(
-            f"device.driver == {cel_string(AMD_DRIVER)} && {attr(AMD_DRIVER, 'type')} == {cel_string(device_type)}",
-            mode,
-        ),
-    )
-
-
-def _gaudi() -> DeviceKind:
-    return DeviceKind(
-        resource="habana.ai/gaudi",
-        vendor="gaudi",
-        driver=GAUDI_DRIVER,
-        device_class="gaudi.intel.com",
-        selectors=(),
-        short="gaudi",
-        partition=False,
-        extended_class="extended.gaudi.intel.com",
-        extended_selectors=(f"device.driver == {cel_string(GAUDI_DRIVER)}",),
+        extended_selectors=(_driver_is(AMD_DRIVER, device_type), mode),
     )
 
 
 def classify(resource: str, per_profile_classes: frozenset[str] = frozenset()) -> DeviceKind | Unsupported | None:
     """The DRA meaning of a resource name; None when it is not a device-plugin resource we know."""
-    if resource == "nvidia.com/gpu":
-        return _nvidia_gpu()
-    if resource == "amd.com/gpu":
-        return _amd_gpu()
-    if resource == "habana.ai/gaudi":
-        return _gaudi()
+    if resource in _WHOLE_DEVICES:
+        return _WHOLE_DEVICES[resource]
     if match := _MIG.match(resource):
         return _mig(resource, match["profile"], per_profile_classes)
     if match := _AMD_PARTITION.match(resource):
