@@ -14,7 +14,7 @@ import math
 from functools import lru_cache
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import re2
 from celpy import celtypes
@@ -23,6 +23,7 @@ from celpy.evaluation import base_functions
 from dra_driver.cel.types import INT64_MAX, INT64_MIN, Quantity, Semver
 
 CelFunction = Callable[..., Any]
+ReceiverT = TypeVar("ReceiverT")
 
 
 # ---------------------------------------------------------------- helpers
@@ -53,6 +54,21 @@ def _int64(value: int) -> celtypes.IntType:
 
 def _plain(value: Any) -> int | float:
     return int(value) if _is_int(value) else float(value)
+
+
+def _receiver(value: Any, kind: type[ReceiverT], what: str) -> ReceiverT:
+    if not isinstance(value, kind):
+        raise TypeError(f"{what}: receiver must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _parses(parse: Callable[[str], Any], text: str) -> celtypes.BoolType:
+    """isQuantity/isSemver: whether `parse` accepts the text (ValueError means no)."""
+    try:
+        parse(text)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
 
 
 def cel_equal(left: Any, right: Any) -> bool:
@@ -86,17 +102,11 @@ def _parse_quantity(text: str) -> Quantity:
 
 def is_quantity(text: Any) -> celtypes.BoolType:
     _require(text, str, "isQuantity")
-    try:
-        Quantity.parse(text)
-    except ValueError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+    return _parses(Quantity.parse, text)
 
 
 def _quantity(value: Any, what: str) -> Quantity:
-    if not isinstance(value, Quantity):
-        raise TypeError(f"{what}: receiver must be a Quantity, got {type(value).__name__}")
-    return value
+    return _receiver(value, Quantity, what)
 
 
 def sign(value: Any) -> celtypes.IntType:
@@ -129,14 +139,16 @@ def _quantity_operand(value: Any, what: str) -> Decimal:
     raise TypeError(f"{what}: argument must be a Quantity or an int, got {type(value).__name__}")
 
 
+def _quantity_from(value: Decimal) -> Quantity:
+    return Quantity(value, format(value, "f"))
+
+
 def add(receiver: Any, other: Any) -> Quantity:
-    total = _quantity(receiver, "add").value + _quantity_operand(other, "add")
-    return Quantity(total, format(total, "f"))
+    return _quantity_from(_quantity(receiver, "add").value + _quantity_operand(other, "add"))
 
 
 def sub(receiver: Any, other: Any) -> Quantity:
-    diff = _quantity(receiver, "sub").value - _quantity_operand(other, "sub")
-    return Quantity(diff, format(diff, "f"))
+    return _quantity_from(_quantity(receiver, "sub").value - _quantity_operand(other, "sub"))
 
 
 # ---------------------------------------------------------------- semver library (1.33)
@@ -151,17 +163,11 @@ def semver(text: Any, normalize: Any = False) -> Semver:
 def is_semver(text: Any, normalize: Any = False) -> celtypes.BoolType:
     _require(text, str, "isSemver")
     _require(normalize, (bool, celtypes.BoolType), "isSemver")
-    try:
-        Semver.parse(text, bool(normalize))
-    except ValueError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+    return _parses(lambda value: Semver.parse(value, bool(normalize)), text)
 
 
 def _semver(value: Any, what: str) -> Semver:
-    if not isinstance(value, Semver):
-        raise TypeError(f"{what}: receiver must be a Semver, got {type(value).__name__}")
-    return value
+    return _receiver(value, Semver, what)
 
 
 def major(value: Any) -> celtypes.IntType:
@@ -241,21 +247,21 @@ def _list_index_of(items: Sequence[Any], value: Any, last: bool) -> celtypes.Int
     return celtypes.IntType(-1)
 
 
+def _index_of(receiver: Any, value: Any, start: Any, last: bool, what: str) -> celtypes.IntType:
+    if isinstance(receiver, str):
+        return _string_index_of(str(receiver), value, start, last)
+    if isinstance(receiver, list) and start is None:
+        return _list_index_of(receiver, value, last)
+    raise TypeError(f"{what}: unsupported receiver {type(receiver).__name__}")
+
+
 def index_of(receiver: Any, value: Any, start: Any = None) -> celtypes.IntType:
     """String ext `s.indexOf(sub[, start])` or K8s lists `l.indexOf(x)`."""
-    if isinstance(receiver, str):
-        return _string_index_of(str(receiver), value, start, last=False)
-    if isinstance(receiver, list) and start is None:
-        return _list_index_of(receiver, value, last=False)
-    raise TypeError(f"indexOf: unsupported receiver {type(receiver).__name__}")
+    return _index_of(receiver, value, start, False, "indexOf")
 
 
 def last_index_of(receiver: Any, value: Any, start: Any = None) -> celtypes.IntType:
-    if isinstance(receiver, str):
-        return _string_index_of(str(receiver), value, start, last=True)
-    if isinstance(receiver, list) and start is None:
-        return _list_index_of(receiver, value, last=True)
-    raise TypeError(f"lastIndexOf: unsupported receiver {type(receiver).__name__}")
+    return _index_of(receiver, value, start, True, "lastIndexOf")
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -462,20 +468,20 @@ def sum_list(receiver: Any) -> Any:
     raise TypeError("sum: list elements must all be int, all uint or all double")
 
 
-def min_list(receiver: Any) -> Any:
-    items = _list(receiver, "min")
+def _extreme(receiver: Any, pick: Callable[[list[Any]], Any], what: str) -> Any:
+    items = _list(receiver, what)
     if not items:
-        raise ValueError("min called on empty list")
-    _ordered(items, "min")
-    return min(items)
+        raise ValueError(f"{what} called on empty list")
+    _ordered(items, what)
+    return pick(items)
+
+
+def min_list(receiver: Any) -> Any:
+    return _extreme(receiver, min, "min")
 
 
 def max_list(receiver: Any) -> Any:
-    items = _list(receiver, "max")
-    if not items:
-        raise ValueError("max called on empty list")
-    _ordered(items, "max")
-    return max(items)
+    return _extreme(receiver, max, "max")
 
 
 # ---------------------------------------------------------------- ext.Sets
