@@ -11,7 +11,7 @@ validated spec into the plain dataclasses of dra_driver.allocator.types.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -79,24 +79,23 @@ class CapacityRequirements(_Strict):
     requests: dict[str, str | int] = Field(default_factory=dict)
 
 
-class ExactDeviceRequest(_Strict):
+class _DeviceSelection(_Strict):
+    """The fields ExactDeviceRequest and DeviceSubRequest share: which devices, how many."""
+
     device_class_name: str = ""
     selectors: list[DeviceSelector] = Field(default_factory=list)
     allocation_mode: str | None = None
     count: int | None = None
+    tolerations: list[DeviceToleration] = Field(default_factory=list)
+    capacity: CapacityRequirements | None = None
+
+
+class ExactDeviceRequest(_DeviceSelection):
     admin_access: bool | None = None
-    tolerations: list[DeviceToleration] = Field(default_factory=list)
-    capacity: CapacityRequirements | None = None
 
 
-class DeviceSubRequest(_Strict):
+class DeviceSubRequest(_DeviceSelection):
     name: str = ""
-    device_class_name: str = ""
-    selectors: list[DeviceSelector] = Field(default_factory=list)
-    allocation_mode: str | None = None
-    count: int | None = None
-    tolerations: list[DeviceToleration] = Field(default_factory=list)
-    capacity: CapacityRequirements | None = None
 
 
 class DeviceRequest(_Strict):
@@ -227,10 +226,17 @@ def parse_object(doc: Mapping[str, Any], label: str) -> BaseModel | list[FieldEr
 # -- semantic validation (dra-api-facts.md 3.3 and 3.6) ---------------------------------------
 
 
-def _selector_errors(selectors: list[DeviceSelector], path: str, compile_check: Callable[[str], str | None] | None) -> list[FieldError]:
-    out: list[FieldError] = []
-    if len(selectors) > MAX_SELECTORS:
-        out.append(FieldError(path, f"has {len(selectors)} selectors; at most {MAX_SELECTORS} are allowed"))
+CompileCheck = Callable[[str], str | None]  # expression -> problem, or None when it compiles
+
+
+def _too_many(items: Sequence[Any], limit: int, path: str, noun: str) -> list[FieldError]:
+    if len(items) > limit:
+        return [FieldError(path, f"has {len(items)} {noun}; at most {limit} are allowed")]
+    return []
+
+
+def _selector_errors(selectors: list[DeviceSelector], path: str, compile_check: CompileCheck | None) -> list[FieldError]:
+    out = _too_many(selectors, MAX_SELECTORS, path, "selectors")
     for index, selector in enumerate(selectors):
         spath = f"{path}[{index}].cel"
         if selector.cel is None:
@@ -251,9 +257,7 @@ def _selector_errors(selectors: list[DeviceSelector], path: str, compile_check: 
 
 
 def _toleration_errors(tolerations: list[DeviceToleration], path: str) -> list[FieldError]:
-    out: list[FieldError] = []
-    if len(tolerations) > MAX_TOLERATIONS:
-        out.append(FieldError(path, f"has {len(tolerations)} tolerations; at most {MAX_TOLERATIONS} are allowed"))
+    out = _too_many(tolerations, MAX_TOLERATIONS, path, "tolerations")
     for index, toleration in enumerate(tolerations):
         tpath = f"{path}[{index}]"
         if toleration.operator not in TOLERATION_OPERATORS:
@@ -295,19 +299,23 @@ def _class_errors(name: str, path: str, classes: Mapping[str, Any] | None) -> li
     return []
 
 
-def _request_errors(request: DeviceRequest, path: str, classes: Mapping[str, Any] | None, compile_check: Callable[[str], str | None] | None) -> list[FieldError]:
+def _selection_errors(selection: _DeviceSelection, path: str, classes: Mapping[str, Any] | None, compile_check: CompileCheck | None) -> list[FieldError]:
+    return [
+        *_class_errors(selection.device_class_name, f"{path}.deviceClassName", classes),
+        *_selector_errors(selection.selectors, f"{path}.selectors", compile_check),
+        *_count_errors(selection.allocation_mode, selection.count, path),
+        *_toleration_errors(selection.tolerations, f"{path}.tolerations"),
+    ]
+
+
+def _request_errors(request: DeviceRequest, path: str, classes: Mapping[str, Any] | None, compile_check: CompileCheck | None) -> list[FieldError]:
     out: list[FieldError] = []
     if not is_dns_label(request.name):
         out.append(FieldError(f"{path}.name", f"{request.name!r} must be a DNS label (lower-case letters, digits, '-', at most 63)"))
     if (request.exactly is None) == (request.first_available is None):
         out.append(FieldError(path, "exactly one of exactly or firstAvailable must be set"))
     if request.exactly is not None:
-        epath = f"{path}.exactly"
-        exact = request.exactly
-        out += _class_errors(exact.device_class_name, f"{epath}.deviceClassName", classes)
-        out += _selector_errors(exact.selectors, f"{epath}.selectors", compile_check)
-        out += _count_errors(exact.allocation_mode, exact.count, epath)
-        out += _toleration_errors(exact.tolerations, f"{epath}.tolerations")
+        out += _selection_errors(request.exactly, f"{path}.exactly", classes, compile_check)
     if request.first_available is not None:
         fpath = f"{path}.firstAvailable"
         subs = request.first_available
@@ -321,10 +329,7 @@ def _request_errors(request: DeviceRequest, path: str, classes: Mapping[str, Any
             elif sub.name in seen:
                 out.append(FieldError(f"{spath}.name", f"duplicate subrequest name {sub.name!r}"))
             seen.add(sub.name)
-            out += _class_errors(sub.device_class_name, f"{spath}.deviceClassName", classes)
-            out += _selector_errors(sub.selectors, f"{spath}.selectors", compile_check)
-            out += _count_errors(sub.allocation_mode, sub.count, spath)
-            out += _toleration_errors(sub.tolerations, f"{spath}.tolerations")
+            out += _selection_errors(sub, spath, classes, compile_check)
     return out
 
 
@@ -338,9 +343,7 @@ def _reference_names(claim: DeviceClaim) -> set[str]:
 
 
 def _references_errors(refs: list[str], path: str, known: set[str]) -> list[FieldError]:
-    out: list[FieldError] = []
-    if len(refs) > MAX_CONSTRAINT_REQUESTS:
-        out.append(FieldError(path, f"has {len(refs)} entries; at most {MAX_CONSTRAINT_REQUESTS} are allowed"))
+    out = _too_many(refs, MAX_CONSTRAINT_REQUESTS, path, "entries")
     if len(set(refs)) != len(refs):
         out.append(FieldError(path, "request names must be unique"))
     for index, ref in enumerate(refs):
@@ -369,7 +372,7 @@ def claim_spec_errors(
     spec: ResourceClaimSpec,
     path: str,
     classes: Mapping[str, Any] | None = None,
-    compile_check: Callable[[str], str | None] | None = None,
+    compile_check: CompileCheck | None = None,
 ) -> list[FieldError]:
     """Every rule `spec` breaks, as the API server would report them.
 
@@ -378,9 +381,7 @@ def claim_spec_errors(
     """
     claim = spec.devices
     dpath = f"{path}.devices"
-    out: list[FieldError] = []
-    if len(claim.requests) > MAX_REQUESTS:
-        out.append(FieldError(f"{dpath}.requests", f"has {len(claim.requests)} requests; at most {MAX_REQUESTS} are allowed"))
+    out = _too_many(claim.requests, MAX_REQUESTS, f"{dpath}.requests", "requests")
     seen: set[str] = set()
     for index, request in enumerate(claim.requests):
         rpath = f"{dpath}.requests[{index}]"
@@ -389,8 +390,7 @@ def claim_spec_errors(
         seen.add(request.name)
         out += _request_errors(request, rpath, classes, compile_check)
     known = _reference_names(claim)
-    if len(claim.constraints) > MAX_CONSTRAINTS:
-        out.append(FieldError(f"{dpath}.constraints", f"has {len(claim.constraints)} constraints; at most {MAX_CONSTRAINTS} are allowed"))
+    out += _too_many(claim.constraints, MAX_CONSTRAINTS, f"{dpath}.constraints", "constraints")
     for index, constraint in enumerate(claim.constraints):
         cpath = f"{dpath}.constraints[{index}]"
         out += _references_errors(constraint.requests, f"{cpath}.requests", known)
@@ -401,8 +401,7 @@ def claim_spec_errors(
                 problem = qualified_name_problem(value, require_domain=True)
                 if problem:
                     out.append(FieldError(f"{cpath}.{field_name}", f"{value!r} {problem}"))
-    if len(claim.config) > MAX_CONFIGS:
-        out.append(FieldError(f"{dpath}.config", f"has {len(claim.config)} entries; at most {MAX_CONFIGS} are allowed"))
+    out += _too_many(claim.config, MAX_CONFIGS, f"{dpath}.config", "entries")
     for index, config in enumerate(claim.config):
         cpath = f"{dpath}.config[{index}]"
         out += _references_errors(config.requests, f"{cpath}.requests", known)
@@ -410,13 +409,12 @@ def claim_spec_errors(
     return out
 
 
-def class_spec_errors(device_class: DeviceClass, path: str, compile_check: Callable[[str], str | None] | None = None) -> list[FieldError]:
+def class_spec_errors(device_class: DeviceClass, path: str, compile_check: CompileCheck | None = None) -> list[FieldError]:
     out: list[FieldError] = []
     if not is_dns_subdomain(device_class.metadata.name):
         out.append(FieldError(f"{path}.metadata.name", f"{device_class.metadata.name!r} must be a DNS subdomain"))
     out += _selector_errors(device_class.spec.selectors, f"{path}.spec.selectors", compile_check)
-    if len(device_class.spec.config) > MAX_CONFIGS:
-        out.append(FieldError(f"{path}.spec.config", f"has {len(device_class.spec.config)} entries; at most {MAX_CONFIGS} are allowed"))
+    out += _too_many(device_class.spec.config, MAX_CONFIGS, f"{path}.spec.config", "entries")
     for index, config in enumerate(device_class.spec.config):
         out += _opaque_errors(config.opaque, f"{path}.spec.config[{index}]")
     return out
@@ -433,17 +431,17 @@ def _tolerations(tolerations: Iterable[DeviceToleration]) -> tuple[Toleration, .
     return tuple(Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect, toleration_seconds=t.toleration_seconds) for t in tolerations)
 
 
-def _sub(name: str, class_name: str, selectors: list[DeviceSelector], mode: str | None, count: int | None, tolerations: list[DeviceToleration], admin: bool, capacity: CapacityRequirements | None) -> SubRequest:
-    all_mode = mode == "All"
+def _sub(name: str, selection: _DeviceSelection, admin: bool) -> SubRequest:
+    all_mode = selection.allocation_mode == "All"
     return SubRequest(
         name=name,
-        class_name=class_name,
-        selectors=_expressions(selectors),
+        class_name=selection.device_class_name,
+        selectors=_expressions(selection.selectors),
         all_devices=all_mode,
-        count=0 if all_mode else (count or 1),
+        count=0 if all_mode else (selection.count or 1),
         admin_access=admin,
-        tolerations=_tolerations(tolerations),
-        capacity_requests=dict(capacity.requests) if capacity else {},
+        tolerations=_tolerations(selection.tolerations),
+        capacity_requests=dict(selection.capacity.requests) if selection.capacity else {},
     )
 
 
@@ -452,10 +450,10 @@ def to_claim(spec: ResourceClaimSpec, name: str, namespace: str) -> ClaimSpec:
     requests: list[Request] = []
     for request in spec.devices.requests:
         if request.exactly is not None:
-            e = request.exactly
-            requests.append(Request(request.name, (_sub(request.name, e.device_class_name, e.selectors, e.allocation_mode, e.count, e.tolerations, bool(e.admin_access), e.capacity),), prioritized=False))
+            exact = _sub(request.name, request.exactly, bool(request.exactly.admin_access))
+            requests.append(Request(request.name, (exact,), prioritized=False))
         else:
-            subs = tuple(_sub(s.name, s.device_class_name, s.selectors, s.allocation_mode, s.count, s.tolerations, False, s.capacity) for s in request.first_available or [])
+            subs = tuple(_sub(s.name, s, False) for s in request.first_available or [])
             requests.append(Request(request.name, subs, prioritized=True))
     constraints = tuple(
         Constraint(requests=tuple(c.requests), match_attribute=c.match_attribute, distinct_attribute=c.distinct_attribute)
