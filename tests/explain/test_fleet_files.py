@@ -1,0 +1,69 @@
+"""Reading fleet files: both parsers give the same objects, errors name the file, the collector comes back."""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dra_driver import fleet as fleets
+
+SLICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "node-a-gpu"},
+    "spec": {
+        "driver": "gpu.example.com",
+        "nodeName": "node-a",
+        "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "gpu-0", "attributes": {"index": {"int": 12345678901234567890}, "model": {"string": "ünïcode"}}}],
+    },
+}
+LIST = {"apiVersion": "v1", "kind": "List", "items": [SLICE, {**SLICE, "kind": "DeviceClass", "metadata": {"name": "c"}, "spec": {}}]}
+
+
+def test_json_and_yaml_files_read_the_same_objects(tmp_path: Path) -> None:
+    as_json, as_yaml = tmp_path / "fleet.json", tmp_path / "fleet.yaml"
+    as_json.write_text(json.dumps(LIST))
+    as_yaml.write_text(yaml.safe_dump(LIST, allow_unicode=True))
+    expected = LIST["items"]
+    assert fleets.read_documents(as_json) == expected
+    assert fleets.read_documents(as_yaml) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "words"),
+    [
+        ("bad.json", b'{"kind": "List", "items": [', "is not valid JSON"),
+        ("bad.yaml", b"kind: [unclosed\n", "is not valid YAML"),
+        ("latin1.json", b'{"kind": "\xe9"}', "is not valid JSON"),  # not UTF-8: an error, not a traceback
+        ("latin1.yaml", b"kind: \xe9\n", "is not valid YAML"),
+    ],
+)
+def test_unreadable_content_is_a_fleet_error_naming_the_file(tmp_path: Path, name: str, content: bytes, words: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(fleets.FleetError, match=words) as raised:
+        fleets.read_documents(path)
+    assert str(path) in str(raised.value)
+
+
+def test_the_collector_is_restored_after_parsing_and_after_a_failure(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(LIST))
+    bad.write_text("{")
+    assert gc.isenabled()
+    fleets.read_documents(good)
+    assert gc.isenabled()
+    with pytest.raises(fleets.FleetError):
+        fleets.read_documents(bad)
+    assert gc.isenabled()
+    gc.disable()  # a caller that runs with the collector off keeps it off
+    try:
+        fleets.read_documents(good)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
