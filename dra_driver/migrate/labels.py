@@ -83,6 +83,8 @@ class _NotExact(Exception):
 
 
 Predicate = Callable[[str], str]
+# (label values, selector operator, device kind) -> CEL condition; raises _NotExact.
+_Rule = Callable[[Sequence[str], str, DeviceKind], str]
 
 
 def is_gpu_label(label: str) -> bool:
@@ -142,7 +144,7 @@ def _int_values(values: Sequence[str], label: str) -> list[int]:
         raise _NotExact(f"{label} values must be integers, got {list(values)}") from None
 
 
-def _numeric(lhs: str, unit: str, label: str) -> Callable[[Sequence[str], str, DeviceKind], str]:
+def _numeric(lhs: str, unit: str, label: str) -> _Rule:
     def translate(values: Sequence[str], operator: str, kind: DeviceKind) -> str:
         numbers = _int_values(values, label)
         if operator in ("Gt", "Lt"):
@@ -152,7 +154,7 @@ def _numeric(lhs: str, unit: str, label: str) -> Callable[[Sequence[str], str, D
     return translate
 
 
-def _whole_device_only(translate: Callable[[Sequence[str], str, DeviceKind], str], what: str):
+def _whole_device_only(translate: _Rule, what: str) -> _Rule:
     def wrapped(values: Sequence[str], operator: str, kind: DeviceKind) -> str:
         if kind.partition:
             raise _NotExact(f"the label gives the {what} of the whole GPU; a {kind.resource} device has less")
@@ -213,7 +215,6 @@ def _amd_mode(values: Sequence[str], operator: str, kind: DeviceKind) -> str:
     return _in_list(attr(AMD_DRIVER, "partitionProfile"), operator, [cel_string(v) for v in values])
 
 
-_Rule = Callable[[Sequence[str], str, DeviceKind], str]
 _RULES: dict[str, tuple[str, _Rule]] = {
     "nvidia.com/gpu.product": ("nvidia", _nvidia_product),
     "nvidia.com/gpu.memory": ("nvidia", _whole_device_only(_numeric(capacity(NVIDIA_DRIVER, "memory"), "Mi", "nvidia.com/gpu.memory"), "memory")),

@@ -145,18 +145,18 @@ class AmdBackend(VendorBackend):
         catalog.devices_by_gpu[gpu.bdf] = names
 
     def discover(self) -> Inventory:
+        return self._rediscover().inventory
+
+    def _rediscover(self) -> Catalog:
         with self._lock:
             catalog = Catalog(Inventory(self.driver_name))
             for gpu in discover_gpus(self.smi):
                 self._add_gpu(catalog, gpu)
             self._catalog = catalog
-            return catalog.inventory
+            return catalog
 
     def _current_catalog(self) -> Catalog:
-        if self._catalog is None:
-            self.discover()
-        assert self._catalog is not None
-        return self._catalog
+        return self._catalog if self._catalog is not None else self._rediscover()
 
     # -- configuration -------------------------------------------------------
 
@@ -173,11 +173,6 @@ class AmdBackend(VendorBackend):
             return None
         card, render = catalog.nodes[name]
         return PreparedDevice(name, edits.device_edits(card, render, self.settings.dev_root))
-
-    def _rediscover(self) -> Catalog:
-        self.discover()
-        assert self._catalog is not None
-        return self._catalog
 
     def _prepare_placement(self, claim: ClaimRef, placement: dynamic.Placement) -> PreparedDevice:
         users = self._users.setdefault(placement.gpu_bdf, {})
@@ -248,9 +243,7 @@ class AmdBackend(VendorBackend):
                     self._users.setdefault(str(entry["gpu"]), {})[uid] = _mode_from_state(entry["mode"])
             if not self.dynamic:
                 return
-            for gpu_bdf, gpu in self._current_catalog().gpus.items():
-                if gpu.default_mode is None or self._users.get(gpu_bdf):
-                    continue
+            for gpu_bdf in self._current_catalog().gpus:
                 self._restore_if_unused(gpu_bdf)
             self.discover()
 
