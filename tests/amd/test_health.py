@@ -8,13 +8,14 @@ from collections.abc import Iterator
 
 from dra_driver.vendor import HealthEvent
 
+from dra_driver_amd.backend import AmdBackend
 from dra_driver_amd.health import TAINT_KEY
 
 
 class _Watch:
     """Runs watch_health in a thread and hands its events over a queue."""
 
-    def __init__(self, backend) -> None:  # noqa: ANN001
+    def __init__(self, backend: AmdBackend) -> None:
         self.stop = threading.Event()
         self.events: queue.Queue[HealthEvent] = queue.Queue()
         iterator: Iterator[HealthEvent] = backend.watch_health(self.stop)
@@ -29,12 +30,17 @@ class _Watch:
         self.thread.join(timeout=5)
         assert not self.thread.is_alive()
 
+    def __enter__(self) -> _Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def test_reset_taints_the_gpu_and_post_reset_clears(open_backend):
     backend = open_backend("mi300x")
     backend.discover()
-    watch = _Watch(backend)
-    try:
+    with _Watch(backend) as watch:
         backend.library.inject_event("0000:26:00.0", "GPU_PRE_RESET", "ring gfx timeout")
         (event,) = watch.take(1)
         assert event.device == "gpu-8-136" and not event.healthy
@@ -44,30 +50,24 @@ def test_reset_taints_the_gpu_and_post_reset_clears(open_backend):
         backend.library.inject_event("0000:26:00.0", "GPU_POST_RESET")
         (event,) = watch.take(1)
         assert event.device == "gpu-8-136" and event.healthy and event.taint is None
-    finally:
-        watch.close()
     assert watch.events.empty()
 
 
 def test_reset_of_a_partitioned_gpu_reports_every_partition(open_backend):
     backend = open_backend("mi300x-cpx")
     backend.discover()
-    watch = _Watch(backend)
-    try:
+    with _Watch(backend) as watch:
         backend.library.inject_event("0000:05:00.0", "GPU_PRE_RESET")
         events = watch.take(8)
         assert sorted(e.device for e in events) == sorted(f"gpu-{i}-{128 + i}" for i in range(8))
         assert all(not e.healthy for e in events)
-    finally:
-        watch.close()
 
 
 def test_uncorrectable_ecc_taints_until_reset(open_backend):
     backend = open_backend("mi210")
     backend.discover()
     backend.library.inject_ecc("0000:43:00.0", uncorrectable=2)  # before watching: the baseline
-    watch = _Watch(backend)
-    try:
+    with _Watch(backend) as watch:
         backend.library.inject_ecc("0000:63:00.0", correctable=5)  # correctable errors are no reason
         backend.library.inject_ecc("0000:63:00.0", uncorrectable=1)
         (event,) = watch.take(1)
@@ -78,8 +78,6 @@ def test_uncorrectable_ecc_taints_until_reset(open_backend):
         backend.library.inject_event("0000:63:00.0", "GPU_POST_RESET")
         (event,) = watch.take(1)
         assert event.device == "gpu-1-128" and event.healthy
-    finally:
-        watch.close()
     assert watch.events.empty()
 
 
