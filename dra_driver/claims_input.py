@@ -130,10 +130,15 @@ class ResourceClaimSpec(_Strict):
     devices: DeviceClaim = Field(default_factory=DeviceClaim)
 
 
-class ResourceClaim(_Strict):
+class _ResourceObject(_Strict):
+    """The envelope every resource.k8s.io/v1 object shares; subclasses add kind and spec."""
+
     api_version: str = "resource.k8s.io/v1"
-    kind: str = "ResourceClaim"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+class ResourceClaim(_ResourceObject):
+    kind: str = "ResourceClaim"
     spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
     status: dict[str, Any] | None = None
 
@@ -150,10 +155,8 @@ class ResourceClaimTemplateSpec(_Strict):
     spec: ResourceClaimSpec = Field(default_factory=ResourceClaimSpec)
 
 
-class ResourceClaimTemplate(_Strict):
-    api_version: str = "resource.k8s.io/v1"
+class ResourceClaimTemplate(_ResourceObject):
     kind: str = "ResourceClaimTemplate"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ResourceClaimTemplateSpec = Field(default_factory=ResourceClaimTemplateSpec)
 
 
@@ -167,10 +170,8 @@ class DeviceClassSpec(_Strict):
     extended_resource_name: str | None = None
 
 
-class DeviceClass(_Strict):
-    api_version: str = "resource.k8s.io/v1"
+class DeviceClass(_ResourceObject):
     kind: str = "DeviceClass"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
 
 

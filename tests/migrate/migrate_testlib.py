@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from dra_driver.migrate import FileResult, Options, Report, load_catalog, migrate
