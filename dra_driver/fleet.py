@@ -122,6 +122,12 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
+def _node(doc: Mapping[str, Any]) -> Node:
+    """A Node object as the allocator needs it: name and labels."""
+    meta = doc.get("metadata") or {}
+    return Node(str(meta.get("name", "")), dict(meta.get("labels") or {}))
+
+
 def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
     """Split objects by kind; anything else than slices, classes, claims (and ignorable kinds) is an error."""
     fleet = Fleet(sources=[source])
@@ -134,8 +140,7 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
         elif kind == "ResourceClaim":
             fleet.claims.append(dict(doc))
         elif kind == "Node":
-            meta = doc.get("metadata") or {}
-            fleet.nodes.append(Node(str(meta.get("name", "")), dict(meta.get("labels") or {})))
+            fleet.nodes.append(_node(doc))
         else:
             raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim or Node)")
     return fleet
@@ -223,9 +228,7 @@ def from_cluster(kubeconfig: str) -> Fleet:
     fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
-    for item in listed(core.list_node):
-        meta = item.get("metadata") or {}
-        fleet.nodes.append(Node(str(meta.get("name", "")), dict(meta.get("labels") or {})))
+    fleet.nodes = [_node(item) for item in listed(core.list_node)]
     try:
         api_client.close()
     except Exception:  # closing the pool is best effort
