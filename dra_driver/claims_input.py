@@ -19,6 +19,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
 from dra_driver.allocator.types import ClaimSpec, Constraint, Request, SubRequest, Toleration
+from dra_driver.allocator.types import DeviceClassSpec as PlainClassSpec
 from dra_driver.errors import FieldError
 from dra_driver.model.validation import (
     driver_name_problem,
@@ -428,6 +429,10 @@ def _expressions(selectors: Iterable[DeviceSelector]) -> tuple[str, ...]:
     return tuple(s.cel.expression for s in selectors if s.cel is not None)
 
 
+def _opaque(opaque: OpaqueConfiguration) -> dict[str, Any]:
+    return {"driver": opaque.driver, "parameters": opaque.parameters}
+
+
 def _tolerations(tolerations: Iterable[DeviceToleration]) -> tuple[Toleration, ...]:
     return tuple(Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect, toleration_seconds=t.toleration_seconds) for t in tolerations)
 
@@ -460,5 +465,14 @@ def to_claim(spec: ResourceClaimSpec, name: str, namespace: str) -> ClaimSpec:
         Constraint(requests=tuple(c.requests), match_attribute=c.match_attribute, distinct_attribute=c.distinct_attribute)
         for c in spec.devices.constraints
     )
-    configs = tuple((tuple(c.requests), {"driver": c.opaque.driver, "parameters": c.opaque.parameters}) for c in spec.devices.config if c.opaque)
+    configs = tuple((tuple(c.requests), _opaque(c.opaque)) for c in spec.devices.config if c.opaque)
     return ClaimSpec(name=name, namespace=namespace, requests=tuple(requests), constraints=constraints, configs=configs)
+
+
+def to_class(device_class: DeviceClass) -> PlainClassSpec:
+    """A validated DeviceClass as the allocator's input."""
+    return PlainClassSpec(
+        name=device_class.metadata.name,
+        selectors=_expressions(device_class.spec.selectors),
+        configs=tuple(_opaque(c.opaque) for c in device_class.spec.config if c.opaque),
+    )

@@ -23,8 +23,10 @@ from dra_driver.claims_input import (
     ResourceClaimTemplate,
     claim_spec_errors,
     class_spec_errors,
+    ResourceClaimSpec,
     parse_object,
     to_claim,
+    to_class,
 )
 from dra_driver.errors import DraError, FieldError, ValidationError
 from dra_driver import fleet as fleets
@@ -98,11 +100,7 @@ def _classes(layers: Sequence[tuple[str, list[dict[str, Any]]]], matcher: CelMat
             continue
         assert isinstance(parsed, DeviceClass)
         errors += class_spec_errors(parsed, label, matcher.compile_problem)
-        out[name] = DeviceClassSpec(
-            name=name,
-            selectors=tuple(s.cel.expression for s in parsed.spec.selectors if s.cel),
-            configs=tuple({"driver": c.opaque.driver, "parameters": c.opaque.parameters} for c in parsed.spec.config if c.opaque),
-        )
+        out[name] = to_class(parsed)
     if errors:
         raise InputError(errors)
     return out
@@ -114,7 +112,7 @@ def _classes(layers: Sequence[tuple[str, list[dict[str, Any]]]], matcher: CelMat
 @dataclass
 class ClaimInput:
     label: str  # where it came from, for error paths
-    spec: Any  # ResourceClaimSpec
+    spec: ResourceClaimSpec
     name: str
     namespace: str
 
