@@ -151,30 +151,56 @@ def _check_counters(out: _Collector, path: str, counters: Any) -> None:
             out.add(f"{path}[{name}].value", f"{value!r} is not a quantity such as '8' or '40Gi'")
 
 
+_ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
+
+
+def _attribute_member_problems(attribute: dict[str, Any]) -> list[tuple[str, str]]:
+    """Problems of an attribute union object as (path suffix, message) pairs."""
+    problems: list[tuple[str, str]] = []
+    members = [key for key in _ATTRIBUTE_KINDS if key in attribute]
+    unknown = sorted(set(attribute) - set(_ATTRIBUTE_KINDS))
+    if unknown:
+        problems.append(("", f"unknown member(s) {unknown}; use one of int, bool, string, version"))
+    if len(members) != 1:
+        problems.append(("", f"must set exactly one of int, bool, string, version (found {members or 'none'})"))
+        return problems
+    kind = members[0]
+    return problems + list(_attribute_value_problems(kind, attribute[kind], type(attribute[kind])))
+
+
+@functools.lru_cache(maxsize=16384)
+def _attribute_value_problems(kind: str, value: Any, value_type: type) -> tuple[tuple[str, str], ...]:
+    # value_type is part of the cache key so that True and 1 (equal, same hash) stay apart.
+    if kind == "int" and (value_type is bool or not isinstance(value, int)):
+        return ((".int", f"{value!r} is not an integer"),)
+    if kind == "bool" and value_type is not bool:
+        return ((".bool", f"{value!r} is not a boolean"),)
+    if kind in ("string", "version"):
+        if not isinstance(value, str):
+            return ((f".{kind}", f"{value!r} is not a string"),)
+        problem = _text_value_problem(kind, value)
+        if problem:
+            return ((f".{kind}", problem),)
+    return ()
+
+
 def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
     if not isinstance(attribute, dict):
         out.add(path, "must be an object with exactly one of int, bool, string, version")
         return
-    members = [key for key in ("int", "bool", "string", "version") if key in attribute]
-    unknown = sorted(set(attribute) - {"int", "bool", "string", "version"})
-    if unknown:
-        out.add(path, f"unknown member(s) {unknown}; use one of int, bool, string, version")
-    if len(members) != 1:
-        out.add(path, f"must set exactly one of int, bool, string, version (found {members or 'none'})")
-        return
-    kind = members[0]
-    value = attribute[kind]
-    if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-        out.add(f"{path}.int", f"{value!r} is not an integer")
-    elif kind == "bool" and not isinstance(value, bool):
-        out.add(f"{path}.bool", f"{value!r} is not a boolean")
-    elif kind in ("string", "version"):
-        if not isinstance(value, str):
-            out.add(f"{path}.{kind}", f"{value!r} is not a string")
+    if len(attribute) == 1:
+        # Fast path for well-formed unions: one cached lookup per distinct value.
+        ((kind, value),) = attribute.items()
+        if kind in _ATTRIBUTE_KINDS:
+            try:
+                problems = _attribute_value_problems(kind, value, type(value))
+            except TypeError:  # unhashable value (a list or dict where a scalar belongs)
+                problems = tuple(_attribute_value_problems.__wrapped__(kind, value, type(value)))
+            for suffix, message in problems:
+                out.add(f"{path}{suffix}", message)
             return
-        problem = _text_value_problem(kind, value)
-        if problem:
-            out.add(f"{path}.{kind}", problem)
+    for suffix, message in _attribute_member_problems(attribute):
+        out.add(f"{path}{suffix}", message)
 
 
 def _check_device(out: _Collector, path: str, device: Any) -> None:

@@ -166,3 +166,11 @@ def test_validation_error_lists_every_problem() -> None:
 def test_cached_quantity_check_does_not_confuse_true_with_1() -> None:
     assert messages(one_slice(capacity={"cores": {"value": 1}})) == []
     assert any("not a quantity" in e for e in messages(one_slice(capacity={"cores": {"value": True}})))
+
+
+def test_cached_attribute_check_keeps_types_apart() -> None:
+    assert messages(one_slice(attributes={"n": {"int": 1}})) == []
+    assert any("not an integer" in e for e in messages(one_slice(attributes={"n": {"int": True}})))
+    assert messages(one_slice(attributes={"b": {"bool": True}})) == []
+    assert any("not a boolean" in e for e in messages(one_slice(attributes={"b": {"bool": 1}})))
+    assert any("not a string" in e for e in messages(one_slice(attributes={"s": {"string": ["x"]}})))
