@@ -58,18 +58,28 @@ def timed_call(call, refs: list[ClaimRef]) -> float:
     return elapsed
 
 
-def run_case(conn: PluginConnection, server: sim_apiserver.SimApiServer, concurrency: int, devices: int, claims: int) -> dict[str, float]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (/proc/<pid>/stat fields 14 and 15)."""
+    parts = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_case(conn: PluginConnection, server: sim_apiserver.SimApiServer, concurrency: int, devices: int, claims: int, daemon_pid: int) -> dict[str, float]:
     refs = make_claims(server, f"c{concurrency}-d{devices}", claims, devices)
     with ThreadPoolExecutor(concurrency) as pool:
+        daemon_cpu, own_cpu = cpu_s(daemon_pid), time.process_time()
         start = time.perf_counter()
         latencies = list(pool.map(lambda r: timed_call(conn.prepare, [r]), refs))
         wall = time.perf_counter() - start
+        daemon_cpu, own_cpu = cpu_s(daemon_pid) - daemon_cpu, time.process_time() - own_cpu
         list(pool.map(lambda r: timed_call(conn.unprepare, [r]), refs))
     latencies.sort()
     return {
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         "claims_per_s": len(refs) / wall,
+        "daemon_cpu_ms": daemon_cpu / len(refs) * 1000,  # per prepared claim
+        "bench_cpu_ms": own_cpu / len(refs) * 1000,  # kubelet side + API server, same cores
     }
 
 
@@ -100,12 +110,12 @@ def main() -> int:
             time.sleep(0.05)
         conn = register(paths.registration_socket)
         make_claims(server, "warm", 1, 1)
-        run_case(conn, server, 1, 1, 20)  # warm-up: imports, connections
-        print(f"{'conc':>4} {'dev/claim':>9} {'p50 ms':>8} {'p99 ms':>8} {'claims/s':>9}")
+        run_case(conn, server, 1, 1, 20, daemon.pid)  # warm-up: imports, connections
+        print(f"{'conc':>4} {'dev/claim':>9} {'p50 ms':>8} {'p99 ms':>8} {'claims/s':>9} {'daemon cpu ms/claim':>20} {'bench cpu ms/claim':>19}")
         for devices in (1, 8):
             for concurrency in (1, 16, 64):
-                result = run_case(conn, server, concurrency, devices, args.claims)
-                print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f}")
+                result = run_case(conn, server, concurrency, devices, args.claims, daemon.pid)
+                print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f} {result['daemon_cpu_ms']:>20.2f} {result['bench_cpu_ms']:>19.2f}")
         print(f"daemon RSS: {rss_mib(daemon.pid):.0f} MiB")
         conn.close()
     finally:

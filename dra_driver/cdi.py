@@ -188,7 +188,8 @@ def write_spec_atomic(path: Path, spec: dict[str, Any]) -> None:
     """Write so that readers see either no file or the complete file, never a partial one."""
     directory = path.parent
     directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    data = json.dumps(spec, indent=2, sort_keys=False).encode()
+    # Compact: runtimes parse it, and without indent json uses its C encoder.
+    data = json.dumps(spec, separators=(",", ":")).encode()
     # The temp name must not end in .json/.yaml: runtimes watching the directory ignore it.
     fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=directory)
     try:

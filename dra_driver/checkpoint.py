@@ -18,10 +18,9 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +58,18 @@ class ClaimRecord:
     @property
     def completed(self) -> bool:
         return self.phase == PREPARE_COMPLETED
+
+    def to_json(self) -> dict[str, Any]:
+        """The same content as dataclasses.asdict, without its deep copy (the result is only serialised)."""
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "phase": self.phase,
+            "devices": [vars(d) for d in self.devices],
+            "backend_state": self.backend_state,
+            "cdi_spec": self.cdi_spec,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClaimRecord:
@@ -101,11 +112,16 @@ class Checkpoint:
         self.path = path
         self.boot_id = read_boot_id(boot_id_path)
         self._claims: dict[str, ClaimRecord] = {}
-        self._texts: dict[str, str] = {}  # uid -> canonical JSON of the record
+        self._texts: dict[str, str] = {}  # uid -> '"<uid>":<canonical JSON of the record>'
         self._lock = threading.Lock()  # guards the in-memory state
         self._write_lock = threading.Lock()  # one file write at a time
         self._version = 0  # changes made in memory
-        self._written = 0  # changes known to be on disk
+        self._written = 0  # changes in the file (visible to a restarted process)
+        self._durable = 0  # changes in the file and flushed to the device
+        self._completed_devices = 0
+        # One temp name per writer: writes are serialised by _write_lock (and across
+        # instances by the serialize lock), so no random name (mkstemp) is needed.
+        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(self):x}.tmp")
 
     # --- loading -------------------------------------------------------------
 
@@ -114,7 +130,8 @@ class Checkpoint:
         claims = self._read()
         with self._lock:
             self._claims = claims
-            self._texts = {uid: _canonical(asdict(rec)) for uid, rec in claims.items()}
+            self._completed_devices = sum(len(r.devices) for r in claims.values() if r.completed)
+            self._texts = {uid: _piece(rec) for uid, rec in claims.items()}
 
     def _read(self) -> dict[str, ClaimRecord]:
         try:
@@ -174,47 +191,99 @@ class Checkpoint:
 
     # --- changes (each persisted before returning) -----------------------------
 
-    def put(self, record: ClaimRecord) -> None:
+    def put(self, record: ClaimRecord, durable: bool = True) -> None:
+        """Store and write the record; `durable=False` skips the device flush.
+
+        A non-durable write is still atomic and visible to a restarted process
+        (the page cache survives a process crash); only a power loss can undo
+        it, and after a reboot the checkpoint is void anyway (boot ID). Use it
+        for intermediate states that a later durable write supersedes.
+        """
+        self.commit(self.stage(record), durable)
+
+    def stage(self, record: ClaimRecord) -> int:
+        """Store the record in memory only; returns the version to pass to commit().
+
+        Lets a caller decide under its own lock (e.g. a device conflict check)
+        and write outside it, so concurrent claims share one file write.
+        """
+        piece = _piece(record)
         with self._lock:
+            self._account(self._claims.get(record.uid), -1)
             self._claims[record.uid] = record
-            self._texts[record.uid] = _canonical(asdict(record))
+            self._account(record, 1)
+            self._texts[record.uid] = piece
             self._version += 1
-            version = self._version
-        self._flush(version)
+            return self._version
+
+    def commit(self, version: int, durable: bool = True) -> None:
+        """Return once the file holds every change up to `version` (flushed to the device if durable)."""
+        self._flush(version, durable)
+
+    def completed_device_count(self) -> int:
+        """Devices of completed claims, kept up to date on every change (a metrics gauge reads it per call)."""
+        with self._lock:
+            return self._completed_devices
+
+    def _account(self, record: ClaimRecord | None, sign: int) -> None:
+        if record is not None and record.completed:
+            self._completed_devices += sign * len(record.devices)
 
     def remove(self, uid: str) -> None:
+        version = self._drop(uid)
+        if version is not None:
+            self._flush(version)
+
+    def forget(self, uid: str) -> None:
+        """Drop a staged record whose commit failed; the file catches up on the next write.
+
+        If the file already holds it, a restart rolls that half-prepared claim back,
+        which is harmless because nothing was done for it yet.
+        """
+        self._drop(uid)
+
+    def _drop(self, uid: str) -> int | None:
         with self._lock:
-            if self._claims.pop(uid, None) is None:
-                return
+            record = self._claims.pop(uid, None)
+            if record is None:
+                return None
+            self._account(record, -1)
             self._texts.pop(uid, None)
             self._version += 1
-            version = self._version
-        self._flush(version)
+            return self._version
 
-    def _flush(self, version: int) -> None:
+    def _flush(self, version: int, durable: bool = True) -> None:
         """Group commit: one writer at a time; a write that already covers `version` serves its caller too."""
         with self._write_lock:
-            if self._written >= version:
+            if (self._durable if durable else self._written) >= version:
                 return
             with self._lock:
                 snapshot = self._version
                 # Canonical JSON assembled from per-record pieces cached at put(): keys sorted
                 # (boot_id < claims < version), so the checksum matches _checksum(body) on load
                 # without re-serialising every record on every write.
-                claims = ",".join(f"{json.dumps(uid)}:{text}" for uid, text in sorted(self._texts.items()))
+                claims = ",".join([self._texts[uid] for uid in sorted(self._texts)])
             body = f'{{"boot_id":{json.dumps(self.boot_id)},"claims":{{{claims}}},"version":{FORMAT_VERSION}}}'
             digest = hashlib.sha256(body.encode()).hexdigest()
-            self._write_file(f'{{"body":{body},"checksum":"{digest}"}}'.encode())
+            self._write_file(f'{{"body":{body},"checksum":"{digest}"}}'.encode(), durable)
             self._written = snapshot
+            if durable:
+                self._durable = snapshot
 
-    def _write_file(self, data: bytes) -> None:
+    def _write_file(self, data: bytes, durable: bool) -> None:
+        """Temp file, data flush, rename: readers see the old or the new file, never a mix."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        tmp = self._tmp
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if durable:
+                    _datasync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, self.path)
         except BaseException:
             try:
@@ -222,3 +291,14 @@ class Checkpoint:
             except FileNotFoundError:
                 pass
             raise
+
+
+def _piece(record: ClaimRecord) -> str:
+    """One record's member of the canonical `claims` object, cached so a write only joins strings."""
+    return f"{json.dumps(record.uid)}:{_canonical(record.to_json())}"
+
+
+def _datasync(fd: int) -> None:
+    # fdatasync flushes the data and the metadata needed to read it back (size), skipping timestamps.
+    sync = getattr(os, "fdatasync", os.fsync)
+    sync(fd)

@@ -7,10 +7,11 @@ every release and the plugin must keep working with newer servers. (Opaque
 *driver* configuration is the opposite case and is validated strictly by the
 backend.)
 
-The GET goes through the official kubernetes client (ResourceV1Api) but skips
-its typed deserialisation (`_preload_content=False`) and parses the raw JSON
-into the models below: that is several times cheaper and it is the hot path of
-every NodePrepareResources call.
+The GET goes through the official kubernetes ApiClient (its host, auth, TLS
+and urllib3 pool and retries) but not through the generated ResourceV1Api
+method: that one validates its arguments with pydantic and would build typed
+models. The raw JSON is parsed straight into the models below; this is the
+hot path of every NodePrepareResources call.
 """
 
 from __future__ import annotations
@@ -85,30 +86,38 @@ class ClaimLookupError(DraError):
 class ClaimReader:
     """GET a ResourceClaim by namespace/name."""
 
+    _PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+    _HEADERS = {"Accept": "application/json"}
+
     def __init__(self, api_client: k8s.ApiClient, timeout_s: float = 10.0) -> None:
-        self._api = k8s.ResourceV1Api(api_client)
+        self._client = api_client
         self._timeout_s = timeout_s
 
     def get(self, namespace: str, name: str) -> ResourceClaim:
         where = f"ResourceClaim {namespace}/{name}"
         try:
-            response = self._api.read_namespaced_resource_claim(
-                name, namespace, _preload_content=False, _request_timeout=self._timeout_s
+            method, url, headers, body, post = self._client.param_serialize(
+                method="GET",
+                resource_path=self._PATH,
+                path_params={"namespace": namespace, "name": name},  # quoted by the client
+                header_params=dict(self._HEADERS),
+                auth_settings=["BearerToken"],
             )
-            body = response.data
+            response = self._client.call_api(method, url, headers, body, post, _request_timeout=self._timeout_s)
+            response.read()
         except ApiException as exc:
             if exc.status == 404:
                 raise ClaimLookupError(f"{where} not found (deleted or never created)") from exc
             raise ClaimLookupError(f"reading {where} failed: HTTP {exc.status} {exc.reason}") from exc
         except Exception as exc:  # connection refused, timeout: the claim fails, not the daemon
             raise ClaimLookupError(f"reading {where} failed: {exc}") from exc
-        status = getattr(response, "status", 200)
+        status = response.status
         if status >= 400:
             raise ClaimLookupError(
                 f"{where} not found (deleted or never created)" if status == 404 else f"reading {where} failed: HTTP {status}"
             )
         try:
-            return ResourceClaim.model_validate_json(body)
+            return ResourceClaim.model_validate_json(response.data)
         except PydanticValidationError as exc:
             raise ClaimLookupError(f"{where}: unexpected object from the API server: {exc.errors()[0]['msg']}") from exc
 

@@ -117,7 +117,7 @@ class PrepareService:
         return self._checkpoint.get(uid)
 
     def prepared_device_count(self) -> int:
-        return sum(len(r.devices) for r in self._checkpoint.records() if r.completed)
+        return self._checkpoint.completed_device_count()
 
     def _prepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
         try:
@@ -165,12 +165,21 @@ class PrepareService:
         started = ClaimRecord(ref.uid, ref.namespace, ref.name, PREPARE_STARTED, devices)
         with self._devices_lock.hold("devices"):
             self._check_conflicts(ref, allocated)
-            self._checkpoint.put(started)
+            version = self._checkpoint.stage(started)  # reserves the devices for the next check
+        try:
+            # Durable before the backend acts; written outside the devices lock so that
+            # concurrent claims share one write (group commit) instead of queueing on it.
+            self._checkpoint.commit(version)
+        except BaseException:
+            self._checkpoint.forget(ref.uid)
+            raise
         try:
             prepared = self.backend.prepare(ref, allocated)
             # Recorded before anything else so a crash from here on is undone with the real state.
+            # Not flushed to the device: a process crash still finds it (page cache), a power loss
+            # voids the whole checkpoint (boot ID), and PrepareCompleted below is durable.
             started = replace(started, backend_state=dict(prepared.state))
-            self._checkpoint.put(started)
+            self._checkpoint.put(started, durable=False)
             completed = self._write_cdi(ref, started, prepared)
             self._hold_for_tests(ref.uid)
             self._checkpoint.put(completed)
