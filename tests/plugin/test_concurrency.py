@@ -82,3 +82,22 @@ def test_per_uid_locks_are_released(node: Node):
     conn.unprepare(refs)
     time.sleep(0.05)
     assert len(node.daemon.plugins[DRIVER].service._uid_locks) == 0
+
+
+def test_failed_prepare_started_write_fails_the_claim_and_frees_its_devices(node: Node, monkeypatch):
+    from dra_driver import checkpoint as checkpoint_module
+
+    conn = node.connect()
+    first = node.add_claim("disk-full", {"gpu": ["gpu-2"]})
+    second = node.add_claim("after", {"gpu": ["gpu-2"]})
+    real = checkpoint_module._datasync
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_module, "_datasync", full_disk)
+    error = conn.prepare([first]).claims[first.uid].error
+    assert "No space left on device" in error
+    assert "prepare" not in [op for op, _ in node.backend.calls]  # the backend never acted
+    monkeypatch.setattr(checkpoint_module, "_datasync", real)
+    assert conn.prepare([second]).claims[second.uid].error == ""  # gpu-2 was not left reserved

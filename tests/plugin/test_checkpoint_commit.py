@@ -1,0 +1,130 @@
+"""Checkpoint write paths used by prepare: durable vs non-durable writes, stage/commit/forget, group commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from dra_driver import checkpoint as checkpoint_module
+from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+
+
+def record(uid: str, phase=PREPARE_STARTED, devices: int = 1) -> ClaimRecord:
+    devs = [CheckpointDevice("gpu", "pool", f"gpu-{i}", share_id="s" if i else None, cdi_ids=[f"k/c={uid}-{i}"]) for i in range(devices)]
+    return ClaimRecord(uid, "ns", uid, phase, devs, {"created": [{"gi": 1}]}, "/cdi/x.json")
+
+
+def on_disk(path: Path, boot: Path) -> dict[str, ClaimRecord]:
+    again = Checkpoint(path, boot)
+    again.load()
+    return {r.uid: r for r in again.records()}
+
+
+@pytest.fixture
+def boot(tmp_path: Path) -> Path:
+    path = tmp_path / "boot"
+    path.write_text("b1")
+    return path
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = checkpoint_module._datasync
+    monkeypatch.setattr(checkpoint_module, "_datasync", lambda fd: (calls.append(fd), real(fd)))
+    return calls
+
+
+def test_record_json_matches_asdict():
+    rec = record("u1", PREPARE_COMPLETED, devices=2)
+    assert rec.to_json() == asdict(rec)
+
+
+def test_non_durable_write_is_visible_but_a_durable_commit_still_flushes(tmp_path: Path, boot: Path, syncs: list[int]):
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    ckpt.put(record("u1"), durable=False)
+    assert syncs == []
+    assert "u1" in on_disk(ckpt.path, boot)  # a restarted process reads it
+    version = ckpt.stage(replace(record("u1"), phase=PREPARE_COMPLETED))
+    ckpt.commit(version)
+    assert len(syncs) == 1  # written by the non-durable path is not "durable"
+    assert on_disk(ckpt.path, boot)["u1"].completed
+    ckpt.commit(version)
+    assert len(syncs) == 1  # already durable: nothing more to do
+
+
+def test_staged_record_reaches_the_file_only_on_commit_and_forget_drops_it(tmp_path: Path, boot: Path):
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    ckpt.put(record("keep"))
+    version = ckpt.stage(record("u1"))
+    assert ckpt.get("u1") is not None  # visible to the conflict check at once
+    assert "u1" not in on_disk(ckpt.path, boot)
+    ckpt.commit(version)
+    assert "u1" in on_disk(ckpt.path, boot)
+    ckpt.forget("u1")
+    assert ckpt.get("u1") is None
+    ckpt.put(record("u2"))
+    assert sorted(on_disk(ckpt.path, boot)) == ["keep", "u2"]
+
+
+def test_completed_device_count_follows_every_change(tmp_path: Path, boot: Path):
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    ckpt.put(record("a", devices=2))
+    assert ckpt.completed_device_count() == 0  # started claims hold no prepared devices yet
+    ckpt.put(record("a", PREPARE_COMPLETED, devices=2))
+    ckpt.put(record("b", PREPARE_COMPLETED, devices=3))
+    ckpt.put(record("b", PREPARE_COMPLETED, devices=1))  # replaced, not added
+    assert ckpt.completed_device_count() == 3
+    ckpt.remove("a")
+    ckpt.forget("missing")
+    assert ckpt.completed_device_count() == 1
+    again = Checkpoint(ckpt.path, boot)
+    again.load()
+    assert again.completed_device_count() == 1
+
+
+def test_concurrent_durable_puts_share_flushes_and_each_returns_durable(tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch):
+    real = checkpoint_module._datasync
+    flushes: list[int] = []
+
+    def slow_sync(fd: int) -> None:  # a slow disk makes writers queue behind one flush
+        time.sleep(0.02)
+        flushes.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(checkpoint_module, "_datasync", slow_sync)
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    missing: list[str] = []
+    lock = threading.Lock()
+
+    def put(i: int) -> None:
+        ckpt.put(record(f"u{i}"))
+        found = on_disk(ckpt.path, boot)  # on return the record must already be in the file
+        with lock:
+            if f"u{i}" not in found:
+                missing.append(f"u{i}")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, range(32)))
+    assert missing == []
+    assert len(flushes) < 32  # one flush served several callers
+    assert sorted(on_disk(ckpt.path, boot)) == sorted(f"u{i}" for i in range(32))
+
+
+def test_failed_write_leaves_no_temp_file(tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch):
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    ckpt.put(record("u1"))
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(checkpoint_module, "_datasync", broken)
+    with pytest.raises(OSError):
+        ckpt.put(record("u2"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["boot", "cp.json"]
+    assert sorted(on_disk(ckpt.path, boot)) == ["u1"]
