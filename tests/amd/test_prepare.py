@@ -127,3 +127,41 @@ def test_validate_partitions_after_mode_change_still_valid(open_backend):
     inventory = backend.discover()  # the GPU is now in CPX; the published set must not change
     assert len(inventory.devices) == 216 and inventory.device("gpu-0-128").capacity["memory"] == "196592Mi"
     validate_slices(render_pool(inventory, "node-a"))
+
+
+def test_failed_dynamic_prepare_leaves_no_hold_even_with_empty_unprepare_state(open_backend):
+    backend = open_backend("mi300x", "dynamic")
+    backend.discover()
+    fake = backend.library
+    # A later device that cannot be found fails the claim before any GPU is switched.
+    with pytest.raises(DeviceError, match="no-such-device"):
+        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0", "no-such-device"))
+    assert fake.current_mode("0000:05:00.0") == ("SPX", "NPS1") and fake.calls == []
+    # A later device that conflicts fails after the first GPU was switched: prepare rolls it back.
+    backend.prepare(CLAIM_B, _alloc("gpu-8-136-qpx-nps1-0"))
+    with pytest.raises(DeviceError, match="in use"):
+        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0", "gpu-8-136-cpx-nps4-0"))
+    assert fake.current_mode("0000:05:00.0") == ("SPX", "NPS1")
+    backend.unprepare(CLAIM_A, {})  # what the plugin passes after a failed prepare
+    other = backend.prepare(ClaimRef("default", "c", "uid-c"), _alloc("gpu-0-128"))
+    assert [d.device for d in other.devices] == ["gpu-0-128"]
+
+
+def test_unprepare_with_empty_state_releases_the_claims_gpus(open_backend):
+    backend = open_backend("mi300x", "dynamic")
+    backend.discover()
+    backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
+    backend.unprepare(CLAIM_A, {})
+    assert backend.library.current_mode("0000:05:00.0") == ("SPX", "NPS1")
+    backend.prepare(CLAIM_B, _alloc("gpu-0-128"))
+
+
+def test_failed_mode_switch_is_rolled_back(open_backend):
+    section = dict(load_profile("mi300x").sections["amd"])
+    section["memory_reload_required"] = True
+    backend = open_backend(section=section, partitioning="dynamic")
+    backend.discover()
+    with pytest.raises(DeviceError, match="driver reload"):
+        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
+    assert backend.library.current_mode("0000:05:00.0") == ("SPX", "NPS1")
+    backend.prepare(CLAIM_B, _alloc("gpu-0-128-dpx-nps1-0"))  # no hold of claim a is left

@@ -7,7 +7,7 @@ import logging
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,31 +183,54 @@ class AmdBackend(VendorBackend):
                 f"GPU {placement.gpu_bdf} is in use in mode {users[conflicts[0]].profile} by claim {conflicts[0]}; "
                 f"cannot switch it to {placement.mode.profile}",
             )
-        self._partitioner.apply(placement.gpu_bdf, placement.mode)
+        # Held before switching, so a failed switch is rolled back by prepare's release.
         users[claim.uid] = placement.mode
+        self._partitioner.apply(placement.gpu_bdf, placement.mode)
         partition = self._partitioner.partition(placement.gpu_bdf, placement.index)
         return PreparedDevice(placement.device, edits.device_edits(partition.card, partition.render, self.settings.dev_root))
 
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
         with self._lock:
-            prepared: list[PreparedDevice] = []
-            placements: list[dict[str, Any]] = []
-            for allocated in devices:
-                placement = self._current_catalog().placements.get(allocated.device)
-                if placement is not None:
-                    prepared.append(self._prepare_placement(claim, placement))
-                    placements.append(
-                        {"device": placement.device, "gpu": placement.gpu_bdf, "index": placement.index, "mode": _mode_state(placement.mode)}
-                    )
-                    continue
-                device = self._prepare_existing(allocated.device)
-                if device is None:
-                    raise DeviceError(allocated.device, f"not a device of {self.driver_name} on this node (was the GPU removed or repartitioned?)")
-                prepared.append(device)
-            state: dict[str, Any] = {"claim": claim.uid, "devices": [d.device for d in prepared]}
-            if placements:
-                state["placements"] = placements
-            return PreparedClaim(devices=prepared, state=state)
+            # Resolve every device before touching hardware, so an unknown
+            # device fails the claim without switching any GPU's mode.
+            resolved = [self._resolve(allocated.device) for allocated in devices]
+            held_before = {bdf for bdf, users in self._users.items() if claim.uid in users}
+            try:
+                return self._apply(claim, resolved)
+            except Exception:
+                # The plugin passes no state to unprepare after a failed
+                # prepare: give back what this call took before raising.
+                self._release(claim.uid, exclude=held_before)
+                raise
+
+    def _resolve(self, name: str) -> dynamic.Placement | PreparedDevice:
+        placement = self._current_catalog().placements.get(name)
+        if placement is not None:
+            return placement
+        device = self._prepare_existing(name)
+        if device is None:
+            raise DeviceError(name, f"not a device of {self.driver_name} on this node (was the GPU removed or repartitioned?)")
+        return device
+
+    def _apply(self, claim: ClaimRef, resolved: Sequence[dynamic.Placement | PreparedDevice]) -> PreparedClaim:
+        prepared: list[PreparedDevice] = []
+        placements: list[dict[str, Any]] = []
+        for item in resolved:
+            if isinstance(item, PreparedDevice):
+                prepared.append(item)
+                continue
+            prepared.append(self._prepare_placement(claim, item))
+            placements.append({"device": item.device, "gpu": item.gpu_bdf, "index": item.index, "mode": _mode_state(item.mode)})
+        state: dict[str, Any] = {"claim": claim.uid, "devices": [d.device for d in prepared]}
+        if placements:
+            state["placements"] = placements
+        return PreparedClaim(devices=prepared, state=state)
+
+    def _release(self, claim_uid: str, exclude: Collection[str] = ()) -> None:
+        """Drop the claim's hold on every GPU (but those in `exclude`) and restore GPUs left unused."""
+        for gpu_bdf in [bdf for bdf, users in self._users.items() if claim_uid in users and bdf not in exclude]:
+            self._users[gpu_bdf].pop(claim_uid, None)
+            self._restore_if_unused(gpu_bdf)
 
     def _default_mode(self, gpu_bdf: str) -> Mode | None:
         gpu = self._current_catalog().gpus.get(gpu_bdf)
@@ -227,11 +250,10 @@ class AmdBackend(VendorBackend):
             log.warning("cannot restore default partition mode", extra=fields(bdf=gpu_bdf, error=str(exc)))
 
     def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
+        # By claim UID, not from `state`: after a failed prepare the plugin
+        # passes an empty state, and the claim may still hold a GPU's mode.
         with self._lock:
-            for entry in state.get("placements") or []:
-                gpu_bdf = str(entry["gpu"])
-                self._users.get(gpu_bdf, {}).pop(claim.uid, None)
-                self._restore_if_unused(gpu_bdf)
+            self._release(claim.uid)
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
         """Rebuild who uses which mode from the checkpoint; restore GPUs nobody needs in another mode."""
