@@ -105,3 +105,30 @@ def test_dynamic_on_a_gpu_without_modes_publishes_the_whole_gpu(open_backend):
     assert not inventory.counter_sets
     assert [d.attributes["type"] for d in inventory.devices] == ["amdgpu"] * 4
     assert all(not d.consumes_counters for d in inventory.devices)
+
+
+def test_rocm_before_6_4_1_partitions_sharing_the_primary_minors_still_get_unique_names(open_backend):
+    from dra_driver.hardware_profiles import load_profile
+
+    section = dict(load_profile("mi300x-cpx").sections["amd"])
+    section["partitions_report_primary_minors"] = True  # every partition reports the primary's card/render
+    old = open_backend(section=section)
+    devices = old.discover().devices
+    names = [d.name for d in devices]
+    assert len(names) == 64 and len(set(names)) == 64
+    assert sorted(d.attributes["renderIndex"] for d in devices) == list(range(128, 192))
+    validate_slices(render_pool(old.discover(), "node-a"))
+    # The names are the ones a fixed ROCm reports, so selectors survive the upgrade.
+    assert set(names) == {d.name for d in open_backend("mi300x-cpx").discover().devices}
+
+
+def test_rocm_before_6_4_1_dynamic_prepare_gets_the_partitions_own_render_node(open_backend):
+    from dra_driver.hardware_profiles import load_profile
+    from dra_driver.vendor import AllocatedDevice, ClaimRef
+
+    section = dict(load_profile("mi300x").sections["amd"])
+    section["partitions_report_primary_minors"] = True
+    backend = open_backend(section=section, partitioning="dynamic")
+    backend.discover()
+    prepared = backend.prepare(ClaimRef("default", "a", "uid-a"), [AllocatedDevice("gpu", "node-a", "gpu-8-136-cpx-nps4-3")])
+    assert [n.path for n in prepared.devices[0].edits.device_nodes][1:] == ["/dev/dri/renderD139", "/dev/dri/card11"]

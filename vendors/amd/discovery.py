@@ -8,6 +8,7 @@ be read is logged and skipped; the others are still published.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,9 +117,32 @@ def read_partitions(smi: Smi) -> dict[str, list[PartitionInfo]]:
             log.warning("skipping unreadable AMD processor", extra=fields(error=str(exc)))
             continue
         groups.setdefault(parent_bdf(partition.bdf), []).append(partition)
-    for partitions in groups.values():
+    for bdf, partitions in groups.items():
         partitions.sort(key=lambda p: p.index)
+        groups[bdf] = _unique_minors(bdf, partitions)
     return groups
+
+
+def _unique_minors(bdf: str, partitions: list[PartitionInfo]) -> list[PartitionInfo]:
+    """Partitions with distinct DRM minors, so every partition gets its own device name.
+
+    Before ROCm 6.4.1 amdsmi reported the primary's card and render minors for
+    every partition (hardware.md 4.8). The kernel numbers a GPU's partitions
+    consecutively from its primary (renderD128..135 for GPU 0 in CPX,
+    hardware.md 4.6), so the minors are derived as primary + partition index.
+    """
+    minors = {(p.card, p.render) for p in partitions}
+    if len(minors) == len(partitions):
+        return partitions
+    primary = partitions[0]
+    log.warning(
+        "amdsmi reports the same DRM minors for several partitions (ROCm < 6.4.1); deriving them from the partition index",
+        extra=fields(bdf=bdf, card=primary.card, render=primary.render, partitions=len(partitions)),
+    )
+    return [
+        dataclasses.replace(p, card=primary.card + p.index - primary.index, render=primary.render + p.index - primary.index)
+        for p in partitions
+    ]
 
 
 def _xgmi_links(smi: Smi, gpu: PartitionInfo, others: Sequence[PartitionInfo]) -> int:

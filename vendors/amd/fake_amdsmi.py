@@ -251,9 +251,10 @@ class FakeAmdSmi:
 
     def amdsmi_get_gpu_enumeration_info(self, handle: FakeHandle) -> dict[str, Any]:
         state = self._gpu(handle)
+        offset = 0 if self.profile.partitions_report_primary_minors else handle.partition
         return {
-            "drm_render": state.entry.render + handle.partition,
-            "drm_card": state.entry.card + handle.partition,
+            "drm_render": state.entry.render + offset,
+            "drm_card": state.entry.card + offset,
             "hsa_id": 1 + handle.partition,
             "hip_id": handle.partition,
             "hip_uuid": f"GPU-{state.entry.serial[-16:].lower()}",

@@ -87,6 +87,9 @@ class AmdProfile(_Strict):
     # Simulate real hardware where a memory-mode change only takes effect after
     # an amdgpu reload: the set call succeeds but the mode stays as it was.
     memory_reload_required: bool = False
+    # Simulate ROCm < 6.4.1, where amdsmi_get_gpu_enumeration_info reported the
+    # primary's DRM minors for every partition (hardware.md 4.8).
+    partitions_report_primary_minors: bool = False
 
     @model_validator(mode="after")
     def _references(self) -> AmdProfile:
