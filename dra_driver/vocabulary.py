@@ -2,8 +2,11 @@
 
 One CEL selector can then choose across vendors, for example:
     device.attributes["dra-driver.io"].family in ["hopper", "cdna3", "gaudi3"]
-    device.capacity[device.driver].memory.compareTo(quantity("80Gi")) >= 0
-Total device memory is always capacity `memory` in the driver's own domain.
+    "memory" in device.capacity[device.driver] &&
+        device.capacity[device.driver].memory.compareTo(quantity("80Gi")) >= 0
+Total device memory, when the driver knows it, is capacity `memory` in the
+driver's own domain. It can be absent (a Gaudi with an unknown PCI ID and no
+HLML), so selectors must guard the lookup: a missing key is a CEL runtime error.
 """
 
 from __future__ import annotations

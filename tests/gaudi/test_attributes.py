@@ -138,3 +138,41 @@ def test_profiles_render_to_valid_slices(open_profile, name):
     validate_slices(slices)
     published = [d["name"] for s in slices for d in s["spec"]["devices"]]
     assert sorted(published) == sorted(d.name for d in inventory.devices)
+
+
+def _common_vocabulary_selectors() -> list[str]:
+    """Every CEL expression of the docs' Common vocabulary section."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).parents[2] / "docs" / "attributes.md").read_text()
+    section = text.split("## Common vocabulary", 1)[1].split("\n## ", 1)[0]
+    expressions: list[str] = []
+    for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
+        for item in yaml.safe_load(block) or []:
+            if isinstance(item, dict) and "cel" in item:
+                expressions.append(item["cel"]["expression"])
+    return expressions
+
+
+def test_documented_cross_vendor_selectors_skip_a_device_without_memory(open_profile):
+    from dra_driver.cel.device import cel_device
+    from dra_driver.cel.selector import compile_selector
+
+    expressions = _common_vocabulary_selectors()
+    assert any("memory" in e for e in expressions)
+    inventory = open_profile({"devices": [one_device(device_id="0x10ff"), one_device(bdf="0000:1a:00.0", device_id="0x1060", accel_index=3, module_id=7, uverbs=5)]}).discover()
+    [slice_] = render_pool(inventory, NODE)
+    for device in slice_["spec"]["devices"]:
+        for expression in expressions:
+            # A runtime error here would fail the claim instead of skipping the device.
+            compile_selector(expression).evaluate(cel_device("gaudi.intel.com", device))
+
+
+def test_unknown_device_id_publishes_memory_when_hlml_reports_it(open_profile):
+    backend = open_profile({"devices": [one_device(device_id="0x10ff", serial="S1")]})  # a serial turns on the simulated HLML
+    backend.fake_hlml.set_memory_total("0000:19:00.0", 64 << 30)
+    [device] = backend.discover().devices
+    assert device.capacity["memory"] == "64Gi"
