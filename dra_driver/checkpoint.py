@@ -119,6 +119,7 @@ class Checkpoint:
         self._written = 0  # changes in the file (visible to a restarted process)
         self._durable = 0  # changes in the file and flushed to the device
         self._completed_devices = 0
+        self._holders: dict[tuple[str, str], dict[str, ClaimRecord]] = {}  # (pool, device) -> uid -> record
         # One temp name per writer: writes are serialised by _write_lock (and across
         # instances by the serialize lock), so no random name (mkstemp) is needed.
         self._tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(self):x}.tmp")
@@ -130,7 +131,10 @@ class Checkpoint:
         claims = self._read()
         with self._lock:
             self._claims = claims
-            self._completed_devices = sum(len(r.devices) for r in claims.values() if r.completed)
+            self._completed_devices = 0
+            self._holders = {}
+            for rec in claims.values():
+                self._account(rec, 1)
             self._texts = {uid: _piece(rec) for uid, rec in claims.items()}
 
     def _read(self) -> dict[str, ClaimRecord]:
@@ -225,9 +229,26 @@ class Checkpoint:
         with self._lock:
             return self._completed_devices
 
+    def holders(self, pool: str, device: str) -> list[ClaimRecord]:
+        """The claims (any phase) whose records name this device: the conflict check reads this index."""
+        with self._lock:
+            return list(self._holders.get((pool, device), {}).values())
+
     def _account(self, record: ClaimRecord | None, sign: int) -> None:
-        if record is not None and record.completed:
+        """Add (+1) or take out (-1) a record's share of the derived counters and the device index."""
+        if record is None:
+            return
+        if record.completed:
             self._completed_devices += sign * len(record.devices)
+        for dev in record.devices:
+            key = (dev.pool, dev.device)
+            if sign > 0:
+                self._holders.setdefault(key, {})[record.uid] = record
+            else:
+                holders = self._holders.get(key, {})
+                holders.pop(record.uid, None)
+                if not holders:
+                    self._holders.pop(key, None)
 
     def remove(self, uid: str) -> None:
         version = self._drop(uid)

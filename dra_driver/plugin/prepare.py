@@ -214,22 +214,19 @@ class PrepareService:
         ]
 
     def _check_conflicts(self, ref: ClaimRef, allocated: Sequence[AllocatedDevice]) -> None:
-        held: dict[tuple[str, str], tuple[ClaimRecord, CheckpointDevice]] = {}
-        for record in self._checkpoint.records():
-            if record.uid != ref.uid:
-                for dev in record.devices:
-                    held[(dev.pool, dev.device)] = (record, dev)
         for dev in allocated:
-            other = held.get((dev.pool, dev.device))
-            if other is None:
-                continue
-            record, held_dev = other
-            if dev.admin_access or held_dev.admin_access or (dev.share_id and held_dev.share_id and dev.share_id != held_dev.share_id):
-                continue
-            raise ClaimError(
-                f"device {dev.pool}/{dev.device} of ResourceClaim {_name(ref)} is already prepared for claim "
-                f"{record.namespace}/{record.name} (uid {record.uid}); it can be shared only with adminAccess or consumable-capacity shares"
-            )
+            for record in self._checkpoint.holders(dev.pool, dev.device):
+                if record.uid == ref.uid:
+                    continue
+                for held_dev in record.devices:
+                    if (held_dev.pool, held_dev.device) != (dev.pool, dev.device):
+                        continue
+                    if dev.admin_access or held_dev.admin_access or (dev.share_id and held_dev.share_id and dev.share_id != held_dev.share_id):
+                        continue
+                    raise ClaimError(
+                        f"device {dev.pool}/{dev.device} of ResourceClaim {_name(ref)} is already prepared for claim "
+                        f"{record.namespace}/{record.name} (uid {record.uid}); it can be shared only with adminAccess or consumable-capacity shares"
+                    )
 
     def _write_cdi(self, ref: ClaimRef, record: ClaimRecord, prepared: PreparedClaim) -> ClaimRecord:
         edits_by_device: dict[str, list[ContainerEdits]] = {}

@@ -128,3 +128,18 @@ def test_failed_write_leaves_no_temp_file(tmp_path: Path, boot: Path, monkeypatc
         ckpt.put(record("u2"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["boot", "cp.json"]
     assert sorted(on_disk(ckpt.path, boot)) == ["u1"]
+
+
+def test_device_index_lists_every_holder_and_follows_changes(tmp_path: Path, boot: Path):
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    ckpt.put(record("a", devices=2))  # gpu-0, gpu-1
+    ckpt.put(record("b", devices=1))  # gpu-0
+    assert sorted(r.uid for r in ckpt.holders("pool", "gpu-0")) == ["a", "b"]
+    assert [r.uid for r in ckpt.holders("pool", "gpu-1")] == ["a"]
+    ckpt.put(record("a", devices=1))  # a shrinks to gpu-0 only
+    assert ckpt.holders("pool", "gpu-1") == []
+    ckpt.remove("b")
+    again = Checkpoint(ckpt.path, boot)
+    again.load()
+    assert [r.uid for r in again.holders("pool", "gpu-0")] == ["a"]
+    assert again.holders("other-pool", "gpu-0") == []

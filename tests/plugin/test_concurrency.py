@@ -9,6 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from conftest import Node
 from example_backend import DRIVER
 
+from dra_driver import checkpoint as checkpoint_module
+from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.vendor import ClaimRef
+
 
 def test_same_claim_concurrently_prepares_once(node: Node):
     conn = node.connect()
@@ -85,8 +89,6 @@ def test_per_uid_locks_are_released(node: Node):
 
 
 def test_failed_prepare_started_write_fails_the_claim_and_frees_its_devices(node: Node, monkeypatch):
-    from dra_driver import checkpoint as checkpoint_module
-
     conn = node.connect()
     first = node.add_claim("disk-full", {"gpu": ["gpu-2"]})
     second = node.add_claim("after", {"gpu": ["gpu-2"]})
@@ -101,3 +103,17 @@ def test_failed_prepare_started_write_fails_the_claim_and_frees_its_devices(node
     assert "prepare" not in [op for op, _ in node.backend.calls]  # the backend never acted
     monkeypatch.setattr(checkpoint_module, "_datasync", real)
     assert conn.prepare([second]).claims[second.uid].error == ""  # gpu-2 was not left reserved
+
+
+def test_exclusive_claim_is_refused_even_when_an_admin_claim_also_holds_the_device(node: Node):
+    conn = node.connect()
+    exclusive = node.add_claim("exclusive", {"gpu": ["gpu-6"]})
+    assert conn.prepare([exclusive]).claims[exclusive.uid].error == ""
+    admin_body = allocated_claim_object("admin", "default", DRIVER, "node-a", {"gpu": ["gpu-6"]})
+    admin_body["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    stored = node.server.store.put(admin_body)
+    admin = ClaimRef("default", "admin", stored["metadata"]["uid"])
+    assert conn.prepare([admin]).claims[admin.uid].error == ""  # adminAccess may share
+    other = node.add_claim("other", {"gpu": ["gpu-6"]})
+    error = conn.prepare([other]).claims[other.uid].error
+    assert "default/exclusive" in error  # every holder is checked, not just one of them
