@@ -108,7 +108,7 @@ def test_reconcile_restores_gpus_no_live_claim_needs(open_backend):
     backend = open_backend("mi300x", "dynamic")
     backend.discover()
     kept = backend.prepare(CLAIM_A, _alloc("gpu-0-128-dpx-nps1-1"))
-    backend.prepare(CLAIM_B, _alloc("gpu-8-136-cpx-nps4-0"))  # its state is lost (claim gone while we were down)
+    backend.prepare(CLAIM_B, _alloc("gpu-8-136-cpx-nps1-0"))  # its state is lost (claim gone while we were down)
     restarted = AmdBackend(backend.smi, backend.settings)  # same hardware state, fresh bookkeeping
     restarted.reconcile([kept.state])
     assert restarted.library.current_mode("0000:05:00.0") == ("DPX", "NPS1")
@@ -139,9 +139,10 @@ def test_failed_dynamic_prepare_leaves_no_hold_even_with_empty_unprepare_state(o
     assert fake.current_mode("0000:05:00.0") == ("SPX", "NPS1") and fake.calls == []
     # A later device that conflicts fails after the first GPU was switched: prepare rolls it back.
     backend.prepare(CLAIM_B, _alloc("gpu-8-136-qpx-nps1-0"))
-    with pytest.raises(DeviceError, match="in use"):
-        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0", "gpu-8-136-cpx-nps4-0"))
-    assert fake.current_mode("0000:05:00.0") == ("SPX", "NPS1")
+    with pytest.raises(DeviceError, match="is in use in mode qpx_nps1 by claim uid-b"):
+        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps1-0", "gpu-8-136-cpx-nps1-0"))
+    assert ("set_compute_partition", "0000:05:00.0", "CPX") in fake.calls  # it was switched ...
+    assert fake.current_mode("0000:05:00.0") == ("SPX", "NPS1")  # ... and switched back
     backend.unprepare(CLAIM_A, {})  # what the plugin passes after a failed prepare
     other = backend.prepare(ClaimRef("default", "c", "uid-c"), _alloc("gpu-0-128"))
     assert [d.device for d in other.devices] == ["gpu-0-128"]
@@ -165,3 +166,15 @@ def test_failed_mode_switch_is_rolled_back(open_backend):
         backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
     assert backend.library.current_mode("0000:05:00.0") == ("SPX", "NPS1")
     backend.prepare(CLAIM_B, _alloc("gpu-0-128-dpx-nps1-0"))  # no hold of claim a is left
+
+
+def test_memory_mode_change_is_refused_while_another_gpu_of_the_hive_is_in_use(open_backend):
+    backend = open_backend("mi300x", "dynamic")
+    backend.discover()
+    backend.prepare(CLAIM_B, _alloc("gpu-8-136-dpx-nps1-1"))  # same hive as gpu-0
+    with pytest.raises(DeviceError, match=r"whole XGMI hive.*0000:26:00\.0 \(claim uid-b\)"):
+        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
+    assert backend.library.current_mode("0000:05:00.0") == ("SPX", "NPS1")
+    # A compute-only change keeps the hive's memory mode and needs no reload.
+    prepared = backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps1-0"))
+    assert backend.library.current_mode("0000:05:00.0") == ("CPX", "NPS1") and prepared.devices

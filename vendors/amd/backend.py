@@ -183,11 +183,43 @@ class AmdBackend(VendorBackend):
                 f"GPU {placement.gpu_bdf} is in use in mode {users[conflicts[0]].profile} by claim {conflicts[0]}; "
                 f"cannot switch it to {placement.mode.profile}",
             )
+        self._check_hive_idle(claim, placement)
         # Held before switching, so a failed switch is rolled back by prepare's release.
         users[claim.uid] = placement.mode
         self._partitioner.apply(placement.gpu_bdf, placement.mode)
         partition = self._partitioner.partition(placement.gpu_bdf, placement.index)
         return PreparedDevice(placement.device, edits.device_edits(partition.card, partition.render, self.settings.dev_root))
+
+    def _check_hive_idle(self, claim: ClaimRef, placement: dynamic.Placement) -> None:
+        """Refuse a memory-mode change while another GPU of the XGMI hive is in use.
+
+        The counters are per GPU, so the scheduler may allocate memory modes
+        that differ within a hive; the amdgpu reload an NPS change needs
+        applies to the whole hive and needs every GPU of it idle (hardware.md 4.4).
+        """
+        catalog = self._current_catalog()
+        gpu = catalog.gpus.get(placement.gpu_bdf)
+        if gpu is None or not gpu.hive_id:
+            return
+        _, memory = self._partitioner.current(placement.gpu_bdf)
+        if memory is None or memory == placement.mode.memory:
+            return
+        busy = sorted(
+            (bdf, uid)
+            for bdf, other in catalog.gpus.items()
+            if bdf != placement.gpu_bdf and other.hive_id == gpu.hive_id
+            for uid in self._users.get(bdf, {})
+            if uid != claim.uid
+        )
+        if busy:
+            users = ", ".join(f"{bdf} (claim {uid})" for bdf, uid in busy)
+            raise DeviceError(
+                placement.device,
+                f"cannot change memory mode {memory} -> {placement.mode.memory} on GPU {placement.gpu_bdf}: the amdgpu "
+                f"reload it needs applies to the whole XGMI hive 0x{gpu.hive_id:016x}, and these GPUs of the hive are "
+                f"in use: {users}; retry when they are released, or select the hive's current memory mode "
+                f'(memoryPartition == "{memory.lower()}")',
+            )
 
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
         with self._lock:
