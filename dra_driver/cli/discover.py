@@ -52,7 +52,9 @@ def collect_slices(settings: BackendSettings, profile_name: str | None, vendors:
     try:
         slices: list[dict[str, Any]] = []
         for backend in opened.backends:
-            pool = render_pool(backend.discover(), node_name=settings.node_name)
+            # Same layout as the publisher (room kept for health taints), so what discover
+            # prints is what the daemon publishes.
+            pool = render_pool(backend.discover(), node_name=settings.node_name, reserve_for_taints=True)
             validate_slices(pool, subject=f"pool of {backend.driver_name}")
             slices.extend(pool)
         return slices, [str(reason) for reason in opened.unavailable]

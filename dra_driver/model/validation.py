@@ -28,6 +28,7 @@ MAX_COUNTERS_PER_SET = 32
 MAX_CONSUMPTIONS_PER_DEVICE = 2
 MAX_TAINTS = 16
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -131,6 +132,33 @@ class _Collector:
     def add(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
 
+    def mapping(self, path: str, value: Any) -> dict[str, Any]:
+        """`value` if it is an object (or absent); otherwise record the error and use {}."""
+        if value is None or isinstance(value, dict):
+            return value or {}
+        self.add(path, f"must be an object (a map), not {type(value).__name__}")
+        return {}
+
+    def sequence(self, path: str, value: Any) -> list[Any]:
+        """`value` if it is a list (or absent); otherwise record the error and use []."""
+        if value is None or isinstance(value, list):
+            return value or []
+        self.add(path, f"must be a list, not {type(value).__name__}")
+        return []
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _generation(obj: dict[str, Any]) -> int:
+    generation = _as_dict(_as_dict(obj.get("spec")).get("pool")).get("generation", 0)
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
+
 
 def _device_path(slice_path: str, index: int, device: Mapping[str, Any]) -> str:
     name = device.get("name") if isinstance(device, dict) else None
@@ -173,6 +201,8 @@ def _attribute_value_problems(kind: str, value: Any, value_type: type) -> tuple[
     # value_type is part of the cache key so that True and 1 (equal, same hash) stay apart.
     if kind == "int" and (value_type is bool or not isinstance(value, int)):
         return ((".int", f"{value!r} is not an integer"),)
+    if kind == "int" and not INT64_MIN <= value <= INT64_MAX:
+        return ((".int", f"{value} does not fit in a signed 64-bit integer"),)
     if kind == "bool" and value_type is not bool:
         return ((".bool", f"{value!r} is not a boolean"),)
     if kind in ("string", "version"):
@@ -210,8 +240,8 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
     name = device.get("name")
     if not is_dns_label(name):
         out.add(f"{path}.name", f"{name!r} must be a DNS label: at most 63 lower-case letters, digits and '-'")
-    attributes = device.get("attributes") or {}
-    capacity = device.get("capacity") or {}
+    attributes = out.mapping(f"{path}.attributes", device.get("attributes"))
+    capacity = out.mapping(f"{path}.capacity", device.get("capacity"))
     total = len(attributes) + len(capacity)
     if total > MAX_ATTRIBUTES_AND_CAPACITIES:
         out.add(path, f"has {total} attributes and capacities together; at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed")
@@ -227,7 +257,7 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         value = entry.get("value") if isinstance(entry, dict) else None
         if value is None or not (isinstance(value, (str, int)) and not isinstance(value, bool) and _is_quantity(value)):
             out.add(f"{path}.capacity[{key}].value", f"{value!r} is not a quantity such as '80Gi' or '132'")
-    consumptions = device.get("consumesCounters") or []
+    consumptions = out.sequence(f"{path}.consumesCounters", device.get("consumesCounters"))
     if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
         out.add(f"{path}.consumesCounters", f"has {len(consumptions)} entries; at most {MAX_CONSUMPTIONS_PER_DEVICE} are allowed")
     seen_sets: set[str] = set()
@@ -240,7 +270,7 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
             out.add(f"{cpath}.counterSet", f"{counter_set!r} appears twice; each counter set may be consumed once")
         seen_sets.add(str(counter_set))
         _check_counters(out, f"{cpath}.counters", consumption.get("counters") if isinstance(consumption, dict) else None)
-    taints = device.get("taints") or []
+    taints = out.sequence(f"{path}.taints", device.get("taints"))
     if len(taints) > MAX_TAINTS:
         out.add(f"{path}.taints", f"has {len(taints)} taints; at most {MAX_TAINTS} are allowed")
     for index, taint in enumerate(taints):
@@ -276,7 +306,8 @@ def _check_pool_ref(out: _Collector, path: str, pool: Any) -> None:
 
 
 def slice_label(obj: Mapping[str, Any], index: int) -> str:
-    name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get("generateName")
+    metadata = _as_dict(obj.get("metadata"))
+    name = metadata.get("name") or metadata.get("generateName")
     return f"ResourceSlice {name}" if name else f"ResourceSlice[{index}]"
 
 
@@ -292,10 +323,13 @@ def slice_errors(obj: Any, label: str = "ResourceSlice") -> list[FieldError]:
         out.add(f"{label}.spec.driver", problem)
     _check_pool_ref(out, f"{label}.spec.pool", spec.get("pool"))
     selectors = [key for key in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(key) not in (None, False, "")]
+    node_name = spec.get("nodeName")
+    if node_name not in (None, "") and not is_dns_subdomain(node_name):
+        out.add(f"{label}.spec.nodeName", f"{node_name!r} must be a node name (a lower-case DNS subdomain)")
     if len(selectors) != 1:
         out.add(f"{label}.spec", f"exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection must be set (found {selectors or 'none'})")
-    devices = spec.get("devices") or []
-    counter_sets = spec.get("sharedCounters") or []
+    devices = out.sequence(f"{label}.spec.devices", spec.get("devices"))
+    counter_sets = out.sequence(f"{label}.spec.sharedCounters", spec.get("sharedCounters"))
     if devices and counter_sets:
         out.add(f"{label}.spec", "a slice may carry devices or sharedCounters, not both; put counter sets in their own slice of the pool")
     if len(counter_sets) > MAX_COUNTER_SETS:
@@ -324,8 +358,8 @@ def slice_errors(obj: Any, label: str = "ResourceSlice") -> list[FieldError]:
 
 
 def _pool_key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    spec = obj.get("spec") or {}
-    return (str(spec.get("driver")), str((spec.get("pool") or {}).get("name")))
+    spec = _as_dict(obj.get("spec"))
+    return (str(spec.get("driver")), str(_as_dict(spec.get("pool")).get("name")))
 
 
 def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
@@ -337,9 +371,9 @@ def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
             pools.setdefault(_pool_key(obj), []).append((index, obj))
     for (driver, pool), members in pools.items():
         ppath = f"pool {driver}/{pool}"
-        top = max(int((obj["spec"].get("pool") or {}).get("generation", 0) or 0) for _, obj in members)
-        current = [(i, o) for i, o in members if int((o["spec"].get("pool") or {}).get("generation", 0) or 0) == top]
-        counts = {(o["spec"].get("pool") or {}).get("resourceSliceCount") for _, o in current}
+        top = max(_generation(obj) for _, obj in members)
+        current = [(i, o) for i, o in members if _generation(o) == top]
+        counts = {_as_dict(o["spec"].get("pool")).get("resourceSliceCount") for _, o in current}
         if len(counts) > 1:
             out.add(ppath, f"slices of generation {top} disagree on resourceSliceCount ({sorted(map(str, counts))})")
         elif counts and isinstance(next(iter(counts)), int) and len(current) > next(iter(counts)):
@@ -348,26 +382,32 @@ def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
         device_names: dict[str, str] = {}
         for index, obj in current:
             label = slice_label(obj, index)
-            for counter_set in obj["spec"].get("sharedCounters") or []:
+            for counter_set in _as_list(obj["spec"].get("sharedCounters")):
+                if not isinstance(counter_set, dict):
+                    continue
                 name = counter_set.get("name")
                 if name in counter_sets:
                     out.add(f"{label}.spec.sharedCounters({name})", f"counter set {name!r} is defined twice in {ppath}")
-                counter_sets[name] = set((counter_set.get("counters") or {}).keys())
-            for device in obj["spec"].get("devices") or []:
+                counter_sets[name] = set(_as_dict(counter_set.get("counters")).keys())
+            for device in _as_list(obj["spec"].get("devices")):
+                if not isinstance(device, dict):
+                    continue
                 name = device.get("name")
                 if name in device_names:
                     out.add(f"{label}.spec.devices({name})", f"device name {name!r} is also used in {device_names[name]}; names must be unique in {ppath}")
                 device_names.setdefault(name, label)
         for index, obj in current:
             label = slice_label(obj, index)
-            for device in obj["spec"].get("devices") or []:
-                for consumption in device.get("consumesCounters") or []:
+            for device in _as_list(obj["spec"].get("devices")):
+                for consumption in _as_list(_as_dict(device).get("consumesCounters")):
+                    if not isinstance(consumption, dict):
+                        continue
                     set_name = consumption.get("counterSet")
                     cpath = f"{label}.spec.devices({device.get('name')}).consumesCounters({set_name})"
                     if set_name not in counter_sets:
                         out.add(cpath, f"counter set {set_name!r} is not defined in {ppath}")
                         continue
-                    missing = sorted(set((consumption.get("counters") or {}).keys()) - counter_sets[set_name])
+                    missing = sorted(set(_as_dict(consumption.get("counters")).keys()) - counter_sets[set_name])
                     if missing:
                         out.add(cpath, f"counters {missing} do not exist in counter set {set_name!r}")
     return out.errors

@@ -99,3 +99,37 @@ def test_no_accelerators_means_empty_inventory_and_exit_0(capsys: pytest.Capture
 def test_unknown_profile_is_an_error_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = discover(capsys, "--profile", "dgx-h999")
     assert code == 1 and "unknown profile 'dgx-h999'" in err and "dgx-h100" in err
+
+
+def test_output_is_identical_across_processes_and_hash_seeds() -> None:
+    """Same inventory, identical slices: nothing may depend on set/dict hash order."""
+    import os
+    import subprocess
+    import sys
+
+    outputs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        result = subprocess.run(
+            [sys.executable, "-m", "dra_driver.cli.main", "discover", "--profile", "mixed-node", "--mig-mode", "dynamic", "--node-name", "n", "-o", "json"],
+            capture_output=True, text=True, env=env, check=True,
+        )
+        outputs.append(result.stdout)
+    assert outputs[0] == outputs[1] and '"sharedCounters"' in outputs[0]
+
+
+def test_discover_lays_out_like_the_publisher(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    """70 GPUs: the daemon reserves room for health taints (64 per slice); discover must print the same."""
+    import yaml as _yaml
+
+    base = _yaml.safe_load(open(__import__("dra_driver_nvidia").__path__[0] + "/profiles/t4.yaml"))
+    gpu = base["nvidia"]["gpus"][0]
+    base["nvidia"]["gpus"] = [
+        dict(gpu, uuid=f"GPU-00000000-0000-0000-0000-{i:012d}", minor=i, pciBusId=f"00000000:{i + 1:02X}:00.0")
+        for i in range(70)
+    ]
+    path = tmp_path / "t4x70.yaml"
+    path.write_text(_yaml.safe_dump(base))
+    code, out, err = discover(capsys, "--profile", str(path), "-o", "json")
+    assert code == 0, err
+    assert [len(i["spec"]["devices"]) for i in json.loads(out)["items"]] == [64, 6]

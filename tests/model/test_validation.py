@@ -174,3 +174,87 @@ def test_cached_attribute_check_keeps_types_apart() -> None:
     assert messages(one_slice(attributes={"b": {"bool": True}})) == []
     assert any("not a boolean" in e for e in messages(one_slice(attributes={"b": {"bool": 1}})))
     assert any("not a string" in e for e in messages(one_slice(attributes={"s": {"string": ["x"]}})))
+
+
+@pytest.mark.parametrize(
+    "field, value, path",
+    [
+        ("attributes", [{"int": 1}], "spec.devices[0](gpu-0).attributes"),
+        ("capacity", ["80Gi"], "spec.devices[0](gpu-0).capacity"),
+        ("consumesCounters", {"counterSet": "x"}, "spec.devices[0](gpu-0).consumesCounters"),
+        ("taints", {"key": "a"}, "spec.devices[0](gpu-0).taints"),
+    ],
+)
+def test_malformed_device_structure_is_an_error_not_a_crash(field: str, value: Any, path: str) -> None:
+    errors = messages(one_slice(**{field: value}))
+    assert any(e.startswith(f"S.{path}: must be") for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda s: s["spec"].__setitem__("devices", {"gpu-0": {}}), "spec.devices: must be a list"),
+        (lambda s: s["spec"].__setitem__("sharedCounters", "cs"), "spec.sharedCounters: must be a list"),
+        (lambda s: s["spec"]["pool"].__setitem__("generation", "two"), "generation"),
+        (lambda s: s.__setitem__("metadata", ["x"]), "ResourceSlice"),
+        (lambda s: s["spec"]["devices"].__setitem__(0, "gpu-0"), "must be an object"),
+    ],
+)
+def test_malformed_slices_give_field_errors(mutate: Any, fragment: str) -> None:
+    obj = one_slice()
+    mutate(obj)
+    with pytest.raises(ValidationError) as info:
+        validate_slices([obj, one_slice()])
+    assert fragment in str(info.value)
+
+
+def test_int_attributes_must_fit_int64() -> None:
+    assert messages(one_slice(attributes={"n": {"int": 2**63 - 1}})) == []
+    assert any("64-bit" in e for e in messages(one_slice(attributes={"n": {"int": 2**63}})))
+
+
+def test_node_name_format() -> None:
+    obj = one_slice()
+    obj["spec"]["nodeName"] = "Node_A"
+    assert any("spec.nodeName" in e for e in messages(obj))
+
+
+def test_pool_name_length_limit() -> None:
+    obj = one_slice()
+    obj["spec"]["pool"]["name"] = "a" * 254
+    assert any("at most 253" in e for e in messages(obj))
+
+
+def test_consumption_limits() -> None:
+    three = [{"counterSet": f"cs-{i}", "counters": {"c": {"value": "1"}}} for i in range(3)]
+    assert any("at most 2" in e for e in messages(one_slice(consumesCounters=three)))
+    twice = [{"counterSet": "cs", "counters": {"c": {"value": "1"}}}] * 2
+    assert any("appears twice" in e for e in messages(one_slice(consumesCounters=twice)))
+
+
+def test_counter_set_limits() -> None:
+    obj = one_slice()
+    del obj["spec"]["devices"]
+    obj["spec"]["sharedCounters"] = [
+        {"name": "cs", "counters": {f"c-{i}": {"value": "1"} for i in range(33)}},
+        {"name": "cs-2", "counters": {"Bad_Name": {"value": "1"}}},
+    ]
+    errors = messages(obj)
+    assert any("at most 32" in e for e in errors)
+    assert any("Bad_Name" in e and "DNS label" in e for e in errors)
+
+
+def test_at_most_16_taints() -> None:
+    taints = [{"key": f"example.com/t{i}", "effect": "NoSchedule"} for i in range(17)]
+    assert any("at most 16" in e for e in messages(one_slice(taints=taints)))
+
+
+def test_counter_set_defined_twice_in_pool() -> None:
+    counters = {"name": "cs", "counters": {"c": {"value": "1"}}}
+    first, second = one_slice(), one_slice()
+    for obj in (first, second):
+        del obj["spec"]["devices"]
+        obj["spec"]["sharedCounters"] = [dict(counters)]
+        obj["spec"]["pool"]["resourceSliceCount"] = 2
+    with pytest.raises(ValidationError, match="counter set 'cs' is defined twice"):
+        validate_slices([first, second])
