@@ -176,3 +176,12 @@ def test_unknown_device_id_publishes_memory_when_hlml_reports_it(open_profile):
     backend.fake_hlml.set_memory_total("0000:19:00.0", 64 << 30)
     [device] = backend.discover().devices
     assert device.capacity["memory"] == "64Gi"
+
+
+def test_over_long_hlml_serial_is_dropped_for_that_device_only(open_profile, caplog):
+    devices = [one_device(serial="S" * 70), one_device(bdf="0000:1a:00.0", accel_index=3, module_id=7, uverbs=5, serial="S2")]
+    inventory = open_profile({"devices": devices}).discover()
+    assert inventory.device("0000-19-00-0-0x1020").attributes["serial"] == ""
+    assert inventory.device("0000-1a-00-0-0x1020").attributes["serial"] == "S2"
+    validate_slices(render_pool(inventory, NODE))  # the pool still publishes
+    assert "HLML serial longer" in caplog.text

@@ -7,16 +7,19 @@ match Intel's driver so its selectors keep working (docs/attributes.md).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
 from dra_driver.model.device import AttributeValue, Device, Version
 from dra_driver.model.quantity import from_bytes
-from dra_driver.vocabulary import PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
+from dra_driver.logs import fields
+from dra_driver.vocabulary import MAX_VALUE_BYTES, PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
 
 from dra_driver_gaudi.discovery import GaudiDevice
 from dra_driver_gaudi.models import ModelInfo
 
+log = logging.getLogger(__name__)
 _SEMVER_CORE = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)")
 
 
@@ -38,11 +41,22 @@ def driver_version(raw: str | None) -> Version | None:
     return Version(match.group(0)) if match else None
 
 
+def _serial(facts: DeviceFacts) -> str:
+    """The HLML serial, or "" when it cannot be an attribute value (so the pool still publishes)."""
+    if len(facts.serial.encode()) <= MAX_VALUE_BYTES:
+        return facts.serial
+    log.warning(
+        "HLML serial longer than an attribute value allows; publishing an empty serial",
+        extra=fields(bdf=facts.device.bdf, bytes=len(facts.serial.encode()), limit=MAX_VALUE_BYTES),
+    )
+    return ""
+
+
 def _identity(facts: DeviceFacts) -> dict[str, AttributeValue]:
     device = facts.device
     attributes: dict[str, AttributeValue] = {
         "model": facts.model.name,
-        "serial": facts.serial,
+        "serial": _serial(facts),
         "healthy": facts.healthy,
         "pciDeviceId": device.device_id,
         "accelIndex": device.accel_index,
