@@ -163,3 +163,20 @@ def test_profile_errors_name_the_field():
     section["gpus"] = [dict(section["gpus"][0], model="mi999")]
     with pytest.raises(ProfileError, match="mi999"):
         parse_profile(section)
+
+
+def test_profile_rejects_overlapping_drm_minors_naming_the_field():
+    from dra_driver.errors import ProfileError
+
+    section = dict(load_profile("mi300x").sections["amd"])
+    # MI300X has up to 8 partitions (CPX), so render 128 and 129 overlap.
+    section["gpus"] = [dict(gpu, render=128 + i, card=8 * i) for i, gpu in enumerate(section["gpus"])]
+    with pytest.raises(ProfileError, match=r"gpus\[1\]\.render 129 overlaps gpus\[0\]\.render 128"):
+        parse_profile(section)
+    section["gpus"] = [dict(gpu, render=128 + 8 * i, card=i) for i, gpu in enumerate(section["gpus"])]
+    with pytest.raises(ProfileError, match=r"gpus\[1\]\.card 1 overlaps gpus\[0\]\.card 0"):
+        parse_profile(section)
+    # CDNA2 has no partitions: consecutive minors are fine.
+    mi210 = dict(load_profile("mi210").sections["amd"])
+    mi210["gpus"] = [dict(gpu, render=128 + i, card=i) for i, gpu in enumerate(mi210["gpus"])]
+    parse_profile(mi210)

@@ -99,7 +99,28 @@ class AmdProfile(_Strict):
         bdfs = [gpu.bdf for gpu in self.gpus]
         if len(set(bdfs)) != len(bdfs):
             raise ValueError("gpus: two GPUs have the same bdf")
+        for field_name in ("card", "render"):
+            self._check_minor_ranges(field_name)
         return self
+
+    def _max_partitions(self, gpu: GpuEntry) -> int:
+        return max((p.num_partitions for p in self.models[gpu.model].accelerator_profiles), default=1)
+
+    def _check_minor_ranges(self, field_name: str) -> None:
+        """Partition k of a GPU uses <field> + k, so each GPU's range must be its own."""
+        taken: dict[int, int] = {}  # minor -> index of the GPU using it
+        for index, gpu in enumerate(self.gpus):
+            first = getattr(gpu, field_name)
+            count = self._max_partitions(gpu)
+            for minor in range(first, first + count):
+                if minor in taken:
+                    other = taken[minor]
+                    raise ValueError(
+                        f"gpus[{index}].{field_name} {first} overlaps gpus[{other}].{field_name} "
+                        f"{getattr(self.gpus[other], field_name)}: each GPU uses {field_name} .. {field_name}+{count - 1} "
+                        f"for its up to {count} partitions; space them at least {count} apart"
+                    )
+                taken[minor] = index
 
 
 def parse_profile(section: Mapping[str, Any]) -> AmdProfile:
