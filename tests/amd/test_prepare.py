@@ -178,3 +178,30 @@ def test_memory_mode_change_is_refused_while_another_gpu_of_the_hive_is_in_use(o
     # A compute-only change keeps the hive's memory mode and needs no reload.
     prepared = backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps1-0"))
     assert backend.library.current_mode("0000:05:00.0") == ("CPX", "NPS1") and prepared.devices
+
+
+def test_simulated_firmware_refuses_invalid_compute_memory_pairs(open_backend):
+    from dra_driver_amd.fake_amdsmi import AmdSmiComputePartitionType, AmdSmiLibraryException, AmdSmiMemoryPartitionType, FakeHandle
+
+    fake = open_backend("mi300x-cpx").library  # CPX/NPS4
+    handle = FakeHandle("0000:05:00.0", 0)
+    with pytest.raises(AmdSmiLibraryException):
+        fake.amdsmi_set_gpu_compute_partition(handle, AmdSmiComputePartitionType.SPX)  # SPX allows NPS1 only
+    assert fake.current_mode("0000:05:00.0") == ("CPX", "NPS4")
+    fake.amdsmi_set_gpu_memory_partition(handle, AmdSmiMemoryPartitionType.NPS1)
+    fake.amdsmi_set_gpu_compute_partition(handle, AmdSmiComputePartitionType.SPX)
+    with pytest.raises(AmdSmiLibraryException):
+        fake.amdsmi_set_gpu_memory_partition(FakeHandle("0000:05:00.0", 0), AmdSmiMemoryPartitionType.NPS4)
+    assert fake.current_mode("0000:05:00.0") == ("SPX", "NPS1")
+
+
+def test_memory_step_that_does_not_take_effect_stops_before_the_compute_step(open_backend):
+    section = dict(load_profile("mi300x-cpx").sections["amd"])
+    section["memory_reload_required"] = True
+    backend = open_backend(section=section, partitioning="dynamic")
+    backend.discover()
+    with pytest.raises(DeviceError, match="driver reload"):
+        backend.prepare(CLAIM_A, _alloc("gpu-0-128"))  # CPX/NPS4 -> SPX/NPS1: memory first
+    fake = backend.library
+    assert fake.current_mode("0000:05:00.0") == ("CPX", "NPS4")  # still a valid pair
+    assert not any(call[0] == "set_compute_partition" for call in fake.calls)

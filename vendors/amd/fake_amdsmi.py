@@ -178,6 +178,13 @@ class FakeAmdSmi:
                 return profile.num_partitions
         return 1
 
+    @staticmethod
+    def _valid_pair(state: _GpuState, compute: str | None, memory: str | None) -> bool:
+        """Whether the compute profile lists the memory mode in its memory_caps (hardware.md 4.4)."""
+        if compute is None or memory is None:
+            return True
+        return any(p.type == compute and memory in p.memory_caps for p in state.model.accelerator_profiles)
+
     def _partitioning_supported(self, state: _GpuState) -> None:
         if not state.model.accelerator_profiles or state.compute is None:
             raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
@@ -315,13 +322,15 @@ class FakeAmdSmi:
         name = AmdSmiComputePartitionType(compute_partition).name
         if name not in {profile.type for profile in state.model.accelerator_profiles}:
             raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
+        if not self._valid_pair(state, name, state.memory):
+            raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)  # firmware refuses e.g. SPX with NPS4
         self.calls.append(("set_compute_partition", handle.gpu_bdf, name))
         state.compute = name
 
     def amdsmi_set_gpu_memory_partition(self, handle: FakeHandle, memory_partition: AmdSmiMemoryPartitionType) -> None:
         state = self._gpu(handle)
         name = AmdSmiMemoryPartitionType(memory_partition).name
-        if name not in state.model.memory_partition_caps:
+        if name not in state.model.memory_partition_caps or not self._valid_pair(state, state.compute, name):
             raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
         self.calls.append(("set_memory_partition", handle.gpu_bdf, name))
         if not self.profile.memory_reload_required:

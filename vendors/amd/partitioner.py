@@ -61,9 +61,15 @@ class Partitioner:
                     self.smi.set_compute_partition(handle, mode.compute)
                 else:
                     self.smi.set_memory_partition(handle, mode.memory)
+                    # Stop here when it did not take effect: the compute step
+                    # could otherwise pair the old memory mode with an invalid compute mode.
+                    self._check_memory(gpu_bdf, mode)
         except SmiError as exc:
             raise DeviceError(gpu_bdf, f"cannot switch to {mode.profile}: {exc}") from exc
         log.info("AMD GPU partition mode changed", extra=fields(bdf=gpu_bdf, old=f"{compute}_{memory}".lower(), new=mode.profile))
+        return True
+
+    def _check_memory(self, gpu_bdf: str, mode: Mode) -> None:
         _, now_memory = self.current(gpu_bdf)
         if now_memory != mode.memory:
             raise DeviceError(
@@ -72,7 +78,6 @@ class Partitioner:
                 "needs an idle GPU and an amdgpu driver reload (modprobe -r amdgpu && modprobe amdgpu), which "
                 "applies to the whole XGMI hive; reload the driver and the kubelet's retry will finish preparing",
             )
-        return True
 
     def partition(self, gpu_bdf: str, index: int) -> PartitionInfo:
         for partition in self._partitions(gpu_bdf):
