@@ -119,7 +119,8 @@ class Checkpoint:
         self._written = 0  # changes in the file (visible to a restarted process)
         self._durable = 0  # changes in the file and flushed to the device
         self._completed_devices = 0
-        self._holders: dict[tuple[str, str], dict[str, ClaimRecord]] = {}  # (pool, device) -> uid -> record
+        # (pool, device) -> uid -> (record, the record's entry for that device)
+        self._holders: dict[tuple[str, str], dict[str, tuple[ClaimRecord, CheckpointDevice]]] = {}
         # One temp name per writer: writes are serialised by _write_lock (and across
         # instances by the serialize lock), so no random name (mkstemp) is needed.
         self._tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(self):x}.tmp")
@@ -229,8 +230,8 @@ class Checkpoint:
         with self._lock:
             return self._completed_devices
 
-    def holders(self, pool: str, device: str) -> list[ClaimRecord]:
-        """The claims (any phase) whose records name this device: the conflict check reads this index."""
+    def holders(self, pool: str, device: str) -> list[tuple[ClaimRecord, CheckpointDevice]]:
+        """The claims (any phase) whose records name this device, each with its entry for it."""
         with self._lock:
             return list(self._holders.get((pool, device), {}).values())
 
@@ -243,7 +244,7 @@ class Checkpoint:
         for dev in record.devices:
             key = (dev.pool, dev.device)
             if sign > 0:
-                self._holders.setdefault(key, {})[record.uid] = record
+                self._holders.setdefault(key, {})[record.uid] = (record, dev)
             else:
                 holders = self._holders.get(key, {})
                 holders.pop(record.uid, None)
@@ -284,9 +285,9 @@ class Checkpoint:
                 # (boot_id < claims < version), so the checksum matches _checksum(body) on load
                 # without re-serialising every record on every write.
                 claims = ",".join([self._texts[uid] for uid in sorted(self._texts)])
-            body = f'{{"boot_id":{json.dumps(self.boot_id)},"claims":{{{claims}}},"version":{FORMAT_VERSION}}}'
-            digest = hashlib.sha256(body.encode()).hexdigest()
-            self._write_file(f'{{"body":{body},"checksum":"{digest}"}}'.encode(), durable)
+            body = f'{{"boot_id":{json.dumps(self.boot_id)},"claims":{{{claims}}},"version":{FORMAT_VERSION}}}'.encode()
+            digest = hashlib.sha256(body).hexdigest().encode()
+            self._write_file(b'{"body":' + body + b',"checksum":"' + digest + b'"}', durable)
             self._written = snapshot
             if durable:
                 self._durable = snapshot

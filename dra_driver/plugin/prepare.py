@@ -215,18 +215,15 @@ class PrepareService:
 
     def _check_conflicts(self, ref: ClaimRef, allocated: Sequence[AllocatedDevice]) -> None:
         for dev in allocated:
-            for record in self._checkpoint.holders(dev.pool, dev.device):
-                if record.uid == ref.uid:
+            if dev.admin_access:  # adminAccess shares with anyone: no need to look at the holders
+                continue
+            for record, held_dev in self._checkpoint.holders(dev.pool, dev.device):
+                if record.uid == ref.uid or held_dev.admin_access or (dev.share_id and held_dev.share_id and dev.share_id != held_dev.share_id):
                     continue
-                for held_dev in record.devices:
-                    if (held_dev.pool, held_dev.device) != (dev.pool, dev.device):
-                        continue
-                    if dev.admin_access or held_dev.admin_access or (dev.share_id and held_dev.share_id and dev.share_id != held_dev.share_id):
-                        continue
-                    raise ClaimError(
-                        f"device {dev.pool}/{dev.device} of ResourceClaim {_name(ref)} is already prepared for claim "
-                        f"{record.namespace}/{record.name} (uid {record.uid}); it can be shared only with adminAccess or consumable-capacity shares"
-                    )
+                raise ClaimError(
+                    f"device {dev.pool}/{dev.device} of ResourceClaim {_name(ref)} is already prepared for claim "
+                    f"{record.namespace}/{record.name} (uid {record.uid}); it can be shared only with adminAccess or consumable-capacity shares"
+                )
 
     def _write_cdi(self, ref: ClaimRef, record: ClaimRecord, prepared: PreparedClaim) -> ClaimRecord:
         edits_by_device: dict[str, list[ContainerEdits]] = {}

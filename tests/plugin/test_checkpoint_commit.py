@@ -134,12 +134,12 @@ def test_device_index_lists_every_holder_and_follows_changes(tmp_path: Path, boo
     ckpt = Checkpoint(tmp_path / "cp.json", boot)
     ckpt.put(record("a", devices=2))  # gpu-0, gpu-1
     ckpt.put(record("b", devices=1))  # gpu-0
-    assert sorted(r.uid for r in ckpt.holders("pool", "gpu-0")) == ["a", "b"]
-    assert [r.uid for r in ckpt.holders("pool", "gpu-1")] == ["a"]
+    assert sorted(r.uid for r, _ in ckpt.holders("pool", "gpu-0")) == ["a", "b"]
+    assert [(r.uid, d.device, d.share_id) for r, d in ckpt.holders("pool", "gpu-1")] == [("a", "gpu-1", "s")]
     ckpt.put(record("a", devices=1))  # a shrinks to gpu-0 only
     assert ckpt.holders("pool", "gpu-1") == []
     ckpt.remove("b")
     again = Checkpoint(ckpt.path, boot)
     again.load()
-    assert [r.uid for r in again.holders("pool", "gpu-0")] == ["a"]
+    assert [r.uid for r, _ in again.holders("pool", "gpu-0")] == ["a"]
     assert again.holders("other-pool", "gpu-0") == []
