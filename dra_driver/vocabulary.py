@@ -21,7 +21,9 @@ FAMILY = f"{DOMAIN}/family"  # lower-case architecture family: "hopper", "cdna3"
 PARTITION = f"{DOMAIN}/partition"  # true for MIG devices and AMD partitions
 INTERCONNECT = f"{DOMAIN}/interconnect"  # "nvlink" | "xgmi" | "roce" | "none"
 INTERCONNECT_DOMAIN = f"{DOMAIN}/interconnectDomain"  # equal value = reachable over the scale-up fabric
-INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"  # active scale-up links of the device
+# Scale-up links as each vendor's library counts them (units differ; docs/attributes.md):
+# NVIDIA NVLink links up, Gaudi in-box RoCE ports, AMD peers one XGMI hop away.
+INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"
 
 # Kubernetes-standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"

@@ -1,7 +1,8 @@
 """Device names, attributes and capacities of AMD GPUs and partitions (docs/attributes.md, AMD).
 
-Names and attribute names follow the ROCm DRA driver (gpu.amd.com, anchors.md 4)
-so selectors written for it keep working; the cross-vendor vocabulary
+Names and attribute names follow the ROCm DRA driver (gpu.amd.com, anchors.md 4);
+`productName` is normalised from the amdsmi market name, not sysfs product_name, so
+its value differs from the ROCm driver's (docs/attributes.md); the cross-vendor vocabulary
 (dra_driver.vocabulary) is added to every device.
 """
 
