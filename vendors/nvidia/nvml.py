@@ -20,14 +20,35 @@ T = TypeVar("T")
 Handle = Any  # nvmlDevice_t / nvmlGpuInstance_t / nvmlComputeInstance_t (opaque pointers)
 
 
+# nvmlReturn_t value -> symbolic name, from pynvml's own constants (so new codes need no table here).
+ERROR_NAMES: dict[int, str] = {
+    value: key for key, value in vars(pynvml).items() if key.startswith("NVML_ERROR_") and isinstance(value, int)
+}
+# What an operator can do about the codes MIG and discovery run into; pynvml has no text for several of them.
+ERROR_HINTS: dict[int, str] = {
+    pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES: "the placement overlaps an existing GPU instance, or the GPU has no room left for this profile",
+    pynvml.NVML_ERROR_IN_USE: "MIG instances or processes still use the GPU",
+    pynvml.NVML_ERROR_RESET_REQUIRED: "the change takes effect only after a GPU reset (nvidia-smi -r) or reboot",
+    pynvml.NVML_ERROR_INVALID_STATE: "the GPU is not in the state this call needs (MIG mode?)",
+    pynvml.NVML_ERROR_NO_PERMISSION: "the plugin needs root (or CAP_SYS_ADMIN) for this call",
+    pynvml.NVML_ERROR_GPU_IS_LOST: "the GPU fell off the bus; it needs a reset or a reboot",
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "libnvidia-ml and the kernel driver differ in version; reload the driver or reboot",
+}
+
+
+def error_name(code: int) -> str:
+    return ERROR_NAMES.get(code, f"NVML_ERROR_{code}")
+
+
 class NvmlError(DraError):
-    """An NVML call failed; `code` is the nvmlReturn_t value."""
+    """An NVML call failed; `code` is the nvmlReturn_t value; the message names it and hints at a fix."""
 
     def __init__(self, call: str, code: int, detail: str) -> None:
         self.call = call
         self.code = code
         self.detail = detail
-        super().__init__(f"{call}: {detail} (NVML error {code})")
+        hint = ERROR_HINTS.get(code)
+        super().__init__(f"{call}: {detail} ({error_name(code)}={code}{'; ' + hint if hint else ''})")
 
     @property
     def not_supported(self) -> bool:
@@ -54,7 +75,11 @@ def call(fn: Callable[..., T], *args: Any) -> T:
     try:
         return fn(*args)
     except pynvml.NVMLError as exc:
-        raise NvmlError(fn.__name__, int(exc.value), str(exc)) from exc
+        code = int(exc.value)
+        text = str(exc)
+        if text.startswith("NVML Error with code"):  # pynvml has no text for this code: the name says more
+            text = error_name(code).removeprefix("NVML_ERROR_").replace("_", " ").lower()
+        raise NvmlError(fn.__name__, code, text) from exc
 
 
 # ---- library and system -------------------------------------------------------
