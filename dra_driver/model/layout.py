@@ -30,24 +30,46 @@ def _chunks(items: list[CounterSet], size: int) -> list[list[CounterSet]]:
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 
-def _device_chunks(devices: list[Device], reserve_for_taints: bool) -> list[list[Device]]:
-    """Greedy split; a chunk's limit drops to 64 as soon as it holds an advanced device.
+def _group_key(device: Device) -> str | None:
+    """Devices that consume the same counter set belong to one physical device (a GPU and
+    its partitions); keeping them in one slice means a health change of that GPU rewrites
+    one slice, not two."""
+    return device.consumes_counters[0].counter_set if device.consumes_counters else None
 
+
+def _groups(devices: list[Device]) -> list[list[Device]]:
+    groups: list[list[Device]] = []
+    for device in devices:
+        key = _group_key(device)
+        if groups and key is not None and _group_key(groups[-1][-1]) == key:
+            groups[-1].append(device)
+        else:
+            groups.append([device])
+    return groups
+
+
+def _device_chunks(devices: list[Device], reserve_for_taints: bool) -> list[list[Device]]:
+    """Greedy split by groups; a chunk's limit drops to 64 as soon as it holds an advanced device.
+
+    A group never straddles two slices unless it alone exceeds the limit.
     `reserve_for_taints` applies the 64 limit everywhere, so that a taint added
     later for health never moves devices between slices (one health change,
     one slice write).
     """
     chunks: list[list[Device]] = []
     current: list[Device] = []
-    current_advanced = False
-    for device in devices:
-        advanced = reserve_for_taints or current_advanced or device.uses_advanced_features
+    for group in _groups(devices):
+        advanced = reserve_for_taints or any(d.uses_advanced_features for d in [*current, *group])
         limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
-        if len(current) + 1 > limit:
+        if current and len(current) + len(group) > limit:
             chunks.append(current)
-            current, advanced = [], reserve_for_taints or device.uses_advanced_features
-        current.append(device)
-        current_advanced = advanced
+            current = []
+            advanced = reserve_for_taints or any(d.uses_advanced_features for d in group)
+            limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
+        while len(group) > limit:  # a group larger than a slice: split it, nothing else fits
+            chunks.append(group[:limit])
+            group = group[limit:]
+        current.extend(group)
     if current:
         chunks.append(current)
     return chunks

@@ -3,7 +3,7 @@ from __future__ import annotations
 import copy
 import json
 
-from dra_driver.model import Device, DeviceTaint, Inventory, Version, layout_pool, render_pool, validate_slices
+from dra_driver.model import CounterConsumption, CounterSet, Device, DeviceTaint, Inventory, Version, layout_pool, render_pool, validate_slices
 from dra_driver.model.layout import MAX_DEVICES_PER_SLICE, MAX_DEVICES_PER_SLICE_ADVANCED
 from dra_driver.model.render import as_list, render_attribute
 from tests.model.conftest import make_device
@@ -44,9 +44,10 @@ def test_counters_go_to_their_own_slices_and_devices_cap_at_64(partitioned_inven
     slices = render_pool(partitioned_inventory, node_name="n")
     counter_slices = [s for s in slices if "sharedCounters" in s["spec"]]
     device_slices = [s for s in slices if "devices" in s["spec"]]
-    # 10 counter sets -> 8 + 2; 70 consuming devices -> 64 + 6
+    # 10 counter sets -> 8 + 2; 10 groups of 7 consuming devices -> 9 groups (63) + 1 group (7):
+    # a GPU's partitions never straddle two slices.
     assert [len(s["spec"]["sharedCounters"]) for s in counter_slices] == [8, 2]
-    assert [len(s["spec"]["devices"]) for s in device_slices] == [MAX_DEVICES_PER_SLICE_ADVANCED, 6]
+    assert [len(s["spec"]["devices"]) for s in device_slices] == [63, 7]
     assert slices[:2] == counter_slices  # counters first
     assert all(not ("devices" in s["spec"] and "sharedCounters" in s["spec"]) for s in slices)
     validate_slices(slices)
@@ -101,3 +102,22 @@ def test_as_list_is_kubectl_style() -> None:
 
 def test_device_without_optional_fields_renders_minimal() -> None:
     assert render_pool(Inventory("gpu.example.com", [Device(name="d-0")]), "n")[0]["spec"]["devices"] == [{"name": "d-0"}]
+
+
+def test_partitions_of_one_gpu_stay_in_one_slice(partitioned_inventory: Inventory) -> None:
+    per_slice = [{d.consumes_counters[0].counter_set for d in c.devices} for c in layout_pool(partitioned_inventory) if c.devices]
+    for i, sets_here in enumerate(per_slice):
+        for j, other in enumerate(per_slice):
+            if i != j:
+                assert not sets_here & other
+
+
+def test_a_group_larger_than_a_slice_is_split() -> None:
+    devices = [
+        make_device(f"d-{i}", consumes_counters=[CounterConsumption(counter_set="big", counters={"c": "1"})])
+        for i in range(70)
+    ]
+    inventory = Inventory("gpu.example.com", devices, [CounterSet(name="big", counters={"c": "70"})])
+    slices = render_pool(inventory, "n")
+    assert [len(s["spec"]["devices"]) for s in slices if "devices" in s["spec"]] == [64, 6]
+    validate_slices(slices)
