@@ -26,7 +26,7 @@ from celpy import celtypes
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
 from dra_driver.cel.errors import CelBudgetExceeded
-from dra_driver.cel.library import GLOBALS, METHODS
+from dra_driver.cel.library import _MISSING, GLOBALS, METHODS, map_get
 
 Scope = dict[str, Any]
 _UNSET = object()
@@ -109,7 +109,7 @@ class BudgetEvaluator(Evaluator):  # type: ignore[misc]
             if isinstance(left, celtypes.BoolType) and not left:
                 return left
             right = self.visit(cast(lark.Tree, tree.children[1]))
-            return self._logic(celtypes.logical_and, left, right, "&&", tree)
+            return _logic(left, right, False, "&&", tree)
         return super().conditionaland(tree)
 
     def conditionalor(self, tree: lark.Tree) -> Any:
@@ -118,15 +118,18 @@ class BudgetEvaluator(Evaluator):  # type: ignore[misc]
             if isinstance(left, celtypes.BoolType) and left:
                 return left
             right = self.visit(cast(lark.Tree, tree.children[1]))
-            return self._logic(celtypes.logical_or, left, right, "||", tree)
+            return _logic(left, right, True, "||", tree)
         return super().conditionalor(tree)
 
-    @staticmethod
-    def _logic(op: Callable[[Any, Any], Any], left: Any, right: Any, name: str, tree: lark.Tree) -> Any:
-        try:
-            return op(left, right)
-        except TypeError as exc:
-            return CELEvalError(f"no matching overload for {name} on {_kind(left)}, {_kind(right)}", TypeError, exc.args, tree=tree)
+    def expr(self, tree: lark.Tree) -> Any:
+        if len(tree.children) == 3:
+            condition = self.visit(cast(lark.Tree, tree.children[0]))
+            if isinstance(condition, CELEvalError):
+                return condition
+            if not isinstance(condition, celtypes.BoolType):
+                return CELEvalError(f"no matching overload for ?: on {_kind(condition)} condition", TypeError, (), tree=tree)
+            return self.visit(cast(lark.Tree, tree.children[1 if condition else 2]))
+        return super().expr(tree)
 
     # ------------------------------------------------------------ operators and member access
     # Lean versions of celpy's methods (same operator functions, same results): celpy's
@@ -195,17 +198,24 @@ class BudgetEvaluator(Evaluator):  # type: ignore[misc]
             return target
         if isinstance(index, CELEvalError):
             return index
-        try:
-            if isinstance(target, list):
-                if not isinstance(index, int) or isinstance(index, bool):
-                    raise TypeError(index)
-                if not 0 <= index < len(target):
-                    return CELEvalError(f"index out of range: {index}", IndexError, (index,), tree=tree)
-            return target[index]
-        except KeyError:
-            return CELEvalError(f"no such key: {index!r}", KeyError, (index,), tree=tree)
-        except TypeError as exc:
-            return CELEvalError(f"no matching overload for {_kind(target)}[{_kind(index)}]", TypeError, exc.args, tree=tree)
+        if isinstance(target, list):
+            position = _list_position(index)
+            if position is None:
+                return CELEvalError(f"no matching overload for list[{_kind(index)}]", TypeError, (), tree=tree)
+            if not 0 <= position < len(target):
+                return CELEvalError(f"index out of range: {position}", IndexError, (position,), tree=tree)
+            return target[position]
+        if isinstance(target, dict):
+            if isinstance(index, str):
+                try:
+                    return target[index]  # DomainMap answers an unknown domain with an empty map
+                except KeyError:
+                    return CELEvalError(f"no such key: {index!r}", KeyError, (index,), tree=tree)
+            value = map_get(target, index)
+            if value is _MISSING:
+                return CELEvalError(f"no such key: {index!r}", KeyError, (index,), tree=tree)
+            return value
+        return CELEvalError(f"no matching overload for {_kind(target)}[{_kind(index)}]", TypeError, (), tree=tree)
 
     def literal(self, tree: lark.Tree) -> Any:
         cached = self.literals.get(id(tree), _UNSET)
@@ -388,6 +398,34 @@ def variable_name(tree: lark.Tree) -> str:
     if name is None:
         raise ValueError("macro variable must be a simple identifier")
     return name
+
+
+def _logic(left: Any, right: Any, decisive: bool, symbol: str, tree: lark.Tree) -> Any:
+    """cel-go's && (decisive false) and || (decisive true): either operand's decisive value
+    wins, even over an error; two bools give the other value; otherwise the left error, the
+    right error, or "no such overload" for a non-bool operand (`true && 1`)."""
+    left_bool = isinstance(left, celtypes.BoolType)
+    right_bool = isinstance(right, celtypes.BoolType)
+    if (left_bool and bool(left) is decisive) or (right_bool and bool(right) is decisive):
+        return celtypes.BoolType(decisive)
+    if left_bool and right_bool:
+        return celtypes.BoolType(not decisive)
+    if isinstance(left, CELEvalError):
+        return left
+    if isinstance(right, CELEvalError):
+        return right
+    return CELEvalError(f"no matching overload for {_kind(left)} {symbol} {_kind(right)}", TypeError, (), tree=tree)
+
+
+def _list_position(index: Any) -> int | None:
+    """cel-go accepts int, uint and integral double list indexes on dyn values; never bool."""
+    if isinstance(index, celtypes.BoolType) or isinstance(index, bool):
+        return None
+    if isinstance(index, int):
+        return int(index)
+    if isinstance(index, float) and index.is_integer():
+        return int(index)
+    return None
 
 
 def _index(key: Any) -> Any:

@@ -71,19 +71,74 @@ def _parses(parse: Callable[[str], Any], text: str) -> celtypes.BoolType:
     return celtypes.BoolType(True)
 
 
+_MISSING = object()
+_SAME_TYPE_FAST = frozenset({celtypes.StringType, celtypes.IntType, celtypes.UintType, celtypes.BoolType, celtypes.BytesType})
+
+
+def _equality_kind(value: Any) -> Any:
+    """Values of different kinds are never equal (numbers are handled before this)."""
+    if isinstance(value, (bool, celtypes.BoolType)):
+        return bool
+    if isinstance(value, str):
+        return str
+    if isinstance(value, bytes):
+        return bytes
+    return type(value)
+
+
 def cel_equal(left: Any, right: Any) -> bool:
-    """CEL runtime equality: numbers compare across int/uint/double, bools never equal numbers."""
-    if isinstance(left, bool) != isinstance(right, bool):
-        return False
+    """CEL heterogeneous equality, as cel-go evaluates `==` on dyn values.
+
+    int, uint and double compare by numeric value; a bool never equals a number; lists
+    and maps compare element by element with this same rule; other kinds must match.
+    """
+    if type(left) is type(right) and type(left) in _SAME_TYPE_FAST:
+        return bool(left == right)
     if _is_number(left) and _is_number(right):
         return _plain(left) == _plain(right)
-    if type(left) is not type(right) and not (isinstance(left, str) and isinstance(right, str)):
-        if not (isinstance(left, (list, dict)) and isinstance(right, (list, dict))):
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(cel_equal(a, b) for a, b in zip(left, right))
+    if isinstance(left, dict) and isinstance(right, dict):
+        if len(left) != len(right):
             return False
+        return all((found := map_get(right, key)) is not _MISSING and cel_equal(value, found) for key, value in left.items())
+    if _equality_kind(left) is not _equality_kind(right):
+        return False
     try:
         return bool(left == right)
     except TypeError:
         return False
+
+
+def map_get(mapping: dict[Any, Any], key: Any) -> Any:
+    """The value under `key` with CEL key equality (`{1: "a"}[1.0]`, never `{true: x}[1]`), else _MISSING."""
+    if isinstance(key, str):  # str keys never collide with other kinds in a Python dict
+        return dict.get(mapping, key, _MISSING)
+    for candidate, value in mapping.items():
+        if cel_equal(candidate, key):
+            return value
+    return _MISSING
+
+
+def map_has(mapping: dict[Any, Any], key: Any) -> bool:
+    return map_get(mapping, key) is not _MISSING
+
+
+def _equals(left: Any, right: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(cel_equal(left, right))
+
+
+def _not_equals(left: Any, right: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(not cel_equal(left, right))
+
+
+def _contains(item: Any, container: Any) -> celtypes.BoolType:
+    """`item in list` (CEL equality on elements) and `key in map` (CEL key equality)."""
+    if isinstance(container, list):
+        return celtypes.BoolType(any(cel_equal(item, element) for element in container))
+    if isinstance(container, dict):
+        return celtypes.BoolType(map_has(container, item))
+    raise TypeError(f"no such overload: in on {type(container).__name__}")
 
 
 # ---------------------------------------------------------------- quantity library (1.28)
@@ -508,19 +563,39 @@ def sets_intersects(left: Any, right: Any) -> celtypes.BoolType:
 # ---------------------------------------------------------------- operators (cross-type numeric ordering)
 
 
+def _order_kind(value: Any) -> type | None:
+    """The kind `<` is defined on within itself; None when the value has no ordering."""
+    if isinstance(value, celtypes.BoolType):
+        return bool
+    for kind in (str, bytes, celtypes.TimestampType, celtypes.DurationType):
+        if isinstance(value, kind):
+            return kind
+    return None
+
+
 def _ordering(op: Callable[[Any, Any], bool], name: str) -> CelFunction:
-    """Kubernetes enables cross-type numeric comparisons: `1 < 2.5`, `1u <= 2`."""
+    """Kubernetes enables cross-type numeric comparisons (`1 < 2.5`, `1u <= 2`); any other
+    mix (bool with int, Quantity, lists) is "no such overload", as in cel-go."""
 
     def compare(left: Any, right: Any) -> celtypes.BoolType:
-        if isinstance(left, (Quantity, Semver)) or isinstance(right, (Quantity, Semver)):
-            raise TypeError(f"no such overload: {name} is not defined for Quantity/Semver (use compareTo)")
         if _is_number(left) and _is_number(right):
             # Plain Python int/float compare exactly across types; celtypes refuse mixing.
             return celtypes.BoolType(op(_plain(left), _plain(right)))
-        return base_functions[name](left, right)
+        kind = _order_kind(left)
+        if kind is None or kind is not _order_kind(right):
+            if isinstance(left, (Quantity, Semver)) or isinstance(right, (Quantity, Semver)):
+                raise TypeError(f"no such overload: {name} is not defined for Quantity/Semver (use compareTo)")
+            raise TypeError(f"no such overload: {name}")
+        return celtypes.BoolType(op(left, right))
 
     compare.__name__ = f"ordering_{name.strip('_')}"
     return compare
+
+
+def _no_bools(left: Any, right: Any, name: str) -> None:
+    # BoolType is an int subclass: without this `1 + true` would be 2.
+    if isinstance(left, celtypes.BoolType) or isinstance(right, celtypes.BoolType):
+        raise TypeError(f"no such overload: {name} on bool")
 
 
 def _int_arithmetic(op: Callable[[int, int], int], name: str) -> CelFunction:
@@ -533,6 +608,18 @@ def _int_arithmetic(op: Callable[[int, int], int], name: str) -> CelFunction:
             if not INT64_MIN <= result <= INT64_MAX:
                 raise ValueError("integer overflow")
             return int.__new__(celtypes.IntType, result)
+        _no_bools(left, right, name)
+        return fallback(left, right)
+
+    arithmetic.__name__ = f"arithmetic_{name.strip('_')}"
+    return arithmetic
+
+
+def _checked_arithmetic(name: str) -> CelFunction:
+    fallback = base_functions[name]
+
+    def arithmetic(left: Any, right: Any) -> Any:
+        _no_bools(left, right, name)
         return fallback(left, right)
 
     arithmetic.__name__ = f"arithmetic_{name.strip('_')}"
@@ -607,6 +694,11 @@ OPERATORS: dict[str, CelFunction] = {
     "_+_": _int_arithmetic(lambda a, b: a + b, "_+_"),
     "_-_": _int_arithmetic(lambda a, b: a - b, "_-_"),
     "_*_": _int_arithmetic(lambda a, b: a * b, "_*_"),
+    "_/_": _checked_arithmetic("_/_"),
+    "_%_": _checked_arithmetic("_%_"),
+    "_==_": _equals,
+    "_!=_": _not_equals,
+    "_in_": _contains,
 }
 
 # Kubernetes has these, this implementation does not: a use is a CelNotSupported error,
