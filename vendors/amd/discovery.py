@@ -20,6 +20,7 @@ from dra_driver_amd.modes import Mode, find_mode, modes_from_caps
 from dra_driver_amd.smi import Smi, SmiError
 
 log = logging.getLogger(__name__)
+_warned_minors: set[str] = set()  # GPUs whose repeated DRM minors were already reported
 
 
 @dataclass
@@ -135,7 +136,11 @@ def _unique_minors(bdf: str, partitions: list[PartitionInfo]) -> list[PartitionI
     if len(minors) == len(partitions):
         return partitions
     primary = partitions[0]
-    log.warning(
+    # Handles are enumerated again on every mode change: warn once per GPU, not each time.
+    log_at = logging.WARNING if bdf not in _warned_minors else logging.DEBUG
+    _warned_minors.add(bdf)
+    log.log(
+        log_at,
         "amdsmi reports the same DRM minors for several partitions (ROCm < 6.4.1); deriving them from the partition index",
         extra=fields(bdf=bdf, card=primary.card, render=primary.render, partitions=len(partitions)),
     )
