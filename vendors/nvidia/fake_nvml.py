@@ -25,6 +25,7 @@ from typing import Any
 
 import pynvml
 
+from dra_driver.errors import ProfileError
 from dra_driver_nvidia.profile import GpuInstanceProfile, GpuModel, GpuSpec, NvidiaSection
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)
@@ -40,6 +41,27 @@ def error_code(name: str) -> int:
     if not isinstance(code, int):
         raise ValueError(f"unknown NVML error {name!r}; use a name such as GPU_IS_LOST or NOT_SUPPORTED")
     return code
+
+
+def simulated_symbols() -> list[str]:
+    """The C symbols the simulated library implements (the only valid `failures` keys)."""
+    return sorted(name for name in vars(FakeNvmlLibrary) if name.startswith("nvml") and callable(getattr(FakeNvmlLibrary, name)))
+
+
+def _failures(entries: dict[str, str], where: str) -> dict[str, int]:
+    """Validate a `failures` map: a key the fake does not implement would silently do nothing."""
+    known = set(simulated_symbols())
+    result: dict[str, int] = {}
+    for symbol, name in entries.items():
+        if symbol not in known:
+            close = [k for k in sorted(known) if k.lower().startswith(symbol.lower()) or symbol.lower().startswith(k.lower())]
+            suggestion = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ProfileError(f"{where}.{symbol}: not a simulated NVML symbol{suggestion}; valid symbols: {', '.join(sorted(known))}")
+        try:
+            result[symbol] = error_code(name)
+        except ValueError as exc:
+            raise ProfileError(f"{where}.{symbol}: {exc}") from exc
+    return result
 
 
 def _out(ref: Any) -> Any:
@@ -106,7 +128,7 @@ class FakeNvmlLibrary:
         self._next_address = 0x10000
         self.initialized = 0
         self.init_flags: list[int] = []
-        self.failures = {symbol: error_code(name) for symbol, name in section.failures.items()}
+        self.failures = _failures(section.failures, "nvidia.failures")
         self.gpus: list[FakeGpu] = []
         self.event_sets: list[FakeEventSet] = []
         self.created: list[tuple[str, int]] = []  # (GPU uuid, GI id) in creation order
@@ -114,7 +136,7 @@ class FakeNvmlLibrary:
         for index, spec in enumerate(section.gpus):
             model = section.models[spec.model]
             gpu = FakeGpu(index, spec, model, mig_mode=int(spec.migEnabled))
-            gpu.failures = {symbol: error_code(name) for symbol, name in spec.failures.items()}
+            gpu.failures = _failures(spec.failures, f"nvidia.gpus[{index}].failures")
             self.gpus.append(gpu)
             self._register(gpu)
             for mig in spec.migDevices:
@@ -130,7 +152,7 @@ class FakeNvmlLibrary:
         """Make `symbol` return `error` (for one GPU, or for every call when gpu is None)."""
         with self._lock:
             target = self.gpus[gpu].failures if gpu is not None else self.failures
-            target[symbol] = error_code(error)
+            target.update(_failures({symbol: error}, "fail()"))
 
     def clear_failure(self, symbol: str, gpu: int | None = None) -> None:
         with self._lock:
