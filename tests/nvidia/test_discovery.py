@@ -55,19 +55,20 @@ def test_common_vocabulary_for_nvlink_gpus(open_backend: OpenBackend) -> None:
 @pytest.mark.parametrize(
     ("profile", "product", "family", "cc", "memory", "sms", "driver"),
     [
-        ("l4", "NVIDIA L4", "ada-lovelace", "8.9.0", "23034Mi", "58", "570.133.20"),
-        ("t4", "Tesla T4", "turing", "7.5.0", "15Gi", "40", "525.89.2"),
+        # No MIG data on L4/T4, and nvmlDeviceGetAttributes fails on full GPUs: no SM count.
+        ("l4", "NVIDIA L4", "ada-lovelace", "8.9.0", "23034Mi", None, "570.133.20"),
+        ("t4", "Tesla T4", "turing", "7.5.0", "15Gi", None, "525.89.2"),
         ("h200", "NVIDIA H200", "hopper", "9.0.0", "143771Mi", "132", "580.105.6"),
     ],
 )
-def test_other_profiles(open_backend: OpenBackend, profile: str, product: str, family: str, cc: str, memory: str, sms: str, driver: str) -> None:
+def test_other_profiles(open_backend: OpenBackend, profile: str, product: str, family: str, cc: str, memory: str, sms: str | None, driver: str) -> None:
     device = open_backend(profile).discover().devices[0]
     assert device.attributes["productName"] == product
     assert device.attributes[FAMILY] == family
     assert device.attributes["cudaComputeCapability"] == Version(cc)
     assert device.attributes["driverVersion"] == Version(driver)
     assert device.capacity["memory"] == memory
-    assert device.capacity["multiprocessors"] == sms
+    assert device.capacity.get("multiprocessors") == sms
 
 
 def test_gpu_without_nvlink_or_mig(open_backend: OpenBackend) -> None:
@@ -76,8 +77,8 @@ def test_gpu_without_nvlink_or_mig(open_backend: OpenBackend) -> None:
     assert device.attributes[INTERCONNECT_LINKS] == 0
     assert INTERCONNECT_DOMAIN not in device.attributes
     assert "nvlinkLinks" not in device.attributes and "nvlinkVersion" not in device.attributes
-    # No MIG data: the engine counts of the whole GPU are unknown, so not published.
-    assert set(device.capacity) == {"memory", "multiprocessors"}
+    # No MIG data: the SM and engine counts of the whole GPU are unknown, so not published.
+    assert set(device.capacity) == {"memory"}
 
 
 def test_names_use_the_minor_number_not_the_index(open_backend: OpenBackend) -> None:
@@ -196,3 +197,17 @@ def test_discover_command_with_dgx_h100(capsys: pytest.CaptureFixture[str]) -> N
     assert len(devices) == 8
     assert {d["capacity"]["memory"]["value"] for d in devices} == {"81559Mi"}
     fake_nvml.install(None)
+
+
+def test_device_attributes_call_is_mig_only_like_real_nvml(open_backend: OpenBackend) -> None:
+    import pynvml
+
+    backend = open_backend("dgx-a100-mig")
+    full = pynvml.nvmlDeviceGetHandleByIndex(4)  # MIG disabled
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetAttributes(full)
+    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(pynvml.nvmlDeviceGetHandleByIndex(0), 0)
+    assert pynvml.nvmlDeviceGetAttributes(mig).multiprocessorCount > 0
+    # The A100's whole-GPU SM count comes from its 7g.40gb profile (98 SMs usable under MIG).
+    gpu4 = next(d for d in backend.discover().devices if d.name == "gpu-4")
+    assert gpu4.capacity["multiprocessors"] == "98"

@@ -82,11 +82,10 @@ def _full_gpu_capacity(gpu: GpuInfo, profiles: list[MigProfile]) -> dict[str, st
     capacity = {"memory": quantity.from_bytes(gpu.memory_bytes)}
     largest = _largest_profile(profiles)
     if largest is not None:
-        # Engine counts of a whole GPU are only known from MIG data (the full-size profile).
-        sms = max(gpu.multiprocessors or 0, largest.multiprocessors)
-        capacity.update(_engine_capacity(largest, sms))
-    elif gpu.multiprocessors:
-        capacity["multiprocessors"] = quantity.from_count(gpu.multiprocessors)
+        # NVML reports SM and engine counts only as MIG data (nvmlDeviceGetAttributes works on
+        # MIG handles only), so a whole GPU gets its full-size profile's counts, as upstream;
+        # a GPU without MIG publishes none of them.
+        capacity.update(_engine_capacity(largest))
     return capacity
 
 

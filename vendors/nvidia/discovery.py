@@ -2,7 +2,7 @@
 
 A GPU whose mandatory calls fail (GPU lost, driver error) is logged and
 skipped; the other GPUs are still returned. Optional facts (NVLink, fabric,
-SM count, PCIe root) are left empty when NVML or sysfs does not report them.
+PCIe root) are left empty when NVML or sysfs does not report them.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ class GpuInfo:
     memory_bytes: int
     pci_bus_id: str  # "0000:1b:00.0" (Kubernetes form)
     pcie_root: str | None
-    multiprocessors: int | None
     mig_capable: bool
     mig_enabled: bool
     nvlink_links: int
@@ -141,7 +140,6 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
     bus_id = kubernetes_bus_id(nvml.pci_bus_id(handle))
     major, minor_cc = nvml.compute_capability(handle)
     mig_capable, mig_enabled = _mig_mode(handle, label)
-    attributes = _optional("attributes", label, None, nvml.attributes, handle)
     links, link_version = _nvlink(handle, label)
     return GpuInfo(
         handle=handle,
@@ -155,7 +153,6 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
         memory_bytes=nvml.memory_total(handle),
         pci_bus_id=bus_id,
         pcie_root=pcie_root(sysfs_root, bus_id),
-        multiprocessors=attributes.multiprocessors if attributes else None,
         mig_capable=mig_capable,
         mig_enabled=mig_enabled,
         nvlink_links=links,

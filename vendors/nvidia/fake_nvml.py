@@ -408,12 +408,8 @@ class FakeNvmlLibrary:
             ret, gpu = self._gpu_call("nvmlDeviceGetAttributes_v2", handle)
             if gpu is None:
                 return ret
-            if gpu.mig_mode:
-                return pynvml.NVML_ERROR_NOT_SUPPORTED
-            # Full GPU: NVML fills the SM count and memory; engine counts are MIG-only.
-            attrs.multiprocessorCount = gpu.model.multiprocessors
-            attrs.memorySizeMB = gpu.model.memoryMiB
-            return pynvml.NVML_SUCCESS
+            # Real NVML answers this call only for MIG device handles (hardware.md 1.3).
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
 
     # ---- MIG mode and MIG devices ---------------------------------------------
 

@@ -61,7 +61,9 @@ class GpuModel(_Strict):
     architecture: int  # nvmlDeviceArchitecture_t
     brand: int = 14  # nvmlBrandType_t (14 = NVML_BRAND_NVIDIA)
     cudaComputeCapability: tuple[int, int]
-    multiprocessors: int
+    # The board's SM count, for the reader: NVML gives it for MIG devices only (nvmlDeviceGetAttributes),
+    # so the simulation never reports it for a whole GPU either.
+    multiprocessors: int | None = None
     memoryMiB: int  # nvmlDeviceGetMemoryInfo().total / 2**20
     pciDeviceId: int
     pciSubSystemId: int = 0
