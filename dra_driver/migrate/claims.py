@@ -15,19 +15,21 @@ Design (docs/migration.md):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from dra_driver.migrate.aliases import Key, Unaliaser
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.edit import attach_trailing, remove_key, to_ruamel
 from dra_driver.migrate.names import dns_label, dns_subdomain
-from dra_driver.migrate.placement import PlacementPlan, plan_placement
+from dra_driver.migrate.labels import is_gpu_label
+from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind, Unsupported, classify
-from dra_driver.migrate.workloads import Workload
+from dra_driver.migrate.workloads import POD_SPEC_PATHS, Workload
 
 POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
 TEMPLATE_SUFFIX = "accelerators"
@@ -43,6 +45,7 @@ class ContainerDevices:
     name: str
     role: str  # "container" | "init" | "sidecar"
     path: str  # "spec.template.spec.containers[0]"
+    slot: tuple[str, int]  # ("containers", 0): where the container sits in the pod spec
     kind: DeviceKind
     count: int
     in_requests: bool
@@ -75,7 +78,7 @@ def template_name(workload: Workload) -> str:
     return dns_subdomain(workload.name or workload.kind.lower(), TEMPLATE_SUFFIX)
 
 
-def _containers(workload: Workload) -> list[tuple[str, str, int, CommentedMap]]:
+def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], CommentedMap]]:
     found = []
     for list_key in ("initContainers", "containers"):
         for index, container in enumerate(workload.pod_spec.get(list_key) or []):
@@ -85,11 +88,13 @@ def _containers(workload: Workload) -> list[tuple[str, str, int, CommentedMap]]:
                 role = "container"
             else:
                 role = "sidecar" if container.get("restartPolicy") == "Always" else "init"
-            found.append((role, f"{workload.spec_path}.{list_key}[{index}]", index, container))
+            found.append((role, f"{workload.spec_path}.{list_key}[{index}]", (list_key, index), container))
     return found
 
 
-def _scan_container(ctx: Context, role: str, path: str, container: CommentedMap) -> list[ContainerDevices]:
+def _scan_container(
+    ctx: Context, role: str, path: str, slot: tuple[str, int], container: CommentedMap
+) -> list[ContainerDevices]:
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
         return []
@@ -121,22 +126,39 @@ def _scan_container(ctx: Context, role: str, path: str, container: CommentedMap)
         if count <= 0:
             ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, f"count {count} asks for no device")
             continue
-        found.append(ContainerDevices(container, name, role, path, kind, count, resource in requests))
+        found.append(ContainerDevices(container, name, role, path, slot, kind, count, resource in requests))
     _check_mixed(ctx, path, found)
     return found
 
 
 def _check_mixed(ctx: Context, path: str, devices: list[ContainerDevices]) -> None:
-    """A whole GPU and a partition of the same vendor in one container is ambiguous: refuse it."""
+    """A whole GPU next to a partition of the same vendor in one container.
+
+    NVIDIA's `mixed` MIG strategy exposes `nvidia.com/gpu` (GPUs not in MIG mode) and
+    `nvidia.com/mig-*` on the same node, and our driver publishes the same split, so
+    both convert: requests of one claim never share a device. The ROCm device plugin
+    names a node's GPUs either all `amd.com/gpu` (single strategy) or all by partition
+    mode (mixed: a whole GPU is `amd.com/spx_<nps>`), never both, so that pod never ran.
+    """
     for vendor in {d.kind.vendor for d in devices}:
         mine = [d for d in devices if d.kind.vendor == vendor]
-        if any(d.kind.partition for d in mine) and any(not d.kind.partition for d in mine):
-            names = ", ".join(d.kind.resource for d in mine)
-            ctx.refuse(f"{path}.resources", f"asks for whole devices and partitions of the same vendor ({names}); "
-                       "a device is either whole or partitioned on a node, keep one of them")
+        if not (any(d.kind.partition for d in mine) and any(not d.kind.partition for d in mine)):
+            continue
+        names = ", ".join(d.kind.resource for d in mine)
+        if vendor == "nvidia":
+            ctx.add(Action.NOTE, f"{path}.resources", names,
+                    "whole GPUs and MIG devices in one container (MIG mixed strategy): each becomes its own request, "
+                    "and the requests of one claim never share a GPU")
+            continue
+        ctx.refuse(f"{path}.resources", f"asks for whole devices and partitions of the same vendor ({names}); the "
+                   "device plugin exposes a node's GPUs either all as whole devices (single naming strategy) or all "
+                   "by partition mode (mixed strategy, where a whole GPU is e.g. amd.com/spx_nps1), never both, so no "
+                   "node could run this; ask for amd.com/spx_<nps> for the whole GPU, or keep one of them")
 
 
-def _check_existing_claims(ctx: Context, workload: Workload, containers: list[tuple[str, str, int, CommentedMap]]) -> None:
+def _check_existing_claims(
+    ctx: Context, workload: Workload, containers: list[tuple[str, str, tuple[str, int], CommentedMap]]
+) -> None:
     for index, entry in enumerate(workload.pod_spec.get("resourceClaims") or []):
         if isinstance(entry, Mapping) and entry.get("name") == POD_CLAIM:
             ctx.refuse(f"{workload.spec_path}.resourceClaims[{index}]",
@@ -220,7 +242,7 @@ def _template(workload: Workload, name: str, requests: list[Request]) -> Comment
 def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     """Rewrite `workload` in place; returns the template to emit, or None when it asks for no devices."""
     containers = _containers(workload)
-    devices = [d for role, path, _, c in containers for d in _scan_container(ctx, role, path, c)]
+    devices = [d for role, path, slot, c in containers for d in _scan_container(ctx, role, path, slot, c)]
     if not devices:
         return None
     errors_before = len(ctx.errors)
@@ -228,6 +250,9 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     requests = _build_requests(ctx, devices)
     if len(requests) > MAX_REQUESTS:
         ctx.refuse(workload.spec_path, f"{len(requests)} device requests exceed the {MAX_REQUESTS} a claim may hold")
+    if len(ctx.errors) > errors_before:
+        return None
+    workload = _unalias_edit_paths(ctx, workload, devices)
     if len(ctx.errors) > errors_before:
         return None
     placement: PlacementPlan = plan_placement(ctx, workload, _unique_kinds(requests))
@@ -247,6 +272,54 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
                 f"{request.count} x {request.kind.device_class} as request {request.name!r} of template {name!r} "
                 f"(container {users})")
     return Generated(name, workload.namespace, _template(workload, name, requests))
+
+
+def _edit_paths(workload: Workload, devices: list[ContainerDevices]) -> list[tuple[Key, ...]]:
+    """Key paths, from the pod spec, of every node the edits below may change (each the last of its path)."""
+    spec = workload.pod_spec
+    paths: list[tuple[Key, ...]] = [("resourceClaims",)]
+    for device in devices:
+        container: tuple[Key, ...] = (*device.slot, "resources")
+        paths += [container, (*container, "limits"), (*container, "requests"), (*container, "claims")]
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, Mapping) and any(is_gpu_label(str(label)) for label in selector):
+        paths.append(("nodeSelector",))
+    required: Any = spec
+    for key in AFFINITY:
+        required = required.get(key) if isinstance(required, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if isinstance(terms, list) and terms and isinstance(terms[0], Mapping):
+        expressions = terms[0].get("matchExpressions")
+        if isinstance(expressions, list) and any(
+            isinstance(e, Mapping) and is_gpu_label(str(e.get("key", ""))) for e in expressions
+        ):
+            chain: tuple[Key, ...] = (*AFFINITY, "nodeSelectorTerms", 0, "matchExpressions")
+            paths += [chain[:depth] for depth in (1, 2, 3, 5, 6)]
+    return paths
+
+
+def _unalias_edit_paths(ctx: Context, workload: Workload, devices: list[ContainerDevices]) -> Workload:
+    """Give this workload its own copy of every aliased node it edits; refuses (ctx) on merge keys.
+
+    Copies replace nodes, so the workload and each device's container are looked up again afterwards.
+    """
+    if ctx.root is None:
+        return workload
+    unaliaser = Unaliaser(ctx, ctx.root)
+    spec_keys: tuple[Key, ...] = POD_SPEC_PATHS[workload.kind]
+    prefix = workload.spec_path[: len(workload.spec_path) - len(".".join(POD_SPEC_PATHS[workload.kind]))]
+    if unaliaser.shared(workload.obj):
+        ctx.refuse(prefix.rstrip("."), f"{workload.ref} is itself a YAML alias of another object; write it out in full")
+        return workload
+    owned = unaliaser.own(workload.obj, prefix, spec_keys)
+    for path in _edit_paths(workload, devices):
+        owned = owned and unaliaser.own(workload.obj, prefix, spec_keys + path)
+    node: Any = workload.obj
+    for key in spec_keys:
+        node = node[key]
+    for device in devices:
+        device.container = node[device.slot[0]][device.slot[1]]
+    return replace(workload, pod_spec=node)
 
 
 def _unique_kinds(requests: list[Request]) -> list[DeviceKind]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from dra_driver.errors import FieldError
 from dra_driver.migrate.catalog import ClassCatalog
@@ -17,6 +18,7 @@ class Context:
     file: str = "-"
     document: int = 0
     obj: str = ""
+    root: Any = None  # the document's parsed data: aliases are shared across the whole document
 
     def at(self, path: str = "") -> Location:
         return Location(self.file, self.document, self.obj, path)

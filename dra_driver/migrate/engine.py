@@ -130,6 +130,7 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
         ctx.file = stream.source
         for index, document in enumerate(stream.documents):
             ctx.document = index
+            ctx.root = document.data
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
                 _report_annotations(ctx, item)

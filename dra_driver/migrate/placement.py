@@ -17,7 +17,7 @@ from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind
 from dra_driver.migrate.workloads import Workload
 
-_AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
 
 
 @dataclass
@@ -75,8 +75,8 @@ def _get(node: Any, keys: tuple[str, ...]) -> Any:
 
 def _required_affinity(ctx: Context, workload: Workload) -> tuple[list[_Found], Callable[[], None] | None]:
     spec = workload.pod_spec
-    required = _get(spec, _AFFINITY)
-    path = f"{workload.spec_path}.{'.'.join(_AFFINITY)}.nodeSelectorTerms"
+    required = _get(spec, AFFINITY)
+    path = f"{workload.spec_path}.{'.'.join(AFFINITY)}.nodeSelectorTerms"
     terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
     if not isinstance(terms, list):
         return [], None
@@ -104,8 +104,8 @@ def _required_affinity(ctx: Context, workload: Workload) -> tuple[list[_Found], 
             remove_key(term, "matchExpressions")
         if term:
             return
-        node_affinity = _get(spec, _AFFINITY[:2])
-        remove_key(node_affinity, _AFFINITY[2])
+        node_affinity = _get(spec, AFFINITY[:2])
+        remove_key(node_affinity, AFFINITY[2])
         if not node_affinity:
             remove_key(spec["affinity"], "nodeAffinity")
         if not spec["affinity"]:

@@ -51,6 +51,8 @@ def _new_yaml(mapping: int = 2, sequence: int = 2, offset: int = 0) -> YAML:
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold long strings (CEL expressions, commands)
     yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
+    # `[{name: accelerators}]`, not the legal but surprising `[name: accelerators]`, in flow-style resources
+    yaml.brace_single_entry_mapping_in_flow_sequence = True
     return yaml
 
 

@@ -70,11 +70,11 @@ def test_refusals_write_nothing_and_name_the_place(path: Path, capsys: pytest.Ca
 def test_refusal_in_one_file_blocks_all_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     shutil.copy(CORPUS / "gaudi.yaml", good)
-    shutil.copy(CORPUS / "refuse" / "gpu-and-mig.yaml", bad)
+    shutil.copy(CORPUS / "refuse" / "amd-gpu-and-partition.yaml", bad)
     code, _, err = _run([str(good), str(bad), "--write"], capsys)
     assert code == 2
     assert good.read_text() == (CORPUS / "gaudi.yaml").read_text()
-    assert "nvidia.com/mig-1g.10gb" in err
+    assert "amd.com/cpx_nps4" in err
 
 
 def test_invalid_yaml_names_the_document(capsys: pytest.CaptureFixture[str]) -> None:

@@ -83,3 +83,20 @@ def test_custom_operator_kinds_are_reported_and_never_changed() -> None:
     reported = {f.where.obj.split("/")[0] for f in report.by_action(report.findings[0].action)}
     assert reported == {"PyTorchJob", "RayCluster", "MPIJob"}
     assert all("not a workload this tool rewrites" in f.reason for f in report.findings)
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)
+def test_containers_running_together_never_share_a_request(path: Path) -> None:
+    """App containers and sidecars each keep their own devices (aliases resolved, as the API server reads them)."""
+    result, _ = run(path.read_text(), path.name)
+    for obj in objects(result.output):
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        concurrent = list(spec.get("containers") or []) + [
+            c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        seen: set[tuple[str, str]] = set()
+        for container in concurrent:
+            refs = {(r["name"], r.get("request", "")) for r in (container.get("resources") or {}).get("claims") or []}
+            assert not refs & seen, f"{container['name']} shares {refs & seen}"
+            seen |= refs

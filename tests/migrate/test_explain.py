@@ -25,6 +25,8 @@ FLEETS = {
     "vector-db-accelerators": ("dgx-h100", "static"),
     "whisper-accelerators": ("l4", "static"),
     "odd-requests-accelerators": ("t4", "static"),
+    "trainer-accelerators": ("dgx-h100", "static"),  # anchors.yaml: two containers of one aliased resources map
+    "mixed-accelerators": ("dgx-h100", "dynamic"),  # whole GPU + 2 MIG slices in one container (mixed strategy)
 }
 # Profiles no shipped hardware profile offers: the template is generated but cannot be allocated anywhere here.
 NO_FLEET = {"odd-profile-accelerators": "MIG profile 2g.24gb exists on no simulated GPU"}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from dra_driver.migrate import MigrationError, Options, load_catalog, migrate
+from dra_driver.migrate import Action, MigrationError, Options, load_catalog, migrate
 
 POD = """apiVersion: v1
 kind: Pod
@@ -29,8 +30,21 @@ def _migrate(*texts: str) -> None:
 
 
 def test_amd_gpu_and_partition_in_one_container_is_refused() -> None:
-    with pytest.raises(MigrationError, match="amd.com/gpu, amd.com/cpx_nps4"):
+    with pytest.raises(MigrationError, match="amd.com/gpu, amd.com/cpx_nps4") as caught:
         _migrate(_pod("x", "amd.com/gpu: 1\namd.com/cpx_nps4: 1"))
+    assert "amd.com/spx_" in str(caught.value)  # the fix: the whole-GPU name under the mixed naming strategy
+
+
+def test_whole_gpu_and_mig_in_one_container_convert_as_under_the_mixed_strategy() -> None:
+    results, report = migrate([("f.yaml", _pod("x", "nvidia.com/gpu: 1\nnvidia.com/mig-1g.10gb: 2"))],
+                              Options(catalog=load_catalog()))
+    template, pod = yaml.safe_load_all(results[0].output)
+    requests = {r["name"]: r["exactly"] for r in template["spec"]["spec"]["devices"]["requests"]}
+    assert requests["a-gpu"]["deviceClassName"] == "gpu.nvidia.com" and requests["a-gpu"]["count"] == 1
+    assert requests["a-mig-1g-10gb"]["count"] == 2 and "mig" in requests["a-mig-1g-10gb"]["deviceClassName"]
+    claims = pod["spec"]["containers"][0]["resources"]["claims"]
+    assert sorted(c["request"] for c in claims) == ["a-gpu", "a-mig-1g-10gb"]
+    assert any("mixed strategy" in f.reason for f in report.by_action(Action.NOTE))
 
 
 def test_different_vendors_in_one_container_get_distinct_requests() -> None:
@@ -44,7 +58,7 @@ def test_all_problems_are_reported_together() -> None:
     # parse errors are found first and stop before any rewriting
     assert len(caught.value.errors) == 1 and "f1.yaml: document 0" in str(caught.value)
     with pytest.raises(MigrationError) as caught:
-        _migrate(_pod("x", "nvidia.com/gpu: 1\nnvidia.com/mig-1g.10gb: 1"), _pod("y", "amd.com/gpu: 1\namd.com/qpx_nps1: 1"))
+        _migrate(_pod("x", "amd.com/gpu: 1\namd.com/cpx_nps4: 1"), _pod("y", "amd.com/gpu: 1\namd.com/qpx_nps1: 1"))
     assert len(caught.value.errors) == 2
 
 
