@@ -2,6 +2,7 @@
 
 Usage:
     python bench/bench_explain.py [--profile dgx-a100-mig] [--nodes 49] [--partitioning dynamic] [--repeat 3]
+    python bench/bench_explain.py --write DIR   # then: time dra-driver explain DIR/claim.json --fleet DIR/fleet.json
 
 Builds the simulated fleet once (not timed as part of explain), writes it to a
 temporary List file, then times each phase: reading and validating the fleet
@@ -69,11 +70,19 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=49)
     parser.add_argument("--partitioning", default="dynamic", choices=("static", "dynamic"))
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--write", metavar="DIR", help="only write DIR/fleet.json and DIR/claim.json, for timing the real CLI end to end")
     args = parser.parse_args()
 
     fleet = fleets.simulated(args.profile, args.nodes, args.partitioning)
     devices = sum(len(s["spec"].get("devices") or []) for s in fleet.slices)
     print(f"fleet: {args.profile} x {args.nodes} nodes ({args.partitioning}): {devices} devices in {len(fleet.slices)} slices")
+    if args.write:
+        out = Path(args.write)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fleet.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": fleet.slices}))
+        (out / "claim.json").write_text(json.dumps({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **CLAIM}))
+        print(f"wrote {out / 'fleet.json'} and {out / 'claim.json'}; time: dra-driver explain {out / 'claim.json'} --fleet {out / 'fleet.json'}")
+        return
     claim = to_claim(ResourceClaim.model_validate(CLAIM).spec, "bench", "default")
 
     with tempfile.TemporaryDirectory() as tmp:

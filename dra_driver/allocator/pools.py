@@ -14,6 +14,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import DeviceID, Node, NodeTarget, Pool, PoolDevice
 from dra_driver.model import quantity
 
@@ -31,9 +32,7 @@ def qualify(key: str, driver: str) -> str:
 
 def _attribute(value: Mapping[str, Any]) -> tuple[str, Any]:
     """{"int": 4} -> ("int", 4); validation guarantees exactly one member."""
-    for kind, member in value.items():
-        return kind, member
-    return "unknown", None
+    return next(iter(value.items()), ("unknown", None))
 
 
 def _target(obj: Mapping[str, Any]) -> NodeTarget:
@@ -49,8 +48,21 @@ def _consumption(set_name: str, counters: tuple[tuple[str, str], ...]) -> tuple[
     return set_name, tuple(sorted((name, _quantity(value)) for name, value in counters))
 
 
-def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per_device: bool) -> PoolDevice:
-    own = driver + "/"
+def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per_device: bool, names: dict[str, str]) -> PoolDevice:
+    """`names` maps each attribute/capacity key as published to its qualified name for `driver`
+    (shared by all devices of the driver: the same few keys repeat on every device)."""
+    attributes: dict[str, tuple[str, Any]] = {}
+    for key, value in (raw.get("attributes") or {}).items():
+        qualified = names.get(key)
+        if qualified is None:
+            qualified = names[key] = qualify(key, driver)
+        attributes[qualified] = _attribute(value)
+    capacity: dict[str, str] = {}
+    for key, value in (raw.get("capacity") or {}).items():
+        qualified = names.get(key)
+        if qualified is None:
+            qualified = names[key] = qualify(key, driver)
+        capacity[qualified] = str((value or {}).get("value"))
     consumes = tuple(
         _consumption(str(entry.get("counterSet")), tuple((name, str((counter or {}).get("value", "0"))) for name, counter in (entry.get("counters") or {}).items()))
         for entry in raw.get("consumesCounters") or ()
@@ -59,8 +71,8 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per
         id=DeviceID(driver, pool, str(raw.get("name"))),
         wire=raw,
         slice_name=slice_name,
-        attributes={(k if "/" in k else own + k): _attribute(v) for k, v in (raw.get("attributes") or {}).items()},
-        capacity={(k if "/" in k else own + k): str((v or {}).get("value")) for k, v in (raw.get("capacity") or {}).items()},
+        attributes=attributes,
+        capacity=capacity,
         consumes=consumes,
         taints=tuple(raw.get("taints") or ()),
         target=_target(raw) if per_device else None,
@@ -86,6 +98,12 @@ def _check_counters(pool: Pool) -> str | None:
 
 def build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
     """Group ResourceSlice objects into pools, keeping only each pool's newest generation."""
+    with collector_paused():  # ~10 objects per device, all kept, none cyclic
+        return _build_pools(slices)
+
+
+def _build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
+    names_by_driver: dict[str, dict[str, str]] = {}
     grouped: dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]] = {}
     for index, obj in enumerate(slices):
         spec = obj.get("spec") or {}
@@ -103,6 +121,7 @@ def build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
             stale_slices=len(members) - len(current),
         )
         seen: dict[str, str] = {}
+        names = names_by_driver.setdefault(driver, {})
         for slice_name, spec in current:
             pool.slices.append(slice_name)
             per_device = bool(spec.get("perDeviceNodeSelection"))
@@ -113,7 +132,7 @@ def build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
                     pool.invalid = f"counter set {name!r} is defined twice"
                 pool.counter_sets[name] = {c: _quantity(str(v.get("value", "0"))) for c, v in (counter_set.get("counters") or {}).items()}
             for raw in spec.get("devices") or []:
-                device = _device(raw, driver, pool_name, slice_name, per_device)
+                device = _device(raw, driver, pool_name, slice_name, per_device, names)
                 if device.id.device in seen and pool.invalid is None:
                     pool.invalid = f"device name {device.id.device!r} appears twice (slices {seen[device.id.device]} and {slice_name})"
                 seen.setdefault(device.id.device, slice_name)

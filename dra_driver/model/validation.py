@@ -125,6 +125,16 @@ def _text_value_problem(kind: str, value: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_cached_dns_label(name: str) -> bool:
+    return is_dns_label(name)
+
+
+def _is_counter_name(name: Any) -> bool:
+    # Counter names repeat on every device of a pool; names are dict keys, so hashable.
+    return _is_cached_dns_label(name) if isinstance(name, str) else is_dns_label(name)
+
+
 class _Collector:
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
@@ -172,7 +182,7 @@ def _check_counters(out: _Collector, path: str, counters: Any) -> None:
     if len(counters) > MAX_COUNTERS_PER_SET:
         out.add(path, f"has {len(counters)} counters; at most {MAX_COUNTERS_PER_SET} are allowed")
     for name, counter in counters.items():
-        if not is_dns_label(name):
+        if not _is_counter_name(name):
             out.add(f"{path}[{name}]", "counter name must be a DNS label (lower-case letters, digits, '-')")
         value = counter.get("value") if isinstance(counter, dict) else None
         if value is None or not (isinstance(value, (str, int)) and not isinstance(value, bool) and _is_quantity(value)):
@@ -214,6 +224,20 @@ def _attribute_value_problems(kind: str, value: Any, value_type: type) -> tuple[
     return ()
 
 
+def _attribute_ok(attribute: Any) -> bool:
+    """True when `attribute` is a well-formed union with a valid value (cached per value);
+    False means "let _check_attribute find and word the problems"."""
+    if not isinstance(attribute, dict) or len(attribute) != 1:
+        return False
+    ((kind, value),) = attribute.items()
+    if kind not in _ATTRIBUTE_KINDS:
+        return False
+    try:
+        return not _attribute_value_problems(kind, value, type(value))
+    except TypeError:  # unhashable value: certainly a problem
+        return False
+
+
 def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
     if not isinstance(attribute, dict):
         out.add(path, "must be an object with exactly one of int, bool, string, version")
@@ -249,6 +273,8 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         problem = qualified_name_problem(key)
         if problem:
             out.add(f"{path}.attributes[{key}]", f"attribute name {problem}")
+        if _attribute_ok(attribute):
+            continue  # the common case: no field path to format
         _check_attribute(out, f"{path}.attributes[{key}]", attribute)
     for key, entry in capacity.items():
         problem = qualified_name_problem(key)
