@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from dra_driver.errors import BackendUnavailable, ProfileError
@@ -211,3 +213,37 @@ def test_device_attributes_call_is_mig_only_like_real_nvml(open_backend: OpenBac
     # The A100's whole-GPU SM count comes from its 7g.40gb profile (98 SMs usable under MIG).
     gpu4 = next(d for d in backend.discover().devices if d.name == "gpu-4")
     assert gpu4.capacity["multiprocessors"] == "98"
+
+
+def test_over_long_product_name_is_cut_not_fatal(open_backend: OpenBackend) -> None:
+    section = profile_section("dgx-h100")
+    long_name = "NVIDIA H100 80GB HBM3 " + "é" * 34  # 90 bytes; NVML names may be up to 96
+    section["models"]["long"] = {**section["models"][section["gpus"][0]["model"]], "name": long_name}
+    section["gpus"][0]["model"] = "long"
+    for partitioning in ("static", "dynamic"):
+        backend = open_backend(copy.deepcopy(section), partitioning=partitioning)
+        inventory = backend.discover()
+        pool = render_pool(inventory, node_name="node-a")
+        validate_slices(pool)  # the whole pool is publishable
+        published = [d for d in inventory.devices if d.attributes["productName"] != "NVIDIA H100 80GB HBM3"]
+        assert published and all(d.name.startswith("gpu-0") for d in published)
+        cut = published[0].attributes["productName"]
+        assert isinstance(cut, str) and long_name.startswith(cut) and len(cut.encode()) <= 64
+        assert len({d.name.split("-")[1] for d in inventory.devices}) == 8  # every GPU still there
+
+
+def test_duplicate_minor_skips_the_second_gpu_only(open_backend: OpenBackend) -> None:
+    section = profile_section("dgx-h100")
+    section["gpus"][2]["minor"] = section["gpus"][1]["minor"]
+    inventory = open_backend(section).discover()
+    names = [d.name for d in inventory.devices]
+    assert len(names) == 7 and len(set(names)) == 7
+    validate_slices(render_pool(inventory, node_name="node-a"))
+
+
+def test_cuda_driver_version_unsupported_omits_only_that_attribute(open_backend: OpenBackend) -> None:
+    section = profile_section("dgx-h100")
+    section["failures"] = {"nvmlSystemGetCudaDriverVersion": "NOT_SUPPORTED"}
+    devices = open_backend(section).discover().devices
+    assert len(devices) == 8
+    assert all("cudaDriverVersion" not in d.attributes and d.attributes["driverVersion"] == Version("580.159.4") for d in devices)

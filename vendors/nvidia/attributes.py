@@ -7,17 +7,20 @@ counter sets `gpu-<minor>-counter-set`; docs/attributes.md lists every key.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from dra_driver.errors import DeviceError
+from dra_driver.logs import fields
 from dra_driver.model import quantity
 from dra_driver.model.device import AttributeValue, CounterConsumption, CounterSet, Device, Version
-from dra_driver.model.validation import MAX_ATTRIBUTES_AND_CAPACITIES
+from dra_driver.model.validation import MAX_ATTRIBUTES_AND_CAPACITIES, MAX_VALUE_LENGTH
 from dra_driver.vocabulary import PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo
 from dra_driver_nvidia.mig import MigDevice, MigProfile, device_name
 from dra_driver_nvidia.nvml import GpuInstanceProfileInfo, Placement
 
+log = logging.getLogger(__name__)
 VENDOR = "nvidia"
 # Capacity name -> counter name (counter names must be DNS labels).
 ENGINE_COUNTERS = {
@@ -64,11 +67,12 @@ def _shared_attributes(gpu: GpuInfo, system: SystemInfo) -> dict[str, AttributeV
         "architecture": gpu.architecture,
         "cudaComputeCapability": semver(gpu.compute_capability),
         "driverVersion": semver(system.driver_version),
-        "cudaDriverVersion": semver(system.cuda_driver_version),
         "index": gpu.index,
         "minor": gpu.minor,
         PCI_BUS_ID: gpu.pci_bus_id,
     }
+    if system.cuda_driver_version is not None:
+        attributes["cudaDriverVersion"] = semver(system.cuda_driver_version)
     if gpu.pcie_root:
         attributes[PCIE_ROOT] = gpu.pcie_root
     return attributes
@@ -163,8 +167,30 @@ def dynamic_mig_device(gpu: GpuInfo, system: SystemInfo, profile: MigProfile, pl
     )
 
 
+def _fit_value(device: str, key: str, value: AttributeValue) -> AttributeValue | None:
+    """A string over the API's 64-byte limit is cut (NVML names may be 96 bytes); a version is dropped.
+
+    Either way one device's odd value never makes the API server reject the whole pool.
+    """
+    text = value.value if isinstance(value, Version) else value if isinstance(value, str) else None
+    if text is None or len(text.encode()) <= MAX_VALUE_LENGTH:
+        return value
+    if isinstance(value, Version):
+        log.warning("dropping over-long attribute", extra=fields(device=device, attribute=key, value=text))
+        return None
+    cut = text.encode()[:MAX_VALUE_LENGTH].decode(errors="ignore").rstrip()
+    log.warning("truncating over-long attribute", extra=fields(device=device, attribute=key, value=text, published=cut))
+    return cut
+
+
 def checked(device: Device) -> Device:
-    """Refuse a device over the API's 32 attributes+capacities limit (it would be rejected on publish)."""
+    """Fit values into the API limits, and refuse a device over 32 attributes+capacities (it would be rejected on publish)."""
+    for key, value in list(device.attributes.items()):
+        fitted = _fit_value(device.name, key, value)
+        if fitted is None:
+            del device.attributes[key]
+        else:
+            device.attributes[key] = fitted
     total = len(device.attributes) + len(device.capacity)
     if total > MAX_ATTRIBUTES_AND_CAPACITIES:
         raise DeviceError(device.name, f"has {total} attributes and capacities; at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed")

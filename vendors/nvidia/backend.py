@@ -118,6 +118,11 @@ class NvidiaBackend(VendorBackend):
             published = _Published(system=system_info())
             inventory = Inventory(driver=self.driver_name)
             for gpu in read_gpus(self._sysfs_root):
+                if gpu.name in published.gpus:
+                    # Two GPUs with one minor number would give two devices of one name and the
+                    # API server would reject the whole pool; publish the first only.
+                    log.warning("skipping GPU: its minor number is already used", extra=fields(gpu=gpu.name, uuid=gpu.uuid))
+                    continue
                 try:
                     devices, counters = self._gpu_devices(gpu, published)
                 except (NvmlError, DeviceError) as exc:

@@ -39,7 +39,7 @@ _ROOT_BUS = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 @dataclass(frozen=True)
 class SystemInfo:
     driver_version: str  # "580.159.04"
-    cuda_driver_version: str  # "13.0"
+    cuda_driver_version: str | None  # "13.0"; None when NVML cannot tell (the attribute is then omitted)
 
 
 @dataclass
@@ -68,7 +68,12 @@ class GpuInfo:
 
 
 def system_info() -> SystemInfo:
-    cuda = nvml.cuda_driver_version()
+    try:
+        cuda = nvml.cuda_driver_version()
+    except NvmlError as exc:
+        # It only feeds one attribute: publish the GPUs without it rather than nothing at all.
+        log.warning("CUDA driver version unavailable; cudaDriverVersion omitted", extra=fields(call=exc.call, error=exc.detail))
+        return SystemInfo(nvml.driver_version(), None)
     return SystemInfo(nvml.driver_version(), f"{cuda // 1000}.{(cuda % 1000) // 10}")
 
 
