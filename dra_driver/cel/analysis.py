@@ -15,7 +15,8 @@ import lark
 from celpy import celtypes
 
 from dra_driver.cel.evaluator import ident_name, namespace_of
-from dra_driver.cel.library import GLOBALS, METHODS, NOT_SUPPORTED
+from dra_driver.cel.library import GLOBALS, METHODS, NOT_SUPPORTED, TYPE_NAMES
+from dra_driver.cel.typecheck import TypeCheckError, check_types
 
 # Single-child nodes of these kinds only forward their child's value; removing them makes
 # trees ~8x shallower and evaluation faster without changing any result.
@@ -74,10 +75,15 @@ def collapse(tree: lark.Tree) -> lark.Tree:
 
 
 def check(tree: lark.Tree) -> None:
-    """Raise AnalysisError for what Kubernetes rejects at compile time or we cannot run."""
+    """Raise AnalysisError for what Kubernetes rejects at compile time or we cannot run,
+    including static type errors (typecheck.py) and invalid constant regular expressions."""
     if raw_depth(tree) > MAX_DEPTH:
         raise AnalysisError(f"expression nesting is deeper than {MAX_DEPTH} levels")
     _check(tree, frozenset())
+    try:
+        check_types(tree)
+    except TypeCheckError as exc:
+        raise AnalysisError(str(exc)) from exc
 
 
 def _check(node: lark.Tree, bound: frozenset[str]) -> None:
@@ -89,6 +95,8 @@ def _check(node: lark.Tree, bound: frozenset[str]) -> None:
         return
     if node.data == "primary" and isinstance(node.children[0], lark.Tree) and node.children[0].data == "ident":
         name = cast(lark.Token, node.children[0].children[0]).value
+        if name in TYPE_NAMES and name not in bound:
+            raise AnalysisError(f"type values ({name!r}, type(x)) are valid Kubernetes CEL but not supported here", supported=False)
         if name not in bound and name != "device":
             raise AnalysisError(f"undeclared reference to {name!r} (the only variable is 'device')")
         return

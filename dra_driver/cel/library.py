@@ -479,12 +479,39 @@ def find_all(receiver: Any, pattern: Any, limit: Any = None) -> celtypes.ListTyp
     return celtypes.ListType([celtypes.StringType(f) for f in found])
 
 
+def matches(receiver: Any, pattern: Any) -> celtypes.BoolType:
+    """`s.matches(re)` / `matches(s, re)`: RE2 search anywhere in the string, as cel-go."""
+    text, regex = _string(receiver, "matches"), _compile_regex(pattern)
+    return celtypes.BoolType(regex.search(text) is not None)
+
+
 def _compile_regex(pattern: Any) -> Any:
     source = _string(pattern, "regex")
+    problem = regex_error(source)
+    if problem is not None:
+        raise ValueError(f"invalid regular expression {source!r}: {problem}")
+    return _quiet_compile(source)
+
+
+# Without log_errors=False, RE2 writes an absl "E0000 ... re2.cc" line to stderr per bad pattern.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@lru_cache(maxsize=256)
+def _quiet_compile(source: str) -> Any:
+    return re2.compile(source, options=_RE2_OPTIONS)
+
+
+@lru_cache(maxsize=256)
+def regex_error(source: str) -> str | None:
+    """Why RE2 rejects `source`, or None when it compiles."""
     try:
-        return re2.compile(source)
+        _quiet_compile(source)
     except re2.error as exc:
-        raise ValueError(f"invalid regular expression {source!r}: {exc}") from exc
+        reason = exc.args[0] if exc.args else ""
+        return (reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)) or "invalid pattern"
+    return None
 
 
 # ---------------------------------------------------------------- K8s lists library
@@ -629,10 +656,10 @@ def _checked_arithmetic(name: str) -> CelFunction:
 # ---------------------------------------------------------------- registries
 
 _STANDARD_GLOBALS = (
-    "size", "int", "uint", "double", "string", "bytes", "bool", "type", "duration", "timestamp", "matches",
+    "size", "int", "uint", "double", "string", "bytes", "bool", "duration", "timestamp",
 )  # fmt: skip
 _STANDARD_METHODS = (
-    "size", "contains", "startsWith", "endsWith", "matches",
+    "size", "contains", "startsWith", "endsWith",
     "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear", "getFullYear", "getMonth",
     "getHours", "getMilliseconds", "getMinutes", "getSeconds",
 )  # fmt: skip
@@ -640,6 +667,7 @@ _STANDARD_METHODS = (
 GLOBALS: dict[str, CelFunction] = {name: base_functions[name] for name in _STANDARD_GLOBALS}
 GLOBALS.update(
     {
+        "matches": matches,
         "quantity": quantity,
         "isQuantity": is_quantity,
         "semver": semver,
@@ -654,6 +682,7 @@ GLOBALS.update(
 METHODS: dict[str, CelFunction] = {name: base_functions[name] for name in _STANDARD_METHODS}
 METHODS.update(
     {
+        "matches": matches,
         "sign": sign,
         "isInteger": is_integer,
         "asInteger": as_integer,
@@ -717,9 +746,12 @@ NOT_SUPPORTED: frozenset[str] = frozenset(
         "transformMap", "transformMapEntry",
         "distinct", "lists.range", "reverse", "slice", "flatten", "sort", "sortBy",
         "authorizer", "path", "group", "resource", "check", "allowed", "reason", "errored", "error",
-        "math.greatest", "math.least",
+        "type",
     }
 )  # fmt: skip
 
 # Names that look like a receiver but are a namespace: `sets.contains(a, b)`.
 NAMESPACES: frozenset[str] = frozenset({"sets", "strings", "cel", "optional", "lists", "math", "format"})
+
+# Type identifiers (`type(x) == int`): valid Kubernetes CEL, but type values are not implemented.
+TYPE_NAMES: frozenset[str] = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"})

@@ -84,7 +84,7 @@ def test_heterogeneous_equality(expression: str, expected: bool) -> None:
         f"{ATTR}.index / {ATTR}.enabled == 0",
         f"{ATTR}.index % {ATTR}.enabled == 0",
         f"-{ATTR}.mig == 0",
-        f"[{ATTR}.index] < [1]",
+        f"dyn([{ATTR}.index]) < [1]",
         f"{ATTR}.enabled && {ATTR}.index",  # a non-bool operand of && / || / ?:
         f"{ATTR}.index || false",
         f"{ATTR}.index ? true : false",

@@ -38,7 +38,7 @@ TRUE_EXPRESSIONS = [
     '"hello".substring(1) == "ello" && "hello".substring(1, 3) == "el"',
     '"  x y \\t".trim() == "x y"',
     '["a", "b"].join() == "ab" && ["a", "b"].join("-") == "a-b"',
-    '"%s is %d (%.2f) %x %%".format(["gpu", 3, 1.5, 255]) == "gpu is 3 (1.50) ff %"',
+    '"%s is %d (%.2f) %x %%".format([dyn("gpu"), dyn(3), dyn(1.5), dyn(255)]) == "gpu is 3 (1.50) ff %"',  # mixed literals need dyn
     'strings.quote("a\\"b") == "\\"a\\\\\\"b\\""',
     # regex
     '"gpu-12-mig".find("[0-9]+") == "12" && "abc".find("[0-9]") == ""',
@@ -75,12 +75,12 @@ def test_function(expression: str) -> None:
         ('"abc".substring(2, 1) == ""', "substring"),
         ('"abc".indexOf("a", 10) == 0', "index"),
         ('[].min() == 0', "empty"),
-        ('[1, "a"].max() == 1', "max"),
-        ('["a", 1].join() == ""', "join"),
+        ('[dyn(1), "a"].max() == 1', "max"),
+        ('[dyn("a"), 1].join() == ""', "join"),
         ('"%d".format(["x"]) == ""', "format"),
         ('"%s %s".format(["x"]) == ""', "format"),
-        ('"abc".find("[") == ""', "regular expression"),
-        ('[true, 1].sum() == 1', "sum"),
+        ('"abc".find(dyn("[")) == ""', "regular expression"),  # not a literal: checked at run time
+        ('[dyn(true), 1].sum() == 1', "sum"),
     ],
 )
 def test_function_errors(expression: str, message: str) -> None:

@@ -1,0 +1,359 @@
+"""A small static type pass: the compile-time type errors the Kubernetes API server reports.
+
+cel-go type-checks every selector before it is stored; cel-python has no checker, so
+without this pass `device.driver == 1` would evaluate (to false) where Kubernetes refuses
+the claim. The pass infers a type where it is statically known (literals, `device.driver`,
+function results) and `dyn` everywhere else (attribute values, macro variables), and only
+rejects when both sides of an operation are known and no overload exists. Anything it
+cannot type stays a runtime question, so it never rejects an expression cel-go accepts.
+
+It also validates constant regular expressions (the Kubernetes 1.29 literal validators).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union, cast
+
+import lark
+
+from dra_driver.cel.evaluator import ident_name, namespace_of
+from dra_driver.cel.library import NAMESPACES, regex_error
+
+# A type: a name ("int", "string", "Quantity", ...) or ("list", T) / ("map", K, V).
+CelType = Union[str, tuple[Any, ...]]
+DYN = "dyn"
+NUMBERS = frozenset({"int", "uint", "double"})
+_ORDERED = frozenset({"bool", "string", "bytes", "timestamp", "duration"}) | NUMBERS
+_DOMAINS: CelType = ("map", "string", ("map", "string", DYN))
+_DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _DOMAINS, "capacity": _DOMAINS}
+_LITERALS = {
+    "INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
+    "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null",
+}  # fmt: skip
+_GLOBAL_RESULTS: dict[str, CelType] = {
+    "size": "int", "int": "int", "uint": "uint", "double": "double", "string": "string", "bytes": "bytes",
+    "bool": "bool", "duration": "duration", "timestamp": "timestamp", "matches": "bool", "has": "bool",
+    "quantity": "Quantity", "isQuantity": "bool", "semver": "Semver", "isSemver": "bool",
+    "strings.quote": "string", "sets.contains": "bool", "sets.equivalent": "bool", "sets.intersects": "bool",
+}  # fmt: skip
+_METHOD_RESULTS: dict[str, CelType] = {
+    "size": "int", "contains": "bool", "startsWith": "bool", "endsWith": "bool", "matches": "bool",
+    "getDate": "int", "getDayOfMonth": "int", "getDayOfWeek": "int", "getDayOfYear": "int", "getFullYear": "int",
+    "getMonth": "int", "getHours": "int", "getMilliseconds": "int", "getMinutes": "int", "getSeconds": "int",
+    "sign": "int", "isInteger": "bool", "asInteger": "int", "asApproximateFloat": "double",
+    "add": "Quantity", "sub": "Quantity", "isGreaterThan": "bool", "isLessThan": "bool", "compareTo": "int",
+    "major": "int", "minor": "int", "patch": "int", "charAt": "string", "indexOf": "int", "lastIndexOf": "int",
+    "lowerAscii": "string", "upperAscii": "string", "replace": "string", "split": ("list", "string"),
+    "substring": "string", "trim": "string", "join": "string", "format": "string", "find": "string",
+    "findAll": ("list", "string"), "isSorted": "bool",
+    "all": "bool", "exists": "bool", "exists_one": "bool", "existsOne": "bool",
+}  # fmt: skip
+# Methods only defined on a string receiver, and those whose arguments are all strings.
+_STRING_METHODS = frozenset({
+    "contains", "startsWith", "endsWith", "matches", "charAt", "lowerAscii", "upperAscii", "replace",
+    "split", "substring", "trim", "format", "find", "findAll",
+})  # fmt: skip
+_STRING_ARGUMENTS = frozenset({"contains", "startsWith", "endsWith", "matches", "find", "findAll"})
+_STRING_PARSERS = frozenset({"quantity", "isQuantity", "semver", "isSemver"})
+_MACROS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter", "transformList"})
+
+
+class TypeCheckError(Exception):
+    """A compile-time type error, worded like cel-go's."""
+
+
+def check_types(tree: lark.Tree) -> None:
+    """Raise TypeCheckError when the expression does not type-check or is statically non-bool."""
+    result = _Checker().infer(tree, {})
+    if result not in (DYN, "bool"):
+        raise TypeCheckError(f"expression has type {_name(result)}, a selector must evaluate to bool")
+
+
+def _name(kind: CelType) -> str:
+    if isinstance(kind, tuple):
+        return f"{kind[0]}({', '.join(_name(k) for k in kind[1:])})"
+    return kind
+
+
+def compatible(left: CelType, right: CelType) -> bool:
+    """Whether cel-go can unify the two types (dyn and null unify with anything here)."""
+    if left in (DYN, "null") or right in (DYN, "null"):
+        return True
+    if isinstance(left, tuple) and isinstance(right, tuple):
+        return left[0] == right[0] and len(left) == len(right) and all(compatible(a, b) for a, b in zip(left[1:], right[1:]))
+    return left == right
+
+
+def _join(left: CelType, right: CelType) -> CelType:
+    """The more general of two compatible types."""
+    if left == right:
+        return left
+    if isinstance(left, tuple) and isinstance(right, tuple):
+        return (left[0], *(_join(a, b) for a, b in zip(left[1:], right[1:])))
+    return DYN
+
+
+def _trees(node: lark.Tree) -> list[lark.Tree]:
+    return [c for c in node.children if isinstance(c, lark.Tree)]
+
+
+def _args(call: lark.Tree, index: int) -> list[lark.Tree]:
+    if len(call.children) > index and isinstance(call.children[index], lark.Tree):
+        return cast(list[lark.Tree], call.children[index].children)
+    return []
+
+
+class _Checker:
+    def infer(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        method = getattr(self, f"_{node.data}", None)
+        if method is None:
+            for child in _trees(node):
+                self.infer(child, scope)
+            return DYN
+        return cast(CelType, method(node, scope))
+
+    # ------------------------------------------------------------ operators
+
+    def _expr(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        parts = _trees(node)
+        if len(parts) == 1:
+            return self.infer(parts[0], scope)
+        condition, left, right = (self.infer(p, scope) for p in parts)
+        self._require_bool(condition, "?:")
+        return _join(left, right) if compatible(left, right) else DYN
+
+    def _conditionalor(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        return self._logic(node, scope, "||")
+
+    def _conditionaland(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        return self._logic(node, scope, "&&")
+
+    def _logic(self, node: lark.Tree, scope: dict[str, CelType], symbol: str) -> CelType:
+        parts = _trees(node)
+        if len(parts) == 1:
+            return self.infer(parts[0], scope)
+        for part in parts:
+            self._require_bool(self.infer(part, scope), symbol)
+        return "bool"
+
+    @staticmethod
+    def _require_bool(kind: CelType, symbol: str) -> None:
+        if kind not in (DYN, "bool"):
+            raise TypeCheckError(f"no matching overload for '{symbol}' applied to {_name(kind)} (an operand must be bool)")
+
+    def _relation(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        return self._binary(node, scope)
+
+    def _addition(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        return self._binary(node, scope)
+
+    def _multiplication(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        return self._binary(node, scope)
+
+    def _binary(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        parts = _trees(node)
+        if len(parts) == 1:
+            return self.infer(parts[0], scope)
+        op_tree, right_tree = parts
+        op = op_tree.data
+        left = self.infer(_trees(op_tree)[0], scope)
+        right = self.infer(right_tree, scope)
+        symbol = {"relation_lt": "<", "relation_le": "<=", "relation_gt": ">", "relation_ge": ">=", "relation_eq": "==",
+                  "relation_ne": "!=", "relation_in": "in", "addition_add": "+", "addition_sub": "-",
+                  "multiplication_mul": "*", "multiplication_div": "/", "multiplication_mod": "%"}[op]  # fmt: skip
+        result = _operator_result(symbol, left, right)
+        if result is None:
+            raise TypeCheckError(f"no matching overload for '{symbol}' applied to ({_name(left)}, {_name(right)})")
+        return result
+
+    def _unary(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        parts = _trees(node)
+        if len(parts) == 1:
+            return self.infer(parts[0], scope)
+        op_tree, operand_tree = parts
+        operand = self.infer(operand_tree, scope)
+        if op_tree.data == "unary_not":
+            self._require_bool(operand, "!")
+            return "bool"
+        if operand not in (DYN, "int", "double", "duration"):
+            raise TypeCheckError(f"no matching overload for '-' applied to {_name(operand)}")
+        return operand
+
+    # ------------------------------------------------------------ member access
+
+    def _member_dot(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        target_tree = cast(lark.Tree, node.children[0])
+        field = cast(lark.Token, node.children[1]).value
+        target = self.infer(target_tree, scope)
+        if target == "device":
+            return _DEVICE_FIELDS.get(field, DYN)  # unknown fields are rejected by analysis
+        if isinstance(target, tuple) and target[0] == "map":
+            if not compatible(target[1], "string"):
+                raise TypeCheckError(f"field selection .{field} on {_name(target)}")
+            return cast(CelType, target[2])
+        if target in (DYN, "null"):
+            return DYN
+        raise TypeCheckError(f"type {_name(target)} does not support field selection (.{field})")
+
+    def _member_index(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        target_tree, index_tree = _trees(node)
+        target = self.infer(target_tree, scope)
+        index = self.infer(index_tree, scope)
+        if target == "device":
+            raise TypeCheckError("no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity")
+        if isinstance(target, tuple) and target[0] == "list":
+            if index not in (DYN, "int"):
+                raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+            return cast(CelType, target[1])
+        if isinstance(target, tuple) and target[0] == "map":
+            if not compatible(target[1], index):
+                raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+            return cast(CelType, target[2])
+        if target in (DYN, "null"):
+            return DYN
+        raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+
+    # ------------------------------------------------------------ primaries
+
+    def _primary(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        child = node.children[0]
+        return self.infer(child, scope) if isinstance(child, lark.Tree) else DYN
+
+    def _paren_expr(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        return self.infer(_trees(node)[0], scope)
+
+    def _literal(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        return _LITERALS.get(cast(lark.Token, node.children[0]).type, DYN)
+
+    def _ident(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        name = cast(lark.Token, node.children[0]).value
+        if name in scope:
+            return scope[name]
+        return "device" if name == "device" else DYN
+
+    def _list_lit(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        items = _args(node, 0)
+        return ("list", self._homogeneous([self.infer(i, scope) for i in items], "list"))
+
+    def _map_lit(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        entries = _args(node, 0)
+        kinds = [self.infer(e, scope) for e in entries]
+        return ("map", self._homogeneous(kinds[0::2], "map key"), self._homogeneous(kinds[1::2], "map value"))
+
+    @staticmethod
+    def _homogeneous(kinds: list[CelType], what: str) -> CelType:
+        """Kubernetes enables HomogeneousAggregateLiterals: `[1, "a"]` does not compile."""
+        joined: CelType | None = None
+        for kind in kinds:
+            if joined is None:
+                joined = kind
+            elif not compatible(joined, kind):
+                raise TypeCheckError(f"heterogeneous {what} literal: {_name(joined)} and {_name(kind)} mixed (Kubernetes requires one element type)")
+            else:
+                joined = _join(joined, kind)
+        return DYN if joined is None or joined == "null" else joined
+
+    # ------------------------------------------------------------ calls and macros
+
+    def _ident_arg(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        name = cast(lark.Token, node.children[0]).value
+        args = _args(node, 1)
+        kinds = [self.infer(a, scope) for a in args]
+        if name == "dyn":
+            return DYN
+        if name in _STRING_PARSERS and kinds and kinds[0] not in (DYN, "string"):
+            raise TypeCheckError(f"no matching overload for '{name}' applied to ({_name(kinds[0])})")
+        if name == "matches" and len(args) == 2:
+            _check_regex(args[1])
+        return _GLOBAL_RESULTS.get(name, DYN)
+
+    def _member_dot_arg(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
+        target_tree = cast(lark.Tree, node.children[0])
+        name = cast(lark.Token, node.children[1]).value
+        args = _args(node, 2)
+        namespace = namespace_of(target_tree)
+        if namespace is not None and namespace not in scope and namespace in NAMESPACES:
+            if f"{namespace}.{name}" == "cel.bind" and len(args) == 3:
+                variable = ident_name(args[0]) or ""
+                return self.infer(args[2], {**scope, variable: self.infer(args[1], scope)})
+            for arg in args:
+                self.infer(arg, scope)
+            return _GLOBAL_RESULTS.get(f"{namespace}.{name}", DYN)
+        receiver = self.infer(target_tree, scope)
+        if name in _MACROS:
+            return self._macro(name, receiver, args, scope)
+        kinds = [self.infer(a, scope) for a in args]
+        if name in _STRING_METHODS and receiver not in (DYN, "string"):
+            raise TypeCheckError(f"no matching overload for '{name}' on a {_name(receiver)} receiver")
+        if name in _STRING_ARGUMENTS and any(k not in (DYN, "string") for k in kinds[:1]):
+            raise TypeCheckError(f"no matching overload for '{name}' applied to (string, {_name(kinds[0])})")
+        if name in ("matches", "find", "findAll") and args:
+            _check_regex(args[0])
+        if name in ("sum", "min", "max"):
+            return cast(CelType, receiver[1]) if isinstance(receiver, tuple) and receiver[0] == "list" else DYN
+        return _METHOD_RESULTS.get(name, DYN)
+
+    def _macro(self, name: str, receiver: CelType, args: list[lark.Tree], scope: dict[str, CelType]) -> CelType:
+        two_vars = name == "transformList" or (name in ("all", "exists", "existsOne") and len(args) == 3)
+        count = 2 if two_vars else 1
+        inner = {**scope, **{ident_name(a) or "": DYN for a in args[:count]}}
+        body = [self.infer(a, inner) for a in args[count:]]
+        if name in ("all", "exists", "exists_one", "existsOne"):
+            self._require_bool(body[-1], f"{name}() predicate")
+            return "bool"
+        if name == "filter":
+            self._require_bool(body[-1], "filter() predicate")
+            return receiver if isinstance(receiver, tuple) and receiver[0] == "list" else ("list", DYN)
+        if len(body) == 2:
+            self._require_bool(body[0], f"{name}() filter")
+        return ("list", body[-1])
+
+
+def _operator_result(symbol: str, left: CelType, right: CelType) -> CelType | None:
+    """The static result of a binary operator, None when no overload exists (both sides known)."""
+    if symbol in ("==", "!="):
+        return "bool" if compatible(left, right) else None
+    if symbol == "in":
+        if right == DYN:
+            return "bool"
+        if isinstance(right, tuple) and right[0] in ("list", "map"):
+            return "bool" if compatible(left, right[1]) else None
+        return None
+    if left == DYN or right == DYN:
+        return "bool" if symbol in ("<", "<=", ">", ">=") else DYN
+    if symbol in ("<", "<=", ">", ">="):
+        same = left == right and left in _ORDERED
+        return "bool" if same or (left in NUMBERS and right in NUMBERS) else None
+    return _arithmetic_result(symbol, left, right)
+
+
+def _arithmetic_result(symbol: str, left: CelType, right: CelType) -> CelType | None:
+    if symbol == "+":
+        if left == right and left in NUMBERS | {"string", "bytes", "duration"}:
+            return left
+        if isinstance(left, tuple) and isinstance(right, tuple) and left[0] == right[0] == "list" and compatible(left, right):
+            return _join(left, right)
+        if {left, right} == {"timestamp", "duration"}:
+            return "timestamp"
+        return None
+    if symbol == "-":
+        if left == right and left in NUMBERS | {"duration"}:
+            return left
+        if left == "timestamp":
+            return {"timestamp": "duration", "duration": "timestamp"}.get(cast(str, right)) if isinstance(right, str) else None
+        return None
+    if symbol in ("*", "/"):
+        return left if left == right and left in NUMBERS else None
+    return left if left == right and left in ("int", "uint") else None  # %
+
+
+def _check_regex(pattern_tree: lark.Tree) -> None:
+    """Kubernetes validates constant regular expressions at compile time (RE2 syntax)."""
+    from dra_driver.cel.analysis import _constant_string
+
+    pattern = _constant_string(pattern_tree)
+    if pattern is None:
+        return
+    problem = regex_error(pattern)
+    if problem is not None:
+        raise TypeCheckError(f"invalid regular expression {pattern!r}: {problem}")
