@@ -158,3 +158,23 @@ def test_mig_profile_not_supported_is_skipped(open_backend: OpenBackend) -> None
     assert not any("-me-" in n for n in names)
     assert len([n for n in names if n.startswith("gpu-0-")]) == 25 - 7
 
+
+
+@pytest.mark.parametrize("partitioning", ["static", "dynamic"])
+def test_failing_profile_query_keeps_a_mig_disabled_gpu(open_backend: OpenBackend, partitioning: str) -> None:
+    section = profile_section("dgx-h100")
+    section["gpus"][2]["failures"] = {"nvmlDeviceGetGpuInstanceProfileInfoV": "UNKNOWN"}
+    devices = open_backend(section, partitioning=partitioning).discover().devices
+    gpu2 = [d for d in devices if d.name.startswith("gpu-2")]
+    assert [d.name for d in gpu2] == ["gpu-2"]  # whole, no placements
+    assert set(gpu2[0].capacity) == {"memory"}  # profile-derived counts omitted
+    assert gpu2[0].consumes_counters == []
+    assert len([d for d in devices if "-mig-" not in d.name]) == 8
+
+
+def test_failing_profile_query_skips_a_gpu_in_mig_mode(open_backend: OpenBackend) -> None:
+    section = profile_section("dgx-a100-mig")
+    section["gpus"][0]["failures"] = {"nvmlDeviceGetGpuInstanceProfileInfoV": "UNKNOWN"}
+    names = [d.name for d in open_backend(section).discover().devices]
+    assert not any(name.startswith("gpu-0") for name in names)
+    assert any(name.startswith("gpu-1-mig-") for name in names)

@@ -139,7 +139,7 @@ class NvidiaBackend(VendorBackend):
 
     def _gpu_devices(self, gpu: GpuInfo, published: _Published) -> tuple[list[Device], list[CounterSet]]:
         system, node = published.system, self.settings.node_name
-        profiles = mig.read_profiles(gpu.handle) if gpu.mig_capable else []
+        profiles = self._profiles(gpu)
         published.profiles[gpu.uuid] = profiles
         if self.settings.partitioning == "dynamic" and profiles:
             counters = attributes.counter_set(gpu, profiles, attributes.memory_slice_count(profiles))
@@ -160,6 +160,22 @@ class NvidiaBackend(VendorBackend):
                 devices.append(device)
             return devices, []
         return [attributes.gpu_device(gpu, system, node, profiles)], []
+
+    @staticmethod
+    def _profiles(gpu: GpuInfo) -> list[MigProfile]:
+        """The GPU's MIG profiles; [] when it has none, or when the query fails on a GPU that is
+        not in MIG mode: then it is published whole, without the profile-derived engine counts
+        (and without partitions in dynamic mode). A GPU in MIG mode cannot be described without them."""
+        if not gpu.mig_capable:
+            return []
+        try:
+            return mig.read_profiles(gpu.handle)
+        except NvmlError as exc:
+            if gpu.mig_enabled or exc.gpu_lost:
+                raise
+            log.warning("MIG profiles unreadable; publishing the whole GPU without engine counts or partitions",
+                        extra=fields(gpu=gpu.name, call=exc.call, error=exc.detail))
+            return []
 
     def _index(self) -> _Published:
         if self._published is None:
