@@ -22,3 +22,18 @@ def test_is_quantity() -> None:
 def test_negative_bytes_rejected() -> None:
     with pytest.raises(ValueError):
         quantity.from_bytes(-1)
+
+
+@pytest.mark.parametrize("text", ["1.5Gi", "500m", "1e3", "81559Mi", "0.1", "12E", "7Ki"])
+def test_parser_is_the_kubernetes_clients(text: str) -> None:
+    from kubernetes.utils.quantity import parse_quantity as client_parse
+
+    assert quantity.parse(text) == client_parse(text)
+
+
+def test_quantity_parsing_does_not_load_the_api_client() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, dra_driver.model.quantity as q; q.parse('1Gi'); print('kubernetes.client' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
