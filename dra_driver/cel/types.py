@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_UP, Decimal, InvalidOperation, localcontext
 
 from kubernetes.utils.quantity import parse_quantity
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
+_NANO = Decimal("1e-9")
+_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,9 +35,10 @@ class Quantity:
             # The client parser tolerates spaces; Kubernetes' ParseQuantity does not.
             raise ValueError(f"invalid quantity {text!r}: empty or contains whitespace")
         try:
-            return cls(Decimal(parse_quantity(text)), text)
+            exact = Decimal(parse_quantity(text))
         except (ValueError, TypeError, InvalidOperation, ArithmeticError) as exc:
             raise ValueError(f"invalid quantity {text!r}: {exc}") from exc
+        return cls(_as_kubernetes_stores(exact, text.endswith(_BINARY_SUFFIXES)), text)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Quantity):
@@ -53,6 +56,24 @@ class Quantity:
 
     def compare(self, other: Quantity) -> int:
         return (self.value > other.value) - (self.value < other.value)
+
+
+def _as_kubernetes_stores(value: Decimal, binary_si: bool) -> Decimal:
+    """Apply resource.ParseQuantity's normalisation (apimachinery quantity.go).
+
+    Kubernetes rounds a non-zero magnitude *up* (away from zero) to nano precision, so
+    "1.0000000001" and "1.000000001" are the same quantity; and it caps binary-SI values
+    ("Ki".."Ei") at the int64 maximum.
+    """
+    magnitude = abs(value)
+    exponent = magnitude.as_tuple().exponent
+    if magnitude and isinstance(exponent, int) and exponent < -9:
+        with localcontext() as context:
+            context.prec = 1000  # exact: quantize must not run out of digits
+            magnitude = magnitude.quantize(_NANO, rounding=ROUND_UP)
+    if binary_si and magnitude > INT64_MAX:
+        magnitude = Decimal(INT64_MAX)
+    return -magnitude if value < 0 else magnitude
 
 
 # semver.org 2.0.0: numeric parts without leading zeros, optional pre-release and build.
