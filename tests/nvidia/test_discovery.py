@@ -98,8 +98,10 @@ def test_fabric_clique_becomes_the_interconnect_domain(open_backend: OpenBackend
     devices = open_backend(section).discover().devices
     clique = "5f0e3a2b-9c1d-4e7f-8a6b-0c2d4e6f8a10.32766"
     assert devices[0].attributes["nvlinkClique"] == clique
+    assert devices[0].attributes["nvlinkClusterUUID"] == "5f0e3a2b-9c1d-4e7f-8a6b-0c2d4e6f8a10"
+    assert devices[0].attributes["nvlinkCliqueID"] == 32766
     assert devices[0].attributes[INTERCONNECT_DOMAIN] == clique
-    assert "nvlinkClique" not in devices[7].attributes
+    assert not {"nvlinkClique", "nvlinkClusterUUID", "nvlinkCliqueID"} & set(devices[7].attributes)
     assert devices[7].attributes[INTERCONNECT_DOMAIN] == "nvlink.node-a"
 
 
@@ -247,3 +249,13 @@ def test_cuda_driver_version_unsupported_omits_only_that_attribute(open_backend:
     devices = open_backend(section).discover().devices
     assert len(devices) == 8
     assert all("cudaDriverVersion" not in d.attributes and d.attributes["driverVersion"] == Version("580.159.4") for d in devices)
+
+
+def test_fabric_attributes_keep_the_pool_within_limits(open_backend: OpenBackend) -> None:
+    section = profile_section("dgx-h100")
+    for gpu in section["gpus"]:
+        gpu["fabric"] = {"clusterUuid": "5f0e3a2b-9c1d-4e7f-8a6b-0c2d4e6f8a10", "cliqueId": 1}
+    inventory = open_backend(section, partitioning="dynamic").discover()
+    full = next(d for d in inventory.devices if d.name == "gpu-0")
+    assert len(full.attributes) + len(full.capacity) <= 32
+    validate_slices(render_pool(inventory, node_name="node-a"))

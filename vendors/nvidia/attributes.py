@@ -103,7 +103,11 @@ def gpu_device(gpu: GpuInfo, system: SystemInfo, node_name: str, profiles: list[
         if gpu.nvlink_version:
             attributes["nvlinkVersion"] = semver(gpu.nvlink_version)
     if gpu.fabric_clique:
+        # The combined form (one equality selects a clique) plus its parts, so a claim can ask
+        # for "same NVLink cluster" or compare clique IDs without string slicing.
         attributes["nvlinkClique"] = gpu.fabric_clique
+        attributes["nvlinkClusterUUID"] = gpu.fabric_cluster
+        attributes["nvlinkCliqueID"] = gpu.fabric_clique_id
     attributes.update(common_attributes(VENDOR, family(gpu.architecture), False, interconnect, domain, gpu.nvlink_links))
     return checked(Device(name=gpu.name, attributes=attributes, capacity=_full_gpu_capacity(gpu, profiles)))
 

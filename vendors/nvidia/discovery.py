@@ -59,7 +59,15 @@ class GpuInfo:
     mig_enabled: bool
     nvlink_links: int
     nvlink_version: str | None
-    fabric_clique: str | None  # "<clusterUuid>.<cliqueId>" when the fabric is set up
+    fabric_cluster: str | None  # the NVLink fabric's cluster UUID when the fabric is set up
+    fabric_clique_id: int | None  # the clique within that cluster
+
+    @property
+    def fabric_clique(self) -> str | None:
+        """"<clusterUuid>.<cliqueId>", the form GPU feature discovery's nvidia.com/gpu.clique label uses."""
+        if self.fabric_cluster is None:
+            return None
+        return f"{self.fabric_cluster}.{self.fabric_clique_id}"
 
     @property
     def name(self) -> str:
@@ -121,11 +129,12 @@ def _nvlink(handle: Handle, gpu: str) -> tuple[int, str | None]:
     return links, version
 
 
-def _fabric_clique(handle: Handle, gpu: str) -> str | None:
+def _fabric(handle: Handle, gpu: str) -> tuple[str | None, int | None]:
+    """(cluster UUID, clique ID) once fabric registration has completed; (None, None) otherwise."""
     info = _optional("fabric", gpu, None, nvml.fabric_info, handle)
     if info is None or info.state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED or info.status != pynvml.NVML_SUCCESS:
-        return None
-    return f"{info.cluster_uuid}.{info.clique_id}"
+        return None, None
+    return info.cluster_uuid, info.clique_id
 
 
 def _mig_mode(handle: Handle, gpu: str) -> tuple[bool, bool]:
@@ -146,6 +155,7 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
     major, minor_cc = nvml.compute_capability(handle)
     mig_capable, mig_enabled = _mig_mode(handle, label)
     links, link_version = _nvlink(handle, label)
+    cluster, clique_id = _fabric(handle, label)
     return GpuInfo(
         handle=handle,
         index=index,
@@ -162,7 +172,8 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
         mig_enabled=mig_enabled,
         nvlink_links=links,
         nvlink_version=link_version,
-        fabric_clique=_fabric_clique(handle, label),
+        fabric_cluster=cluster,
+        fabric_clique_id=clique_id,
     )
 
 
