@@ -9,7 +9,6 @@ for a bad value; the evaluator turns both into CEL errors.
 
 from __future__ import annotations
 
-import json
 import math
 from functools import lru_cache
 from collections.abc import Callable, Sequence
@@ -363,8 +362,13 @@ def substring(receiver: Any, start: Any, end: Any = None) -> celtypes.StringType
     return celtypes.StringType(text[first:last])
 
 
+# Go's unicode.IsSpace set (strings.TrimSpace, which cel-go's trim uses): Unicode White_Space.
+# Python's str.strip() also strips U+001C..U+001F, which Go keeps.
+_GO_SPACE = "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
 def trim(receiver: Any) -> celtypes.StringType:
-    return celtypes.StringType(_string(receiver, "trim").strip())
+    return celtypes.StringType(_string(receiver, "trim").strip(_GO_SPACE))
 
 
 def join(receiver: Any, separator: Any = "") -> celtypes.StringType:
@@ -376,9 +380,15 @@ def join(receiver: Any, separator: Any = "") -> celtypes.StringType:
     return celtypes.StringType(sep.join(receiver))
 
 
+_QUOTE_ESCAPES = str.maketrans(
+    {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+)
+
+
 def quote(text: Any) -> celtypes.StringType:
-    """strings.quote: a double-quoted CEL string literal with escapes."""
-    return celtypes.StringType(json.dumps(_string(text, "strings.quote"), ensure_ascii=False))
+    """strings.quote as cel-go: escape only \\a \\b \\f \\n \\r \\t \\v, backslash and the double quote;
+    every other character (other controls, non-ASCII) is copied as is."""
+    return celtypes.StringType('"' + _string(text, "strings.quote").translate(_QUOTE_ESCAPES) + '"')
 
 
 def format_string(receiver: Any, args: Any) -> celtypes.StringType:
@@ -442,12 +452,14 @@ def _format_one(verb: str, value: Any, precision: int | None) -> str:
 
 
 def _to_display(value: Any) -> str:
+    if isinstance(value, (float, bytes)):
+        # cel-go's rendering of doubles and bytes under %s is not reproduced here: refuse
+        # rather than print something different (docs/cel.md).
+        raise ValueError(f"format: %s of a {'double' if isinstance(value, float) else 'bytes'} value is not supported here")
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
-    if isinstance(value, float):
-        return repr(float(value)) if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
     if isinstance(value, str):
         return str(value)
     if isinstance(value, list):

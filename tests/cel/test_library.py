@@ -87,3 +87,30 @@ def test_function_errors(expression: str, message: str) -> None:
     with pytest.raises(CelRuntimeError) as info:
         compile_selector(expression).evaluate(NOBODY)
     assert message in str(info.value)
+
+
+def test_trim_strips_go_whitespace_only() -> None:
+    # cel-go trim is Go strings.TrimSpace (Unicode White_Space); U+001C..U+001F are kept.
+    assert compile_selector('" \\u001c x \\u001c ".trim() == "\\u001c x \\u001c"').evaluate(NOBODY) is True
+    assert compile_selector('"\\u0085\\u00a0\\u3000x\\u2028\\t".trim() == "x"').evaluate(NOBODY) is True
+
+
+@pytest.mark.parametrize(
+    "raw, quoted",
+    [
+        ("a\x07b", '"a\\ab"'),  # cel-go writes \a, not \u0007
+        ("\b\f\n\r\t\v", '"\\b\\f\\n\\r\\t\\v"'),
+        ('back\\slash "q"', '"back\\\\slash \\"q\\""'),
+        ("é\x01", '"é\x01"'),  # other characters are copied as they are
+    ],
+)
+def test_strings_quote_matches_cel_go(raw: str, quoted: str) -> None:
+    from dra_driver.cel.library import quote
+
+    assert quote(raw) == quoted
+
+
+@pytest.mark.parametrize("expression", ['"%s".format([b"x"]) == "x"', '"%s".format([dyn(1.0)]) == "1"', '"%s".format([[2.5]]) == "[2.5]"'])
+def test_format_refuses_what_it_would_render_differently(expression: str) -> None:
+    with pytest.raises(CelRuntimeError, match="not supported"):
+        compile_selector(expression).evaluate(NOBODY)
