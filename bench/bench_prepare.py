@@ -10,6 +10,10 @@ The profile has 8 GPUs, so to run 64 claims at once the allocation results
 carry adminAccess (the only way the API lets claims share a whole device);
 the prepare path is otherwise the same.
 
+Besides latency and throughput it prints the daemon's CPU time per prepared
+claim and the bench process's own (kubelet side + API server): on a shared
+machine CPU time is a steadier comparison than wall-clock latency.
+
 usage: python bench/bench_prepare.py [--claims N]
 """
 
