@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from decimal import ROUND_UP, Decimal, InvalidOperation, localcontext
 
-from kubernetes.utils.quantity import parse_quantity
+from dra_driver.model.quantity import parse_quantity
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
