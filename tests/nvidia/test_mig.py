@@ -61,7 +61,7 @@ def _placements(section: dict, gpu_position: int = 0) -> dict[int, tuple[dict, l
     return {p["id"]: (p, p["placements"]["starts"]) for p in model["mig"]["gpuInstanceProfiles"]}
 
 
-@pytest.mark.parametrize("profile", ["dgx-h100", "h200", "dgx-a100-mig"])
+@pytest.mark.parametrize("profile", ["dgx-h100", "h200"])  # dgx-a100-mig: see test_dynamic_a100.py
 def test_dynamic_publishes_every_placement_nvml_reports(open_backend: OpenBackend, profile: str) -> None:
     section = profile_section(profile)
     inventory = open_backend(section, partitioning="dynamic").discover()
@@ -121,15 +121,15 @@ def _packings(placements: list[tuple[str, dict]]) -> list[list[tuple[str, dict]]
     return result
 
 
-@pytest.mark.parametrize("profile", ["dgx-h100", "h200", "dgx-a100-mig"])
-def test_every_valid_mig_layout_fits_the_counters(open_backend: OpenBackend, profile: str) -> None:
+@pytest.mark.parametrize(("profile", "minor"), [("dgx-h100", 0), ("h200", 0), ("dgx-a100-mig", 3)])  # A100 gpu-3: MIG on, empty
+def test_every_valid_mig_layout_fits_the_counters(open_backend: OpenBackend, profile: str, minor: int) -> None:
     """Any non-overlapping mix NVML allows (at most one +me instance) must be allocatable."""
     inventory = open_backend(profile, partitioning="dynamic").discover()
-    total = {k: quantity.parse(v) for k, v in inventory.counter_sets[0].counters.items()}
+    total = {k: quantity.parse(v) for k, v in {cs.name: cs for cs in inventory.counter_sets}[f"gpu-{minor}-counter-set"].counters.items()}
     placements = [
         (d.name, dict(d.consumes_counters[0].counters))
         for d in inventory.devices
-        if d.attributes.get("minor") == 0 and d.attributes["type"] == "mig"
+        if d.attributes.get("minor") == minor and d.attributes["type"] == "mig"
     ]
     checked = 0
     for packing in _packings(placements):

@@ -140,12 +140,14 @@ def test_reconcile_in_static_mode_never_destroys(open_backend: OpenBackend) -> N
     assert sorted(fake.live_instances()) == before and before
 
 
-def test_reconcile_removes_preexisting_instances_in_dynamic_mode(open_backend: OpenBackend) -> None:
+def test_reconcile_never_destroys_instances_it_did_not_create(open_backend: OpenBackend) -> None:
     backend = open_backend("dgx-a100-mig", partitioning="dynamic")
     fake = backend.simulator
-    assert fake is not None and list(fake.live_instances())
+    assert fake is not None
+    before = sorted(fake.live_instances())
+    assert before
     backend.reconcile([])
-    assert list(fake.live_instances()) == []
+    assert sorted(fake.live_instances()) == before and fake.destroyed == []
 
 
 def test_destroy_failure_is_reported(open_backend: OpenBackend) -> None:

@@ -8,6 +8,7 @@ counter sets `gpu-<minor>-counter-set`; docs/attributes.md lists every key.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dra_driver.errors import DeviceError
@@ -138,13 +139,28 @@ def _profile_counters(info: GpuInstanceProfileInfo, placement: Placement) -> dic
     return counters
 
 
-def counter_set(gpu: GpuInfo, profiles: list[MigProfile], memory_slices: int) -> CounterSet:
-    """Everything one GPU has to share among its partitions (= what the full GPU consumes)."""
-    capacity = _full_gpu_capacity(gpu, profiles)
-    counters = {ENGINE_COUNTERS[key]: value for key, value in capacity.items() if key in ENGINE_COUNTERS}
-    counters["memory"] = capacity["memory"]
+def _engine_counts(info: GpuInstanceProfileInfo) -> tuple[int, ...]:
+    return (info.multiprocessors, info.copy_engines, info.decoders, info.encoders, info.jpeg_engines, info.ofa_engines)
+
+
+def counter_set(
+    gpu: GpuInfo, profiles: list[MigProfile], memory_slices: int, taken: Sequence[tuple[GpuInstanceProfileInfo, Placement]] = ()
+) -> CounterSet:
+    """What one GPU has to share among the partitions we may create (= what the full GPU consumes).
+
+    `taken` are GPU instances the driver does not own (created by an admin): their engines,
+    memory and memory slices are left out, so no allocation can count on them.
+    """
+    largest = _largest_profile(profiles)
+    assert largest is not None, "counter sets exist only for GPUs with MIG profiles"
+    engines = [total - sum(_engine_counts(info)[i] for info, _ in taken) for i, total in enumerate(_engine_counts(largest))]
+    counters = {name: quantity.from_count(max(count, 0)) for name, count in zip(ENGINE_COUNTERS.values(), engines)}
+    used_mib = sum(info.memory_mb for info, _ in taken)
+    counters["memory"] = quantity.from_bytes(max(gpu.memory_bytes - (used_mib << 20), 0))
+    busy = {s for _, placement in taken for s in range(placement.start, placement.start + placement.size)}
     for memory_slice in range(memory_slices):
-        counters[f"memory-slice-{memory_slice}"] = "1"
+        if memory_slice not in busy:
+            counters[f"memory-slice-{memory_slice}"] = "1"
     return CounterSet(name=counter_set_name(gpu), counters=counters)
 
 

@@ -6,7 +6,7 @@ import logging
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +35,10 @@ from dra_driver_nvidia.profile import NvidiaSection, parse_section
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
 STATE_KEY = "migInstances"
+# Architectures whose MIG mode changes only at the next GPU reset (NVIDIA MIG user guide: A100/A30);
+# a GPU that answers nvmlDeviceSetMigMode with RESET_REQUIRED is added at run time as well.
+RESET_TO_SWITCH_MIG = frozenset({"Ampere"})
+GiKey = tuple[str, int, int]  # (parent GPU uuid, GI profile ID, placement start)
 
 
 @dataclass
@@ -42,7 +46,7 @@ class _Published:
     """What the last discovery published, so prepare and health can map device names back to hardware."""
 
     system: SystemInfo
-    gpus: dict[str, GpuInfo] = field(default_factory=dict)  # device name -> GPU
+    gpus: dict[str, GpuInfo] = field(default_factory=dict)  # device name -> GPU offered whole
     by_uuid: dict[str, GpuInfo] = field(default_factory=dict)
     profiles: dict[str, list[MigProfile]] = field(default_factory=dict)  # GPU uuid -> profiles
     static_migs: dict[str, tuple[GpuInfo, MigDevice]] = field(default_factory=dict)
@@ -73,6 +77,10 @@ class NvidiaBackend(VendorBackend):
         self._lock = threading.RLock()
         self._published: _Published | None = None
         self._dynamic_by_gi: dict[tuple[str, int], str] = {}  # (GPU uuid, GI id) -> device name
+        # GPU instances this driver created or a live claim lists; every other instance belongs to
+        # someone else (an admin, mig-parted) and is never reused, offered as free, or destroyed.
+        self._owned: set[GiKey] = set()
+        self._needs_reset: set[str] = set()  # GPU uuids seen to answer RESET_REQUIRED
 
     # ---- opening ------------------------------------------------------------------
 
@@ -118,7 +126,7 @@ class NvidiaBackend(VendorBackend):
             published = _Published(system=system_info())
             inventory = Inventory(driver=self.driver_name)
             for gpu in read_gpus(self._sysfs_root):
-                if gpu.name in published.gpus:
+                if any(other.name == gpu.name for other in published.by_uuid.values()):
                     # Two GPUs with one minor number would give two devices of one name and the
                     # API server would reject the whole pool; publish the first only.
                     log.warning("skipping GPU: its minor number is already used", extra=fields(gpu=gpu.name, uuid=gpu.uuid))
@@ -130,7 +138,8 @@ class NvidiaBackend(VendorBackend):
                     continue
                 inventory.devices.extend(devices)
                 inventory.counter_sets.extend(counters)
-                published.gpus[gpu.name] = gpu
+                if any(device.name == gpu.name for device in devices):  # offered whole
+                    published.gpus[gpu.name] = gpu
                 published.by_uuid[gpu.uuid] = gpu
                 for device in devices:
                     published.add(gpu, device.name)
@@ -141,25 +150,60 @@ class NvidiaBackend(VendorBackend):
         system, node = published.system, self.settings.node_name
         profiles = self._profiles(gpu)
         published.profiles[gpu.uuid] = profiles
-        if self.settings.partitioning == "dynamic" and profiles:
-            counters = attributes.counter_set(gpu, profiles, attributes.memory_slice_count(profiles))
-            devices = [attributes.dynamic_gpu_device(gpu, system, node, profiles, counters)]
-            for profile in profiles:
-                for placement in profile.placements:
-                    device = attributes.dynamic_mig_device(gpu, system, profile, placement)
-                    published.placements[device.name] = (gpu, profile, placement)
-                    devices.append(device)
-            return devices, [counters]
+        if self.settings.partitioning == "dynamic" and profiles and (gpu.mig_enabled or self._can_switch_mig(gpu)):
+            return self._dynamic_devices(gpu, profiles, published)
         if gpu.mig_enabled:
             # In MIG mode the parent is not usable as a whole: publish its MIG devices only.
-            by_id = {profile.info.id: profile.info for profile in profiles}
-            devices = []
-            for mig_device in mig.read_mig_devices(gpu.handle, by_id):
-                device = attributes.static_mig_device(gpu, system, mig_device)
-                published.static_migs[device.name] = (gpu, mig_device)
-                devices.append(device)
-            return devices, []
+            return self._static_mig_devices(gpu, profiles, published, lambda _device: True), []
+        # Static mode, or a GPU that cannot leave whole-GPU mode without a reset: the GPU itself.
         return [attributes.gpu_device(gpu, system, node, profiles)], []
+
+    def _can_switch_mig(self, gpu: GpuInfo) -> bool:
+        """Whether prepare may switch this GPU's MIG mode now (no reset, nothing pending)."""
+        return gpu.architecture not in RESET_TO_SWITCH_MIG and gpu.uuid not in self._needs_reset and gpu.mig_enabled == gpu.mig_pending
+
+    def _static_mig_devices(
+        self, gpu: GpuInfo, profiles: list[MigProfile], published: _Published, keep: Callable[[MigDevice], bool]
+    ) -> list[Device]:
+        by_id = {profile.info.id: profile.info for profile in profiles}
+        devices = []
+        for mig_device in mig.read_mig_devices(gpu.handle, by_id):
+            if not keep(mig_device):
+                continue
+            device = attributes.static_mig_device(gpu, published.system, mig_device)
+            published.static_migs[device.name] = (gpu, mig_device)
+            devices.append(device)
+        return devices
+
+    def _dynamic_devices(self, gpu: GpuInfo, profiles: list[MigProfile], published: _Published) -> tuple[list[Device], list[CounterSet]]:
+        """Placements we may create, around the instances someone else created (published as static MIG devices).
+
+        The whole GPU is offered only when prepare could switch MIG off for it: MIG mode is off
+        already, or it can be switched without a reset and no foreign instance is in the way.
+        """
+        system, node = published.system, self.settings.node_name
+        live = mig.live_instances(gpu.handle, profiles) if gpu.mig_enabled else []
+        by_id = {profile.info.id: profile.info for profile in profiles}
+        foreign = [info for _, info in live if (gpu.uuid, info.profile_id, info.placement.start) not in self._owned]
+        taken = [(by_id[info.profile_id], info.placement) for info in foreign]
+        busy = {s for _, p in taken for s in range(p.start, p.start + p.size)}
+        counters = attributes.counter_set(gpu, profiles, attributes.memory_slice_count(profiles), taken)
+        devices: list[Device] = []
+        if not gpu.mig_enabled or (self._can_switch_mig(gpu) and not foreign):
+            devices.append(attributes.dynamic_gpu_device(gpu, system, node, profiles, counters))
+        foreign_ids = {info.id for info in foreign}
+        devices += self._static_mig_devices(gpu, profiles, published, lambda device: device.gi_id in foreign_ids)
+        for profile in profiles:
+            for placement in profile.placements:
+                if busy & set(range(placement.start, placement.start + placement.size)):
+                    continue  # overlaps an instance that is not ours
+                device = attributes.dynamic_mig_device(gpu, system, profile, placement)
+                published.placements[device.name] = (gpu, profile, placement)
+                devices.append(device)
+        if foreign:
+            log.info("MIG instances not created by this driver are left alone",
+                     extra=fields(gpu=gpu.name, instances=sorted(info.id for info in foreign)))
+        return devices, [counters]
 
     @staticmethod
     def _profiles(gpu: GpuInfo) -> list[MigProfile]:
@@ -221,7 +265,16 @@ class NvidiaBackend(VendorBackend):
         if name in index.placements:
             gpu, profile, placement = index.placements[name]
             self._set_mig_mode(gpu, enabled=True)
-            instance = mig.create_instance(gpu.handle, profile, placement)
+            key = (gpu.uuid, profile.info.id, placement.start)
+            if key not in self._owned and mig.find_instance(gpu.handle, profile.info.id, placement.start) is not None:
+                raise DeviceError(name, "its placement holds a MIG device this driver did not create (admin-created?); "
+                                        "it is never taken over: run discovery again, or destroy it with nvidia-smi mig -dci/-dgi")
+            self._owned.add(key)
+            try:
+                instance = mig.create_instance(gpu.handle, profile, placement)
+            except NvmlError:
+                self._owned.discard(key)
+                raise
             created.append(
                 {"device": name, "parentUUID": gpu.uuid, "giId": instance.gi_id, "ciId": instance.ci_id,
                  "profileId": profile.info.id, "start": placement.start, "uuid": instance.uuid}
@@ -232,16 +285,31 @@ class NvidiaBackend(VendorBackend):
         raise DeviceError(name, f"is not a device of this node's {self.driver_name} pool (was it removed? run discovery again)")
 
     def _set_mig_mode(self, gpu: GpuInfo, enabled: bool) -> None:
+        """Switch MIG mode for a dynamic claim (logged as a warning: it changes what the GPU offers).
+
+        A change that would only be pending (the GPU needs a reset, as on A100) is undone and
+        refused, so the GPU never sits in a state its published devices do not describe.
+        """
         current, _pending = nvml.mig_mode(gpu.handle)
         if bool(current) == enabled:
             return
+        action = "enable" if enabled else "disable"
         try:
-            nvml.set_mig_mode(gpu.handle, enabled)
+            activation = nvml.set_mig_mode(gpu.handle, enabled)
         except NvmlError as exc:
-            action = "enable" if enabled else "disable"
-            raise DeviceError(gpu.name, f"cannot {action} MIG mode: {exc} (MIG instances or processes still use the GPU?)") from exc
-        gpu.mig_enabled = enabled
-        log.info("changed MIG mode", extra=fields(gpu=gpu.name, enabled=enabled))
+            raise DeviceError(gpu.name, f"cannot {action} MIG mode: {exc}") from exc
+        now, _ = nvml.mig_mode(gpu.handle)
+        if bool(now) != enabled:
+            self._needs_reset.add(gpu.uuid)
+            try:
+                nvml.set_mig_mode(gpu.handle, bool(now))  # withdraw the pending change
+            except NvmlError as exc:
+                log.warning("cannot withdraw pending MIG mode change", extra=fields(gpu=gpu.name, error=str(exc)))
+            raise DeviceError(gpu.name, f"cannot {action} MIG mode without a GPU reset "
+                                        f"(activation status {nvml.error_name(activation)}); run discovery again: "
+                                        "the GPU is now published in its current mode only")
+        gpu.mig_enabled = gpu.mig_pending = enabled
+        log.warning("switched MIG mode for a claim", extra=fields(gpu=gpu.name, enabled=enabled))
 
     def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
         with self._lock:
@@ -262,28 +330,41 @@ class NvidiaBackend(VendorBackend):
                 log.warning("rollback of a MIG instance failed", extra=fields(device=entry.get("device"), error=str(exc)))
                 continue
             self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
+            self._owned.discard((gpu.uuid, int(entry["profileId"]), int(entry["start"])))
             log.info("destroyed MIG device" if gone else "MIG device already gone", extra=fields(device=entry.get("device")))
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
-        """Destroy GPU instances that no live claim lists (dynamic mode only; static MIG belongs to the admin)."""
+        """Adopt the instances live claims list; destroy instances we created that no live claim lists.
+
+        Instances someone else created (an admin, mig-parted) are never destroyed, unlike
+        upstream's DestroyUnknownMIGDevices: they stay published as static MIG devices.
+        Ownership is kept in memory, so after a restart only claim states prove ownership; an
+        instance whose prepare crashed before its state was saved is then left alone as foreign.
+        """
         if self.settings.partitioning != "dynamic":
             return
         with self._lock:
             index = self._index()
-            keep = {(str(e.get("parentUUID")), int(e.get("giId", -1))) for s in live_states for e in (s.get(STATE_KEY) or [])}
+            entries = [e for s in live_states for e in (s.get(STATE_KEY) or [])]
+            keep = {(str(e.get("parentUUID")), int(e.get("giId", -1))) for e in entries}
+            ours_before = set(self._owned)
+            self._owned |= {(str(e.get("parentUUID")), int(e.get("profileId", -1)), int(e.get("start", -1))) for e in entries}
             for gpu in index.by_uuid.values():
                 profiles = index.profiles.get(gpu.uuid) or []
                 if not profiles or not nvml.mig_mode(gpu.handle)[0]:
                     continue
                 for gi, info in mig.live_instances(gpu.handle, profiles):
-                    if (gpu.uuid, info.id) in keep:
+                    key = (gpu.uuid, info.profile_id, info.placement.start)
+                    if (gpu.uuid, info.id) in keep or key not in ours_before:
                         continue
+                    self._owned.discard(key)
                     try:
                         mig.destroy_gpu_instance_tree(gi)
-                        log.info("destroyed unknown MIG instance", extra=fields(gpu=gpu.name, gi=info.id))
+                        log.info("destroyed MIG instance no live claim lists", extra=fields(gpu=gpu.name, gi=info.id))
                     except NvmlError as exc:
                         log.warning("cannot destroy unknown MIG instance", extra=fields(gpu=gpu.name, gi=info.id, error=str(exc)))
             self._dynamic_by_gi = {key: name for key, name in self._dynamic_by_gi.items() if key in keep}
+            self.discover()  # instances the claims proved ours are offered as placements again
 
     # ---- health --------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class GpuInfo:
     pcie_root: str | None
     mig_capable: bool
     mig_enabled: bool
+    mig_pending: bool  # the mode after the next GPU reset; differs from mig_enabled while a change waits
     nvlink_links: int
     nvlink_version: str | None
     fabric_cluster: str | None  # the NVLink fabric's cluster UUID when the fabric is set up
@@ -137,14 +138,15 @@ def _fabric(handle: Handle, gpu: str) -> tuple[str | None, int | None]:
     return info.cluster_uuid, info.clique_id
 
 
-def _mig_mode(handle: Handle, gpu: str) -> tuple[bool, bool]:
+def _mig_mode(handle: Handle, gpu: str) -> tuple[bool, bool, bool]:
+    """(MIG capable, enabled now, enabled after the next reset)."""
     try:
-        current, _pending = nvml.mig_mode(handle)
+        current, pending = nvml.mig_mode(handle)
     except NvmlError as exc:
         if exc.not_supported:
-            return False, False
+            return False, False, False
         raise
-    return True, current == pynvml.NVML_DEVICE_MIG_ENABLE
+    return True, current == pynvml.NVML_DEVICE_MIG_ENABLE, pending == pynvml.NVML_DEVICE_MIG_ENABLE
 
 
 def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
@@ -153,7 +155,7 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
     label = f"index {index}"
     bus_id = kubernetes_bus_id(nvml.pci_bus_id(handle))
     major, minor_cc = nvml.compute_capability(handle)
-    mig_capable, mig_enabled = _mig_mode(handle, label)
+    mig_capable, mig_enabled, mig_pending = _mig_mode(handle, label)
     links, link_version = _nvlink(handle, label)
     cluster, clique_id = _fabric(handle, label)
     return GpuInfo(
@@ -170,6 +172,7 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
         pcie_root=pcie_root(sysfs_root, bus_id),
         mig_capable=mig_capable,
         mig_enabled=mig_enabled,
+        mig_pending=mig_pending,
         nvlink_links=links,
         nvlink_version=link_version,
         fabric_cluster=cluster,

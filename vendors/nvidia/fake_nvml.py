@@ -87,6 +87,7 @@ class FakeGpu:
     spec: GpuSpec
     model: GpuModel
     mig_mode: int = 0
+    mig_pending: int = 0  # differs from mig_mode until reset_gpu() on boards that need a reset
     lost: bool = False
     failures: dict[str, int] = field(default_factory=dict)
     instances: dict[int, FakeGpuInstance] = field(default_factory=dict)  # GI id -> GI
@@ -135,7 +136,7 @@ class FakeNvmlLibrary:
         self.destroyed: list[tuple[str, int]] = []
         for index, spec in enumerate(section.gpus):
             model = section.models[spec.model]
-            gpu = FakeGpu(index, spec, model, mig_mode=int(spec.migEnabled))
+            gpu = FakeGpu(index, spec, model, mig_mode=int(spec.migEnabled), mig_pending=int(spec.migEnabled))
             gpu.failures = _failures(spec.failures, f"nvidia.gpus[{index}].failures")
             self.gpus.append(gpu)
             self._register(gpu)
@@ -174,6 +175,17 @@ class FakeNvmlLibrary:
                 if gpu in event_set.registered:
                     event_set.lost = True
             self._wakeup.notify_all()
+
+    def reset_gpu(self, gpu: int) -> None:
+        """A GPU reset (nvidia-smi -r): MIG instances are gone and a pending MIG mode takes effect."""
+        with self._lock:
+            target = self.gpus[gpu]
+            for gi in list(target.instances.values()):
+                for ci in gi.computes.values():
+                    self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
+                self._objects.pop(gi._address, None)  # type: ignore[attr-defined]
+            target.instances.clear()
+            target.mig_mode = target.mig_pending
 
     def live_instances(self) -> Iterator[tuple[str, int, int]]:
         """(GPU uuid, GI id, placement start) of every GPU instance that exists now."""
@@ -420,7 +432,7 @@ class FakeNvmlLibrary:
                 return ret
             if gpu.model.mig is None:
                 return pynvml.NVML_ERROR_NOT_SUPPORTED
-            _out(current).value = _out(pending).value = gpu.mig_mode
+            _out(current).value, _out(pending).value = gpu.mig_mode, gpu.mig_pending
             return pynvml.NVML_SUCCESS
 
     def nvmlDeviceSetMigMode(self, handle: Any, mode: Any, activation: Any) -> int:
@@ -432,7 +444,12 @@ class FakeNvmlLibrary:
                 return pynvml.NVML_ERROR_NOT_SUPPORTED
             if not _int(mode) and gpu.instances:
                 return pynvml.NVML_ERROR_IN_USE
-            gpu.mig_mode = _int(mode)
+            gpu.mig_pending = _int(mode)
+            if gpu.model.migModeNeedsReset and gpu.mig_pending != gpu.mig_mode:
+                # The call succeeds, but only the pending mode changes until the GPU is reset.
+                _out(activation).value = pynvml.NVML_ERROR_RESET_REQUIRED
+                return pynvml.NVML_SUCCESS
+            gpu.mig_mode = gpu.mig_pending
             _out(activation).value = pynvml.NVML_SUCCESS
             return pynvml.NVML_SUCCESS
 
@@ -509,7 +526,7 @@ class FakeNvmlLibrary:
             if gpu is None:
                 return ret
             if not gpu.mig_mode:
-                return pynvml.NVML_ERROR_INVALID_STATE
+                return pynvml.NVML_ERROR_NOT_SUPPORTED  # nvml.h: "device doesn't have MIG mode enabled"
             row = self._profile_by_id(gpu, _int(profile_id))
             if row is None:
                 return pynvml.NVML_ERROR_NOT_SUPPORTED

@@ -189,9 +189,10 @@ def mig_mode(handle: Handle) -> tuple[int, int]:
     return int(current), int(pending)
 
 
-def set_mig_mode(handle: Handle, enabled: bool) -> None:
+def set_mig_mode(handle: Handle, enabled: bool) -> int:
+    """Request a MIG mode; returns the activation status (NVML_ERROR_RESET_REQUIRED: only pending)."""
     mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
-    call(pynvml.nvmlDeviceSetMigMode, handle, mode)
+    return int(call(pynvml.nvmlDeviceSetMigMode, handle, mode))
 
 
 def max_mig_device_count(handle: Handle) -> int:

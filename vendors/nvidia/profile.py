@@ -69,6 +69,9 @@ class GpuModel(_Strict):
     pciSubSystemId: int = 0
     nvlink: NvLinkModel | None = None
     mig: MigModel | None = None  # None: nvmlDeviceGetMigMode is NOT_SUPPORTED
+    # Ampere (A100/A30): nvmlDeviceSetMigMode only sets the *pending* mode, reporting activation
+    # status RESET_REQUIRED; the change takes effect at the next GPU reset. Hopper and later switch at once.
+    migModeNeedsReset: bool = False
 
 
 class MigDeviceSpec(_Strict):
