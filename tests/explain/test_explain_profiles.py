@@ -56,7 +56,8 @@ def test_dynamic_mig_counters_prevent_over_allocation(tmp_path: Path, capsys: py
     # 4g.20gb uses memory slices 0-3; a 3g.20gb at placement 4 still fits next to it.
     code, report = run(tmp_path, capsys, [b.claim_doc([mig("big", "4g.20gb"), mig("small", "3g.20gb")], same_gpu)], *argv)
     assert code == 0
-    assert results(report) == [("big", "gpu-0-mig-4g20gb-5-0"), ("small", "gpu-0-mig-3g20gb-9-4")]
+    # gpu-0..2 carry admin-created MIG instances (never taken over): the first free GPU is gpu-3.
+    assert results(report) == [("big", "gpu-3-mig-4g20gb-5-0"), ("small", "gpu-3-mig-3g20gb-9-4")]
     # 7g.40gb uses the whole GPU: no 1g.5gb of the same GPU fits beside it.
     code, report = run(tmp_path, capsys, [b.claim_doc([mig("big", "7g.40gb"), mig("small", "1g.5gb")], same_gpu)], *argv)
     assert code == 1
