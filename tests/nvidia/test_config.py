@@ -54,7 +54,7 @@ def test_invalid_configs_name_the_field(parameters: dict, message: str) -> None:
 def _prepare_env(open_backend: OpenBackend, config: object) -> list[str]:
     backend = open_backend("dgx-h100")
     device = AllocatedDevice(request="gpu", pool="node-a", device="gpu-0", config=config)  # type: ignore[arg-type]
-    return backend.prepare(ClaimRef("ns", "c", "u"), [device]).claim_edits.env
+    return backend.prepare(ClaimRef("ns", "c", "u"), [device]).request_edits["gpu"].env
 
 
 def test_mps_environment(open_backend: OpenBackend) -> None:

@@ -30,8 +30,23 @@ def test_full_gpu_edits(open_backend: OpenBackend) -> None:
     assert [d.device for d in prepared.devices] == ["gpu-2", "gpu-5"]
     assert node_paths(prepared.devices[0].edits.device_nodes) == ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
     uuids = ",".join(section["gpus"][i]["uuid"] for i in (2, 5))
-    assert prepared.claim_edits.env == [f"NVIDIA_VISIBLE_DEVICES={uuids}"]
+    assert prepared.request_edits["gpu"].env == [f"NVIDIA_VISIBLE_DEVICES={uuids}"]
     assert prepared.state == {"migInstances": []}
+
+
+def test_visible_devices_are_listed_per_request(open_backend: OpenBackend) -> None:
+    section = profile_section("dgx-h100")
+    backend = open_backend(section)
+    devices = [
+        AllocatedDevice(request="trainer", pool="node-a", device="gpu-0"),
+        AllocatedDevice(request="trainer", pool="node-a", device="gpu-1"),
+        AllocatedDevice(request="sidecar", pool="node-a", device="gpu-7"),
+    ]
+    prepared = backend.prepare(CLAIM, devices)
+    uuid = [g["uuid"] for g in section["gpus"]]
+    assert prepared.request_edits["trainer"].env == [f"NVIDIA_VISIBLE_DEVICES={uuid[0]},{uuid[1]}"]
+    assert prepared.request_edits["sidecar"].env == [f"NVIDIA_VISIBLE_DEVICES={uuid[7]}"]
+    assert prepared.claim_edits.is_empty()
 
 
 def test_dev_root_sets_host_paths(open_backend: OpenBackend, tmp_path: Path) -> None:
@@ -49,7 +64,7 @@ def test_static_mig_edits_include_capabilities(open_backend: OpenBackend) -> Non
     caps = [p for p in paths if p.startswith("/dev/nvidia-caps/nvidia-cap")]
     assert len(caps) == 2
     mig_uuid = next(m["uuid"] for m in section["gpus"][1]["migDevices"] if m["start"] == 4)
-    assert prepared.claim_edits.env == [f"NVIDIA_VISIBLE_DEVICES={mig_uuid}"]
+    assert prepared.request_edits["gpu"].env == [f"NVIDIA_VISIBLE_DEVICES={mig_uuid}"]
     assert prepared.state == {"migInstances": []}  # static MIG devices are never created or destroyed
 
 
@@ -76,7 +91,7 @@ def test_dynamic_mig_create_and_destroy(open_backend: OpenBackend) -> None:
     assert {(e["device"], e["start"]) for e in entries} == {("gpu-3-mig-3g40gb-9-4", 4), ("gpu-3-mig-1g10gb-19-1", 1)}
     mig_uuids = [e["uuid"] for e in entries]
     assert all(u.startswith("MIG-") for u in mig_uuids)
-    assert prepared.claim_edits.env == [f"NVIDIA_VISIBLE_DEVICES={','.join(mig_uuids)}"]
+    assert prepared.request_edits["gpu"].env == [f"NVIDIA_VISIBLE_DEVICES={','.join(mig_uuids)}"]
     assert any(p.startswith("/dev/nvidia-caps/") for p in node_paths(prepared.devices[0].edits.device_nodes))
 
     backend.unprepare(CLAIM, prepared.state)

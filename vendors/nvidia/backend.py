@@ -248,9 +248,7 @@ class NvidiaBackend(VendorBackend):
                 if isinstance(exc, DeviceError):
                     raise
                 raise DeviceError(allocated.device, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
-            configs = [d.config if isinstance(d.config, (GpuConfig, MigDeviceConfig)) else None for d in devices]
-            env = edits.visible_devices_env(uuids) + edits.sharing_env(configs)
-            return PreparedClaim(devices=prepared, claim_edits=ContainerEdits(env=env), state={STATE_KEY: created})
+            return PreparedClaim(devices=prepared, request_edits=_request_env(devices, uuids), state={STATE_KEY: created})
 
     def _prepare_device(self, index: _Published, name: str, created: list[dict[str, Any]]) -> tuple[ContainerEdits, str]:
         dev_root = self.settings.dev_root
@@ -421,3 +419,17 @@ def _write_sysfs(root: Path, section: NvidiaSection) -> None:
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_symlink():
             link.symlink_to(Path("../../..") / "devices" / gpu.pcieRoot / bus_id)
+
+
+def _request_env(devices: Sequence[AllocatedDevice], uuids: Sequence[str]) -> dict[str, ContainerEdits]:
+    """NVIDIA_VISIBLE_DEVICES and sharing settings per request: a container that names one
+    request of the claim must see only that request's GPUs."""
+    by_request: dict[str, list[tuple[AllocatedDevice, str]]] = {}
+    for allocated, uuid in zip(devices, uuids):
+        by_request.setdefault(allocated.request, []).append((allocated, uuid))
+    result: dict[str, ContainerEdits] = {}
+    for request, members in by_request.items():
+        configs = [d.config if isinstance(d.config, (GpuConfig, MigDeviceConfig)) else None for d, _ in members]
+        env = edits.visible_devices_env([uuid for _, uuid in members]) + edits.sharing_env(configs)
+        result[request] = ContainerEdits(env=env)
+    return result

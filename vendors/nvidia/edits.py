@@ -2,8 +2,9 @@
 
 The CDI spec built from these gives a container exactly the allocated GPUs:
 /dev/nvidia<minor> per GPU, the shared control nodes, the MIG access
-capabilities for MIG devices, and NVIDIA_VISIBLE_DEVICES (a claim-level edit,
-so a container with several devices sees one list).
+capabilities for MIG devices, and NVIDIA_VISIBLE_DEVICES (a request-level edit:
+one list per request of the claim, so a container sees exactly the GPUs of the
+requests it names).
 """
 
 from __future__ import annotations
