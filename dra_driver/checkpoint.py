@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -121,9 +122,6 @@ class Checkpoint:
         self._completed_devices = 0
         # (pool, device) -> uid -> (record, the record's entry for that device)
         self._holders: dict[tuple[str, str], dict[str, tuple[ClaimRecord, CheckpointDevice]]] = {}
-        # One temp name per writer: writes are serialised by _write_lock (and across
-        # instances by the serialize lock), so no random name (mkstemp) is needed.
-        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(self):x}.tmp")
 
     # --- loading -------------------------------------------------------------
 
@@ -295,9 +293,10 @@ class Checkpoint:
     def _write_file(self, data: bytes, durable: bool) -> None:
         """Temp file, data flush, rename: readers see the old or the new file, never a mix."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._tmp
+        # A random temp name (mkstemp): two instances in a rolling update both run as
+        # PID 1 in their pods, so a pid-based name would be shared by both writers.
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 view = memoryview(data)
                 while view:

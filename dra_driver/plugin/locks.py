@@ -1,11 +1,11 @@
-"""Locks for prepare/unprepare: per claim UID in-process, and a file lock across instances."""
+"""Locks for prepare/unprepare: per claim UID in-process, and file locks across instances."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ContextManager
@@ -53,3 +53,78 @@ def file_lock(path: Path) -> Iterator[None]:
 
 def optional_file_lock(path: Path | None) -> ContextManager[None]:
     return file_lock(path) if path is not None else nullcontext()
+
+
+def _open_locked(path: Path, blocking: bool) -> int | None:
+    """Open and flock `path`; retry if the file was unlinked (released for good) while we waited.
+
+    A holder may unlink its lock file on release (see ClaimFileLocks.release), so
+    after the flock succeeds the fd must still be the file at `path`; otherwise
+    a later opener would lock a fresh file and two holders would coexist.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+class ClaimFileLocks:
+    """One lock file per claim UID in a directory shared by all instances on the node.
+
+    Held for the whole prepare/unprepare of that claim, so instances (and threads)
+    working on different claims never wait for each other; `try_hold` lets a
+    starting instance tell a claim another live instance is working on (held)
+    from one whose preparer died (free).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, uid: str) -> Path:
+        return self.directory / f"{uid}.lock"
+
+    @contextmanager
+    def hold(self, uid: str, drop_when: Callable[[], bool] = lambda: False) -> Iterator[None]:
+        """Block until the claim's lock is ours; unlink the file on release if `drop_when()` (claim gone)."""
+        fd = _open_locked(self.path(uid), blocking=True)
+        assert fd is not None
+        try:
+            yield
+        finally:
+            self._release(uid, fd, drop_when)
+
+    @contextmanager
+    def try_hold(self, uid: str) -> Iterator[bool]:
+        """Yield True holding the lock, or False at once when another holder has it."""
+        fd = _open_locked(self.path(uid), blocking=False)
+        if fd is None:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._release(uid, fd, lambda: False)
+
+    def _release(self, uid: str, fd: int, drop_when: Callable[[], bool]) -> None:
+        try:
+            if drop_when():
+                try:
+                    os.unlink(self.path(uid))  # while still locked: waiters notice and retry
+                except FileNotFoundError:
+                    pass
+        finally:
+            os.close(fd)

@@ -9,9 +9,13 @@ Guarantees (dra-api-facts.md 2.3-2.5, 6.3):
 - different claims run in parallel, the same claim UID is serialized, and a
   device held by one claim is refused to another unless the allocation shares
   it (adminAccess, or a consumable-capacity shareID on both);
-- with a shared lock file (rolling updates: several driver instances on one
-  node) every claim operation holds that lock and re-reads the checkpoint, so
-  an instance can unprepare what another prepared.
+- rolling updates (several driver instances on one node, `--pod-uid`): each
+  claim operation holds that claim's lock file for its whole run, and the
+  shared `serialize.lock` only around checkpoint sections (re-read, conflict
+  check, record writes), so an instance can unprepare what another prepared
+  while claims of different UIDs still run in parallel across instances. A
+  starting instance recovers under the shared lock and never rolls back a
+  claim whose lock file another live instance holds.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -33,7 +37,7 @@ from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.plugin.config import base_request, resolve_configs
-from dra_driver.plugin.locks import KeyedLocks, optional_file_lock
+from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, optional_file_lock
 from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 log = logging.getLogger(__name__)
@@ -73,6 +77,7 @@ class PrepareService:
         metrics: Metrics | None = None,
         workers: int = 8,
         shared_lock: Path | None = None,
+        claim_locks: Path | None = None,
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
@@ -84,6 +89,8 @@ class PrepareService:
         self._uid_locks = KeyedLocks()
         self._devices_lock = KeyedLocks()  # one key: conflict check + PrepareStarted are atomic
         self._shared_lock = shared_lock
+        locks_dir = claim_locks or (shared_lock.parent / "claims" if shared_lock is not None else None)
+        self._claim_files = ClaimFileLocks(locks_dir) if locks_dir is not None else None
         self._hold_dir = os.environ.get(HOLD_ENV)
 
     def close(self) -> None:
@@ -122,7 +129,7 @@ class PrepareService:
     def _prepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
         try:
             _check_ref(claim)
-            with self._uid_locks.hold(claim.uid), self._cross_instance():
+            with self._claim_lock(claim.uid):
                 return PrepareOutcome(devices=self._prepare_one(claim))
         except DraError as exc:
             log.warning("prepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
@@ -134,7 +141,7 @@ class PrepareService:
     def _unprepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
         try:
             _check_ref(claim)
-            with self._uid_locks.hold(claim.uid), self._cross_instance():
+            with self._claim_lock(claim.uid):
                 self._unprepare_one(claim)
                 return PrepareOutcome()
         except DraError as exc:
@@ -144,7 +151,17 @@ class PrepareService:
             log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
             return PrepareOutcome(error=f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
 
-    def _cross_instance(self):  # type: ignore[no-untyped-def]
+    def _claim_lock(self, uid: str) -> ExitStack:
+        """The claim's in-process lock, plus (rolling-update mode) its lock file across instances."""
+        stack = ExitStack()
+        stack.enter_context(self._uid_locks.hold(uid))
+        if self._claim_files is not None:
+            # The file goes once the claim has no record left, so lock files do not pile up.
+            stack.enter_context(self._claim_files.hold(uid, drop_when=lambda: self._checkpoint.get(uid) is None))
+        return stack
+
+    def _checkpoint_section(self) -> AbstractContextManager[None]:
+        """Rolling-update mode: the shared lock with the checkpoint re-read; single instance: nothing needed."""
         if self._shared_lock is None:
             return nullcontext()
         return _ReloadingLock(self._shared_lock, self._checkpoint)
@@ -152,10 +169,11 @@ class PrepareService:
     # --- prepare --------------------------------------------------------------
 
     def _prepare_one(self, ref: ClaimRef) -> list[CheckpointDevice]:
-        record = self._checkpoint.get(ref.uid)
+        with self._checkpoint_section():
+            record = self._checkpoint.get(ref.uid)
         if record is not None and record.completed:
             return record.devices
-        if record is not None:  # an earlier attempt failed half-way in this process
+        if record is not None:  # an earlier attempt failed half-way
             self._undo(record)
         claim = self._claims.get(ref.namespace, ref.name)
         allocated = self._our_devices(ref, claim)
@@ -163,31 +181,39 @@ class PrepareService:
             return []
         devices = [CheckpointDevice(d.request, d.pool, d.device, d.admin_access, d.share_id) for d in allocated]
         started = ClaimRecord(ref.uid, ref.namespace, ref.name, PREPARE_STARTED, devices)
-        with self._devices_lock.hold("devices"):
+        with self._devices_lock.hold("devices"), self._checkpoint_section():
             self._check_conflicts(ref, allocated)
             version = self._checkpoint.stage(started)  # reserves the devices for the next check
-        try:
+            if self._shared_lock is not None:  # other instances must see it before they check
+                self._commit_started(ref, version)
+        if self._shared_lock is None:
             # Durable before the backend acts; written outside the devices lock so that
             # concurrent claims share one write (group commit) instead of queueing on it.
-            self._checkpoint.commit(version)
-        except BaseException:
-            self._checkpoint.forget(ref.uid)
-            raise
+            self._commit_started(ref, version)
         try:
             prepared = self.backend.prepare(ref, allocated)
             # Recorded before anything else so a crash from here on is undone with the real state.
             # Not flushed to the device: a process crash still finds it (page cache), a power loss
             # voids the whole checkpoint (boot ID), and PrepareCompleted below is durable.
             started = replace(started, backend_state=dict(prepared.state))
-            self._checkpoint.put(started, durable=False)
+            with self._checkpoint_section():
+                self._checkpoint.put(started, durable=False)
             completed = self._write_cdi(ref, started, prepared)
             self._hold_for_tests(ref.uid)
-            self._checkpoint.put(completed)
+            with self._checkpoint_section():
+                self._checkpoint.put(completed)
         except BaseException:
             self._undo(started)
             raise
         log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
         return completed.devices
+
+    def _commit_started(self, ref: ClaimRef, version: int) -> None:
+        try:
+            self._checkpoint.commit(version)
+        except BaseException:
+            self._checkpoint.forget(ref.uid)
+            raise
 
     def _our_devices(self, ref: ClaimRef, claim: ResourceClaim) -> list[AllocatedDevice]:
         where = f"ResourceClaim {_name(ref)}"
@@ -252,7 +278,8 @@ class PrepareService:
     # --- unprepare and rollback -----------------------------------------------
 
     def _unprepare_one(self, ref: ClaimRef) -> None:
-        record = self._checkpoint.get(ref.uid)
+        with self._checkpoint_section():
+            record = self._checkpoint.get(ref.uid)
         if record is None:
             # Unknown claim: success, but drop a spec file a lost checkpoint may have left.
             cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
@@ -260,37 +287,78 @@ class PrepareService:
         self._undo(record)
         log.info("claim unprepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
 
-    def _undo(self, record: ClaimRecord) -> None:
-        """Release everything a (possibly partial) preparation holds; the record goes last."""
+    def _undo(self, record: ClaimRecord, section_held: bool = False) -> None:
+        """Release everything a (possibly partial) preparation holds; the record goes last.
+
+        The caller holds the claim's lock; `section_held` says it also holds the checkpoint section.
+        """
         ref = ClaimRef(record.namespace, record.name, record.uid)
         try:
             self.backend.unprepare(ref, record.backend_state)
         except DraError as exc:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
         cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
-        self._checkpoint.remove(record.uid)
+        with nullcontext() if section_held else self._checkpoint_section():
+            self._checkpoint.remove(record.uid)
 
     # --- start-up -------------------------------------------------------------
 
     def recover(self) -> None:
-        """After a (re)start: roll back half-prepared claims, drop orphaned specs, reconcile the backend."""
-        self._checkpoint.load()
+        """After a (re)start: roll back half-prepared claims, drop orphaned specs, reconcile the backend.
+
+        All of it runs in the checkpoint section (the shared lock in rolling-update
+        mode), so it sees a consistent file and no other instance records a claim
+        meanwhile. A claim another live instance is working on (its lock file is
+        held) is neither rolled back nor has its spec removed, and the backend is
+        not reconciled while such a claim is in flight: reconcile would destroy
+        the partitions that instance is creating.
+        """
+        with self._checkpoint_section():
+            if self._shared_lock is None:
+                self._checkpoint.load()
+            in_flight = self._roll_back_abandoned()
+            self._remove_orphaned_specs()
+            if in_flight:
+                log.warning(
+                    "another driver instance is preparing claims; backend reconcile skipped",
+                    extra=fields(driver=self.driver, claims=sorted(in_flight)),
+                )
+            else:
+                self.backend.reconcile([r.backend_state for r in self._checkpoint.records() if r.completed])
+        if self._metrics is not None:
+            self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+
+    def _roll_back_abandoned(self) -> set[str]:
+        """Undo half-prepared claims nobody works on; return the UIDs a live instance holds."""
+        in_flight: set[str] = set()
         for record in self._checkpoint.records():
             if record.completed:
                 continue
-            log.warning("rolling back half-prepared claim", extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid))
-            try:
-                self._undo(record)
-            except Exception as exc:  # keep the record: the next unprepare retries
-                log.error("rollback failed", extra=fields(driver=self.driver, uid=record.uid, error=str(exc)))
-        owned = {r.uid for r in self._checkpoint.records() if r.completed}
+            with self._try_claim(record.uid) as free:
+                if not free:
+                    in_flight.add(record.uid)
+                    continue
+                log.warning("rolling back half-prepared claim", extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid))
+                try:
+                    self._undo(record, section_held=True)
+                except Exception as exc:  # keep the record: the next unprepare retries
+                    log.error("rollback failed", extra=fields(driver=self.driver, uid=record.uid, error=str(exc)))
+        return in_flight
+
+    def _remove_orphaned_specs(self) -> None:
+        known = {r.uid for r in self._checkpoint.records()}
         for uid, path in cdi.our_spec_files(self._cdi_dir, self.driver).items():
-            if uid not in owned:
-                log.warning("removing orphaned CDI spec", extra=fields(driver=self.driver, path=str(path)))
-                cdi.remove_spec(path)
-        self.backend.reconcile([r.backend_state for r in self._checkpoint.records() if r.completed])
-        if self._metrics is not None:
-            self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+            if uid in known:
+                continue
+            with self._try_claim(uid) as free:
+                if free:
+                    log.warning("removing orphaned CDI spec", extra=fields(driver=self.driver, path=str(path)))
+                    cdi.remove_spec(path)
+
+    def _try_claim(self, uid: str) -> AbstractContextManager[bool]:
+        if self._claim_files is None:
+            return nullcontext(True)  # single instance: nobody else can be working on it
+        return self._claim_files.try_hold(uid)
 
 
 class _ReloadingLock:

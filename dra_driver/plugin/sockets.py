@@ -56,6 +56,16 @@ class PluginPaths:
         return self.plugin_dir / "serialize.lock" if self.pod_uid else None
 
     @property
+    def claim_locks_dir(self) -> Path | None:
+        """Per-claim lock files (rolling-update mode): claims of different UIDs never wait for each other."""
+        return self.plugin_dir / "claims" if self.pod_uid else None
+
+    @property
+    def publisher_lease(self) -> Path:
+        """Whoever holds the flock on this file is the one instance publishing this driver's slices."""
+        return self.plugin_dir / "publisher.lock"
+
+    @property
     def checkpoint(self) -> Path:
         return self.plugin_dir / "checkpoint.json"
 
