@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import grpc
 
@@ -27,6 +27,7 @@ from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
 from dra_driver.plugin.health import HealthHub, HealthServicer
+from dra_driver.plugin.lease import LeasedPublisher, Publisher
 from dra_driver.plugin.prepare import ClaimSource, PrepareService
 from dra_driver.plugin.registration import RegistrationServicer
 from dra_driver.plugin.servicers import add_dra_servicers
@@ -34,14 +35,6 @@ from dra_driver.plugin.sockets import PluginPaths, UnixServer
 from dra_driver.vendor import HealthEvent, VendorBackend
 
 log = logging.getLogger(__name__)
-
-
-class Publisher(Protocol):
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def set_device_health(self, event: HealthEvent) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -70,7 +63,8 @@ class DriverPlugin:
         self.driver = backend.driver_name
         self.paths = PluginPaths(settings.kubelet_dir.absolute(), self.driver, settings.pod_uid)
         self.settings = settings
-        self.publisher = publisher
+        # Only the holder of the per-(node, driver) lease publishes (rolling updates run two instances).
+        self.publisher = LeasedPublisher(publisher, self.paths.publisher_lease, self.driver) if publisher is not None else None
         self._inventory = inventory
         self._metrics = metrics
         checkpoint = Checkpoint(self.paths.checkpoint, settings.boot_id_path)
@@ -92,6 +86,18 @@ class DriverPlugin:
         self._health_thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start everything, or nothing: a failure half-way stops what was started (slices withdrawn
+        by the publisher's stop, DRA socket removed, health thread ended) and re-raises."""
+        try:
+            self._start()
+        except BaseException:
+            log.error("driver plugin failed to start; stopping what was started", extra=fields(driver=self.driver))
+            if self.publisher is not None:
+                self._best_effort(self.publisher.abort)
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         inventory = self._inventory or self.backend.discover()
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
         self.service.recover()
@@ -121,12 +127,15 @@ class DriverPlugin:
     def stop(self) -> None:
         """Deregister first (remove the registration socket), then stop serving; each step best effort."""
         for step in (self._stop_registration, self._stop_publisher, self._stop_health_feed, self._stop_dra):
-            try:
-                step()
-            except Exception as exc:
-                log.error("stopping driver plugin step failed", extra=fields(driver=self.driver, step=step.__name__, error=str(exc)))
+            self._best_effort(step)
         self.service.close()
         log.info("driver plugin stopped", extra=fields(driver=self.driver))
+
+    def _best_effort(self, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except Exception as exc:
+            log.error("stopping driver plugin step failed", extra=fields(driver=self.driver, step=getattr(step, "__name__", str(step)), error=str(exc)))
 
     def _stop_registration(self) -> None:
         if self._reg_server is not None:

@@ -37,6 +37,10 @@ class DaemonPublisher:
     def set_device_health(self, event: HealthEvent) -> None:
         self.publisher.apply_health_event(event)
 
+    def withdraw(self) -> int:
+        """Delete this (node, driver)'s slices: a driver that failed to start must not advertise devices."""
+        return self.publisher.withdraw()
+
 
 def backend_inventory_source(backend: VendorBackend, first: Inventory | None = None) -> InventorySource:
     """Inventory from the backend; the daemon's initial discovery is used once instead of discovering twice.

@@ -1,0 +1,132 @@
+"""Start failures leave nothing running; only one instance per (node, driver) publishes slices."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from conftest import make_settings
+from example_backend import DRIVER, ExampleBackend
+
+from dra_driver.daemon import Daemon
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.plugin.lease import LeasedPublisher
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.publisher.daemon_adapter import publisher_factory
+from dra_driver.vendor import BackendSettings, HealthEvent
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def driver_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if DRIVER in t.name]
+
+
+def test_driver_failing_after_publisher_start_is_fully_stopped(short_tmp: Path, apiserver):
+    """The registration socket cannot be created (a plain file is in the way): the last start step fails."""
+    apiserver.add_node("node-a")
+    settings = make_settings(short_tmp)
+    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER)
+    paths.registry_dir.mkdir(parents=True)
+    paths.registration_socket.write_text("not a socket")
+    published = threading.Event()
+    api = apiserver.api_client()
+    build = publisher_factory(api, "node-a")
+
+    def factory(backend, inventory):
+        publisher = build(backend, inventory)
+        real_stop = publisher.publisher.stop
+
+        def stop_after_first_publish(*args, **kwargs):
+            # Make the race deterministic: the slices were written before the failure is handled.
+            wait_for(lambda: len(apiserver.objects("ResourceSlice")) > 0)
+            published.set()
+            return real_stop(*args, **kwargs)
+
+        publisher.publisher.stop = stop_after_first_publish  # type: ignore[method-assign]
+        return publisher
+
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(api), settings, publisher_factory=factory)
+    status = daemon.start()
+    try:
+        assert status.running == [] and "not a socket" in status.failed[DRIVER]
+        assert published.is_set(), "publisher was not stopped"
+        assert apiserver.objects("ResourceSlice") == [], "a driver that is not registered still advertises devices"
+        assert not paths.dra_socket.exists()
+        wait_for(lambda: driver_threads() == [])
+        assert not paths.publisher_lease.exists() or _lease_free(paths.publisher_lease)
+    finally:
+        daemon.stop()
+
+
+def _lease_free(path: Path) -> bool:
+    probe = LeasedPublisher(_FakePublisher(), path, "probe")
+    probe.start()
+    free = probe.publishing.is_set()
+    probe.stop()
+    return free
+
+
+class _FakePublisher:
+    def __init__(self) -> None:
+        self.started = 0
+        self.stopped = 0
+        self.health: list[HealthEvent] = []
+
+    def start(self) -> None:
+        self.started += 1
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+    def set_device_health(self, event: HealthEvent) -> None:
+        self.health.append(event)
+
+
+def test_only_the_lease_holder_publishes_and_the_other_takes_over(tmp_path: Path):
+    lease = tmp_path / "publisher.lock"
+    old_inner, new_inner = _FakePublisher(), _FakePublisher()
+    old = LeasedPublisher(old_inner, lease, DRIVER, poll_interval=0.02)
+    new = LeasedPublisher(new_inner, lease, DRIVER, poll_interval=0.02)
+    old.start()
+    new.start()
+    try:
+        assert old.publishing.is_set() and old_inner.started == 1
+        time.sleep(0.1)  # several polls: the new instance must keep waiting
+        assert not new.publishing.is_set() and new_inner.started == 0
+        new.set_device_health(HealthEvent(device="gpu-0", healthy=False, reason="xid"))
+        assert [e.device for e in new_inner.health] == ["gpu-0"]  # kept for when it publishes
+        old.stop()
+        assert old_inner.stopped == 1
+        wait_for(new.publishing.is_set)
+        assert new_inner.started == 1
+    finally:
+        new.stop()
+        old.stop()
+    assert new_inner.stopped == 1
+
+
+def test_second_daemon_publishes_once_the_first_stops(short_tmp: Path, apiserver):
+    apiserver.add_node("node-a")
+    api = apiserver.api_client()
+    daemons = []
+    for pod in ("pod-old", "pod-new"):
+        settings = make_settings(short_tmp, pod_uid=pod)
+        daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a"))
+        assert daemon.start().running == [DRIVER]
+        daemons.append(daemon)
+    old, new = (d.plugins[DRIVER].publisher for d in daemons)
+    try:
+        assert old.publishing.is_set() and not new.publishing.is_set()
+        wait_for(lambda: len(apiserver.objects("ResourceSlice")) > 0)
+        daemons[0].stop()
+        wait_for(new.publishing.is_set)
+    finally:
+        for daemon in daemons:
+            daemon.stop()
