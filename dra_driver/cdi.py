@@ -3,9 +3,15 @@
 Layout (our convention, documented in docs/plugin.md):
 - kind `k8s.<driver>/device`, e.g. `k8s.gpu.nvidia.com/device`;
 - file `<cdi_dir>/k8s.<driver>-device_<claimUID>.json`;
-- one CDI device per allocated device, named `<claimUID>-<device>` (plus
-  `-<shareID>` for consumable-capacity shares) so a name is never reused for
-  another meaning (runtimes may cache specs);
+- one CDI device per allocated (pool, device[, shareID]), named
+  `<claimUID>-<pool>-<device>[-<shareID>]`; a device in several results of one
+  claim (adminAccess in two requests) is one CDI device, because CDI requires
+  unique names within a spec;
+- edits describing one request's devices as a set (`PreparedClaim.request_edits`,
+  e.g. a visibility env var) go to an extra CDI device `<claimUID>-request-<request>`
+  whose ID is added to every device of that request: the kubelet gives a
+  container only the CDI IDs of the requests it references, so it sees only
+  its own request's set;
 - edits that belong to the claim as a whole go to the spec-level
   `containerEdits`, which CDI applies once when any device of the spec is
   injected: exactly "once per container that uses this claim".
@@ -41,9 +47,22 @@ def cdi_kind(driver: str) -> str:
     return f"{cdi_vendor(driver)}/{CDI_CLASS}"
 
 
-def cdi_device_name(claim_uid: str, device: str, share_id: str | None = None) -> str:
-    name = f"{claim_uid}-{device}"
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def cdi_device_name(claim_uid: str, pool: str, device: str, share_id: str | None = None) -> str:
+    """`<claimUID>-<pool>-<device>[-<shareID>]`: unique per (pool, device, share) within the claim.
+
+    Pool names may hold `/` (not allowed in CDI names); it becomes `_`, which a
+    pool or device name (DNS subdomain/label) can never contain, so no collision.
+    """
+    name = _NAME_UNSAFE.sub("_", f"{claim_uid}-{pool}-{device}")
     return f"{name}-{share_id}" if share_id else name
+
+
+def request_device_name(claim_uid: str, request: str) -> str:
+    """The extra CDI device carrying one request's set-wide edits (e.g. a visibility env listing its devices)."""
+    return f"{claim_uid}-request-{request}"
 
 
 def qualified_id(driver: str, name: str) -> str:
@@ -136,6 +155,10 @@ class SpecDevice:
 
 def build_claim_spec(driver: str, devices: Sequence[SpecDevice], claim_edits: ContainerEdits) -> dict[str, Any]:
     """The CDI spec dict of one claim, with the minimum cdiVersion for its content."""
+    names = [dev.name for dev in devices]
+    if len(set(names)) != len(names):  # the runtime would reject the whole spec
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"CDI device names must be unique within a spec; duplicated: {', '.join(duplicates)}")
     rendered = []
     for dev in devices:
         edits = dev.edits if not dev.edits.is_empty() else ContainerEdits(env=[device_marker_env(driver, dev.device)])

@@ -252,17 +252,34 @@ class PrepareService:
                 )
 
     def _write_cdi(self, ref: ClaimRef, record: ClaimRecord, prepared: PreparedClaim) -> ClaimRecord:
+        """One spec per claim: a CDI device per distinct (pool, device, share), plus one per request
+        with set-wide edits whose ID is added to that request's devices."""
         edits_by_device: dict[str, list[ContainerEdits]] = {}
         for dev in prepared.devices:
             edits_by_device.setdefault(dev.device, []).append(dev.edits)
         spec_devices: list[cdi.SpecDevice] = []
-        devices: list[CheckpointDevice] = []
+        ids_by_key: dict[tuple[str, str, str | None], str] = {}
         for dev in record.devices:
+            key = (dev.pool, dev.device, dev.share_id)
+            if key in ids_by_key:  # the same device in two results (adminAccess in two requests)
+                continue
             queue = edits_by_device.get(dev.device) or [ContainerEdits()]
             edits = queue.pop(0) if len(queue) > 1 else queue[0]
-            name = cdi.cdi_device_name(ref.uid, dev.device, dev.share_id)
+            name = cdi.cdi_device_name(ref.uid, dev.pool, dev.device, dev.share_id)
             spec_devices.append(cdi.SpecDevice(name=name, device=dev.device, edits=edits))
-            devices.append(replace(dev, cdi_ids=[cdi.qualified_id(self.driver, name)]))
+            ids_by_key[key] = cdi.qualified_id(self.driver, name)
+        request_ids: dict[str, str] = {}
+        requests = {dev.request for dev in record.devices}
+        for request, edits in sorted(prepared.request_edits.items()):
+            if request not in requests or edits.is_empty():
+                continue
+            name = cdi.request_device_name(ref.uid, request)
+            spec_devices.append(cdi.SpecDevice(name=name, device=request, edits=edits))
+            request_ids[request] = cdi.qualified_id(self.driver, name)
+        devices = [
+            replace(dev, cdi_ids=[ids_by_key[(dev.pool, dev.device, dev.share_id)]] + ([request_ids[dev.request]] if dev.request in request_ids else []))
+            for dev in record.devices
+        ]
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
         cdi.write_spec_atomic(path, cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits))
         return replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))

@@ -85,7 +85,15 @@ class ExampleBackend(VendorBackend):
             for d in devices
         ]
         visible = ",".join(d.device for d in devices)
-        return PreparedClaim(devices=prepared, claim_edits=ContainerEdits(env=[f"EXAMPLE_VISIBLE_DEVICES={visible}"]), state={"uid": claim.uid, "devices": [d.device for d in devices]})
+        by_request: dict[str, list[str]] = {}
+        for d in devices:
+            by_request.setdefault(d.request, []).append(d.device)
+        return PreparedClaim(
+            devices=prepared,
+            claim_edits=ContainerEdits(env=[f"EXAMPLE_VISIBLE_DEVICES={visible}"]),
+            request_edits={request: ContainerEdits(env=[f"EXAMPLE_REQUEST_DEVICES={','.join(names)}"]) for request, names in by_request.items()},
+            state={"uid": claim.uid, "devices": [d.device for d in devices]},
+        )
 
     def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
         self._record("unprepare", {"uid": claim.uid, "state": dict(state)})

@@ -63,8 +63,10 @@ def test_prepare_unprepare_round_trip(node: Node, version: str):
     assert spec["kind"] == f"k8s.{DRIVER}/device"
     names = {d["name"] for d in spec["devices"]}
     for device in entry.devices:
-        assert list(device.cdi_device_ids) == [f"k8s.{DRIVER}/device={ref.uid}-{device.device_name}"]
-        assert f"{ref.uid}-{device.device_name}" in names
+        request = device.request_names[0]
+        own = f"{ref.uid}-node-a-{device.device_name}"
+        assert list(device.cdi_device_ids) == [f"k8s.{DRIVER}/device={own}", f"k8s.{DRIVER}/device={ref.uid}-request-{request}"]
+        assert own in names and f"{ref.uid}-request-{request}" in names
     assert spec["containerEdits"]["env"] == ["EXAMPLE_VISIBLE_DEVICES=gpu-0,gpu-1,gpu-5"]
     if version == "v1.DRAPlugin":
         assert not any(d.HasField("share_id") for d in entry.devices)
@@ -129,7 +131,7 @@ def test_share_id_is_returned_on_v1_only(node: Node):
     ref = ClaimRef("default", "shared", uid)
     v1_entry = node.connect().prepare([ref]).claims[uid]
     assert v1_entry.devices[0].share_id == share
-    assert v1_entry.devices[0].cdi_device_ids[0].endswith(f"={uid}-gpu-6-{share}")
+    assert v1_entry.devices[0].cdi_device_ids[0].endswith(f"={uid}-node-a-gpu-6-{share}")
     beta_entry = node.connect(only="v1beta1.DRAPlugin").prepare([ref]).claims[uid]
     assert beta_entry.devices[0].device_name == "gpu-6"
 

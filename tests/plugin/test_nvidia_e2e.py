@@ -31,7 +31,7 @@ def test_prepare_unprepare_with_nvidia_backend(short_tmp, apiserver):
         conn = register(plugin.paths.registration_socket)
         entry = conn.prepare([ref]).claims[ref.uid]
         assert entry.error == ""
-        assert list(entry.devices[0].cdi_device_ids) == [f"k8s.gpu.nvidia.com/device={ref.uid}-gpu-3"]
+        assert entry.devices[0].cdi_device_ids[0] == f"k8s.gpu.nvidia.com/device={ref.uid}-node-a-gpu-3"
         spec = json.loads((settings.cdi_dir / f"k8s.gpu.nvidia.com-device_{ref.uid}.json").read_text())
         paths = [n["path"] for d in spec["devices"] for n in d["containerEdits"].get("deviceNodes", [])]
         assert "/dev/nvidia3" in paths
