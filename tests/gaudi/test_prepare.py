@@ -10,8 +10,8 @@ from dra_driver.vendor import AllocatedDevice, ClaimRef, DeviceNode, Hook, Mount
 CLAIM = ClaimRef(namespace="default", name="train", uid="4d1c6e0a-7a0e-4a43-9b0e-3b8c5a1f0c11")
 
 
-def allocate(*names: str) -> list[AllocatedDevice]:
-    return [AllocatedDevice(request="gaudi", pool="node", device=name) for name in names]
+def allocate(*names: str, request: str = "gaudi") -> list[AllocatedDevice]:
+    return [AllocatedDevice(request=request, pool="node", device=name) for name in names]
 
 
 def env_map(env: list[str]) -> dict[str, str]:
@@ -31,11 +31,12 @@ def test_device_nodes_per_device(open_profile):
     assert device.edits.env == [] and device.edits.hooks == []
 
 
-def test_claim_env_lists_indices_modules_and_paths_sorted(open_profile):
+def test_request_env_lists_indices_modules_and_paths_sorted(open_profile):
     backend = open_profile("gaudi2-hls")
     # accel 6 (module 0), accel 1 (module 4), accel 3 (module 6), given out of order.
     prepared = backend.prepare(CLAIM, allocate("0000-b3-00-0-0x1020", "0000-1a-00-0-0x1020", "0000-4e-00-0-0x1020"))
-    assert env_map(prepared.claim_edits.env) == {
+    assert prepared.claim_edits.env == []  # a claim-wide list would span requests
+    assert env_map(prepared.request_edits["gaudi"].env) == {
         "HABANA_VISIBLE_DEVICES": "1,3,6",
         "HABANA_VISIBLE_MODULES": "0,4,6",
         "HL_VISIBLE_DEVICES": "/dev/accel/accel1,/dev/accel/accel3,/dev/accel/accel6",
@@ -105,4 +106,16 @@ def test_same_device_twice_in_a_claim_is_prepared_once(open_profile):
     backend = open_profile("gaudi2-hls")
     prepared = backend.prepare(CLAIM, allocate("0000-19-00-0-0x1020", "0000-19-00-0-0x1020"))
     assert len(prepared.devices) == 1
-    assert env_map(prepared.claim_edits.env)["HABANA_VISIBLE_DEVICES"] == "0"
+    assert env_map(prepared.request_edits["gaudi"].env)["HABANA_VISIBLE_DEVICES"] == "0"
+
+
+def test_visibility_env_is_per_request(open_profile):
+    backend = open_profile("gaudi2-hls")
+    # accel 6 and 1 for request "train", accel 3 for request "infer".
+    allocated = allocate("0000-b3-00-0-0x1020", "0000-1a-00-0-0x1020", request="train") + allocate("0000-4e-00-0-0x1020", request="infer")
+    prepared = backend.prepare(CLAIM, allocated)
+    assert set(prepared.request_edits) == {"train", "infer"}
+    train, infer = (env_map(prepared.request_edits[r].env) for r in ("train", "infer"))
+    assert (train["HABANA_VISIBLE_DEVICES"], train["HABANA_VISIBLE_MODULES"]) == ("1,6", "0,4")
+    assert (infer["HABANA_VISIBLE_DEVICES"], infer["HL_VISIBLE_DEVICES"]) == ("3", "/dev/accel/accel3")
+    assert not any(e.startswith(("HABANA_", "HL_")) for e in prepared.claim_edits.env)

@@ -30,7 +30,7 @@ from dra_driver_gaudi import sysfs
 from dra_driver_gaudi.attributes import DeviceFacts, build_device
 from dra_driver_gaudi.config import parse_config
 from dra_driver_gaudi.discovery import GaudiDevice, discover_devices
-from dra_driver_gaudi.edits import claim_edits, device_edits
+from dra_driver_gaudi.edits import claim_edits, device_edits, visibility_edits
 from dra_driver_gaudi.fake_hlml import FakeHlml
 from dra_driver_gaudi.fake_sysfs import FakeSysfs, build_fake_sysfs
 from dra_driver_gaudi.health import DEFAULT_INTERVAL_S, HealthState, watch
@@ -140,9 +140,13 @@ class GaudiBackend(VendorBackend):
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
         resolved = [self._resolve(allocated.device) for allocated in devices]
         unique = list({device.name: device for device in resolved}.values())
+        by_request: dict[str, list[GaudiDevice]] = {}
+        for allocated, device in zip(devices, resolved):
+            by_request.setdefault(allocated.request, []).append(device)
         return PreparedClaim(
             devices=[PreparedDevice(device=device.name, edits=device_edits(device, self.settings)) for device in unique],
-            claim_edits=claim_edits(unique, self.settings),
+            claim_edits=claim_edits(self.settings),
+            request_edits={request: visibility_edits(members) for request, members in by_request.items()},
         )
 
     def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:

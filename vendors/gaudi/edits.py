@@ -48,15 +48,25 @@ def _hook(settings: BackendSettings) -> Hook | None:
     return None
 
 
-def claim_edits(devices: Sequence[GaudiDevice], settings: BackendSettings) -> ContainerEdits:
-    by_index = sorted(devices, key=lambda device: device.accel_index)
-    edits = ContainerEdits(
+def visibility_edits(devices: Sequence[GaudiDevice]) -> ContainerEdits:
+    """The env vars naming one request's devices as a set (PreparedClaim.request_edits).
+
+    Per request, not per claim: the kubelet hands a container only the devices of
+    the requests it names, and a list spanning requests would expose the others.
+    """
+    by_index = sorted({d.name: d for d in devices}.values(), key=lambda device: device.accel_index)
+    return ContainerEdits(
         env=[
             f"HABANA_VISIBLE_DEVICES={_joined([d.accel_index for d in by_index])}",
             f"HABANA_VISIBLE_MODULES={_joined(sorted(d.module_id for d in by_index))}",
             f"HL_VISIBLE_DEVICES={_joined([f'/dev/accel/accel{d.accel_index}' for d in by_index])}",
         ]
     )
+
+
+def claim_edits(settings: BackendSettings) -> ContainerEdits:
+    """What every container using the claim gets once: the runtime hook and the GaudiNet file."""
+    edits = ContainerEdits()
     hook = _hook(settings)
     if hook is not None:
         edits.hooks.append(hook)
