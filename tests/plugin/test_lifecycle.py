@@ -17,15 +17,16 @@ from dra_driver.publisher.daemon_adapter import publisher_factory
 from dra_driver.vendor import BackendSettings, HealthEvent
 
 
-def wait_for(predicate, timeout: float = 10.0) -> None:
+def wait_for(predicate, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
 
 
-def driver_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if DRIVER in t.name]
+def driver_threads(before: set[threading.Thread]) -> list[str]:
+    """Threads of this driver started since `before` (other tests may leave their own behind)."""
+    return [t.name for t in threading.enumerate() if DRIVER in t.name and t not in before]
 
 
 def test_driver_failing_after_publisher_start_is_fully_stopped(short_tmp: Path, apiserver):
@@ -53,13 +54,14 @@ def test_driver_failing_after_publisher_start_is_fully_stopped(short_tmp: Path, 
         return publisher
 
     daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(api), settings, publisher_factory=factory)
+    before = set(threading.enumerate())
     status = daemon.start()
     try:
         assert status.running == [] and "not a socket" in status.failed[DRIVER]
         assert published.is_set(), "publisher was not stopped"
         assert apiserver.objects("ResourceSlice") == [], "a driver that is not registered still advertises devices"
         assert not paths.dra_socket.exists()
-        wait_for(lambda: driver_threads() == [])
+        wait_for(lambda: driver_threads(before) == [])
         assert not paths.publisher_lease.exists() or _lease_free(paths.publisher_lease)
     finally:
         daemon.stop()
