@@ -14,12 +14,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from dra_driver.errors import DraError
 from dra_driver.logs import fields
 
 log = logging.getLogger(__name__)
 
 # Prepare is expected to take a few ms; the tail buckets catch slow backends (MIG creation).
 _BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 45.0)
+
+
+class MetricsPortError(DraError):
+    """The --metrics-port cannot be bound (in use, or not permitted)."""
 
 
 class Metrics:
@@ -73,6 +78,9 @@ class Metrics:
         """Expose /metrics on the port (0 = off); returns the server or None."""
         if port <= 0:
             return None
-        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        try:
+            server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        except OSError as exc:
+            raise MetricsPortError(f"cannot serve metrics on {address}:{port} (--metrics-port): {exc.strerror or exc}; choose a free port or 0 to turn metrics off") from exc
         log.info("serving metrics", extra=fields(port=port))
         return server

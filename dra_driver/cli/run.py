@@ -75,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         return daemon.run_until_signal()
+    except DraError as exc:  # e.g. a busy --metrics-port: a clear line, not a traceback
+        print(f"dra-driver run: {exc}", file=sys.stderr)
+        daemon.stop()
+        return 1
     finally:
         for backend in daemon.backends:
             try:

@@ -1,0 +1,70 @@
+"""The /metrics endpoint after real calls, and a clear error for a busy --metrics-port."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import make_settings
+from example_backend import DRIVER, ExampleBackend
+from prometheus_client.parser import text_string_to_metric_families
+
+from dra_driver.daemon import Daemon
+from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.metrics import MetricsPortError
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.vendor import BackendSettings, ClaimRef
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: Path, apiserver):
+    port = free_port()
+    settings = make_settings(short_tmp)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    assert daemon.start().running == [DRIVER]
+    try:
+        good = apiserver.store.put(allocated_claim_object("good", "default", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]}))
+        bad = apiserver.store.put(allocated_claim_object("bad", "default", DRIVER, "node-a", {"gpu": ["gpu-2"]}, config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"fail": True}}}]))
+        refs = [ClaimRef("default", o["metadata"]["name"], o["metadata"]["uid"]) for o in (good, bad)]
+        conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
+        response = conn.prepare(refs)
+        assert response.claims[refs[0].uid].error == "" and response.claims[refs[1].uid].error != ""
+        got = samples(port)
+        method = next(labels for (name, labels) in got if name == "dra_driver_requests_total" and ("driver", DRIVER) in labels and any(k == "method" and "Prepare" in v for k, v in labels))
+        assert got[("dra_driver_requests_total", method)] == 1
+        assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", "prepare"), ("result", "ok")))] == 1
+        assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", "prepare"), ("result", "error")))] == 1
+        assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", "prepare")))] == 1
+        assert got[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 2
+        method_labels = dict(method)["method"]
+        count = got[("dra_driver_request_duration_seconds_count", (("driver", DRIVER), ("method", method_labels)))]
+        assert count == 1
+        conn.unprepare(refs[:1])
+        assert samples(port)[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 0
+        conn.close()
+    finally:
+        daemon.stop()
+
+
+def test_busy_metrics_port_is_a_clear_error(short_tmp: Path, apiserver):
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp), metrics_port=port)
+        with pytest.raises(MetricsPortError, match=f"{port}.*--metrics-port"):
+            daemon.start()
+        daemon.stop()
