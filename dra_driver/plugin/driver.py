@@ -157,6 +157,9 @@ class DriverPlugin:
 
     def _start_health_feed(self) -> None:
         self._stop_health.clear()
+        if type(self.backend).watch_health is VendorBackend.watch_health:
+            # No health source at all (the ABC default): nothing to watch, devices stay as discovered.
+            return
         self._health_thread = threading.Thread(target=self._health_loop, name=f"health-{self.driver}", daemon=True)
         self._health_thread.start()
 
@@ -167,13 +170,25 @@ class DriverPlugin:
             self._health_thread = None
 
     def _health_loop(self) -> None:
+        """Feed backend events to the hub; a source that dies before stop turns every device UNKNOWN."""
         try:
             for event in self.backend.watch_health(self._stop_health):
                 self.on_health_event(event)
                 if self._stop_health.is_set():
                     return
         except Exception as exc:  # a broken health source must not stop claim handling
-            log.error("health watch failed; device health is no longer updated", extra=fields(driver=self.driver, error=str(exc)))
+            self._health_source_lost(f"health watch failed: {type(exc).__name__}: {exc}")
+            return
+        if not self._stop_health.is_set():
+            self._health_source_lost("health watch ended unexpectedly")
+
+    def _health_source_lost(self, reason: str) -> None:
+        assert self.hub is not None
+        if self.hub.source_lost(reason):
+            log.warning(
+                "device health source lost; reporting all devices Unknown",
+                extra=fields(driver=self.driver, reason=reason),
+            )
 
     def on_health_event(self, event: HealthEvent) -> None:
         """Route one backend health event to the kubelet stream and the publisher seam."""

@@ -1,0 +1,75 @@
+"""The ClusterRole grants exactly the verbs the daemon really sends to the API server.
+
+A daemon with the slice publisher runs against the simulated API server through
+its whole life (publish, delete an obsolete slice, health taint, prepare, stop); the verbs
+the server saw per resource must equal what deploy/ grants.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.vendor import BackendSettings, ClaimRef, HealthEvent
+from tests.deploy.test_manifests import by_kind, render
+from tests.publisher.conftest import NODE, device_names, eventually, slices
+from tests.publisher.test_daemon_wiring import ToyBackend, make_daemon
+
+DRIVER = "gpu.example.com"
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="dra-rbac-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _slice(name: str, pool: str) -> dict[str, object]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "old-0"}]},
+    }
+
+
+def granted_verbs() -> dict[str, set[str]]:
+    (role,) = by_kind(render("all"), "ClusterRole")
+    granted: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            granted.setdefault(resource, set()).update(rule["verbs"])
+    return granted
+
+
+def test_cluster_role_verbs_equal_the_verbs_the_daemon_uses(short_tmp: Path) -> None:
+    granted = granted_verbs()
+    with SimApiServer() as server:
+        server.add_node(NODE)
+        stored = server.store.put(allocated_claim_object("c1", "default", DRIVER, NODE, {"gpu": ["gpu-0"]}))
+        stale = server.store.put(_slice("stale", pool="old-pool"))  # from an earlier run: obsolete
+        server.reset_counters()
+        backend = ToyBackend(DRIVER, BackendSettings(node_name=NODE, partitioning="static"))
+        daemon = make_daemon(short_tmp, server, [backend])
+        daemon.start()
+        try:
+            eventually(lambda: device_names(slices(server, driver=DRIVER)) == {"gpu-0", "gpu-1"}, message="published, stale slice gone")
+            backend.health.put(HealthEvent(device="gpu-1", healthy=False, reason="XID 79"))
+            eventually(lambda: any(d.get("taints") for o in slices(server, driver=DRIVER) for d in o["spec"]["devices"]), message="taint published")
+            outcome = daemon.plugins[DRIVER].service.prepare([ClaimRef("default", "c1", stored["metadata"]["uid"])])
+            assert outcome[stored["metadata"]["uid"]].error == ""
+        finally:
+            daemon.stop()
+        assert stale["metadata"]["name"] not in {o["metadata"]["name"] for o in slices(server, driver=DRIVER)}
+        used: dict[str, set[str]] = {}
+        for verb, plural in server.requests:
+            used.setdefault(plural, set()).add(verb)
+    # slices(server) above reads the store directly, so every counted request came from the daemon.
+    assert used == granted
