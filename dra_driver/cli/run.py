@@ -41,13 +41,21 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="per-pod socket names for rolling updates (default: $POD_UID)")
     parser.add_argument("--state-dir", type=Path, default=None, help="directory for backend state (default: none)")
+    parser.add_argument(
+        "--driver-root",
+        type=Path,
+        default=Path(os.environ.get("DRIVER_ROOT") or "/"),
+        help="where the host's vendor driver files are mounted (default: $DRIVER_ROOT or /); the NVIDIA backend loads libnvidia-ml.so.1 from there",
+    )
 
 
 def build_daemon(args: argparse.Namespace) -> Daemon:
     """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = load_profile(args.profile) if args.profile else None
-    backend_settings = BackendSettings(node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir)
+    backend_settings = BackendSettings(
+        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root
+    )
     opened = open_backends(backend_settings, profile, vendors)
     for problem in opened.unavailable:
         log.warning("vendor backend unavailable", extra=fields(vendor=problem.vendor, reason=problem.reason))

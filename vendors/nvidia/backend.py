@@ -88,7 +88,7 @@ class NvidiaBackend(VendorBackend):
     def from_host(cls, settings: BackendSettings) -> NvidiaBackend:
         if isinstance(fake_nvml.installed(), fake_nvml.FakeNvmlLibrary):
             fake_nvml.install(None)  # a simulated library left behind must not stand in for the host
-        _start_nvml()
+        _start_nvml(settings.driver_root)
         return cls(settings)
 
     @classmethod
@@ -387,14 +387,16 @@ class NvidiaBackend(VendorBackend):
         return [name] if name else []
 
 
-def _start_nvml() -> None:
+def _start_nvml(driver_root: Path = Path("/")) -> None:
     """nvmlInit plus a device count; BackendUnavailable with a plain reason when NVIDIA cannot run here."""
     try:
-        nvml.init()
+        nvml.init(driver_root)
     except NvmlError as exc:
         if exc.library_missing:
             raise BackendUnavailable(
-                "nvidia", "the NVIDIA driver library (libnvidia-ml.so.1) is not installed or not loadable; install the driver, or use --profile to simulate"
+                "nvidia",
+                f"the NVIDIA driver library (libnvidia-ml.so.1) is not installed or not loadable ({exc.detail}); "
+                "install the driver, point --driver-root at the host's driver files, or use --profile to simulate",
             ) from exc
         raise BackendUnavailable("nvidia", f"NVML could not start: {exc}") from exc
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pynvml
@@ -85,7 +86,41 @@ def call(fn: Callable[..., T], *args: Any) -> T:
 # ---- library and system -------------------------------------------------------
 
 
-def init() -> None:
+# Where distributions put libnvidia-ml.so.1, relative to the driver root.
+LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib", "lib64", "lib")
+LIBRARY_NAME = "libnvidia-ml.so.1"
+
+
+def find_library(driver_root: Path) -> Path | None:
+    """libnvidia-ml.so.1 under a host driver root mounted into the container, if present."""
+    for directory in LIBRARY_DIRS:
+        candidate = driver_root / directory / LIBRARY_NAME
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def load_library(driver_root: Path) -> None:
+    """Load NVML from the driver root instead of the dynamic loader's search path.
+
+    Putting the host's library directories on LD_LIBRARY_PATH would make every
+    library of the container (libc, libssl, Python's own) resolve from the host;
+    loading the one file by path keeps the container's userland intact. pynvml
+    skips its own loading when nvmlLib is already set.
+    """
+    if driver_root == Path("/") or pynvml.nvmlLib is not None:
+        return
+    path = find_library(driver_root)
+    if path is None:
+        raise NvmlError("load", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, f"{LIBRARY_NAME} not found under driver root {driver_root} (looked in {', '.join(LIBRARY_DIRS)})")
+    try:
+        pynvml.nvmlLib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise NvmlError("load", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, f"cannot load {path}: {exc}") from exc
+
+
+def init(driver_root: Path = Path("/")) -> None:
+    load_library(driver_root)
     # NO_GPUS: init succeeds on a node whose GPUs are all broken or absent, so we
     # can report "no GPUs" plainly and still publish the healthy ones otherwise.
     call(pynvml.nvmlInitWithFlags, pynvml.NVML_INIT_FLAG_NO_GPUS)
