@@ -1,15 +1,27 @@
-"""The plugin's on-disk record of prepared claims.
+"""The plugin's on-disk record of prepared claims: one small file per claim.
 
 Two phases per claim: `PrepareStarted` is written before the backend touches
 the hardware and `PrepareCompleted` after the CDI spec is on disk, so a crash
-in between leaves a record that the next start rolls back. The file is one
-JSON document with a SHA-256 checksum over its content, written atomically
-(temp file, fsync, rename). It is tied to the boot ID: after a reboot nothing
-that was prepared exists any more (CDI specs live on tmpfs, partitions are
-gone), so a checkpoint from another boot is treated as empty.
+in between leaves a record that the next start rolls back.
 
-A corrupt file is never fatal: it is logged, moved aside and replaced by an
-empty checkpoint, because a crash loop would block every pod on the node.
+Layout (format 2): a directory with one file per claim, `<uid>.json` (a UID
+that is not a plain file name is stored under the SHA-256 of the UID; the
+record inside names its UID). Each file is a JSON document `{"body": {...},
+"checksum": sha256(canonical body)}` whose body holds the boot ID, the format
+version and the record, written atomically (temp file, data flush, rename).
+A write therefore costs the same whatever the number of live claims, and two
+claims never wait for each other's write.
+
+Every record carries the boot ID: after a reboot nothing that was prepared
+exists any more (CDI specs live on tmpfs, partitions are gone), so records
+from another boot are void and deleted on load.
+
+A corrupt or torn record file is never fatal: it is logged, moved aside
+(`<file>.corrupt-<time>`, which is never loaded again) and ignored; the other
+claims' records are unaffected. A crash loop would block every pod on the node.
+
+Format 1 (one `checkpoint.json` holding every claim) is migrated on load: its
+records are written as format-2 files and the old file is removed.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -29,11 +42,14 @@ from dra_driver.logs import fields
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+LEGACY_FORMAT_VERSION = 1
 DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 PREPARE_STARTED = "PrepareStarted"
 PREPARE_COMPLETED = "PrepareCompleted"
 Phase = Literal["PrepareStarted", "PrepareCompleted"]
+_RECORD_SUFFIX = ".json"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 
 
 @dataclass
@@ -107,18 +123,18 @@ def _checksum(body: dict[str, Any]) -> str:
 
 
 class Checkpoint:
-    """Thread-safe claim records, persisted on every change."""
+    """Thread-safe claim records, each persisted in its own file on every change."""
 
-    def __init__(self, path: Path, boot_id_path: Path = DEFAULT_BOOT_ID_PATH) -> None:
-        self.path = path
+    def __init__(self, path: Path, boot_id_path: Path = DEFAULT_BOOT_ID_PATH, legacy_path: Path | None = None) -> None:
+        self.path = path  # the directory of record files
+        self.legacy_path = legacy_path  # a format-1 file to migrate, if any
         self.boot_id = read_boot_id(boot_id_path)
         self._claims: dict[str, ClaimRecord] = {}
-        self._texts: dict[str, str] = {}  # uid -> '"<uid>":<canonical JSON of the record>'
         self._lock = threading.Lock()  # guards the in-memory state
-        self._write_lock = threading.Lock()  # one file write at a time
-        self._version = 0  # changes made in memory
-        self._written = 0  # changes in the file (visible to a restarted process)
-        self._durable = 0  # changes in the file and flushed to the device
+        self._durable: dict[str, ClaimRecord] = {}  # uid -> the record object last flushed to the device
+        self._written: dict[str, ClaimRecord] = {}  # uid -> the record object last written (maybe not flushed)
+        # file name -> (stat stamp, record): a reload re-reads only files that changed.
+        self._files: dict[str, tuple[tuple[int, int, int], ClaimRecord]] = {}
         self._completed_devices = 0
         # (pool, device) -> uid -> (record, the record's entry for that device)
         self._holders: dict[tuple[str, str], dict[str, tuple[ClaimRecord, CheckpointDevice]]] = {}
@@ -126,61 +142,90 @@ class Checkpoint:
     # --- loading -------------------------------------------------------------
 
     def load(self) -> None:
-        """Read the file; a missing, stale-boot or corrupt file yields an empty checkpoint."""
-        claims = self._read()
+        """Read the record files (migrating a format-1 file first); bad or stale files are set aside."""
+        if self.legacy_path is not None:
+            self._migrate_legacy(self.legacy_path)
+        claims = self._read_dir()
         with self._lock:
             self._claims = claims
+            self._written = dict(claims)
+            self._durable = dict(claims)
             self._completed_devices = 0
             self._holders = {}
             for rec in claims.values():
                 self._account(rec, 1)
-            self._texts = {uid: _piece(rec) for uid, rec in claims.items()}
 
-    def _read(self) -> dict[str, ClaimRecord]:
+    def _read_dir(self) -> dict[str, ClaimRecord]:
         try:
-            raw = self.path.read_bytes()
+            entries = [e for e in os.scandir(self.path) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".")]
         except FileNotFoundError:
+            self._files = {}
             return {}
-        try:
-            body = self._parse(raw)
-        except CheckpointCorrupt as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            os.replace(self.path, aside)
-            log.error(
-                "checkpoint %s is corrupt (%s); moved aside to %s and starting empty: claims prepared before are forgotten",
-                self.path,
-                exc,
-                aside,
-                extra=fields(path=str(self.path), moved_to=str(aside), reason=str(exc)),
-            )
-            return {}
-        if body.get("boot_id") != self.boot_id:
+        files: dict[str, tuple[tuple[int, int, int], ClaimRecord]] = {}
+        stale_boot = 0
+        for entry in entries:
+            try:
+                st = entry.stat()
+            except FileNotFoundError:  # removed meanwhile (another instance)
+                continue
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = self._files.get(entry.name)
+            if cached is not None and cached[0] == stamp:
+                files[entry.name] = cached
+                continue
+            record = self._read_record(Path(entry.path))
+            if record is _STALE:
+                stale_boot += 1
+            elif record is not None:
+                files[entry.name] = (stamp, record)  # type: ignore[assignment]
+        if stale_boot:
             log.warning(
-                "checkpoint is from another boot; prepared state is void",
-                extra=fields(path=str(self.path), checkpoint_boot=body.get("boot_id"), boot=self.boot_id),
+                "checkpoint records from another boot are void; removed",
+                extra=fields(path=str(self.path), records=stale_boot, boot=self.boot_id),
             )
-            return {}
-        return {uid: ClaimRecord.from_json(rec) for uid, rec in body.get("claims", {}).items()}
+        self._files = files
+        return {rec.uid: rec for _, rec in files.values()}
 
-    @staticmethod
-    def _parse(raw: bytes) -> dict[str, Any]:
+    def _read_record(self, path: Path) -> ClaimRecord | object | None:
+        """The record in `path`; _STALE (file removed) for another boot; None (file set aside) if corrupt."""
         try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise CheckpointCorrupt(f"not JSON: {exc}") from exc
-        if not isinstance(doc, dict) or not isinstance(doc.get("body"), dict):
-            raise CheckpointCorrupt("missing 'body' object")
-        if doc.get("checksum") != _checksum(doc["body"]):
-            raise CheckpointCorrupt("checksum mismatch")
-        body = doc["body"]
-        if body.get("version") != FORMAT_VERSION:
-            raise CheckpointCorrupt(f"unknown format version {body.get('version')!r}")
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
         try:
-            for rec in body.get("claims", {}).values():
-                ClaimRecord.from_json(rec)
-        except (KeyError, TypeError) as exc:
-            raise CheckpointCorrupt(f"malformed claim record: {exc}") from exc
-        return body
+            body = _parse_signed(raw, FORMAT_VERSION)
+            if not isinstance(body.get("record"), dict):
+                raise CheckpointCorrupt("missing 'record' object")
+            if body.get("boot_id") != self.boot_id:
+                _unlink(path)
+                return _STALE
+            record = _record_from_json(body["record"])
+            if path.name != _file_name(record.uid):
+                raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
+            return record
+        except CheckpointCorrupt as exc:
+            _set_aside(path, exc, "the claim it held is forgotten")
+            return None
+
+    def _migrate_legacy(self, legacy: Path) -> None:
+        """Turn a format-1 checkpoint file into record files (durable), then remove it."""
+        try:
+            raw = legacy.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            body = _parse_signed(raw, LEGACY_FORMAT_VERSION)
+            records = [_record_from_json(rec) for rec in (body.get("claims") or {}).values()]
+        except CheckpointCorrupt as exc:
+            _set_aside(legacy, exc, "claims prepared before are forgotten")
+            return
+        if body.get("boot_id") != self.boot_id:
+            log.warning("format-1 checkpoint is from another boot; prepared state is void", extra=fields(path=str(legacy)))
+            records = []
+        for record in records:
+            self._write_record(record, durable=True)
+        _unlink(legacy)
+        log.info("checkpoint migrated to one file per claim", extra=fields(path=str(self.path), claims=len(records)))
 
     # --- queries -------------------------------------------------------------
 
@@ -204,24 +249,31 @@ class Checkpoint:
         """
         self.commit(self.stage(record), durable)
 
-    def stage(self, record: ClaimRecord) -> int:
-        """Store the record in memory only; returns the version to pass to commit().
+    def stage(self, record: ClaimRecord) -> ClaimRecord:
+        """Store the record in memory only; returns the token to pass to commit().
 
         Lets a caller decide under its own lock (e.g. a device conflict check)
-        and write outside it, so concurrent claims share one file write.
+        and write outside it.
         """
-        piece = _piece(record)
         with self._lock:
             self._account(self._claims.get(record.uid), -1)
             self._claims[record.uid] = record
             self._account(record, 1)
-            self._texts[record.uid] = piece
-            self._version += 1
-            return self._version
+        return record
 
-    def commit(self, version: int, durable: bool = True) -> None:
-        """Return once the file holds every change up to `version` (flushed to the device if durable)."""
-        self._flush(version, durable)
+    def commit(self, staged: ClaimRecord, durable: bool = True) -> None:
+        """Return once the claim's file holds its current record (flushed to the device if durable)."""
+        uid = staged.uid
+        with self._lock:
+            current = self._claims.get(uid)
+            done = self._durable if durable else self._written
+            if current is None or done.get(uid) is current:
+                return
+        self._write_record(current, durable)
+        with self._lock:
+            self._written[uid] = current
+            if durable:
+                self._durable[uid] = current
 
     def completed_device_count(self) -> int:
         """Devices of completed claims, kept up to date on every change (a metrics gauge reads it per call)."""
@@ -250,73 +302,118 @@ class Checkpoint:
                     self._holders.pop(key, None)
 
     def remove(self, uid: str) -> None:
-        version = self._drop(uid)
-        if version is not None:
-            self._flush(version)
+        """Drop the record and delete its file (a stale file could only resurrect it until the next boot)."""
+        self._drop(uid)
+        _unlink(self.path / _file_name(uid))
 
     def forget(self, uid: str) -> None:
-        """Drop a staged record whose commit failed; the file catches up on the next write.
+        """Drop a staged record whose commit failed, and its file if one was written.
 
-        If the file already holds it, a restart rolls that half-prepared claim back,
+        If a file survives anyway, a restart rolls that half-prepared claim back,
         which is harmless because nothing was done for it yet.
         """
         self._drop(uid)
+        try:
+            _unlink(self.path / _file_name(uid))
+        except OSError as exc:
+            log.warning("could not delete a failed claim's checkpoint record", extra=fields(uid=uid, error=str(exc)))
 
-    def _drop(self, uid: str) -> int | None:
+    def _drop(self, uid: str) -> None:
         with self._lock:
             record = self._claims.pop(uid, None)
-            if record is None:
-                return None
-            self._account(record, -1)
-            self._texts.pop(uid, None)
-            self._version += 1
-            return self._version
+            self._written.pop(uid, None)
+            self._durable.pop(uid, None)
+            if record is not None:
+                self._account(record, -1)
 
-    def _flush(self, version: int, durable: bool = True) -> None:
-        """Group commit: one writer at a time; a write that already covers `version` serves its caller too."""
-        with self._write_lock:
-            if (self._durable if durable else self._written) >= version:
-                return
-            with self._lock:
-                snapshot = self._version
-                # Canonical JSON assembled from per-record pieces cached at put(): keys sorted
-                # (boot_id < claims < version), so the checksum matches _checksum(body) on load
-                # without re-serialising every record on every write.
-                claims = ",".join([self._texts[uid] for uid in sorted(self._texts)])
-            body = f'{{"boot_id":{json.dumps(self.boot_id)},"claims":{{{claims}}},"version":{FORMAT_VERSION}}}'.encode()
-            digest = hashlib.sha256(body).hexdigest().encode()
-            self._write_file(b'{"body":' + body + b',"checksum":"' + digest + b'"}', durable)
-            self._written = snapshot
-            if durable:
-                self._durable = snapshot
+    def _write_record(self, record: ClaimRecord, durable: bool) -> None:
+        body = f'{{"boot_id":{json.dumps(self.boot_id)},"record":{_canonical(record.to_json())},"version":{FORMAT_VERSION}}}'.encode()
+        digest = hashlib.sha256(body).hexdigest().encode()
+        _write_file(self.path / _file_name(record.uid), b'{"body":' + body + b',"checksum":"' + digest + b'"}', durable)
 
-    def _write_file(self, data: bytes, durable: bool) -> None:
-        """Temp file, data flush, rename: readers see the old or the new file, never a mix."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # A random temp name (mkstemp): two instances in a rolling update both run as
-        # PID 1 in their pods, so a pid-based name would be shared by both writers.
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+
+_STALE = object()
+
+
+def _file_name(uid: str) -> str:
+    """`<uid>.json` for ordinary UIDs; anything that is not a safe file name goes by its hash."""
+    if _PLAIN_NAME.fullmatch(uid):
+        return uid + _RECORD_SUFFIX
+    return "sha256-" + hashlib.sha256(uid.encode()).hexdigest() + _RECORD_SUFFIX
+
+
+def _record_from_json(data: Any) -> ClaimRecord:
+    try:
+        return ClaimRecord.from_json(data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointCorrupt(f"malformed claim record: {exc}") from exc
+
+
+def _parse_signed(raw: bytes, version: int) -> dict[str, Any]:
+    """The checked body of a `{"body", "checksum"}` document of the given format version."""
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise CheckpointCorrupt(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("body"), dict):
+        raise CheckpointCorrupt("missing 'body' object")
+    if doc.get("checksum") != _checksum(doc["body"]):
+        raise CheckpointCorrupt("checksum mismatch")
+    body: dict[str, Any] = doc["body"]
+    if body.get("version") != version:
+        raise CheckpointCorrupt(f"unknown format version {body.get('version')!r} (expected {version})")
+    return body
+
+
+def _set_aside(path: Path, exc: Exception, consequence: str) -> None:
+    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return
+    log.error(
+        "checkpoint file %s is corrupt (%s); moved aside to %s: %s",
+        path,
+        exc,
+        aside,
+        consequence,
+        extra=fields(path=str(path), moved_to=str(aside), reason=str(exc)),
+    )
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write_file(path: Path, data: bytes, durable: bool) -> None:
+    """Temp file, data flush, rename: readers see the old or the new file, never a mix."""
+    # A random temp name (mkstemp): two instances in a rolling update both run as
+    # PID 1 in their pods, so a pid-based name would be shared by both writers.
+    # The leading dot keeps it out of load().
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
         try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if durable:
-                    _datasync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-
-
-def _piece(record: ClaimRecord) -> str:
-    """One record's member of the canonical `claims` object, cached so a write only joins strings."""
-    return f"{json.dumps(record.uid)}:{_canonical(record.to_json())}"
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                _datasync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def _datasync(fd: int) -> None:

@@ -67,7 +67,7 @@ class DriverPlugin:
         self.publisher = LeasedPublisher(publisher, self.paths.publisher_lease, self.driver) if publisher is not None else None
         self._inventory = inventory
         self._metrics = metrics
-        checkpoint = Checkpoint(self.paths.checkpoint, settings.boot_id_path)
+        checkpoint = Checkpoint(self.paths.checkpoint, settings.boot_id_path, legacy_path=self.paths.legacy_checkpoint)
         self.service = PrepareService(
             backend,
             claims,

@@ -20,8 +20,11 @@ Guarantees (dra-api-facts.md 2.3-2.5, 6.3):
 
 from __future__ import annotations
 
+import cProfile
 import logging
 import os
+import pstats
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 # backend succeeded and the CDI spec is written but before PrepareCompleted is
 # recorded; it creates <dir>/<claimUID> and waits while that file exists.
 HOLD_ENV = "DRA_DRIVER_TEST_HOLD_PREPARE"
+# Profiling hook (benchmarks): when set to a file path, every claim operation runs
+# under cProfile and the summed stats are written there when the service closes.
+PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
 
 # Kubernetes limits of the identifying fields the kubelet sends.
 _MAX_NAME = 253
@@ -92,9 +98,12 @@ class PrepareService:
         locks_dir = claim_locks or (shared_lock.parent / "claims" if shared_lock is not None else None)
         self._claim_files = ClaimFileLocks(locks_dir) if locks_dir is not None else None
         self._hold_dir = os.environ.get(HOLD_ENV)
+        self._profiler = _CallProfiler(os.environ[PROFILE_ENV]) if os.environ.get(PROFILE_ENV) else None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if self._profiler is not None:
+            self._profiler.dump()
 
     # --- batch entry points ---------------------------------------------------
 
@@ -107,6 +116,8 @@ class PrepareService:
 
     def _batch(self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str) -> dict[str, PrepareOutcome]:
         unique = list({claim.uid: claim for claim in claims}.values())
+        if self._profiler is not None:
+            one = self._profiler.wrap(one)
         if len(unique) <= 1:  # the common case: no thread hop
             outcomes = {claim.uid: one(claim) for claim in unique}
         else:
@@ -183,13 +194,13 @@ class PrepareService:
         started = ClaimRecord(ref.uid, ref.namespace, ref.name, PREPARE_STARTED, devices)
         with self._devices_lock.hold("devices"), self._checkpoint_section():
             self._check_conflicts(ref, allocated)
-            version = self._checkpoint.stage(started)  # reserves the devices for the next check
+            staged = self._checkpoint.stage(started)  # reserves the devices for the next check
             if self._shared_lock is not None:  # other instances must see it before they check
-                self._commit_started(ref, version)
+                self._commit_started(ref, staged)
         if self._shared_lock is None:
             # Durable before the backend acts; written outside the devices lock so that
-            # concurrent claims share one write (group commit) instead of queueing on it.
-            self._commit_started(ref, version)
+            # concurrent claims do not queue behind each other's flush.
+            self._commit_started(ref, staged)
         try:
             prepared = self.backend.prepare(ref, allocated)
             # Recorded before anything else so a crash from here on is undone with the real state.
@@ -208,9 +219,9 @@ class PrepareService:
         log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
         return completed.devices
 
-    def _commit_started(self, ref: ClaimRef, version: int) -> None:
+    def _commit_started(self, ref: ClaimRef, staged: ClaimRecord) -> None:
         try:
-            self._checkpoint.commit(version)
+            self._checkpoint.commit(staged)
         except BaseException:
             self._checkpoint.forget(ref.uid)
             raise
@@ -376,6 +387,34 @@ class PrepareService:
         if self._claim_files is None:
             return nullcontext(True)  # single instance: nobody else can be working on it
         return self._claim_files.try_hold(uid)
+
+
+class _CallProfiler:
+    """cProfile per call (each in its own thread), stats summed under a lock and dumped once."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._stats: pstats.Stats | None = None
+        self._lock = threading.Lock()
+
+    def wrap(self, one: Callable[[ClaimRef], PrepareOutcome]) -> Callable[[ClaimRef], PrepareOutcome]:
+        def profiled(claim: ClaimRef) -> PrepareOutcome:
+            profile = cProfile.Profile()
+            try:
+                return profile.runcall(one, claim)
+            finally:
+                with self._lock:
+                    if self._stats is None:
+                        self._stats = pstats.Stats(profile)
+                    else:
+                        self._stats.add(profile)
+
+        return profiled
+
+    def dump(self) -> None:
+        with self._lock:
+            if self._stats is not None:
+                self._stats.dump_stats(self._path)
 
 
 class _ReloadingLock:

@@ -67,6 +67,12 @@ class PluginPaths:
 
     @property
     def checkpoint(self) -> Path:
+        """The checkpoint directory: one record file per claim (dra_driver.checkpoint, format 2)."""
+        return self.plugin_dir / "checkpoint.d"
+
+    @property
+    def legacy_checkpoint(self) -> Path:
+        """The format-1 single-file checkpoint of older releases, migrated on load."""
         return self.plugin_dir / "checkpoint.json"
 
 

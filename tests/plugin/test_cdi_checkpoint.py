@@ -75,23 +75,25 @@ def test_checkpoint_from_other_boot_is_void(tmp_path: Path):
     assert fresh.records() == []
 
 
-def test_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog):
+def test_corrupt_record_is_moved_aside_and_the_others_survive(tmp_path: Path, caplog):
     boot = tmp_path / "boot"
     boot.write_text("b1")
-    path = tmp_path / "cp.json"
-    Checkpoint(path, boot).put(record("u1"))
-    doc = json.loads(path.read_text())
-    doc["body"]["claims"]["u1"]["devices"][0]["device"] = "gpu-9"  # tampered: checksum no longer matches
-    path.write_text(json.dumps(doc))
+    path = tmp_path / "cp"
+    writer = Checkpoint(path, boot)
+    writer.put(record("u1"))
+    writer.put(record("u2"))
+    doc = json.loads((path / "u1.json").read_text())
+    doc["body"]["record"]["devices"][0]["device"] = "gpu-9"  # tampered: checksum no longer matches
+    (path / "u1.json").write_text(json.dumps(doc))
     ckpt = Checkpoint(path, boot)
     ckpt.load()
-    assert ckpt.records() == []
-    assert not path.exists() and len(list(tmp_path.glob("cp.json.corrupt-*"))) == 1
+    assert [r.uid for r in ckpt.records()] == ["u2"]
+    assert sorted(p.name.split(".corrupt-")[0] for p in path.iterdir()) == ["u1.json", "u2.json"]
+    assert not (path / "u1.json").exists() and len(list(path.glob("u1.json.corrupt-*"))) == 1
     assert "checksum mismatch" in caplog.text
-    path.write_text("{not json")
+    (path / "u2.json").write_text("{not json")
     ckpt.load()
     assert ckpt.records() == []
-
 
 def test_concurrent_puts_are_all_on_disk(tmp_path: Path):
     from concurrent.futures import ThreadPoolExecutor

@@ -63,8 +63,8 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
             wait_for((hold / ref.uid).exists, what="prepare to reach the hold point")
             spec = root / "cdi" / f"k8s.{DRIVER}-device_{ref.uid}.json"
             assert spec.exists()  # written, but the claim is not recorded as completed
-            checkpoint = json.loads(paths.checkpoint.read_text())["body"]["claims"]
-            assert checkpoint[ref.uid]["phase"] == "PrepareStarted"
+            record = json.loads((paths.checkpoint / f"{ref.uid}.json").read_text())["body"]["record"]
+            assert record["phase"] == "PrepareStarted"
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
             with pytest.raises(grpc.RpcError):

@@ -1,0 +1,136 @@
+"""Checkpoint format 2: one record file per claim; torn/corrupt files, boot ID, format-1 migration."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+
+
+def record(uid: str, phase: str = PREPARE_COMPLETED) -> ClaimRecord:
+    return ClaimRecord(uid, "ns", f"claim-{uid}", phase, [CheckpointDevice("gpu", "pool", "gpu-0", cdi_ids=["k/c=x"])], {"mig": [1]})  # type: ignore[arg-type]
+
+
+def loaded(path: Path, boot: Path, legacy: Path | None = None) -> dict[str, ClaimRecord]:
+    ckpt = Checkpoint(path, boot, legacy_path=legacy)
+    ckpt.load()
+    return {r.uid: r for r in ckpt.records()}
+
+
+@pytest.fixture
+def boot(tmp_path: Path) -> Path:
+    path = tmp_path / "boot_id"
+    path.write_text("boot-1\n")
+    return path
+
+
+def test_torn_record_is_ignored_and_set_aside(tmp_path: Path, boot: Path, caplog):
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    for uid in ("a", "b", "c"):
+        ckpt.put(record(uid))
+    data = (path / "b.json").read_bytes()
+    (path / "b.json").write_bytes(data[: len(data) // 2])  # a write cut short (power loss without rename ordering)
+    assert sorted(loaded(path, boot)) == ["a", "c"]
+    assert "not JSON" in caplog.text
+    assert sorted(loaded(path, boot)) == ["a", "c"]  # set aside once, not re-read as a record
+
+
+def test_valid_json_with_a_bad_record_is_corrupt_not_a_crash(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    body = {"boot_id": "boot-1", "record": {"uid": "a"}, "version": 2}  # signed, but fields are missing
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    (path / "a.json").write_text(json.dumps({"body": body, "checksum": hashlib.sha256(canonical.encode()).hexdigest()}))
+    assert loaded(path, boot) == {}
+
+
+def test_records_from_another_boot_are_void_and_deleted(tmp_path: Path, boot: Path, caplog):
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("old"))
+    boot.write_text("boot-2\n")
+    Checkpoint(path, boot).put(record("new"))
+    assert sorted(loaded(path, boot)) == ["new"]
+    assert sorted(p.name for p in path.iterdir()) == ["new.json"]
+    assert "another boot" in caplog.text
+
+
+def test_a_write_touches_only_its_own_claims_file(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    for uid in ("a", "b"):
+        ckpt.put(record(uid, PREPARE_STARTED))
+    before = (path / "a.json").stat().st_ino
+    ckpt.put(record("b"))
+    ckpt.remove("c-missing")
+    assert (path / "a.json").stat().st_ino == before
+    ckpt.remove("b")
+    assert sorted(p.name for p in path.iterdir()) == ["a.json"]
+
+
+def test_uid_that_is_not_a_file_name_round_trips_under_its_hash(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    odd = "../../etc/passwd"
+    Checkpoint(path, boot).put(record(odd))
+    assert [p.parent for p in path.iterdir()] == [path]  # nothing written outside the directory
+    assert list(loaded(path, boot)) == [odd]
+
+
+def test_record_copied_under_another_claims_name_is_rejected(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    (path / "b.json").write_bytes((path / "a.json").read_bytes())
+    assert sorted(loaded(path, boot)) == ["a"]
+
+
+def test_leftover_temp_files_are_not_records(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    (path / ".b.json.x1.tmp").write_bytes((path / "a.json").read_bytes())
+    assert sorted(loaded(path, boot)) == ["a"]
+
+
+def test_reload_sees_another_writers_changes(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    mine, theirs = Checkpoint(path, boot), Checkpoint(path, boot)
+    mine.put(record("a", PREPARE_STARTED))
+    theirs.load()
+    theirs.put(record("a"))
+    theirs.put(record("b"))
+    mine.load()
+    assert mine.get("a") is not None and mine.get("a").completed  # type: ignore[union-attr]
+    assert sorted(r.uid for r in mine.records()) == ["a", "b"]
+    theirs.remove("a")
+    mine.load()
+    assert [r.uid for r in mine.records()] == ["b"]
+
+
+def _legacy_file(path: Path, boot_id: str, records: list[ClaimRecord]) -> None:
+    body = {"boot_id": boot_id, "claims": {r.uid: r.to_json() for r in records}, "version": 1}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    path.write_text(json.dumps({"body": body, "checksum": hashlib.sha256(canonical.encode()).hexdigest()}))
+
+
+def test_format_1_checkpoint_is_migrated_once(tmp_path: Path, boot: Path):
+    legacy = tmp_path / "checkpoint.json"
+    _legacy_file(legacy, "boot-1", [record("a"), record("b", PREPARE_STARTED)])
+    path = tmp_path / "checkpoint.d"
+    got = loaded(path, boot, legacy)
+    assert got == {"a": record("a"), "b": record("b", PREPARE_STARTED)}
+    assert not legacy.exists()
+    assert sorted(p.name for p in path.iterdir()) == ["a.json", "b.json"]
+    assert loaded(path, boot) == got  # now readable without the old file
+
+
+def test_format_1_checkpoint_from_another_boot_or_corrupt_migrates_nothing(tmp_path: Path, boot: Path):
+    legacy = tmp_path / "checkpoint.json"
+    _legacy_file(legacy, "boot-0", [record("a")])
+    assert loaded(tmp_path / "d", boot, legacy) == {}
+    assert not legacy.exists()
+    legacy.write_text("{torn")
+    assert loaded(tmp_path / "d", boot, legacy) == {}
+    assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1
