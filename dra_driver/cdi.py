@@ -17,7 +17,7 @@ Layout (our convention, documented in docs/plugin.md):
   injected: exactly "once per container that uses this claim".
 
 Files are written atomically (temp file in the same directory whose name does
-not end in .json, fsync, rename) with the lowest `cdiVersion` the content needs,
+not end in .json, rename; see write_spec_atomic on durability) with the lowest `cdiVersion` the content needs,
 because runtimes embed older CDI libraries that reject newer version strings.
 """
 
@@ -208,19 +208,33 @@ def minimum_version(spec: dict[str, Any]) -> str:
 
 
 def write_spec_atomic(path: Path, spec: dict[str, Any]) -> None:
-    """Write so that readers see either no file or the complete file, never a partial one."""
+    """Write so that readers see either no file or the complete file, never a partial one.
+
+    Atomic (temp file, rename) but not flushed to the device: a spec matters
+    only within the boot it was written in. A process crash keeps it (page
+    cache); a power loss or kernel crash reboots the node, which voids the
+    checkpoint (boot ID), the kubelet prepares again, and start-up removes
+    every spec without a record. Durability is the checkpoint's job: the
+    PrepareCompleted record naming this spec is flushed before the kubelet
+    gets an answer.
+    """
     directory = path.parent
-    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
     # Compact: runtimes parse it, and without indent json uses its C encoder.
     data = json.dumps(spec, separators=(",", ":")).encode()
     # The temp name must not end in .json/.yaml: runtimes watching the directory ignore it.
-    fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
+        fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=directory)
+    except FileNotFoundError:
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=directory)
+    try:
+        try:
+            os.fchmod(fd, 0o644)  # mkstemp creates 0600; runtimes may read as another user
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -228,22 +242,12 @@ def write_spec_atomic(path: Path, spec: dict[str, Any]) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(directory)
 
 
 def remove_spec(path: Path) -> bool:
-    """Delete a spec file; True if it existed."""
+    """Delete a spec file; True if it existed. Not flushed, for the reason write_spec_atomic gives."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
-    _fsync_dir(path.parent)
     return True
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -4,21 +4,26 @@ Two phases per claim: `PrepareStarted` is written before the backend touches
 the hardware and `PrepareCompleted` after the CDI spec is on disk, so a crash
 in between leaves a record that the next start rolls back.
 
-Layout (format 2): a directory with one file per claim, `<uid>.json` (a UID
-that is not a plain file name is stored under the SHA-256 of the UID; the
-record inside names its UID). Each file is a JSON document `{"body": {...},
-"checksum": sha256(canonical body)}` whose body holds the boot ID, the format
-version and the record, written atomically (temp file, data flush, rename).
-A write therefore costs the same whatever the number of live claims, and two
-claims never wait for each other's write.
+Layout (format 2): a directory with one append-only file per claim,
+`<uid>.json` (a UID that is not a plain file name is stored under the SHA-256
+of the UID; the record inside names its UID). Each change appends one line,
+`{"body": {...}, "checksum": sha256(canonical body)}`, whose body holds the
+boot ID, the format version and the claim's whole record; the last line with
+a valid checksum is the claim's state. A durable change is flushed
+(fdatasync) before the call returns. A write therefore costs the same
+whatever the number of live claims, needs no temp file or rename, and two
+claims never wait for each other's write. A torn last line (a crash during
+the append) is ignored, so the claim falls back to its previous state, which
+is what was durable when the crash happened; the file is then compacted.
+Every line starts with a newline so a torn line can never swallow the next.
 
 Every record carries the boot ID: after a reboot nothing that was prepared
 exists any more (CDI specs live on tmpfs, partitions are gone), so records
 from another boot are void and deleted on load.
 
-A corrupt or torn record file is never fatal: it is logged, moved aside
-(`<file>.corrupt-<time>`, which is never loaded again) and ignored; the other
-claims' records are unaffected. A crash loop would block every pod on the node.
+A record file without any valid line is never fatal: it is logged, moved
+aside (`<file>.corrupt-<time>`, which is never loaded again) and ignored; the
+other claims' records are unaffected. A crash loop would block every pod on the node.
 
 Format 1 (one `checkpoint.json` holding every claim) is migrated on load: its
 records are written as format-2 files and the old file is removed.
@@ -142,7 +147,12 @@ class Checkpoint:
     # --- loading -------------------------------------------------------------
 
     def load(self) -> None:
-        """Read the record files (migrating a format-1 file first); bad or stale files are set aside."""
+        """Read the record files (migrating a format-1 file first); bad or stale files are set aside.
+
+        Other processes must not write meanwhile (it may compact or set aside what
+        it reads): the plugin loads at start-up, or under the shared lock in
+        rolling-update mode, where every write also happens under that lock.
+        """
         if self.legacy_path is not None:
             self._migrate_legacy(self.legacy_path)
         claims = self._read_dir()
@@ -192,20 +202,48 @@ class Checkpoint:
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
-        try:
-            body = _parse_signed(raw, FORMAT_VERSION)
-            if not isinstance(body.get("record"), dict):
-                raise CheckpointCorrupt("missing 'record' object")
-            if body.get("boot_id") != self.boot_id:
-                _unlink(path)
-                return _STALE
-            record = _record_from_json(body["record"])
-            if path.name != _file_name(record.uid):
-                raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
-            return record
-        except CheckpointCorrupt as exc:
-            _set_aside(path, exc, "the claim it held is forgotten")
+        lines = [line for line in raw.split(b"\n") if line]
+        if not lines:
+            # Created but its first line not yet written (a writer now, or a crash then, before
+            # anything was done for the claim): no record, and nothing to set aside.
             return None
+        problem: CheckpointCorrupt = CheckpointCorrupt("no valid line")
+        for index in range(len(lines) - 1, -1, -1):  # the last valid line wins
+            try:
+                record = self._record_of_line(lines[index], path)
+            except CheckpointCorrupt as exc:
+                problem = exc
+                continue
+            if record is _STALE:
+                _unlink(path)
+            elif index != len(lines) - 1:
+                self._compact(path, record, bad_lines=len(lines) - 1 - index, reason=problem)
+            return record
+        _set_aside(path, problem, "the claim it held is forgotten")
+        return None
+
+    def _record_of_line(self, line: bytes, path: Path) -> ClaimRecord | object:
+        body = _parse_signed(line, FORMAT_VERSION)
+        if not isinstance(body.get("record"), dict):
+            raise CheckpointCorrupt("missing 'record' object")
+        if body.get("boot_id") != self.boot_id:
+            return _STALE
+        record = _record_from_json(body["record"])
+        if path.name != _file_name(record.uid):
+            raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
+        return record
+
+    def _compact(self, path: Path, record: ClaimRecord | object, bad_lines: int, reason: CheckpointCorrupt) -> None:
+        """Rewrite a record file as its one current line (atomically), dropping the torn lines after it."""
+        assert isinstance(record, ClaimRecord)
+        log.warning(
+            "checkpoint record has a torn last write; using the previous state",
+            extra=fields(path=str(path), uid=record.uid, phase=record.phase, bad_lines=bad_lines, reason=str(reason)),
+        )
+        try:
+            _replace_file(path, self._line(record), durable=True)
+        except OSError as exc:  # the file stays readable as it is
+            log.warning("could not compact checkpoint record", extra=fields(path=str(path), error=str(exc)))
 
     def _migrate_legacy(self, legacy: Path) -> None:
         """Turn a format-1 checkpoint file into record files (durable), then remove it."""
@@ -223,7 +261,7 @@ class Checkpoint:
             log.warning("format-1 checkpoint is from another boot; prepared state is void", extra=fields(path=str(legacy)))
             records = []
         for record in records:
-            self._write_record(record, durable=True)
+            _replace_file(self.path / _file_name(record.uid), self._line(record), durable=True)
         _unlink(legacy)
         log.info("checkpoint migrated to one file per claim", extra=fields(path=str(self.path), claims=len(records)))
 
@@ -327,9 +365,13 @@ class Checkpoint:
                 self._account(record, -1)
 
     def _write_record(self, record: ClaimRecord, durable: bool) -> None:
+        _append_file(self.path / _file_name(record.uid), self._line(record), durable)
+
+    def _line(self, record: ClaimRecord) -> bytes:
+        """One signed line: canonical body (keys sorted: boot_id < record < version) and its SHA-256."""
         body = f'{{"boot_id":{json.dumps(self.boot_id)},"record":{_canonical(record.to_json())},"version":{FORMAT_VERSION}}}'.encode()
         digest = hashlib.sha256(body).hexdigest().encode()
-        _write_file(self.path / _file_name(record.uid), b'{"body":' + body + b',"checksum":"' + digest + b'"}', durable)
+        return b'\n{"body":' + body + b',"checksum":"' + digest + b'"}\n'
 
 
 _STALE = object()
@@ -388,7 +430,41 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def _write_file(path: Path, data: bytes, durable: bool) -> None:
+def _append_file(path: Path, data: bytes, durable: bool) -> None:
+    """Append one line (created if missing); flushed to the device before returning when durable."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                _datasync(fd)
+        except BaseException:
+            _undo_append(path, fd, size)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _undo_append(path: Path, fd: int, size: int) -> None:
+    """Best effort after a failed append: the line must not count (a new file goes entirely)."""
+    try:
+        if size == 0:
+            os.unlink(path)
+        else:
+            os.ftruncate(fd, size)
+    except OSError:
+        pass  # a leftover line without a flush is at worst a record the next start rolls back
+
+
+def _replace_file(path: Path, data: bytes, durable: bool) -> None:
     """Temp file, data flush, rename: readers see the old or the new file, never a mix."""
     # A random temp name (mkstemp): two instances in a rolling update both run as
     # PID 1 in their pods, so a pid-based name would be shared by both writers.

@@ -134,3 +134,45 @@ def test_format_1_checkpoint_from_another_boot_or_corrupt_migrates_nothing(tmp_p
     legacy.write_text("{torn")
     assert loaded(tmp_path / "d", boot, legacy) == {}
     assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1
+
+
+def test_torn_last_append_falls_back_to_the_previous_state_and_is_compacted(tmp_path: Path, boot: Path, caplog):
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    ckpt.put(record("a", PREPARE_STARTED))
+    ckpt.put(record("a"))  # PrepareCompleted appended...
+    data = (path / "a.json").read_bytes()
+    (path / "a.json").write_bytes(data[:-40])  # ...but cut short: never durable, never answered
+    got = loaded(path, boot)
+    assert got["a"].phase == PREPARE_STARTED  # rolled back by recovery, as if the crash came before the append
+    assert "torn last write" in caplog.text
+    assert len([line for line in (path / "a.json").read_bytes().split(b"\n") if line]) == 1  # compacted
+    assert loaded(path, boot)["a"].phase == PREPARE_STARTED
+
+
+def test_append_after_a_torn_line_starts_a_fresh_line(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    ckpt.put(record("a", PREPARE_STARTED))
+    with open(path / "a.json", "ab") as handle:
+        handle.write(b'\n{"body":{"boot_id":"boo')  # a crash mid-append, no newline after it
+    ckpt.put(record("a"))
+    assert loaded(path, boot)["a"].completed
+
+
+def test_every_change_is_one_appended_line(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    ckpt.put(record("a", PREPARE_STARTED))
+    ckpt.put(record("a", PREPARE_STARTED), durable=False)
+    ckpt.put(record("a"))
+    lines = [json.loads(line) for line in (path / "a.json").read_bytes().split(b"\n") if line]
+    assert [line["body"]["record"]["phase"] for line in lines] == [PREPARE_STARTED, PREPARE_STARTED, PREPARE_COMPLETED]
+
+
+def test_empty_record_file_is_no_record_and_is_left_alone(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    (path / "b.json").write_bytes(b"")  # created, first line not written yet
+    assert sorted(loaded(path, boot)) == ["a"]
+    assert (path / "b.json").exists()

@@ -63,7 +63,8 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
             wait_for((hold / ref.uid).exists, what="prepare to reach the hold point")
             spec = root / "cdi" / f"k8s.{DRIVER}-device_{ref.uid}.json"
             assert spec.exists()  # written, but the claim is not recorded as completed
-            record = json.loads((paths.checkpoint / f"{ref.uid}.json").read_text())["body"]["record"]
+            last_line = (paths.checkpoint / f"{ref.uid}.json").read_text().split()[-1]
+            record = json.loads(last_line)["body"]["record"]
             assert record["phase"] == "PrepareStarted"
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
