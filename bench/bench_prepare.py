@@ -14,7 +14,11 @@ Besides latency and throughput it prints the daemon's CPU time per prepared
 claim and the bench process's own (kubelet side + API server): on a shared
 machine CPU time is a steadier comparison than wall-clock latency.
 
-usage: python bench/bench_prepare.py [--claims N]
+usage: python bench/bench_prepare.py [--claims N] [--concurrency C ...] [--devices D ...]
+
+Profiling: with DRA_DRIVER_PROFILE_PREPARE=<file> in the environment the
+daemon runs every claim operation under cProfile and writes the summed
+stats to <file> when it stops (read them with `python -m pstats <file>`).
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ def rss_mib(pid: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, default=400, help="claims per case (default 400)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrency levels (default 1 16 64)")
+    parser.add_argument("--devices", type=int, nargs="+", default=[1, 8], help="devices per claim (default 1 8)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dra-bench-", dir="/tmp"))
     server = sim_apiserver.SimApiServer().start()
@@ -116,8 +122,8 @@ def main() -> int:
         make_claims(server, "warm", 1, 1)
         run_case(conn, server, 1, 1, 20, daemon.pid)  # warm-up: imports, connections
         print(f"{'conc':>4} {'dev/claim':>9} {'p50 ms':>8} {'p99 ms':>8} {'claims/s':>9} {'daemon cpu ms/claim':>20} {'bench cpu ms/claim':>19}")
-        for devices in (1, 8):
-            for concurrency in (1, 16, 64):
+        for devices in args.devices:
+            for concurrency in args.concurrency:
                 result = run_case(conn, server, concurrency, devices, args.claims, daemon.pid)
                 print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f} {result['daemon_cpu_ms']:>20.2f} {result['bench_cpu_ms']:>19.2f}")
         print(f"daemon RSS: {rss_mib(daemon.pid):.0f} MiB")

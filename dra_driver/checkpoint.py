@@ -438,25 +438,32 @@ def _append_file(path: Path, data: bytes, durable: bool) -> None:
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, flags, 0o600)
+    written = 0
     try:
-        size = os.fstat(fd).st_size
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view) :]
+                n = os.write(fd, view)
+                written += n
+                view = view[n:]
             if durable:
                 _datasync(fd)
         except BaseException:
-            _undo_append(path, fd, size)
+            _undo_append(path, fd, written)
             raise
     finally:
         os.close(fd)
 
 
-def _undo_append(path: Path, fd: int, size: int) -> None:
-    """Best effort after a failed append: the line must not count (a new file goes entirely)."""
+def _undo_append(path: Path, fd: int, written: int) -> None:
+    """Best effort after a failed append: the line must not count (a file it created goes entirely).
+
+    The claim's lock keeps other writers of this file away, so the size before
+    the append is the current size less what this append wrote.
+    """
     try:
-        if size == 0:
+        size = os.fstat(fd).st_size - written
+        if size <= 0:
             os.unlink(path)
         else:
             os.ftruncate(fd, size)

@@ -176,3 +176,20 @@ def test_empty_record_file_is_no_record_and_is_left_alone(tmp_path: Path, boot: 
     (path / "b.json").write_bytes(b"")  # created, first line not written yet
     assert sorted(loaded(path, boot)) == ["a"]
     assert (path / "b.json").exists()
+
+
+def test_failed_append_to_an_existing_record_leaves_the_previous_state(tmp_path: Path, boot: Path, monkeypatch):
+    from dra_driver import checkpoint as checkpoint_module
+
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    ckpt.put(record("a", PREPARE_STARTED))
+    before = (path / "a.json").read_bytes()
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(checkpoint_module, "_datasync", broken)
+    with pytest.raises(OSError):
+        ckpt.put(record("a"))
+    assert (path / "a.json").read_bytes() == before

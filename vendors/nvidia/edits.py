@@ -9,6 +9,7 @@ requests it names).
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -32,8 +33,14 @@ _MIG_LINE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
 
 
 def _node(path: str, dev_root: Path) -> DeviceNode:
-    host = str(dev_root / path.removeprefix("/dev/"))
+    host = _host_path(path, dev_root)
     return DeviceNode(path=path, host_path=None if host == path else host)
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_path(path: str, dev_root: Path) -> str:
+    # Cached: every prepare asks for the same few nodes, and pathlib joins dominate edit building.
+    return str(dev_root / path.removeprefix("/dev/"))
 
 
 def gpu_edits(minor: int, dev_root: Path) -> ContainerEdits:
