@@ -24,14 +24,13 @@ because runtimes embed older CDI libraries that reject newer version strings.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dra_driver.atomic_file import replace_file
 from dra_driver.vendor import ContainerEdits, DeviceNode, Hook, Mount
 
 CDI_CLASS = "device"
@@ -218,30 +217,11 @@ def write_spec_atomic(path: Path, spec: dict[str, Any]) -> None:
     PrepareCompleted record naming this spec is flushed before the kubelet
     gets an answer.
     """
-    directory = path.parent
     # Compact: runtimes parse it, and without indent json uses its C encoder.
     data = json.dumps(spec, separators=(",", ":")).encode()
-    # The temp name must not end in .json/.yaml: runtimes watching the directory ignore it.
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=directory)
-    except FileNotFoundError:
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=directory)
-    try:
-        try:
-            os.fchmod(fd, 0o644)  # mkstemp creates 0600; runtimes may read as another user
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # The temp name must not end in .json/.yaml: runtimes watching the directory ignore it;
+    # 0644 because runtimes may read it as another user.
+    replace_file(path, data, durable=False, mode=0o644, temp_prefix=".spec.")
 
 
 def remove_spec(path: Path) -> bool:

@@ -36,13 +36,13 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dra_driver import atomic_file
 from dra_driver.logs import fields
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ class Checkpoint:
             extra=fields(path=str(path), uid=record.uid, phase=record.phase, bad_lines=bad_lines, reason=str(reason)),
         )
         try:
-            _replace_file(path, self._line(record), durable=True)
+            atomic_file.replace_file(path, self._line(record), durable=True)
         except OSError as exc:  # the file stays readable as it is
             log.warning("could not compact checkpoint record", extra=fields(path=str(path), error=str(exc)))
 
@@ -261,7 +261,7 @@ class Checkpoint:
             log.warning("format-1 checkpoint is from another boot; prepared state is void", extra=fields(path=str(legacy)))
             records = []
         for record in records:
-            _replace_file(self.path / _file_name(record.uid), self._line(record), durable=True)
+            atomic_file.replace_file(self.path / _file_name(record.uid), self._line(record), durable=True)
         _unlink(legacy)
         log.info("checkpoint migrated to one file per claim", extra=fields(path=str(self.path), claims=len(records)))
 
@@ -447,7 +447,7 @@ def _append_file(path: Path, data: bytes, durable: bool) -> None:
                 written += n
                 view = view[n:]
             if durable:
-                _datasync(fd)
+                atomic_file.datasync(fd)
         except BaseException:
             _undo_append(path, fd, written)
             raise
@@ -471,35 +471,3 @@ def _undo_append(path: Path, fd: int, written: int) -> None:
         pass  # a leftover line without a flush is at worst a record the next start rolls back
 
 
-def _replace_file(path: Path, data: bytes, durable: bool) -> None:
-    """Temp file, data flush, rename: readers see the old or the new file, never a mix."""
-    # A random temp name (mkstemp): two instances in a rolling update both run as
-    # PID 1 in their pods, so a pid-based name would be shared by both writers.
-    # The leading dot keeps it out of load().
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                _datasync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _datasync(fd: int) -> None:
-    # fdatasync flushes the data and the metadata needed to read it back (size), skipping timestamps.
-    sync = getattr(os, "fdatasync", os.fsync)
-    sync(fd)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver import checkpoint as checkpoint_module
+from dra_driver import atomic_file
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 
 
@@ -35,8 +36,8 @@ def boot(tmp_path: Path) -> Path:
 @pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = checkpoint_module._datasync
-    monkeypatch.setattr(checkpoint_module, "_datasync", lambda fd: (calls.append(fd), real(fd)))
+    real = atomic_file.datasync
+    monkeypatch.setattr(atomic_file, "datasync", lambda fd: (calls.append(fd), real(fd)))
     return calls
 
 
@@ -89,7 +90,7 @@ def test_completed_device_count_follows_every_change(tmp_path: Path, boot: Path)
 
 
 def test_concurrent_durable_puts_each_return_durable_and_flush_only_their_own_record(tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch):
-    real = checkpoint_module._datasync
+    real = atomic_file.datasync
     flushes: list[int] = []
 
     def slow_sync(fd: int) -> None:  # a slow disk makes writers queue behind one flush
@@ -97,7 +98,7 @@ def test_concurrent_durable_puts_each_return_durable_and_flush_only_their_own_re
         flushes.append(fd)
         real(fd)
 
-    monkeypatch.setattr(checkpoint_module, "_datasync", slow_sync)
+    monkeypatch.setattr(atomic_file, "datasync", slow_sync)
     ckpt = Checkpoint(tmp_path / "cp.json", boot)
     missing: list[str] = []
     lock = threading.Lock()
@@ -123,7 +124,7 @@ def test_failed_write_leaves_no_temp_file(tmp_path: Path, boot: Path, monkeypatc
     def broken(fd: int) -> None:
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr(checkpoint_module, "_datasync", broken)
+    monkeypatch.setattr(atomic_file, "datasync", broken)
     with pytest.raises(OSError):
         ckpt.put(record("u2"))
     assert sorted(p.name for p in (tmp_path / "cp.json").iterdir()) == ["u1.json"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import atomic_file
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 
 
@@ -189,7 +190,7 @@ def test_failed_append_to_an_existing_record_leaves_the_previous_state(tmp_path:
     def broken(fd: int) -> None:
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr(checkpoint_module, "_datasync", broken)
+    monkeypatch.setattr(atomic_file, "datasync", broken)
     with pytest.raises(OSError):
         ckpt.put(record("a"))
     assert (path / "a.json").read_bytes() == before

@@ -11,6 +11,7 @@ from example_backend import DRIVER
 
 from dra_driver import checkpoint as checkpoint_module
 from dra_driver.kube.claims import allocated_claim_object
+from dra_driver import atomic_file
 from dra_driver.vendor import ClaimRef
 
 
@@ -92,16 +93,16 @@ def test_failed_prepare_started_write_fails_the_claim_and_frees_its_devices(node
     conn = node.connect()
     first = node.add_claim("disk-full", {"gpu": ["gpu-2"]})
     second = node.add_claim("after", {"gpu": ["gpu-2"]})
-    real = checkpoint_module._datasync
+    real = atomic_file.datasync
 
     def full_disk(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint_module, "_datasync", full_disk)
+    monkeypatch.setattr(atomic_file, "datasync", full_disk)
     error = conn.prepare([first]).claims[first.uid].error
     assert "No space left on device" in error
     assert "prepare" not in [op for op, _ in node.backend.calls]  # the backend never acted
-    monkeypatch.setattr(checkpoint_module, "_datasync", real)
+    monkeypatch.setattr(atomic_file, "datasync", real)
     assert conn.prepare([second]).claims[second.uid].error == ""  # gpu-2 was not left reserved
 
 
