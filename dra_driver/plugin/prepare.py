@@ -45,10 +45,18 @@ from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, Prepare
 
 log = logging.getLogger(__name__)
 
-# Test hook (crash tests only): when set to a directory, prepare stops after the
-# backend succeeded and the CDI spec is written but before PrepareCompleted is
-# recorded; it creates <dir>/<claimUID> and waits while that file exists.
+# Test hook (crash tests only): when set to a directory, a claim operation stops at
+# one named point, creates <dir>/<claimUID> and waits while that file exists. The
+# point is the content of <dir>/<claimUID>.point if that file exists, else after-cdi
+# (see HOLD_POINTS). Unset (production), the hook is one attribute test per point.
 HOLD_ENV = "DRA_DRIVER_TEST_HOLD_PREPARE"
+HOLD_POINTS = (
+    "after-started",  # PrepareStarted is durable, the backend has not been called
+    "after-backend",  # the backend prepared and its state is recorded, no CDI spec yet
+    "after-cdi",  # the CDI spec is written, PrepareCompleted is not recorded
+    "after-completed",  # PrepareCompleted is recorded, the answer is not sent
+    "during-unprepare",  # the backend unprepared, the spec and the record are still there
+)
 # Profiling hook (benchmarks): when set to a file path, every claim operation runs
 # under cProfile and the summed stats are written there when the service closes.
 PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
@@ -202,6 +210,7 @@ class PrepareService:
             # concurrent claims do not queue behind each other's flush.
             self._commit_started(ref, staged)
         try:
+            self._hold_for_tests(ref.uid, "after-started")
             prepared = self.backend.prepare(ref, allocated)
             # Recorded before anything else so a crash from here on is undone with the real state.
             # Not flushed to the device: a process crash still finds it (page cache), a power loss
@@ -209,13 +218,15 @@ class PrepareService:
             started = replace(started, backend_state=dict(prepared.state))
             with self._checkpoint_section():
                 self._checkpoint.put(started, durable=False)
+            self._hold_for_tests(ref.uid, "after-backend")
             completed = self._write_cdi(ref, started, prepared)
-            self._hold_for_tests(ref.uid)
+            self._hold_for_tests(ref.uid, "after-cdi")
             with self._checkpoint_section():
                 self._checkpoint.put(completed)
         except BaseException:
             self._undo(started)
             raise
+        self._hold_for_tests(ref.uid, "after-completed")
         log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
         return completed.devices
 
@@ -295,8 +306,11 @@ class PrepareService:
         cdi.write_spec_atomic(path, cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits))
         return replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
 
-    def _hold_for_tests(self, uid: str) -> None:
+    def _hold_for_tests(self, uid: str, point: str) -> None:
         if not self._hold_dir:
+            return
+        wanted = Path(self._hold_dir) / f"{uid}.point"
+        if (wanted.read_text().strip() if wanted.exists() else "after-cdi") != point:
             return
         marker = Path(self._hold_dir) / uid
         marker.touch()
@@ -325,6 +339,7 @@ class PrepareService:
             self.backend.unprepare(ref, record.backend_state)
         except DraError as exc:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
+        self._hold_for_tests(record.uid, "during-unprepare")
         cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
         with nullcontext() if section_held else self._checkpoint_section():
             self._checkpoint.remove(record.uid)

@@ -1,0 +1,57 @@
+"""Helpers for the crash tests: run example_daemon.py as a subprocess, hold points, waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.plugin.prepare import HOLD_ENV, HOLD_POINTS
+from dra_driver.plugin.sockets import PluginPaths
+
+DAEMON = Path(__file__).parent / "example_daemon.py"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition", step: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_daemon(api_url: str, root: Path, hold: Path | None = None) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env.pop(HOLD_ENV, None)
+    if hold is not None:
+        env[HOLD_ENV] = str(hold)
+    return subprocess.Popen([sys.executable, str(DAEMON), api_url, str(root)], env=env, stderr=subprocess.DEVNULL, text=True)
+
+
+def hold_at(hold: Path, uid: str, point: str) -> None:
+    """Ask the daemon's test hook to stop claim `uid` at `point` (prepare.HOLD_POINTS), or "never"."""
+    assert point in (*HOLD_POINTS, "never"), point
+    (hold / f"{uid}.point").write_text(point)
+
+
+def registers(paths: PluginPaths) -> bool:
+    try:
+        register(paths.registration_socket, timeout=1.0).close()
+        return True
+    except Exception:
+        return False
+
+
+def record_of(paths: PluginPaths, uid: str) -> dict[str, Any] | None:
+    """The last record line of a claim's checkpoint file (format 2), or None without a file."""
+    path = paths.checkpoint / f"{uid}.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text().split()[-1])["body"]["record"]

@@ -1,0 +1,150 @@
+"""kill -9 at every prepare/unprepare point, NVIDIA dynamic MIG recovery, and the socket start order.
+
+What is covered here:
+- subprocess daemon (example backend, journal on disk) killed with SIGKILL while one claim waits at each
+  named hold point of prepare.py (after-started, after-backend, after-cdi, after-completed) and one in
+  unprepare (during-unprepare), all in one process; the restart must roll back exactly the half-prepared
+  claims with their recorded backend state, keep the completed ones byte for byte, remove our orphan specs
+  and no foreign file, and answer repeated calls as before;
+- NVIDIA dynamic MIG (dgx-h100): see test_dynamic_mig_instance_created_before_crash_is_destroyed for the
+  in-process model and its limits;
+- the DRA socket already serves when the registration socket appears.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from crash_support import hold_at, record_of, registers, start_daemon, wait_for
+from example_backend import DRIVER, journal
+
+from dra_driver import cdi
+from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.vendor import ClaimRef
+
+# claim name -> where its operation is when the daemon is killed
+PREPARE_POINTS = {"at-started": "after-started", "at-backend": "after-backend", "at-cdi": "after-cdi", "at-completed": "after-completed"}
+HALF_PREPARED = ("at-started", "at-backend", "at-cdi")
+
+
+@pytest.fixture
+def root(short_tmp: Path) -> Path:
+    (short_tmp / "state").mkdir()
+    (short_tmp / "boot_id").write_text("boot-1\n")
+    return short_tmp
+
+
+def _spec(root: Path, uid: str) -> Path:
+    return cdi.spec_path(root / "cdi", DRIVER, uid)
+
+
+def _ids(response, uid: str) -> list[list[str]]:
+    entry = response.claims[uid]
+    assert entry.error == "", entry.error
+    return [list(d.cdi_device_ids) for d in entry.devices]
+
+
+def test_kill_at_every_point_then_restart(apiserver, root: Path) -> None:
+    paths = PluginPaths(root / "kubelet", DRIVER)
+    names = [*PREPARE_POINTS, "unpreparing", "done"]
+    refs: dict[str, ClaimRef] = {}
+    for i, name in enumerate(names):
+        stored = apiserver.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", {"gpu": [f"gpu-{i}"]}))
+        refs[name] = ClaimRef("default", name, stored["metadata"]["uid"])
+    hold = root / "hold"
+    hold.mkdir()
+    for name, point in PREPARE_POINTS.items():
+        hold_at(hold, refs[name].uid, point)
+    hold_at(hold, refs["unpreparing"].uid, "during-unprepare")
+    hold_at(hold, refs["done"].uid, "never")  # without a point file the hook holds at after-cdi
+    cdi_dir = root / "cdi"
+    cdi_dir.mkdir()
+    # Files in the CDI dir that are not ours: another vendor, another driver's claim spec, a stray file.
+    foreign = {
+        cdi_dir / "nvidia.yaml": b"cdiVersion: 0.6.0\n",
+        cdi_dir / f"k8s.gpu.other.com-device_{refs['done'].uid}.json": b'{"other": true}',
+        cdi_dir / "notes.txt": b"keep me",
+    }
+    for path, data in foreign.items():
+        path.write_bytes(data)
+
+    proc = start_daemon(apiserver.url, root, hold)
+    try:
+        wait_for(lambda: registers(paths), what="daemon to serve")
+        conn = register(paths.registration_socket)
+        answered = {name: conn.prepare([refs[name]]) for name in ("unpreparing", "done")}  # their points are not in prepare
+        with ThreadPoolExecutor(2) as pool:
+            pending_prepare = pool.submit(conn.prepare, [refs[n] for n in PREPARE_POINTS], 30.0)
+            pending_unprepare = pool.submit(conn.unprepare, [refs["unpreparing"]], 30.0)
+            for name in [*PREPARE_POINTS, "unpreparing"]:
+                wait_for((hold / refs[name].uid).exists, what=f"{name} to reach its hold point")
+            # The durable state at each point, as the crash will leave it.
+            phases = {name: (record_of(paths, refs[name].uid) or {}).get("phase") for name in names}
+            assert phases == {"at-started": "PrepareStarted", "at-backend": "PrepareStarted", "at-cdi": "PrepareStarted",
+                              "at-completed": "PrepareCompleted", "unpreparing": "PrepareCompleted", "done": "PrepareCompleted"}
+            assert record_of(paths, refs["at-started"].uid)["backend_state"] == {}
+            assert record_of(paths, refs["at-backend"].uid)["backend_state"]["devices"] == ["gpu-1"]
+            assert [_spec(root, refs[n].uid).exists() for n in PREPARE_POINTS] == [False, False, True, True]
+            completed_ids = [d["cdi_ids"] for d in record_of(paths, refs["at-completed"].uid)["devices"]]
+            specs_before = {n: _spec(root, refs[n].uid).read_bytes() for n in ("at-completed", "unpreparing", "done")}
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            for pending in (pending_prepare, pending_unprepare):
+                with pytest.raises(grpc.RpcError):
+                    pending.result(10)
+        conn.close()
+        ours_orphan = _spec(root, "orphan-uid")
+        ours_orphan.write_text("{}")
+        before_restart = len(journal(root / "state"))
+
+        proc = start_daemon(apiserver.url, root)
+        wait_for(lambda: registers(paths), what="restarted daemon to serve")
+        ops = journal(root / "state")[before_restart:]
+        # Recovery: each half-prepared claim unprepared once with the state its record held, then one reconcile
+        # listing the completed claims (the unprepare in flight had not dropped its record: still completed).
+        rollbacks = sorted((e["data"]["uid"], json.dumps(e["data"]["state"], sort_keys=True)) for e in ops if e["op"] == "unprepare")
+        expected = sorted(
+            (refs[n].uid, json.dumps({} if n == "at-started" else {"uid": refs[n].uid, "devices": [f"gpu-{names.index(n)}"]}, sort_keys=True))
+            for n in HALF_PREPARED
+        )
+        assert rollbacks == expected
+        assert [e["op"] for e in ops] == ["unprepare", "unprepare", "unprepare", "reconcile"]
+        assert sorted(s["uid"] for s in ops[-1]["data"]) == sorted(refs[n].uid for n in ("at-completed", "unpreparing", "done"))
+        for name in HALF_PREPARED:
+            assert not _spec(root, refs[name].uid).exists() and record_of(paths, refs[name].uid) is None, name
+        assert not ours_orphan.exists()
+        assert {p: p.read_bytes() for p in foreign} == foreign
+        assert {n: _spec(root, refs[n].uid).read_bytes() for n in specs_before} == specs_before
+
+        conn = register(paths.registration_socket)
+        # Completed claims: the same answer, from the checkpoint (no backend call), spec untouched.
+        assert conn.prepare([refs["done"]]) == answered["done"]
+        again = conn.prepare([refs["at-completed"]])
+        assert _ids(again, refs["at-completed"].uid) == completed_ids
+        assert _spec(root, refs["at-completed"].uid).read_bytes() == specs_before["at-completed"]
+        assert [e["op"] for e in journal(root / "state")[before_restart + len(ops):]] == []
+        # The unprepare the kubelet retries succeeds, calls the backend with the claim's state, drops the spec.
+        assert conn.unprepare([refs["unpreparing"]]).claims[refs["unpreparing"].uid].error == ""
+        assert journal(root / "state")[-1] == {"op": "unprepare", "data": {"uid": refs["unpreparing"].uid, "state": {"uid": refs["unpreparing"].uid, "devices": ["gpu-4"]}}}
+        assert not _spec(root, refs["unpreparing"].uid).exists() and record_of(paths, refs["unpreparing"].uid) is None
+        assert conn.unprepare([refs["unpreparing"]]).claims[refs["unpreparing"].uid].error == ""  # and again: unknown = success
+        # Rolled-back claims prepare again from scratch.
+        redo = conn.prepare([refs[n] for n in HALF_PREPARED])
+        for name in HALF_PREPARED:
+            assert _ids(redo, refs[name].uid) and _spec(root, refs[name].uid).exists(), name
+        conn.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
