@@ -148,3 +148,47 @@ def test_kill_at_every_point_then_restart(apiserver, root: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def test_dra_socket_serves_before_registration_socket_appears(short_tmp: Path, apiserver, monkeypatch) -> None:
+    """Instrumented, not raced: the moment the registration server is about to bind, a v1
+    NodePrepareResources round trip on the DRA socket must already succeed."""
+    from conftest import make_settings
+    from example_backend import ExampleBackend
+
+    import dra_driver.plugin.driver as driver_module
+    from dra_driver.api.dra.v1 import api_pb2, api_pb2_grpc
+    from dra_driver.daemon import Daemon
+    from dra_driver.kube.claims import ClaimReader
+    from dra_driver.vendor import BackendSettings
+
+    settings = make_settings(short_tmp)
+    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER)
+    stored = apiserver.store.put(allocated_claim_object("early", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
+    ref = ClaimRef("default", "early", stored["metadata"]["uid"])
+    probes: list[tuple[bool, object]] = []
+
+    class ProbingServer(driver_module.UnixServer):
+        def start(self) -> None:
+            if self.path == paths.registration_socket:
+                with grpc.insecure_channel(f"unix://{paths.dra_socket}") as channel:
+                    request = api_pb2.NodePrepareResourcesRequest(claims=[api_pb2.Claim(namespace=ref.namespace, name=ref.name, uid=ref.uid)])
+                    response = api_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(request, timeout=5.0)
+                probes.append((paths.registration_socket.exists(), response))
+            super().start()
+
+    monkeypatch.setattr(driver_module, "UnixServer", ProbingServer)
+    backend = ExampleBackend(BackendSettings(node_name="node-a"))
+    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    daemon.start()
+    try:
+        assert len(probes) == 1
+        reg_existed, early = probes[0]
+        assert not reg_existed
+        assert early.claims[ref.uid].error == "" and len(early.claims[ref.uid].devices) == 1
+        conn = register(paths.registration_socket)
+        assert conn.service == "v1.DRAPlugin"
+        assert conn.prepare([ref]) == early  # the early answer was the real one
+        conn.close()
+    finally:
+        daemon.stop()
