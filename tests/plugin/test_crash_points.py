@@ -192,3 +192,77 @@ def test_dra_socket_serves_before_registration_socket_appears(short_tmp: Path, a
         conn.close()
     finally:
         daemon.stop()
+
+
+def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path, apiserver, monkeypatch) -> None:
+    """NVIDIA dynamic MIG (dgx-h100): a crash after the backend created a GPU/compute instance but before
+    PrepareCompleted; the restart destroys the instance and the claim prepares again.
+
+    The simulated NVML lives in process memory and cannot be driven from a state file, so a subprocess
+    daemon cannot show "the instance survives the crash". Instead the test forks while the prepare thread
+    waits at the after-backend hold point: the child has the same memory (the simulated GPU with its new
+    instance, as the real driver would keep it) but not the prepare thread, i.e. the process "died" there.
+    The child builds a fresh NvidiaBackend over the same simulated library and a fresh PrepareService on the
+    same checkpoint and CDI dirs, runs recover() and prepares again. Covered: rollback from the recorded
+    backend state (PrepareStarted + state). Not covered: the real gRPC daemon, a crash between
+    backend.prepare and the state write (the instance is then unknown after restart: see the report), and
+    a real driver's persistence of instances.
+    """
+    from dra_driver.checkpoint import Checkpoint
+    from dra_driver.hardware_profiles import load_profile
+    from dra_driver.kube.claims import ClaimReader
+    from dra_driver.plugin.prepare import HOLD_ENV, PrepareService
+    from dra_driver.vendor import BackendSettings
+
+    nvidia = pytest.importorskip("dra_driver_nvidia.backend")
+    driver = "gpu.nvidia.com"
+    device = "gpu-3-mig-1g10gb-19-0"
+    (short_tmp / "boot_id").write_text("boot-1\n")
+    hold = short_tmp / "hold"
+    hold.mkdir()
+    cdi_dir = short_tmp / "cdi"
+    stored = apiserver.store.put(allocated_claim_object("mig", "default", driver, "node-a", {"gpu": [device]}, device_class=driver))
+    ref = ClaimRef("default", "mig", stored["metadata"]["uid"])
+    hold_at(hold, ref.uid, "after-backend")
+    monkeypatch.setenv(HOLD_ENV, str(hold))
+    settings = BackendSettings(node_name="node-a", partitioning="dynamic")
+    backend = nvidia.NvidiaBackend.from_profile(dict(load_profile("dgx-h100").sections["nvidia"]), settings)
+    fake = backend.simulator
+    backend.discover()
+
+    def service(on: nvidia.NvidiaBackend) -> PrepareService:
+        return PrepareService(on, ClaimReader(apiserver.api_client()), Checkpoint(short_tmp / "ckpt", short_tmp / "boot_id"), cdi_dir)
+
+    first = service(backend)
+    first.recover()
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(first.prepare, [ref])
+        wait_for((hold / ref.uid).exists, what="prepare to reach after-backend")
+        assert len(list(fake.live_instances())) == 1
+        result = short_tmp / "child-result"
+        pid = os.fork()
+        if pid == 0:  # the restarted driver: same memory, no prepare thread
+            try:
+                os.environ.pop(HOLD_ENV, None)
+                again = nvidia.NvidiaBackend(settings, simulator=fake, sysfs_root=backend._sysfs_root, proc_root=None)
+                again.discover()
+                restarted = service(again)
+                assert restarted.checkpoint_record(ref.uid) is None  # not loaded yet
+                restarted.recover()
+                assert list(fake.live_instances()) == [], "the instance of the half-prepared claim survived recovery"
+                assert restarted.checkpoint_record(ref.uid) is None and not cdi.spec_path(cdi_dir, driver, ref.uid).exists()
+                outcome = restarted.prepare([ref])[ref.uid]
+                assert outcome.error == "", outcome.error
+                assert len(list(fake.live_instances())) == 1 and cdi.spec_path(cdi_dir, driver, ref.uid).exists()
+                assert restarted.unprepare([ref]) == {ref.uid: ""} and list(fake.live_instances()) == []
+                result.write_text("ok")
+            except BaseException:
+                result.write_text(traceback.format_exc())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        (hold / ref.uid).unlink()  # let the parent's abandoned prepare finish; its outcome no longer matters
+        pending.result(30)
+    first.close()
+    backend.close()
+    assert result.read_text() == "ok"
