@@ -14,7 +14,11 @@ Besides latency and throughput it prints the daemon's CPU time per prepared
 claim and the bench process's own (kubelet side + API server): on a shared
 machine CPU time is a steadier comparison than wall-clock latency.
 
-usage: python bench/bench_prepare.py [--claims N] [--concurrency C ...] [--devices D ...]
+usage: python bench/bench_prepare.py [--claims N] [--concurrency C ...] [--devices D ...] [--claim-cache]
+
+With --claim-cache the daemon serves claims from its LIST+WATCH cache (see
+dra_driver/kube/claim_cache.py); the `GETs` column counts the claim GETs the
+API server received during the timed prepares (0 = every claim from the cache).
 
 Profiling: with DRA_DRIVER_PROFILE_PREPARE=<file> in the environment the
 daemon runs every claim operation under cProfile and writes the summed
@@ -74,12 +78,15 @@ def cpu_s(pid: int) -> float:
 
 def run_case(conn: PluginConnection, server: sim_apiserver.SimApiServer, concurrency: int, devices: int, claims: int, daemon_pid: int) -> dict[str, float]:
     refs = make_claims(server, f"c{concurrency}-d{devices}", claims, devices)
+    time.sleep(0.5)  # claims are allocated well before the kubelet prepares them; lets a claim cache see them
+    gets_before = server.requests[("get", "resourceclaims")]
     with ThreadPoolExecutor(concurrency) as pool:
         daemon_cpu, own_cpu = cpu_s(daemon_pid), time.process_time()
         start = time.perf_counter()
         latencies = list(pool.map(lambda r: timed_call(conn.prepare, [r]), refs))
         wall = time.perf_counter() - start
         daemon_cpu, own_cpu = cpu_s(daemon_pid) - daemon_cpu, time.process_time() - own_cpu
+        gets = server.requests[("get", "resourceclaims")] - gets_before
         list(pool.map(lambda r: timed_call(conn.unprepare, [r]), refs))
     latencies.sort()
     return {
@@ -88,6 +95,7 @@ def run_case(conn: PluginConnection, server: sim_apiserver.SimApiServer, concurr
         "claims_per_s": len(refs) / wall,
         "daemon_cpu_ms": daemon_cpu / len(refs) * 1000,  # per prepared claim
         "bench_cpu_ms": own_cpu / len(refs) * 1000,  # kubelet side + API server, same cores
+        "claim_gets": gets,
     }
 
 
@@ -103,12 +111,14 @@ def main() -> int:
     parser.add_argument("--claims", type=int, default=400, help="claims per case (default 400)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrency levels (default 1 16 64)")
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 8], help="devices per claim (default 1 8)")
+    parser.add_argument("--claim-cache", action="store_true", help="run the daemon with --claim-cache")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dra-bench-", dir="/tmp"))
     server = sim_apiserver.SimApiServer().start()
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia",
         "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"),
+        "--claim-cache" if args.claim_cache else "--no-claim-cache",
     ]  # fmt: skip
     daemon = subprocess.Popen(command)
     try:
@@ -121,11 +131,11 @@ def main() -> int:
         conn = register(paths.registration_socket)
         make_claims(server, "warm", 1, 1)
         run_case(conn, server, 1, 1, 20, daemon.pid)  # warm-up: imports, connections
-        print(f"{'conc':>4} {'dev/claim':>9} {'p50 ms':>8} {'p99 ms':>8} {'claims/s':>9} {'daemon cpu ms/claim':>20} {'bench cpu ms/claim':>19}")
+        print(f"{'conc':>4} {'dev/claim':>9} {'p50 ms':>8} {'p99 ms':>8} {'claims/s':>9} {'daemon cpu ms/claim':>20} {'bench cpu ms/claim':>19} {'GETs':>5}")
         for devices in args.devices:
             for concurrency in args.concurrency:
                 result = run_case(conn, server, concurrency, devices, args.claims, daemon.pid)
-                print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f} {result['daemon_cpu_ms']:>20.2f} {result['bench_cpu_ms']:>19.2f}")
+                print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f} {result['daemon_cpu_ms']:>20.2f} {result['bench_cpu_ms']:>19.2f} {result['claim_gets']:>5}")
         print(f"daemon RSS: {rss_mib(daemon.pid):.0f} MiB")
         conn.close()
     finally:

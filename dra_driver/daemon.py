@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.kube.claim_cache import CachedClaimReader, ClaimCache
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
@@ -41,10 +42,15 @@ class Daemon:
         settings: PluginSettings,
         metrics_port: int = 0,
         publisher_factory: PublisherFactory | None = None,
+        claim_cache: ClaimCache | None = None,
     ) -> None:
         self.backends = list(backends)
         self.settings = settings
         self.metrics = Metrics()
+        # With a claim cache (--claim-cache), prepare reads claims from it when safe and GETs otherwise.
+        self.claim_cache = claim_cache
+        if claim_cache is not None:
+            claims = CachedClaimReader(claims, claim_cache)
         self._claims = claims
         self._metrics_port = metrics_port
         self._publisher_factory = publisher_factory
@@ -55,6 +61,8 @@ class Daemon:
 
     def start(self) -> DaemonStatus:
         self._metrics_server = self.metrics.serve(self._metrics_port)
+        if self.claim_cache is not None:
+            self.claim_cache.start()
         for backend in self.backends:
             self._start_one(backend)
         return self.status
@@ -78,6 +86,8 @@ class Daemon:
         for plugin in self.plugins.values():
             plugin.stop()
         self.plugins.clear()
+        if self.claim_cache is not None:
+            self.claim_cache.stop()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None

@@ -47,6 +47,13 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path(os.environ.get("DRIVER_ROOT") or "/"),
         help="where the host's vendor driver files are mounted (default: $DRIVER_ROOT or /); the NVIDIA backend loads libnvidia-ml.so.1 from there",
     )
+    parser.add_argument(
+        "--claim-cache",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("CLAIM_CACHE", "").lower() in ("1", "true", "yes"),
+        help="serve prepare from a LIST+WATCH cache of allocated ResourceClaims (all namespaces) instead of one GET per claim; "
+        "falls back to a GET whenever the cache is not sure (default: off, or $CLAIM_CACHE=true; needs list/watch on resourceclaims)",
+    )
 
 
 def build_daemon(args: argparse.Namespace) -> Daemon:
@@ -72,7 +79,17 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
     # Slice publishing (dra_driver.publisher): one SlicePublisher per backend, health events become taints.
     from dra_driver.publisher.daemon_adapter import publisher_factory
 
-    return Daemon(opened.backends, claims, settings, metrics_port=args.metrics_port, publisher_factory=publisher_factory(api_client, args.node_name))
+    from dra_driver.kube.claim_cache import ClaimCache
+
+    cache = ClaimCache(api_client) if args.claim_cache else None
+    return Daemon(
+        opened.backends,
+        claims,
+        settings,
+        metrics_port=args.metrics_port,
+        publisher_factory=publisher_factory(api_client, args.node_name),
+        claim_cache=cache,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -93,7 +93,8 @@ class ClaimReader:
         self._client = api_client
         self._timeout_s = timeout_s
 
-    def get(self, namespace: str, name: str) -> ResourceClaim:
+    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim:
+        """The claim as stored now. `uid` (what the kubelet asked for) is not needed for a GET: the caller compares."""
         where = f"ResourceClaim {namespace}/{name}"
         try:
             method, url, headers, body, post = self._client.param_serialize(

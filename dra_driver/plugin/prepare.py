@@ -68,7 +68,7 @@ _MAX_UID = 128
 
 
 class ClaimSource(Protocol):
-    def get(self, namespace: str, name: str) -> ResourceClaim: ...
+    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim: ...  # uid lets a cache answer safely
 
 
 class ClaimError(DraError):
@@ -194,7 +194,7 @@ class PrepareService:
             return record.devices
         if record is not None:  # an earlier attempt failed half-way
             self._undo(record)
-        claim = self._claims.get(ref.namespace, ref.name)
+        claim = self._claims.get(ref.namespace, ref.name, ref.uid)
         allocated = self._our_devices(ref, claim)
         if not allocated:
             return []

@@ -134,7 +134,7 @@ def test_cluster_role_is_minimal_and_documented() -> None:
     granted = {(g, r, frozenset(rule["verbs"])) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == permissions_from_docs()
     verbs = {r: v for _, r, v in granted}
-    assert "*" not in set().union(*verbs.values()) and verbs["resourceclaims"] == {"get"} and verbs["nodes"] == {"get"}
+    assert "*" not in set().union(*verbs.values()) and verbs["resourceclaims"] == {"get", "list", "watch"} and verbs["nodes"] == {"get"}
     (binding,) = by_kind(render("all"), "ClusterRoleBinding")
     (account,) = by_kind(render("all"), "ServiceAccount")
     (daemonset,) = by_kind(render("all"), "DaemonSet")

@@ -1,8 +1,9 @@
 """The ClusterRole grants exactly the verbs the daemon really sends to the API server.
 
-A daemon with the slice publisher runs against the simulated API server through
-its whole life (publish, delete an obsolete slice, health taint, prepare, stop); the verbs
-the server saw per resource must equal what deploy/ grants.
+A daemon with the slice publisher and the claim cache (`--claim-cache`) runs against the
+simulated API server through its whole life (publish, delete an obsolete slice, health taint,
+prepare through the cache and through a GET, stop); the verbs the server saw per resource must
+equal what deploy/ grants.
 """
 
 from __future__ import annotations
@@ -14,12 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.kube.claim_cache import ClaimCache
+from dra_driver.daemon import Daemon
+from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.client import make_api_client
+from dra_driver.plugin.driver import PluginSettings
+from dra_driver.publisher.daemon_adapter import publisher_factory
 from dra_driver.kube.sim_apiserver import SimApiServer
 from dra_driver.vendor import BackendSettings, ClaimRef, HealthEvent
 from tests.deploy.test_manifests import by_kind, render
-from tests.publisher.conftest import NODE, device_names, eventually, slices
-from tests.publisher.test_daemon_wiring import ToyBackend, make_daemon
+from tests.publisher.conftest import FAST, NODE, device_names, eventually, slices
+from tests.publisher.test_daemon_wiring import ToyBackend
 
 DRIVER = "gpu.example.com"
 
@@ -40,6 +46,13 @@ def _slice(name: str, pool: str) -> dict[str, object]:
     }
 
 
+def make_daemon(root: Path, server: SimApiServer, backends: list[ToyBackend], claim_cache: ClaimCache) -> Daemon:
+    (root / "boot_id").write_text("boot-1\n")
+    settings = PluginSettings(node_name=NODE, kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8)
+    api = make_api_client(server.url)
+    return Daemon(backends, ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE, FAST), claim_cache=claim_cache)
+
+
 def granted_verbs() -> dict[str, set[str]]:
     (role,) = by_kind(render("all"), "ClusterRole")
     granted: dict[str, set[str]] = {}
@@ -57,14 +70,19 @@ def test_cluster_role_verbs_equal_the_verbs_the_daemon_uses(short_tmp: Path) -> 
         stale = server.store.put(_slice("stale", pool="old-pool"))  # from an earlier run: obsolete
         server.reset_counters()
         backend = ToyBackend(DRIVER, BackendSettings(node_name=NODE, partitioning="static"))
-        daemon = make_daemon(short_tmp, server, [backend])
+        cache = ClaimCache(server.api_client())
+        daemon = make_daemon(short_tmp, server, [backend], claim_cache=cache)
         daemon.start()
         try:
             eventually(lambda: device_names(slices(server, driver=DRIVER)) == {"gpu-0", "gpu-1"}, message="published, stale slice gone")
             backend.health.put(HealthEvent(device="gpu-1", healthy=False, reason="XID 79"))
             eventually(lambda: any(d.get("taints") for o in slices(server, driver=DRIVER) for d in o["spec"]["devices"]), message="taint published")
-            outcome = daemon.plugins[DRIVER].service.prepare([ClaimRef("default", "c1", stored["metadata"]["uid"])])
+            assert cache.wait_live(10)
+            service = daemon.plugins[DRIVER].service
+            outcome = service.prepare([ClaimRef("default", "c1", stored["metadata"]["uid"])])  # from the cache
             assert outcome[stored["metadata"]["uid"]].error == ""
+            old_uid = service.prepare([ClaimRef("default", "c1", "uid-of-a-deleted-claim")])  # not cached: a GET
+            assert "UID" in old_uid["uid-of-a-deleted-claim"].error
         finally:
             daemon.stop()
         assert stale["metadata"]["name"] not in {o["metadata"]["name"] for o in slices(server, driver=DRIVER)}
