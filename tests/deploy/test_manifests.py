@@ -18,7 +18,7 @@ from dra_driver.cli.run import add_daemon_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("all", "nvidia", "amd", "gaudi")
+OVERLAYS = ("all", "nvidia", "amd", "gaudi", "all-claim-cache")
 VENDOR_DRIVERS = {"nvidia": "gpu.nvidia.com", "amd": "gpu.amd.com", "gaudi": "gaudi.intel.com"}
 K8S_VERSION = "1.35.0"
 
@@ -83,7 +83,7 @@ def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
     args = parser.parse_args(plugin["args"][1:])  # raises on an unknown flag
     assert str(args.kubelet_dir) == "/var/lib/kubelet" and str(args.cdi_dir) == "/var/run/cdi"
     assert args.node_name == "$(NODE_NAME)" and args.pod_uid == "$(POD_UID)"
-    expected_vendor = None if overlay == "all" else overlay
+    expected_vendor = None if overlay.startswith("all") else overlay
     assert args.vendors == expected_vendor
 
 
@@ -129,12 +129,22 @@ def permissions_from_docs() -> set[tuple[str, str, frozenset[str]]]:
     return rows
 
 
+def test_claim_cache_overlay_adds_only_list_and_watch_on_claims() -> None:
+    (base,) = by_kind(render("all"), "ClusterRole")
+    (cached,) = by_kind(render("all-claim-cache"), "ClusterRole")
+    extra = [rule for rule in cached["rules"] if rule not in base["rules"]]
+    assert extra == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]}]
+    (daemonset,) = by_kind(render("all-claim-cache"), "DaemonSet")
+    env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CLAIM_CACHE"] == "true"
+
+
 def test_cluster_role_is_minimal_and_documented() -> None:
     (role,) = by_kind(render("all"), "ClusterRole")
     granted = {(g, r, frozenset(rule["verbs"])) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == permissions_from_docs()
     verbs = {r: v for _, r, v in granted}
-    assert "*" not in set().union(*verbs.values()) and verbs["resourceclaims"] == {"get", "list", "watch"} and verbs["nodes"] == {"get"}
+    assert "*" not in set().union(*verbs.values()) and verbs["resourceclaims"] == {"get"} and verbs["nodes"] == {"get"}
     (binding,) = by_kind(render("all"), "ClusterRoleBinding")
     (account,) = by_kind(render("all"), "ServiceAccount")
     (daemonset,) = by_kind(render("all"), "DaemonSet")
