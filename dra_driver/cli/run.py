@@ -40,7 +40,10 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="per-pod socket names for rolling updates (default: $POD_UID)")
-    parser.add_argument("--state-dir", type=Path, default=None, help="directory for backend state (default: none)")
+    parser.add_argument(
+        "--state-dir", type=Path, default=None,
+        help="directory for backend state, e.g. which MIG instances the driver created (default: <kubelet-dir>/plugins/dra-driver-state)",
+    )
     parser.add_argument(
         "--driver-root",
         type=Path,
@@ -56,12 +59,18 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def state_dir(args: argparse.Namespace) -> Path:
+    """--state-dir, else a directory under the kubelet dir: backends keep ownership records there that must
+    survive a daemon restart (the NVIDIA backend: which MIG instances it created)."""
+    return args.state_dir if args.state_dir is not None else args.kubelet_dir / "plugins" / "dra-driver-state"
+
+
 def build_daemon(args: argparse.Namespace) -> Daemon:
     """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = load_profile(args.profile) if args.profile else None
     backend_settings = BackendSettings(
-        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root
+        node_name=args.node_name, partitioning=args.partitioning, state_dir=state_dir(args), driver_root=args.driver_root
     )
     opened = open_backends(backend_settings, profile, vendors)
     for problem in opened.unavailable:

@@ -30,6 +30,7 @@ from dra_driver_nvidia.discovery import GpuInfo, SystemInfo, kubernetes_bus_id, 
 from dra_driver_nvidia.health import HealthWatcher, ignored_xids
 from dra_driver_nvidia.mig import MigDevice, MigProfile
 from dra_driver_nvidia.nvml import NvmlError, Placement
+from dra_driver_nvidia.ownership import OwnedInstance, OwnershipJournal
 from dra_driver_nvidia.profile import NvidiaSection, parse_section
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ STATE_KEY = "migInstances"
 # a GPU that answers nvmlDeviceSetMigMode with RESET_REQUIRED is added at run time as well.
 RESET_TO_SWITCH_MIG = frozenset({"Ampere"})
 GiKey = tuple[str, int, int]  # (parent GPU uuid, GI profile ID, placement start)
+StateEntry = Mapping[str, Any]  # one element of the claim state's STATE_KEY list
 
 
 @dataclass
@@ -79,7 +81,11 @@ class NvidiaBackend(VendorBackend):
         self._dynamic_by_gi: dict[tuple[str, int], str] = {}  # (GPU uuid, GI id) -> device name
         # GPU instances this driver created or a live claim lists; every other instance belongs to
         # someone else (an admin, mig-parted) and is never reused, offered as free, or destroyed.
-        self._owned: set[GiKey] = set()
+        # With settings.state_dir (production passes one) creations are also journaled on disk, so
+        # an instance whose claim state was never saved (kill -9 inside prepare) is still known
+        # as ours after a restart; without it ownership lives in this process only.
+        self._journal = OwnershipJournal.under(settings.state_dir)
+        self._owned: set[GiKey] = {entry.key for entry in self._journal.all_entries()}
         self._needs_reset: set[str] = set()  # GPU uuids seen to answer RESET_REQUIRED
 
     # ---- opening ------------------------------------------------------------------
@@ -240,17 +246,19 @@ class NvidiaBackend(VendorBackend):
             uuids: list[str] = []
             try:
                 for allocated in devices:
-                    device_edits, uuid = self._prepare_device(index, allocated.device, created)
+                    device_edits, uuid = self._prepare_device(index, claim, allocated.device, created)
                     prepared.append(PreparedDevice(allocated.device, device_edits))
                     uuids.append(uuid)
             except (NvmlError, DeviceError) as exc:
-                self._destroy(created)  # leave nothing half-done behind
+                self._destroy(claim, created)  # leave nothing half-done behind
                 if isinstance(exc, DeviceError):
                     raise
                 raise DeviceError(allocated.device, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
             return PreparedClaim(devices=prepared, request_edits=_request_env(devices, uuids), state={STATE_KEY: created})
 
-    def _prepare_device(self, index: _Published, name: str, created: list[dict[str, Any]]) -> tuple[ContainerEdits, str]:
+    def _prepare_device(
+        self, index: _Published, claim: ClaimRef, name: str, created: list[dict[str, Any]]
+    ) -> tuple[ContainerEdits, str]:
         dev_root = self.settings.dev_root
         if name in index.gpus:
             gpu = index.gpus[name]
@@ -267,16 +275,20 @@ class NvidiaBackend(VendorBackend):
             if key not in self._owned and mig.find_instance(gpu.handle, profile.info.id, placement.start) is not None:
                 raise DeviceError(name, "its placement holds a MIG device this driver did not create (admin-created?); "
                                         "it is never taken over: run discovery again, or destroy it with nvidia-smi mig -dci/-dgi")
+            intent = OwnedInstance(claim.uid, name, gpu.uuid, profile.info.id, placement.start)
+            self._journal_record(intent)  # before creating: a crash from here on still leaves our mark
             self._owned.add(key)
             try:
                 instance = mig.create_instance(gpu.handle, profile, placement)
             except NvmlError:
                 self._owned.discard(key)
+                self._journal_remove(claim.uid, key)
                 raise
             created.append(
                 {"device": name, "parentUUID": gpu.uuid, "giId": instance.gi_id, "ciId": instance.ci_id,
                  "profileId": profile.info.id, "start": placement.start, "uuid": instance.uuid}
             )
+            self._journal_record(intent.created(instance.gi_id, instance.ci_id))  # failing: rolled back via `created`
             self._dynamic_by_gi[(gpu.uuid, instance.gi_id)] = name
             log.info("created MIG device", extra=fields(device=name, gi=instance.gi_id, ci=instance.ci_id, uuid=instance.uuid))
             return edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, dev_root, self._mig_minors), instance.uuid
@@ -309,45 +321,93 @@ class NvidiaBackend(VendorBackend):
         gpu.mig_enabled = gpu.mig_pending = enabled
         log.warning("switched MIG mode for a claim", extra=fields(gpu=gpu.name, enabled=enabled))
 
-    def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._destroy(list(state.get(STATE_KEY) or []), strict=True)
+    def _journal_record(self, entry: OwnedInstance) -> None:
+        try:
+            self._journal.record(entry)
+        except OSError as exc:
+            # Creating an instance we could not prove ours after a crash would risk a leak: refuse.
+            raise DeviceError(entry.device, f"cannot record MIG instance ownership in {self._journal.directory}: {exc}") from exc
 
-    def _destroy(self, instances: Sequence[Mapping[str, Any]], strict: bool = False) -> None:
+    def _journal_remove(self, claim_uid: str, *keys: GiKey) -> None:
+        try:
+            self._journal.remove(claim_uid, set(keys))
+        except OSError as exc:
+            # A stale entry is harmless: the next start drops it (its placement is then empty or listed).
+            log.warning("cannot update MIG ownership record", extra=fields(claim=claim_uid, error=str(exc)))
+
+    def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
+        """Destroy the instances the state lists, and those the journal holds for the claim.
+
+        The journal matters for a rollback with an empty state: the daemon died after the
+        instance was created but before the plugin saved the claim's state.
+        """
+        with self._lock:
+            listed = list(state.get(STATE_KEY) or [])
+            listed_keys = {_entry_key(entry) for entry in listed}
+            recorded = [_state_entry(e) for e in self._journal.entries(claim.uid) if e.key not in listed_keys]
+            self._destroy(claim, listed + recorded, strict=True)
+            self._journal_remove(claim.uid)  # also drops a corrupt record; entries on unknown GPUs stay
+
+    def _destroy(self, claim: ClaimRef, instances: Sequence[StateEntry], strict: bool = False) -> None:
         index = self._index()
         for entry in instances:
             gpu = index.by_uuid.get(str(entry.get("parentUUID")))
             if gpu is None:
                 log.warning("MIG instance of an unknown GPU left alone", extra=fields(**dict(entry)))
                 continue
+            key = _entry_key(entry)
             try:
-                gone = mig.destroy_instance(gpu.handle, int(entry["giId"]), int(entry["profileId"]), int(entry["start"]))
+                gone = self._destroy_entry(gpu, entry)
             except NvmlError as exc:
                 if strict:
                     raise DeviceError(str(entry.get("device")), f"cannot destroy its MIG instance: {exc}") from exc
                 log.warning("rollback of a MIG instance failed", extra=fields(device=entry.get("device"), error=str(exc)))
                 continue
-            self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
-            self._owned.discard((gpu.uuid, int(entry["profileId"]), int(entry["start"])))
+            if entry.get("giId") is not None:
+                self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
+            self._owned.discard(key)
+            self._journal_remove(claim.uid, key)
             log.info("destroyed MIG device" if gone else "MIG device already gone", extra=fields(device=entry.get("device")))
+
+    @staticmethod
+    def _destroy_entry(gpu: GpuInfo, entry: StateEntry) -> bool:
+        """Destroy one recorded instance; an intent (no GI ID yet) by profile and placement, if one exists there."""
+        profile_id, start = int(entry["profileId"]), int(entry["start"])
+        if entry.get("giId") is not None:
+            return mig.destroy_instance(gpu.handle, int(entry["giId"]), profile_id, start)
+        if not nvml.mig_mode(gpu.handle)[0]:
+            return False
+        gi = mig.find_instance(gpu.handle, profile_id, start)
+        if gi is None:
+            return False  # the crash came before the creation
+        mig.destroy_gpu_instance_tree(gi)
+        return True
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
         """Adopt the instances live claims list; destroy instances we created that no live claim lists.
 
         Instances someone else created (an admin, mig-parted) are never destroyed, unlike
         upstream's DestroyUnknownMIGDevices: they stay published as static MIG devices.
-        Ownership is kept in memory, so after a restart only claim states prove ownership; an
-        instance whose prepare crashed before its state was saved is then left alone as foreign.
+        Ours are those this process created, those live claim states list, and (with a state
+        dir) those the ownership journal records, which covers an instance whose prepare
+        crashed before its claim state was saved. Journal entries of claims that are not live
+        are dropped once their instance is gone (an intent without an instance just goes).
         """
         if self.settings.partitioning != "dynamic":
             return
         with self._lock:
             index = self._index()
+            recorded = self._journal.all_entries()  # re-read: a rolling-update peer may have written since start
+            self._owned |= {entry.key for entry in recorded}
             entries = [e for s in live_states for e in (s.get(STATE_KEY) or [])]
             keep = {(str(e.get("parentUUID")), int(e.get("giId", -1))) for e in entries}
+            live_keys = {_entry_key(e) for e in entries}
             ours_before = set(self._owned)
-            self._owned |= {(str(e.get("parentUUID")), int(e.get("profileId", -1)), int(e.get("start", -1))) for e in entries}
+            self._owned |= live_keys
+            failed: set[GiKey] = set()
+            examined: set[str] = set()
             for gpu in index.by_uuid.values():
+                examined.add(gpu.uuid)
                 profiles = index.profiles.get(gpu.uuid) or []
                 if not profiles or not nvml.mig_mode(gpu.handle)[0]:
                     continue
@@ -360,9 +420,22 @@ class NvidiaBackend(VendorBackend):
                         mig.destroy_gpu_instance_tree(gi)
                         log.info("destroyed MIG instance no live claim lists", extra=fields(gpu=gpu.name, gi=info.id))
                     except NvmlError as exc:
+                        failed.add(key)  # its journal entry stays, so the next start tries again
                         log.warning("cannot destroy unknown MIG instance", extra=fields(gpu=gpu.name, gi=info.id, error=str(exc)))
+            self._drop_stale_records(recorded, live_keys | failed, examined)
             self._dynamic_by_gi = {key: name for key, name in self._dynamic_by_gi.items() if key in keep}
             self.discover()  # instances the claims proved ours are offered as placements again
+
+    def _drop_stale_records(self, recorded: Sequence[OwnedInstance], keep: set[GiKey], examined: set[str]) -> None:
+        """Forget journal entries no live claim lists on GPUs reconcile looked at (their instance is gone now)."""
+        stale: dict[str, set[GiKey]] = {}
+        for entry in recorded:
+            if entry.key in keep or entry.parent_uuid not in examined:
+                continue  # listed, or on a GPU not seen this time: keep it for a later start
+            stale.setdefault(entry.claim_uid, set()).add(entry.key)
+            self._owned.discard(entry.key)  # an intent never created: the placement must not count as ours
+        for claim_uid, keys in stale.items():
+            self._journal_remove(claim_uid, *keys)
 
     # ---- health --------------------------------------------------------------------------
 
@@ -385,6 +458,16 @@ class NvidiaBackend(VendorBackend):
                 return [name]
         name = self._dynamic_by_gi.get((gpu_uuid, gi_id))
         return [name] if name else []
+
+
+def _entry_key(entry: StateEntry) -> GiKey:
+    return (str(entry.get("parentUUID")), int(entry.get("profileId", -1)), int(entry.get("start", -1)))
+
+
+def _state_entry(entry: OwnedInstance) -> dict[str, Any]:
+    """A journal entry in the claim-state shape `_destroy` takes (giId None for a bare intent)."""
+    return {"device": entry.device, "parentUUID": entry.parent_uuid, "giId": entry.gi_id, "ciId": entry.ci_id,
+            "profileId": entry.profile_id, "start": entry.start}
 
 
 def _start_nvml(driver_root: Path = Path("/")) -> None:

@@ -1,0 +1,217 @@
+"""Which dynamic MIG instances this driver created, kept on disk so a crash cannot orphan them.
+
+The plugin saves a claim's backend state (the GI/CI IDs) only after `prepare`
+returns. A daemon killed in between restarts with no state for the claim, so
+without a record of its own the backend cannot tell the instance it created from
+one an admin created, and it would leak. The journal closes that gap: before an
+instance is created its intent (claim UID, parent GPU, GI profile, placement) is
+written, after creation the GI/CI IDs, and the entry is removed when the instance
+is destroyed.
+
+Layout: one file per claim, `<state_dir>/nvidia/mig-owned/<uid>.json` (a UID
+that is not a plain file name is stored under its SHA-256), replaced atomically
+and flushed on every change. One file per claim because claims are serialised
+per UID, also across the two plugin instances of a rolling update, so two
+writers never rewrite one file; every change re-reads the file instead of
+trusting memory, for the same reason.
+
+Each file carries the boot ID: MIG instances do not survive a reboot, and an
+instance at the same placement in another boot (mig-parted at boot time) is an
+admin's, never ours, so entries of another boot are void.
+
+A file that cannot be read or parsed is logged and ignored (never fatal, and
+never a reason to destroy anything); the next write for that claim replaces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dra_driver import atomic_file
+from dra_driver.checkpoint import read_boot_id
+from dra_driver.logs import fields
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+SUBDIR = Path("nvidia") / "mig-owned"
+_SUFFIX = ".json"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+GiKey = tuple[str, int, int]  # (parent GPU uuid, GI profile ID, placement start)
+
+
+@dataclass(frozen=True)
+class OwnedInstance:
+    """One instance a claim asked for; gi_id/ci_id are None while it is only an intent."""
+
+    claim_uid: str
+    device: str
+    parent_uuid: str
+    profile_id: int
+    start: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+    @property
+    def key(self) -> GiKey:
+        return (self.parent_uuid, self.profile_id, self.start)
+
+    def created(self, gi_id: int, ci_id: int) -> OwnedInstance:
+        return replace(self, gi_id=gi_id, ci_id=ci_id)
+
+
+class _EntryFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str
+    parentUUID: str
+    profileId: int
+    start: int
+    giId: int | None = None
+    ciId: int | None = None
+
+
+class _ClaimFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    bootId: str
+    claimUID: str
+    instances: list[_EntryFile]
+
+
+class OwnershipJournal:
+    """Per-claim records of owned MIG instances; in memory only when `directory` is None."""
+
+    def __init__(self, directory: Path | None, boot_id_path: Path | None = None) -> None:
+        self.directory = directory
+        self.boot_id = read_boot_id(boot_id_path) if boot_id_path is not None else read_boot_id()
+        self._memory: dict[str, list[OwnedInstance]] = {}  # used when there is no directory
+        self._lock = threading.Lock()
+
+    @classmethod
+    def under(cls, state_dir: Path | None, boot_id_path: Path | None = None) -> OwnershipJournal:
+        return cls(state_dir / SUBDIR if state_dir is not None else None, boot_id_path)
+
+    # ---- reading -------------------------------------------------------------------
+
+    def entries(self, claim_uid: str) -> list[OwnedInstance]:
+        with self._lock:
+            return self._read(claim_uid)
+
+    def all_entries(self) -> list[OwnedInstance]:
+        """Every valid entry of this boot, read from disk now (another instance may have written since)."""
+        with self._lock:
+            if self.directory is None:
+                return [e for entries in self._memory.values() for e in entries]
+            try:
+                paths = sorted(self.directory.glob("*" + _SUFFIX))
+            except OSError as exc:
+                log.warning("MIG ownership journal unreadable", extra=fields(path=str(self.directory), error=str(exc)))
+                return []
+            found: list[OwnedInstance] = []
+            for path in paths:
+                parsed = self._parse(path)
+                if parsed is not None:
+                    found += parsed[1]
+            return found
+
+    def _read(self, claim_uid: str) -> list[OwnedInstance]:
+        if self.directory is None:
+            return list(self._memory.get(claim_uid, []))
+        parsed = self._parse(self._path(claim_uid))
+        if parsed is None:
+            return []
+        uid, entries = parsed
+        if uid != claim_uid:  # a hashed name shared by two UIDs: not this claim's record
+            log.warning("MIG ownership record names another claim; ignored", extra=fields(claim=claim_uid, recorded=uid))
+            return []
+        return entries
+
+    def _parse(self, path: Path) -> tuple[str, list[OwnedInstance]] | None:
+        """(claim UID, entries), or None for a missing, unreadable, corrupt or other-boot file."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("MIG ownership record unreadable; ignored", extra=fields(path=str(path), error=str(exc)))
+            return None
+        try:
+            record = _ClaimFile.model_validate(json.loads(raw))
+        except (ValueError, ValidationError) as exc:  # json errors are ValueErrors (also bad UTF-8)
+            log.warning("MIG ownership record is corrupt; ignored (the instances it named are left alone)",
+                        extra=fields(path=str(path), error=str(exc).splitlines()[0]))
+            return None
+        if record.version != FORMAT_VERSION:
+            log.warning("MIG ownership record of an unknown format; ignored", extra=fields(path=str(path), version=record.version))
+            return None
+        if record.bootId != self.boot_id:
+            # Instances never outlive a boot; at these placements now there can only be someone else's.
+            log.info("MIG ownership record of another boot; dropped", extra=fields(path=str(path)))
+            self._unlink(path)
+            return None
+        entries = [
+            OwnedInstance(record.claimUID, e.device, e.parentUUID, e.profileId, e.start, e.giId, e.ciId) for e in record.instances
+        ]
+        return record.claimUID, entries
+
+    # ---- writing (OSError propagates: the caller decides whether that is fatal) -----------
+
+    def record(self, entry: OwnedInstance) -> None:
+        """Add or update the entry of this claim at this placement; durable before returning."""
+        with self._lock:
+            entries = [e for e in self._read(entry.claim_uid) if e.key != entry.key]
+            self._write(entry.claim_uid, entries + [entry])
+
+    def remove(self, claim_uid: str, keys: set[GiKey]) -> None:
+        with self._lock:
+            entries = self._read(claim_uid)
+            kept = [e for e in entries if e.key not in keys]
+            if len(kept) != len(entries) or not entries:
+                self._write(claim_uid, kept)
+
+    def _write(self, claim_uid: str, entries: list[OwnedInstance]) -> None:
+        if self.directory is None:
+            if entries:
+                self._memory[claim_uid] = entries
+            else:
+                self._memory.pop(claim_uid, None)
+            return
+        path = self._path(claim_uid)
+        if not entries:
+            self._unlink(path)
+            return
+        body = {
+            "version": FORMAT_VERSION,
+            "bootId": self.boot_id,
+            "claimUID": claim_uid,
+            "instances": [
+                {"device": e.device, "parentUUID": e.parent_uuid, "profileId": e.profile_id, "start": e.start,
+                 "giId": e.gi_id, "ciId": e.ci_id}
+                for e in entries
+            ],
+        }
+        atomic_file.replace_file(path, json.dumps(body, sort_keys=True).encode(), durable=True)
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot remove MIG ownership record", extra=fields(path=str(path), error=str(exc)))
+
+    def _path(self, claim_uid: str) -> Path:
+        assert self.directory is not None
+        if _PLAIN_NAME.fullmatch(claim_uid):
+            return self.directory / (claim_uid + _SUFFIX)
+        return self.directory / ("sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest() + _SUFFIX)
