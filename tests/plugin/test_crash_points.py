@@ -204,9 +204,9 @@ def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path,
     instance, as the real driver would keep it) but not the prepare thread, i.e. the process "died" there.
     The child builds a fresh NvidiaBackend over the same simulated library and a fresh PrepareService on the
     same checkpoint and CDI dirs, runs recover() and prepares again. Covered: rollback from the recorded
-    backend state (PrepareStarted + state). Not covered: the real gRPC daemon, a crash between
-    backend.prepare and the state write (the instance is then unknown after restart: see the report), and
-    a real driver's persistence of instances.
+    backend state (PrepareStarted + state). Not covered here: the real gRPC daemon and a real driver's
+    persistence of instances. A crash between backend.prepare and the state write is covered by the
+    NVIDIA backend's own ownership records (tests/nvidia/test_owned_instances.py).
     """
     from dra_driver.checkpoint import Checkpoint
     from dra_driver.hardware_profiles import load_profile
