@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from crash_support import registers
 from example_backend import DRIVER, journal
 
 from dra_driver.kube.claims import allocated_claim_object
@@ -83,7 +84,7 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
         assert ops[3]["data"] == []
         assert not spec.exists() and not orphan.exists()
 
-        wait_for(lambda: _registers(paths), what="restarted daemon to serve")
+        wait_for(lambda: registers(paths), what="restarted daemon to serve")
         conn = register(paths.registration_socket)
         first = conn.prepare([ref])
         assert first.claims[ref.uid].error == "" and spec.exists()
@@ -101,9 +102,3 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
             proc.wait(5)
 
 
-def _registers(paths: PluginPaths) -> bool:
-    try:
-        register(paths.registration_socket, timeout=1.0).close()
-        return True
-    except Exception:
-        return False

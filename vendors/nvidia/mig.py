@@ -8,6 +8,7 @@ from tables in code, so a new board or driver works without a code change.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pynvml
@@ -105,16 +106,20 @@ def _read_mig_device(handle: Handle, mig: Handle, profiles: dict[int, GpuInstanc
     )
 
 
+def _compute_profiles(gi: Handle) -> Iterator[nvml.ComputeInstanceProfileInfo]:
+    """The compute-instance profiles this GPU instance supports (the others answer NOT_SUPPORTED/NOT_FOUND)."""
+    for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+        try:
+            yield nvml.compute_instance_profile_info(gi, enum)
+        except NvmlError as exc:
+            if not (exc.not_supported or exc.not_found):
+                raise
+
+
 def _full_compute_profile(gi: Handle, slice_count: int) -> int:
     """The compute-instance profile that spans the whole GPU instance (what `nvidia-smi mig -C` creates)."""
     best: nvml.ComputeInstanceProfileInfo | None = None
-    for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-        try:
-            info = nvml.compute_instance_profile_info(gi, enum)
-        except NvmlError as exc:
-            if exc.not_supported or exc.not_found:
-                continue
-            raise
+    for info in _compute_profiles(gi):
         if info.slice_count <= slice_count and (best is None or info.slice_count > best.slice_count):
             best = info
     if best is None:
@@ -174,13 +179,7 @@ def destroy_instance(handle: Handle, gi_id: int, profile_id: int, start: int) ->
 
 
 def destroy_gpu_instance_tree(gi: Handle) -> None:
-    for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-        try:
-            info = nvml.compute_instance_profile_info(gi, enum)
-        except NvmlError as exc:
-            if exc.not_supported or exc.not_found:
-                continue
-            raise
+    for info in _compute_profiles(gi):
         for ci in nvml.compute_instances(gi, info.id):
             nvml.destroy_compute_instance(ci)
     nvml.destroy_gpu_instance(gi)
