@@ -128,3 +128,78 @@ class ClaimFileLocks:
                     pass
         finally:
             os.close(fd)
+
+
+class SharedSection:
+    """The lock all driver instances on the node take around checkpoint reads and writes.
+
+    One flock on `path` (kept open: no open/close per section) plus a thread lock,
+    because threads sharing one open file would not exclude each other with flock.
+
+    The lock file also carries a change stamp so that an instance re-reads the
+    checkpoint only when another instance may have changed it: every section
+    writes a new stamp (this instance's id and a counter) into the file before
+    the caller does anything, so a stamp other than the one this instance wrote
+    last means someone else held the section since. Writing it first keeps that
+    true even if the holder dies half-way through. `reload` runs, lock held,
+    whenever the stamp is not ours (and always on the first entry).
+    """
+
+    _STAMP_SIZE = 32
+
+    def __init__(self, path: Path, reload: Callable[[], None]) -> None:
+        self.path = path
+        self._reload = reload
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+        self._instance = os.urandom(8).hex()
+        self._count = 0
+        self._last_stamp = b""
+        self.reloads = 0  # how often another instance's stamp (or the first entry) forced a re-read
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        with self._thread_lock:
+            fd = self._locked_fd()
+            try:
+                seen = os.pread(fd, self._STAMP_SIZE, 0)
+                self._write_stamp(fd)
+                if seen != self._last_stamp or not seen:
+                    self.reloads += 1
+                    self._reload()
+                self._last_stamp = self._current_stamp()
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._thread_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def _locked_fd(self) -> int:
+        """The open lock file, flocked; reopened if the file at `path` was replaced or removed."""
+        if self._fd is None:
+            self._fd = self._open()
+        while True:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return self._fd
+            os.close(self._fd)  # somebody deleted it: lock what the others will open
+            self._fd = self._open()
+
+    def _open(self) -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def _current_stamp(self) -> bytes:
+        return f"{self._instance}:{self._count:015d}".encode()
+
+    def _write_stamp(self, fd: int) -> None:
+        self._count += 1
+        os.pwrite(fd, self._current_stamp(), 0)

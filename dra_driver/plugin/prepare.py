@@ -40,7 +40,7 @@ from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.plugin.config import base_request, resolve_configs
-from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, optional_file_lock
+from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
 from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class PrepareService:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"prepare-{self.driver}")
         self._uid_locks = KeyedLocks()
         self._devices_lock = KeyedLocks()  # one key: conflict check + PrepareStarted are atomic
-        self._shared_lock = shared_lock
+        self._section = SharedSection(shared_lock, checkpoint.load) if shared_lock is not None else None
         locks_dir = claim_locks or (shared_lock.parent / "claims" if shared_lock is not None else None)
         self._claim_files = ClaimFileLocks(locks_dir) if locks_dir is not None else None
         self._hold_dir = os.environ.get(HOLD_ENV)
@@ -110,6 +110,8 @@ class PrepareService:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if self._section is not None:
+            self._section.close()
         if self._profiler is not None:
             self._profiler.dump()
 
@@ -180,10 +182,11 @@ class PrepareService:
         return stack
 
     def _checkpoint_section(self) -> AbstractContextManager[None]:
-        """Rolling-update mode: the shared lock with the checkpoint re-read; single instance: nothing needed."""
-        if self._shared_lock is None:
+        """Rolling-update mode: the shared lock, the checkpoint re-read if another instance changed it;
+        single instance: nothing needed."""
+        if self._section is None:
             return nullcontext()
-        return _ReloadingLock(self._shared_lock, self._checkpoint)
+        return self._section.hold()
 
     # --- prepare --------------------------------------------------------------
 
@@ -203,9 +206,9 @@ class PrepareService:
         with self._devices_lock.hold("devices"), self._checkpoint_section():
             self._check_conflicts(ref, allocated)
             staged = self._checkpoint.stage(started)  # reserves the devices for the next check
-            if self._shared_lock is not None:  # other instances must see it before they check
+            if self._section is not None:  # other instances must see it before they check
                 self._commit_started(ref, staged)
-        if self._shared_lock is None:
+        if self._section is None:
             # Durable before the backend acts; written outside the devices lock so that
             # concurrent claims do not queue behind each other's flush.
             self._commit_started(ref, staged)
@@ -357,7 +360,7 @@ class PrepareService:
         the partitions that instance is creating.
         """
         with self._checkpoint_section():
-            if self._shared_lock is None:
+            if self._section is None:
                 self._checkpoint.load()
             in_flight = self._roll_back_abandoned()
             self._remove_orphaned_specs()
@@ -430,21 +433,6 @@ class _CallProfiler:
         with self._lock:
             if self._stats is not None:
                 self._stats.dump_stats(self._path)
-
-
-class _ReloadingLock:
-    """The cross-instance file lock; the checkpoint is re-read once the lock is held."""
-
-    def __init__(self, path: Path, checkpoint: Checkpoint) -> None:
-        self._lock = optional_file_lock(path)
-        self._checkpoint = checkpoint
-
-    def __enter__(self) -> None:
-        self._lock.__enter__()
-        self._checkpoint.load()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.__exit__(*exc)  # type: ignore[arg-type]
 
 
 def _name(ref: ClaimRef) -> str:
