@@ -9,17 +9,21 @@ Layout (format 2): a directory with one append-only file per claim,
 of the UID; the record inside names its UID). Each change appends one line,
 `{"body": {...}, "checksum": sha256(canonical body)}`, whose body holds the
 boot ID, the format version and the claim's whole record; the last line with
-a valid checksum is the claim's state. A durable change is flushed
-(fdatasync) before the call returns. A write therefore costs the same
+a valid checksum is the claim's state. A write therefore costs the same
 whatever the number of live claims, needs no temp file or rename, and two
 claims never wait for each other's write. A torn last line (a crash during
-the append) is ignored, so the claim falls back to its previous state, which
-is what was durable when the crash happened; the file is then compacted.
-Every line starts with a newline so a torn line can never swallow the next.
+the append) is ignored, so the claim falls back to its previous state; the
+file is then compacted. Every line starts with a newline so a torn line can
+never swallow the next.
 
 Every record carries the boot ID: after a reboot nothing that was prepared
 exists any more (CDI specs live on tmpfs, partitions are gone), so records
-from another boot are void and deleted on load.
+from another boot are void and deleted on load. That is also why writes are
+not flushed to the device (no fdatasync) when a boot ID is known: a record
+is in the page cache once write() returns, which a killed or crashed daemon
+cannot lose; only a kernel crash or power loss can, and either one reboots
+the node, after which the record would be void anyway. Without a boot ID
+(non-Linux) records outlive reboots, so "durable" writes are flushed.
 
 A record file without any valid line is never fatal: it is logged, moved
 aside (`<file>.corrupt-<time>`, which is never loaded again) and ignored; the
@@ -134,6 +138,8 @@ class Checkpoint:
         self.path = path  # the directory of record files
         self.legacy_path = legacy_path  # a format-1 file to migrate, if any
         self.boot_id = read_boot_id(boot_id_path)
+        # Flushing buys nothing when a reboot voids the records (see the module docstring).
+        self.flush = not self.boot_id
         self._claims: dict[str, ClaimRecord] = {}
         self._lock = threading.Lock()  # guards the in-memory state
         self._durable: dict[str, ClaimRecord] = {}  # uid -> the record object last flushed to the device
@@ -278,12 +284,11 @@ class Checkpoint:
     # --- changes (each persisted before returning) -----------------------------
 
     def put(self, record: ClaimRecord, durable: bool = True) -> None:
-        """Store and write the record; `durable=False` skips the device flush.
+        """Store and write the record; `durable=False` skips the device flush even without a boot ID.
 
         A non-durable write is still atomic and visible to a restarted process
         (the page cache survives a process crash); only a power loss can undo
-        it, and after a reboot the checkpoint is void anyway (boot ID). Use it
-        for intermediate states that a later durable write supersedes.
+        it. Use it for intermediate states that a later durable write supersedes.
         """
         self.commit(self.stage(record), durable)
 
@@ -300,8 +305,10 @@ class Checkpoint:
         return record
 
     def commit(self, staged: ClaimRecord, durable: bool = True) -> None:
-        """Return once the claim's file holds its current record (flushed to the device if durable)."""
+        """Return once the claim's file holds its current record (flushed to the device if durable
+        and flushing matters, see `flush`)."""
         uid = staged.uid
+        durable = durable and self.flush
         with self._lock:
             current = self._claims.get(uid)
             done = self._durable if durable else self._written

@@ -34,6 +34,12 @@ def boot(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def no_boot(tmp_path: Path) -> Path:
+    """No boot ID (non-Linux): records outlive reboots, so durable writes are flushed."""
+    return tmp_path / "no-boot-id"
+
+
+@pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = atomic_file.datasync
@@ -46,8 +52,21 @@ def test_record_json_matches_asdict():
     assert rec.to_json() == asdict(rec)
 
 
-def test_non_durable_write_is_visible_but_a_durable_commit_still_flushes(tmp_path: Path, boot: Path, syncs: list[int]):
+def test_with_a_boot_id_nothing_is_flushed_yet_every_write_is_visible_to_a_restart(tmp_path: Path, boot: Path, syncs: list[int]):
     ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    assert not ckpt.flush
+    ckpt.put(record("u1"))
+    ckpt.put(replace(record("u1"), phase=PREPARE_COMPLETED))
+    ckpt.commit(ckpt.stage(record("u2")))
+    assert syncs == []  # a reboot voids the records, so a device flush would protect nothing
+    found = on_disk(ckpt.path, boot)
+    assert found["u1"].completed and "u2" in found
+
+
+def test_non_durable_write_is_visible_but_a_durable_commit_still_flushes(tmp_path: Path, no_boot: Path, syncs: list[int]):
+    boot = no_boot
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    assert ckpt.flush
     ckpt.put(record("u1"), durable=False)
     assert syncs == []
     assert "u1" in on_disk(ckpt.path, boot)  # a restarted process reads it
@@ -89,7 +108,8 @@ def test_completed_device_count_follows_every_change(tmp_path: Path, boot: Path)
     assert again.completed_device_count() == 1
 
 
-def test_concurrent_durable_puts_each_return_durable_and_flush_only_their_own_record(tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch):
+def test_concurrent_durable_puts_each_return_durable_and_flush_only_their_own_record(tmp_path: Path, no_boot: Path, monkeypatch: pytest.MonkeyPatch):
+    boot = no_boot
     real = atomic_file.datasync
     flushes: list[int] = []
 
@@ -117,7 +137,8 @@ def test_concurrent_durable_puts_each_return_durable_and_flush_only_their_own_re
     assert sorted(on_disk(ckpt.path, boot)) == sorted(f"u{i}" for i in range(32))
 
 
-def test_failed_write_leaves_no_temp_file(tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch):
+def test_failed_write_leaves_no_temp_file(tmp_path: Path, no_boot: Path, monkeypatch: pytest.MonkeyPatch):
+    boot = no_boot
     ckpt = Checkpoint(tmp_path / "cp.json", boot)
     ckpt.put(record("u1"))
 

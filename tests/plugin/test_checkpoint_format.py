@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import hashlib
 import json
 from pathlib import Path
@@ -187,10 +189,17 @@ def test_failed_append_to_an_existing_record_leaves_the_previous_state(tmp_path:
     ckpt.put(record("a", PREPARE_STARTED))
     before = (path / "a.json").read_bytes()
 
-    def broken(fd: int) -> None:
-        raise OSError(5, "I/O error")
+    real_write = os.write
+    calls: list[int] = []
 
-    monkeypatch.setattr(atomic_file, "datasync", broken)
+    def disk_fills_up(fd: int, data: bytes) -> int:  # part of the line lands, then ENOSPC
+        calls.append(fd)
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:10]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_fills_up)
     with pytest.raises(OSError):
         ckpt.put(record("a"))
-    assert (path / "a.json").read_bytes() == before
+    monkeypatch.undo()
+    assert (path / "a.json").read_bytes() == before  # the torn part was cut off again

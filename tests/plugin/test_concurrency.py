@@ -11,7 +11,6 @@ from example_backend import DRIVER
 
 from dra_driver import checkpoint as checkpoint_module
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver import atomic_file
 from dra_driver.vendor import ClaimRef
 
 
@@ -93,16 +92,16 @@ def test_failed_prepare_started_write_fails_the_claim_and_frees_its_devices(node
     conn = node.connect()
     first = node.add_claim("disk-full", {"gpu": ["gpu-2"]})
     second = node.add_claim("after", {"gpu": ["gpu-2"]})
-    real = atomic_file.datasync
+    real = checkpoint_module._append_file
 
-    def full_disk(fd: int) -> None:
+    def full_disk(path, data, durable) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(atomic_file, "datasync", full_disk)
+    monkeypatch.setattr(checkpoint_module, "_append_file", full_disk)
     error = conn.prepare([first]).claims[first.uid].error
     assert "No space left on device" in error
     assert "prepare" not in [op for op, _ in node.backend.calls]  # the backend never acted
-    monkeypatch.setattr(atomic_file, "datasync", real)
+    monkeypatch.setattr(checkpoint_module, "_append_file", real)
     assert conn.prepare([second]).claims[second.uid].error == ""  # gpu-2 was not left reserved
 
 
