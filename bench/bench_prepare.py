@@ -14,7 +14,11 @@ Besides latency and throughput it prints the daemon's CPU time per prepared
 claim and the bench process's own (kubelet side + API server): on a shared
 machine CPU time is a steadier comparison than wall-clock latency.
 
-usage: python bench/bench_prepare.py [--claims N] [--concurrency C ...] [--devices D ...] [--claim-cache]
+usage: python bench/bench_prepare.py [--claims N] [--concurrency C ...] [--devices D ...] [--repeat R] [--claim-cache]
+
+With --repeat R every case runs R times (interleaved with the other cases) and
+each column shows the median over the runs: on a shared 2-core VM single runs
+of the same code differ by 20-30%.
 
 With --claim-cache the daemon serves claims from its LIST+WATCH cache (see
 dra_driver/kube/claim_cache.py); the `GETs` column counts the claim GETs the
@@ -76,8 +80,10 @@ def cpu_s(pid: int) -> float:
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_case(conn: PluginConnection, server: sim_apiserver.SimApiServer, concurrency: int, devices: int, claims: int, daemon_pid: int) -> dict[str, float]:
-    refs = make_claims(server, f"c{concurrency}-d{devices}", claims, devices)
+def run_case(
+    conn: PluginConnection, server: sim_apiserver.SimApiServer, concurrency: int, devices: int, claims: int, daemon_pid: int, tag: str = ""
+) -> dict[str, float]:
+    refs = make_claims(server, f"{tag}c{concurrency}-d{devices}", claims, devices)
     time.sleep(0.5)  # claims are allocated well before the kubelet prepares them; lets a claim cache see them
     gets_before = server.requests[("get", "resourceclaims")]
     with ThreadPoolExecutor(concurrency) as pool:
@@ -111,6 +117,7 @@ def main() -> int:
     parser.add_argument("--claims", type=int, default=400, help="claims per case (default 400)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrency levels (default 1 16 64)")
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 8], help="devices per claim (default 1 8)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; columns are medians over the runs (default 1)")
     parser.add_argument("--claim-cache", action="store_true", help="run the daemon with --claim-cache")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dra-bench-", dir="/tmp"))
@@ -131,11 +138,17 @@ def main() -> int:
         conn = register(paths.registration_socket)
         make_claims(server, "warm", 1, 1)
         run_case(conn, server, 1, 1, 20, daemon.pid)  # warm-up: imports, connections
+        cases = [(devices, concurrency) for devices in args.devices for concurrency in args.concurrency]
+        runs: dict[tuple[int, int], list[dict[str, float]]] = {case: [] for case in cases}
+        for repeat in range(args.repeat):
+            for devices, concurrency in cases:
+                runs[(devices, concurrency)].append(run_case(conn, server, concurrency, devices, args.claims, daemon.pid, f"r{repeat}"))
+                if os.environ.get("BENCH_TRACE"):
+                    print(repeat, devices, concurrency, {k: round(v, 2) for k, v in runs[(devices, concurrency)][-1].items()}, flush=True)
         print(f"{'conc':>4} {'dev/claim':>9} {'p50 ms':>8} {'p99 ms':>8} {'claims/s':>9} {'daemon cpu ms/claim':>20} {'bench cpu ms/claim':>19} {'GETs':>5}")
-        for devices in args.devices:
-            for concurrency in args.concurrency:
-                result = run_case(conn, server, concurrency, devices, args.claims, daemon.pid)
-                print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f} {result['daemon_cpu_ms']:>20.2f} {result['bench_cpu_ms']:>19.2f} {result['claim_gets']:>5}")
+        for devices, concurrency in cases:
+            result = {key: statistics.median(run[key] for run in runs[(devices, concurrency)]) for key in runs[(devices, concurrency)][0]}
+            print(f"{concurrency:>4} {devices:>9} {result['p50_ms']:>8.2f} {result['p99_ms']:>8.2f} {result['claims_per_s']:>9.0f} {result['daemon_cpu_ms']:>20.2f} {result['bench_cpu_ms']:>19.2f} {result['claim_gets']:>5.0f}")
         print(f"daemon RSS: {rss_mib(daemon.pid):.0f} MiB")
         conn.close()
     finally:

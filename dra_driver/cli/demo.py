@@ -1,9 +1,11 @@
 """`dra-driver demo`: the whole claim-to-container flow on a laptop, no cluster and no GPU.
 
-It runs the real daemon on a simulated hardware profile, an in-process API
-server, and plays the kubelet over the real unix socket: register (GetInfo),
-NodePrepareResources, show the CDI spec and what a container would get, then
-NodeUnprepareResources and show the cleanup.
+It runs the real daemon on a simulated hardware profile against an in-process
+API server (where it publishes its ResourceSlices), plays the scheduler
+(allocates an example claim from those slices with the allocator that
+`explain` uses) and plays the kubelet over the real unix socket: register
+(GetInfo), NodePrepareResources, show the CDI spec and what a container would
+get, then NodeUnprepareResources and show the cleanup.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from kubernetes import client
 from dra_driver.daemon import Daemon
 from dra_driver.errors import DraError
 from dra_driver.hardware_profiles import load_profile
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
+from dra_driver.kube.claims import ClaimReader
 from dra_driver.kube.sim_apiserver import SimApiServer
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.kubelet_client import register
+from dra_driver.publisher.daemon_adapter import publisher_factory
 from dra_driver.registry import open_backends
 from dra_driver.vendor import BackendSettings, ClaimRef, VendorBackend
 
@@ -88,7 +92,9 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         print(text, file=out)
 
     settings = PluginSettings(node_name=NODE, kubelet_dir=work / "kubelet", cdi_dir=work / "cdi")
-    daemon = Daemon([backend], ClaimReader(server.api_client()), settings)
+    api = server.api_client()
+    client.CoreV1Api(api).create_node({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
+    daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE))
     status = daemon.start()
     if not status.running:
         raise DraError(f"the daemon could not start {backend.driver_name}: {status.failed}")
@@ -104,9 +110,11 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         say(f"   registration: {plugin.paths.registration_socket}")
         say(f"   DRA service:  {plugin.paths.dra_socket}")
 
-        chosen = _first_fit(inventory.devices, count)
-        claim = _create_claim(server, backend.driver_name, chosen)
-        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}) allocated first-fit: request 'gpus' -> {', '.join(chosen)}")
+        slices = wait_for_pool(api, backend.driver_name, NODE)
+        say(f"== Published {len(slices)} ResourceSlice(s) for pool {NODE} through the API server")
+        claim, chosen = _create_and_allocate(api, backend.driver_name, count, slices)
+        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}): {count} x DeviceClass {backend.driver_name}")
+        say(f"   allocated from the published slices: request 'gpus' -> {', '.join(chosen)}")
 
         conn = register(plugin.paths.registration_socket)
         say("== Kubelet registration (GetInfo)")
@@ -141,23 +149,20 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
     return 0
 
 
-def _first_fit(devices: list[Any], count: int) -> list[str]:
-    """The first `count` devices that use no shared counters (whole devices, like a simple allocator)."""
-    whole = [d.name for d in devices if not d.consumes_counters] or [d.name for d in devices]
-    if len(whole) < count:
-        raise DraError(f"the profile has only {len(whole)} allocatable devices; use --count {len(whole)} or less")
-    return whole[:count]
+def _create_and_allocate(api: client.ApiClient, driver: str, count: int, slices: list[dict[str, Any]]) -> tuple[ClaimRef, list[str]]:
+    """Create the claim through the real kubernetes client, allocate it, write status.allocation as the scheduler does.
 
-
-def _create_claim(server: SimApiServer, driver: str, devices: list[str]) -> ClaimRef:
-    """Create the claim through the real kubernetes client, then write its allocation as the scheduler would."""
-    api = client.ResourceV1Api(server.api_client())
-    body = allocated_claim_object("demo-claim", NAMESPACE, driver, NODE, {"gpus": devices}, device_class=driver)
-    status = body.pop("status")
-    created = api.create_namespaced_resource_claim(NAMESPACE, body, _preload_content=False)
+    The class is the vendor's shipped whole-device class, whose name is the driver name.
+    """
+    body = claim_object("demo-claim", NAMESPACE, driver, count)
+    allocation, chosen = allocate(body, slices, NODE)  # before creating: a claim that cannot be allocated is not left behind
+    resource = client.ResourceV1Api(api)
+    created = resource.create_namespaced_resource_claim(NAMESPACE, body, _preload_content=False)
     meta = json.loads(created.data)["metadata"]
-    api.patch_namespaced_resource_claim_status(meta["name"], NAMESPACE, {"status": status}, _content_type="application/merge-patch+json")
-    return ClaimRef(NAMESPACE, meta["name"], meta["uid"])
+    resource.patch_namespaced_resource_claim_status(
+        meta["name"], NAMESPACE, {"status": {"allocation": allocation}}, _content_type="application/merge-patch+json"
+    )
+    return ClaimRef(NAMESPACE, meta["name"], meta["uid"]), chosen
 
 
 def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> None:

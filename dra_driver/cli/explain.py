@@ -83,7 +83,7 @@ def shipped_class_documents() -> list[dict[str, Any]]:
     return [d for d in docs if d.get("kind") == "DeviceClass"]
 
 
-def _classes(layers: Sequence[tuple[str, list[dict[str, Any]]]], matcher: CelMatcher) -> dict[str, DeviceClassSpec]:
+def merge_classes(layers: Sequence[tuple[str, list[dict[str, Any]]]], matcher: CelMatcher) -> dict[str, DeviceClassSpec]:
     """Merge class layers (later replaces earlier by name) and validate the result."""
     merged: dict[str, tuple[str, dict[str, Any]]] = {}
     for source, docs in layers:
@@ -237,7 +237,7 @@ def explain(args: argparse.Namespace) -> tuple[Explanation, dict[str, Any], list
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
     layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), ("--classes", extra.classes), (args.file, subject.classes)]
-    classes = _classes(layers, matcher)
+    classes = merge_classes(layers, matcher)
     claims = validated_claims(subject, classes, matcher)
     pools = build_pools(fleet.slices)
     nodes = fleet_nodes(pools, fleet.nodes)

@@ -55,3 +55,24 @@ def test_demo_runs_without_root_or_cluster(short_tmp):
     assert "k8s.gpu.nvidia.com/device=" in text and "NVIDIA_VISIBLE_DEVICES=" in text
     assert "CDI spec file removed" in text and "its sockets were removed" in text
     assert not list((short_tmp / "w" / "cdi").glob("*.json"))
+    assert "Published 1 ResourceSlice(s)" in text
+    assert "2 x DeviceClass gpu.nvidia.com" in text and "request 'gpus' -> gpu-0, gpu-1" in text
+
+
+def test_demo_allocates_through_the_allocator_and_skips_gpus_in_mig_mode(short_tmp):
+    """dgx-a100-mig has MIG enabled on gpu-0..3: the gpu.nvidia.com class (type == "gpu") must not pick them."""
+    from dra_driver.cli.demo import run_demo
+
+    out = io.StringIO()
+    args = argparse.Namespace(profile="dgx-a100-mig", vendor=None, count=2, work_dir=short_tmp / "w")
+    assert run_demo(args, out) == 0
+    assert "request 'gpus' -> gpu-4, gpu-5" in out.getvalue()
+
+
+def test_demo_refuses_a_claim_the_node_cannot_hold(short_tmp, capsys):
+    from dra_driver.cli.demo import run_demo
+
+    args = argparse.Namespace(profile="dgx-h100", vendor=None, count=9, work_dir=short_tmp / "w")
+    assert run_demo(args, io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert "cannot be allocated on demo-node" in err and "needs 9, 8 usable" in err
