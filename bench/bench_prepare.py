@@ -105,6 +105,16 @@ def run_case(
     }
 
 
+def filesystem(path: Path) -> str:
+    """The type of the filesystem holding `path` (longest mount point prefix in /proc/mounts)."""
+    best, kind = "", "unknown"
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, mount, fstype = line.split()[:3]
+        if str(path).startswith(mount.rstrip("/") + "/") and len(mount) > len(best):
+            best, kind = mount, fstype
+    return kind
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -121,10 +131,13 @@ def main() -> int:
     parser.add_argument("--claim-cache", action="store_true", help="run the daemon with --claim-cache")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dra-bench-", dir="/tmp"))
+    # As on a node: CDI specs on tmpfs (/var/run/cdi), the checkpoint on disk (under the kubelet dir).
+    cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm")) if Path("/dev/shm").is_dir() else work / "cdi"
+    print(f"checkpoint under {work} ({filesystem(work)}), CDI specs in {cdi_dir} ({filesystem(cdi_dir)})")
     server = sim_apiserver.SimApiServer().start()
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia",
-        "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"),
+        "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(cdi_dir),
         "--claim-cache" if args.claim_cache else "--no-claim-cache",
     ]  # fmt: skip
     daemon = subprocess.Popen(command)
@@ -156,6 +169,7 @@ def main() -> int:
         daemon.wait(15)
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(cdi_dir, ignore_errors=True)
     return 0
 
 

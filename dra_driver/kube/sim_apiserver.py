@@ -713,7 +713,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ---- helpers
 
     def _send_json(self, code: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
-        payload = json.dumps(body).encode()
+        payload = body.data if isinstance(body, _EncodedJson) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -843,8 +843,8 @@ class _Handler(BaseHTTPRequestHandler):
         store = self.server.sim.store
         rt = route.rt
         if verb == "get":
-            with store.changed:
-                return 200, copy.deepcopy(store._lookup(rt, route.namespace, str(route.name)))
+            with store.changed:  # stored objects are replaced on write, never changed: encode without a copy
+                return 200, _EncodedJson(json.dumps(store._lookup(rt, route.namespace, str(route.name))).encode())
         if verb == "list":
             return 200, self._list(route, query)
         if verb == "create":
@@ -970,6 +970,13 @@ class _Handler(BaseHTTPRequestHandler):
                     yield "MODIFIED", event.obj
             elif now:
                 yield event.type, event.obj
+
+
+@dataclass(frozen=True)
+class _EncodedJson:
+    """An answer already encoded (a GET encodes the stored object under the store lock instead of copying it)."""
+
+    data: bytes
 
 
 class _HttpServer(ThreadingHTTPServer):
