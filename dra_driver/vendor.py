@@ -133,7 +133,9 @@ class PreparedClaim:
     request_edits: dict[str, ContainerEdits] = field(default_factory=dict)
     # JSON-serialisable state the backend needs to undo the preparation
     # (e.g. MIG GPU/compute instance IDs); stored in the checkpoint and handed
-    # back to unprepare() and reconcile().
+    # back to unprepare() and reconcile(). A state whose values are all empty
+    # means "nothing to undo beyond unprepare(claim, {})": the plugin then skips
+    # recording it before the CDI write.
     state: dict[str, Any] = field(default_factory=dict)
 
 

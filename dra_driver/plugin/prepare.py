@@ -215,12 +215,13 @@ class PrepareService:
         try:
             self._hold_for_tests(ref.uid, "after-started")
             prepared = self.backend.prepare(ref, allocated)
-            # Recorded before anything else so a crash from here on is undone with the real state.
-            # Not flushed to the device: a process crash still finds it (page cache), a power loss
-            # voids the whole checkpoint (boot ID), and PrepareCompleted below is durable.
             started = replace(started, backend_state=dict(prepared.state))
-            with self._checkpoint_section():
-                self._checkpoint.put(started, durable=False)
+            if any(prepared.state.values()):
+                # Recorded before anything else so a crash from here on is undone with the real state.
+                # A state with only empty values (nothing was created: whole GPUs) adds nothing to the
+                # PrepareStarted record a rollback would use, so that write is skipped.
+                with self._checkpoint_section():
+                    self._checkpoint.put(started, durable=False)
             self._hold_for_tests(ref.uid, "after-backend")
             completed = self._write_cdi(ref, started, prepared)
             self._hold_for_tests(ref.uid, "after-cdi")
