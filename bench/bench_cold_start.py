@@ -48,7 +48,7 @@ def one_start(partitioning: str) -> dict[str, float]:
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia",
         "--partitioning", partitioning, "--node-name", NODE, "--api-server", server.url,
-        "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"),
+        "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"), "--state-dir", str(work / "state"),
     ]  # fmt: skip
     writes_before = server.writes()
     started = time.monotonic()

@@ -50,6 +50,7 @@ from dra_driver.vendor import ClaimRef
 
 DRIVER = "gpu.nvidia.com"
 NODE = "bench-node"
+BENCH_POD_UID = "6f1c2a4e-bench-pod"
 
 
 def make_claims(server: sim_apiserver.SimApiServer, prefix: str, count: int, devices: int) -> list[ClaimRef]:
@@ -128,21 +129,26 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrency levels (default 1 16 64)")
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 8], help="devices per claim (default 1 8)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; columns are medians over the runs (default 1)")
+    parser.add_argument("--single-instance", action="store_true", help="run without --pod-uid (no rolling-update locks); deploy/ passes --pod-uid")
     parser.add_argument("--claim-cache", action="store_true", help="run the daemon with --claim-cache")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dra-bench-", dir="/tmp"))
-    # As on a node: CDI specs on tmpfs (/var/run/cdi), the checkpoint on disk (under the kubelet dir).
-    cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm")) if Path("/dev/shm").is_dir() else work / "cdi"
-    print(f"checkpoint under {work} ({filesystem(work)}), CDI specs in {cdi_dir} ({filesystem(cdi_dir)})")
+    # As on a node: sockets under the kubelet dir (disk), CDI specs and the state dir (checkpoint, locks)
+    # on a tmpfs, as /var/run/cdi and /var/run/dra-driver are.
+    run_dir = Path(tempfile.mkdtemp(prefix="dra-bench-run-", dir="/dev/shm")) if Path("/dev/shm").is_dir() else work / "run"
+    cdi_dir, state_dir = run_dir / "cdi", run_dir / "state"
+    print(f"kubelet dir {work} ({filesystem(work)}); CDI specs and state under {run_dir} ({filesystem(run_dir)})")
     server = sim_apiserver.SimApiServer().start()
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia",
-        "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(cdi_dir),
+        "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir),
         "--claim-cache" if args.claim_cache else "--no-claim-cache",
     ]  # fmt: skip
+    if not args.single_instance:
+        command += ["--pod-uid", BENCH_POD_UID]  # as deployed: rolling-update mode, claim lock files and the shared lock
     daemon = subprocess.Popen(command)
     try:
-        paths = PluginPaths(work / "kubelet", DRIVER)
+        paths = PluginPaths(work / "kubelet", DRIVER, None if args.single_instance else BENCH_POD_UID)
         deadline = time.monotonic() + 30
         while not paths.registration_socket.exists():
             if time.monotonic() > deadline or daemon.poll() is not None:
@@ -169,7 +175,7 @@ def main() -> int:
         daemon.wait(15)
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(cdi_dir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
     return 0
 
 

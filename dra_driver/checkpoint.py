@@ -134,9 +134,12 @@ def _checksum(body: dict[str, Any]) -> str:
 class Checkpoint:
     """Thread-safe claim records, each persisted in its own file on every change."""
 
-    def __init__(self, path: Path, boot_id_path: Path = DEFAULT_BOOT_ID_PATH, legacy_path: Path | None = None) -> None:
+    def __init__(
+        self, path: Path, boot_id_path: Path = DEFAULT_BOOT_ID_PATH, legacy_path: Path | None = None, moved_from: Path | None = None
+    ) -> None:
         self.path = path  # the directory of record files
         self.legacy_path = legacy_path  # a format-1 file to migrate, if any
+        self.moved_from = moved_from  # an earlier record directory whose files are moved here on load
         self.boot_id = read_boot_id(boot_id_path)
         # Flushing buys nothing when a reboot voids the records (see the module docstring).
         self.flush = not self.boot_id
@@ -159,6 +162,8 @@ class Checkpoint:
         it reads): the plugin loads at start-up, or under the shared lock in
         rolling-update mode, where every write also happens under that lock.
         """
+        if self.moved_from is not None:
+            self._move_records(self.moved_from)
         if self.legacy_path is not None:
             self._migrate_legacy(self.legacy_path)
         claims = self._read_dir()
@@ -250,6 +255,31 @@ class Checkpoint:
             atomic_file.replace_file(path, self._line(record), durable=True)
         except OSError as exc:  # the file stays readable as it is
             log.warning("could not compact checkpoint record", extra=fields(path=str(path), error=str(exc)))
+
+    def _move_records(self, earlier: Path) -> None:
+        """Move record files from an earlier checkpoint directory (another filesystem, so copy then delete).
+
+        A file already present here wins: it can only be newer. The copy is written
+        before the original is deleted, so a crash in between leaves a duplicate that
+        the next load resolves the same way, never a lost record.
+        """
+        try:
+            entries = [e for e in os.scandir(earlier) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".") and e.is_file()]
+        except FileNotFoundError:
+            return
+        if not entries:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        for entry in entries:
+            target = self.path / entry.name
+            if not target.exists():
+                atomic_file.replace_file(target, Path(entry.path).read_bytes(), durable=self.flush)
+            _unlink(Path(entry.path))
+        try:
+            earlier.rmdir()
+        except OSError:
+            pass  # something else appeared there; it is left alone
+        log.info("checkpoint moved to the state directory", extra=fields(moved_from=str(earlier), path=str(self.path), files=len(entries)))
 
     def _migrate_legacy(self, legacy: Path) -> None:
         """Turn a format-1 checkpoint file into record files (durable), then remove it."""

@@ -16,7 +16,7 @@ from dra_driver.kube.claims import ClaimReader
 from dra_driver.kube.client import load_configuration
 from dra_driver.logs import fields
 from dra_driver.plugin.driver import PluginSettings
-from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR
+from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
 from dra_driver.registry import open_backends
 from dra_driver.vendor import BackendSettings
 
@@ -41,8 +41,9 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="per-pod socket names for rolling updates (default: $POD_UID)")
     parser.add_argument(
-        "--state-dir", type=Path, default=None,
-        help="directory for backend state, e.g. which MIG instances the driver created (default: <kubelet-dir>/plugins/dra-driver-state)",
+        "--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+        help="runtime state that is void after a reboot, best on a tmpfs: each driver's checkpoint and locks "
+        "(<state-dir>/<driver>/) and backend records such as the MIG instances the driver created (default: %(default)s)",
     )
     parser.add_argument(
         "--driver-root",
@@ -59,18 +60,12 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def state_dir(args: argparse.Namespace) -> Path:
-    """--state-dir, else a directory under the kubelet dir: backends keep ownership records there that must
-    survive a daemon restart (the NVIDIA backend: which MIG instances it created)."""
-    return args.state_dir if args.state_dir is not None else args.kubelet_dir / "plugins" / "dra-driver-state"
-
-
 def build_daemon(args: argparse.Namespace) -> Daemon:
     """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = load_profile(args.profile) if args.profile else None
     backend_settings = BackendSettings(
-        node_name=args.node_name, partitioning=args.partitioning, state_dir=state_dir(args), driver_root=args.driver_root
+        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root
     )
     opened = open_backends(backend_settings, profile, vendors)
     for problem in opened.unavailable:
@@ -84,7 +79,9 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
 
     api_client = client.ApiClient(configuration)
     claims = ClaimReader(api_client)
-    settings = PluginSettings(node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid)
+    settings = PluginSettings(
+        node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
+    )
     # Slice publishing (dra_driver.publisher): one SlicePublisher per backend, health events become taints.
     from dra_driver.publisher.daemon_adapter import publisher_factory
 

@@ -43,6 +43,8 @@ class PluginSettings:
     kubelet_dir: Path
     cdi_dir: Path
     pod_uid: str | None = None
+    # Checkpoint and locks go under <state_dir>/<driver> (run: /var/run/dra-driver); None keeps them beside the socket.
+    state_dir: Path | None = None
     boot_id_path: Path = DEFAULT_BOOT_ID_PATH
     prepare_workers: int = 8
     # gRPC threads of the DRA socket; health streams hold one each while open.
@@ -61,13 +63,16 @@ class DriverPlugin:
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
-        self.paths = PluginPaths(settings.kubelet_dir.absolute(), self.driver, settings.pod_uid)
+        state_dir = settings.state_dir.absolute() if settings.state_dir is not None else None
+        self.paths = PluginPaths(settings.kubelet_dir.absolute(), self.driver, settings.pod_uid, state_dir)
         self.settings = settings
         # Only the holder of the per-(node, driver) lease publishes (rolling updates run two instances).
         self.publisher = LeasedPublisher(publisher, self.paths.publisher_lease, self.driver) if publisher is not None else None
         self._inventory = inventory
         self._metrics = metrics
-        checkpoint = Checkpoint(self.paths.checkpoint, settings.boot_id_path, legacy_path=self.paths.legacy_checkpoint)
+        checkpoint = Checkpoint(
+            self.paths.checkpoint, settings.boot_id_path, legacy_path=self.paths.legacy_checkpoint, moved_from=self.paths.earlier_checkpoint
+        )
         self.service = PrepareService(
             backend,
             claims,

@@ -24,14 +24,21 @@ from dra_driver.logs import fields
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_DIR = Path("/var/lib/kubelet")
+# Runtime state (checkpoint, locks, backend records): a tmpfs on nodes, cleared by a reboot that voids it anyway.
+DEFAULT_STATE_DIR = Path("/var/run/dra-driver")
 _MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
 
 
 @dataclass(frozen=True)
 class PluginPaths:
+    """Where a driver instance keeps its sockets (under the kubelet dir, which the kubelet dials) and its
+    runtime state: checkpoint and locks, under `state_dir/<driver>` (a tmpfs such as /var/run on a node:
+    the state is void after a reboot anyway) or, without a state dir, beside the DRA socket."""
+
     kubelet_dir: Path
     driver: str
     pod_uid: str | None = None
+    state_dir: Path | None = None
 
     @property
     def registry_dir(self) -> Path:
@@ -51,24 +58,34 @@ class PluginPaths:
         return self.plugin_dir / (f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock")
 
     @property
+    def state_root(self) -> Path:
+        """The directory of this driver's checkpoint and lock files, shared by all its instances on the node."""
+        return self.state_dir / self.driver if self.state_dir is not None else self.plugin_dir
+
+    @property
     def serialize_lock(self) -> Path | None:
         """Only rolling-update mode shares state between instances and needs the file lock."""
-        return self.plugin_dir / "serialize.lock" if self.pod_uid else None
+        return self.state_root / "serialize.lock" if self.pod_uid else None
 
     @property
     def claim_locks_dir(self) -> Path | None:
         """Per-claim lock files (rolling-update mode): claims of different UIDs never wait for each other."""
-        return self.plugin_dir / "claims" if self.pod_uid else None
+        return self.state_root / "claims" if self.pod_uid else None
 
     @property
     def publisher_lease(self) -> Path:
         """Whoever holds the flock on this file is the one instance publishing this driver's slices."""
-        return self.plugin_dir / "publisher.lock"
+        return self.state_root / "publisher.lock"
 
     @property
     def checkpoint(self) -> Path:
         """The checkpoint directory: one record file per claim (dra_driver.checkpoint, format 2)."""
-        return self.plugin_dir / "checkpoint.d"
+        return self.state_root / "checkpoint.d"
+
+    @property
+    def earlier_checkpoint(self) -> Path | None:
+        """Where builds without a state dir kept the checkpoint (beside the socket); its records are moved on load."""
+        return self.plugin_dir / "checkpoint.d" if self.state_root != self.plugin_dir else None
 
     @property
     def legacy_checkpoint(self) -> Path:

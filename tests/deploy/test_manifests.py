@@ -82,6 +82,7 @@ def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
             assert ref in env_refs, f"{arg} references ${ref} which the container does not define"
     args = parser.parse_args(plugin["args"][1:])  # raises on an unknown flag
     assert str(args.kubelet_dir) == "/var/lib/kubelet" and str(args.cdi_dir) == "/var/run/cdi"
+    assert str(args.state_dir) == "/var/run/dra-driver"
     assert args.node_name == "$(NODE_NAME)" and args.pod_uid == "$(POD_UID)"
     expected_vendor = None if overlay.startswith("all") else overlay
     assert args.vendors == expected_vendor
@@ -97,7 +98,7 @@ def test_downward_api_host_paths_and_rolling_update(overlay: str) -> None:
     assert env["NODE_NAME"] == "spec.nodeName" and env["POD_UID"] == "metadata.uid"
     host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m for m in plugin["volumeMounts"]}
-    for path in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi", "/dev", "/sys"):
+    for path in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi", "/var/run/dra-driver", "/dev", "/sys"):
         name = next(n for n, p in host_paths.items() if p == path)
         assert mounts[name]["mountPath"] == path, f"{path} must be mounted at the same path (the kubelet dials it)"
     sys_mount = next(m for n, m in mounts.items() if host_paths.get(n) == "/sys")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cli.run import add_daemon_arguments, state_dir
+from dra_driver.cli.run import add_daemon_arguments
 from dra_driver.errors import DeviceError
 from dra_driver.vendor import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
@@ -213,8 +213,8 @@ def test_without_state_dir_ownership_is_per_process(open_backend: OpenBackend) -
     assert instances(backend.simulator) == []
 
 
-def test_run_defaults_state_dir_under_kubelet_dir(tmp_path: Path) -> None:
+def test_run_defaults_state_dir_to_a_runtime_directory(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_daemon_arguments(parser)
-    assert state_dir(parser.parse_args(["--kubelet-dir", str(tmp_path)])) == tmp_path / "plugins" / "dra-driver-state"
-    assert state_dir(parser.parse_args(["--kubelet-dir", str(tmp_path), "--state-dir", "/x"])) == Path("/x")
+    assert parser.parse_args(["--kubelet-dir", str(tmp_path)]).state_dir == Path("/var/run/dra-driver")
+    assert parser.parse_args(["--kubelet-dir", str(tmp_path), "--state-dir", "/x"]).state_dir == Path("/x")

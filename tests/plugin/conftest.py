@@ -52,7 +52,7 @@ class Node:
 
     @property
     def paths(self) -> PluginPaths:
-        return PluginPaths(self.settings.kubelet_dir, DRIVER, self.settings.pod_uid)
+        return PluginPaths(self.settings.kubelet_dir, DRIVER, self.settings.pod_uid, self.settings.state_dir)
 
     @property
     def cdi_dir(self) -> Path:
@@ -67,10 +67,14 @@ class Node:
 
 
 def make_settings(root: Path, pod_uid: str | None = None) -> PluginSettings:
+    """Laid out as deployed: sockets under the kubelet dir, checkpoint and locks under a separate state dir."""
     boot = root / "boot_id"
     if not boot.exists():
         boot.write_text("boot-1\n")
-    return PluginSettings(node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", pod_uid=pod_uid, boot_id_path=boot, prepare_workers=4, grpc_workers=16)
+    return PluginSettings(
+        node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", pod_uid=pod_uid, state_dir=root / "run",
+        boot_id_path=boot, prepare_workers=4, grpc_workers=16,
+    )  # fmt: skip
 
 
 @pytest.fixture

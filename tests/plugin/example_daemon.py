@@ -23,7 +23,9 @@ from dra_driver.vendor import BackendSettings  # noqa: E402
 def main() -> int:
     api_url, root = sys.argv[1], Path(sys.argv[2])
     configure_logging(verbosity=1)
-    settings = PluginSettings(node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id")
+    settings = PluginSettings(
+        node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", state_dir=root / "run", boot_id_path=root / "boot_id"
+    )
     backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=root / "state"))
     claims = ClaimReader(client.ApiClient(client.Configuration(host=api_url)))
     return Daemon([backend], claims, settings).run_until_signal()

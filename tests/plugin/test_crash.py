@@ -50,7 +50,7 @@ def root(short_tmp: Path) -> Path:
 
 
 def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
-    paths = PluginPaths(root / "kubelet", DRIVER)
+    paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")
     stored = apiserver.store.put(allocated_claim_object("job", "default", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]}))
     ref = ClaimRef("default", "job", stored["metadata"]["uid"])
     hold = root / "hold"

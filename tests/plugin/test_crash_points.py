@@ -54,7 +54,7 @@ def _ids(response, uid: str) -> list[list[str]]:
 
 
 def test_kill_at_every_point_then_restart(apiserver, root: Path) -> None:
-    paths = PluginPaths(root / "kubelet", DRIVER)
+    paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")
     names = [*PREPARE_POINTS, "unpreparing", "done"]
     refs: dict[str, ClaimRef] = {}
     for i, name in enumerate(names):
@@ -163,7 +163,7 @@ def test_dra_socket_serves_before_registration_socket_appears(short_tmp: Path, a
     from dra_driver.vendor import BackendSettings
 
     settings = make_settings(short_tmp)
-    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER)
+    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
     stored = apiserver.store.put(allocated_claim_object("early", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     ref = ClaimRef("default", "early", stored["metadata"]["uid"])
     probes: list[tuple[bool, object]] = []

@@ -175,10 +175,11 @@ def test_pod_uid_gives_per_instance_sockets(short_tmp, apiserver):
     daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings)
     daemon.start()
     try:
-        paths = PluginPaths(settings.kubelet_dir, DRIVER, "pod-1234")
+        paths = PluginPaths(settings.kubelet_dir, DRIVER, "pod-1234", settings.state_dir)
         assert paths.registration_socket.name == f"{DRIVER}-pod-1234-reg.sock"
         assert paths.dra_socket.name == "dra-pod-1234.sock"
-        assert paths.serialize_lock == paths.plugin_dir / "serialize.lock"
+        assert paths.serialize_lock == settings.state_dir / DRIVER / "serialize.lock"
+        assert paths.serialize_lock.exists() and not (paths.plugin_dir / "serialize.lock").exists()
         conn = register(paths.registration_socket)
         assert conn.info.endpoint == str(paths.dra_socket)
     finally:

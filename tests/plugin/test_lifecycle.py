@@ -33,7 +33,7 @@ def test_driver_failing_after_publisher_start_is_fully_stopped(short_tmp: Path, 
     """The registration socket cannot be created (a plain file is in the way): the last start step fails."""
     apiserver.add_node("node-a")
     settings = make_settings(short_tmp)
-    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER)
+    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
     paths.registry_dir.mkdir(parents=True)
     paths.registration_socket.write_text("not a socket")
     published = threading.Event()

@@ -26,7 +26,7 @@ class Instance:
         self.settings = make_settings(root, pod_uid=pod_uid)
         self.backend = ExampleBackend(BackendSettings(node_name="node-a"))
         self.daemon = Daemon([self.backend], ClaimReader(apiserver.api_client()), self.settings)
-        self.paths = PluginPaths(self.settings.kubelet_dir, DRIVER, pod_uid)
+        self.paths = PluginPaths(self.settings.kubelet_dir, DRIVER, pod_uid, self.settings.state_dir)
 
     def start(self) -> Instance:
         status = self.daemon.start()
@@ -106,7 +106,7 @@ def test_claim_prepared_by_one_instance_is_unprepared_by_the_other(short_tmp, ap
 
 def test_new_instance_rolls_back_a_claim_whose_preparer_died(short_tmp, apiserver, instances):
     settings = make_settings(short_tmp, pod_uid="pod-new")
-    paths = PluginPaths(settings.kubelet_dir, DRIVER, "pod-new")
+    paths = PluginPaths(settings.kubelet_dir, DRIVER, "pod-new", settings.state_dir)
     dead = Checkpoint(paths.checkpoint, settings.boot_id_path)
     dead.put(ClaimRecord("dead-uid", "default", "gone", PREPARE_STARTED, [CheckpointDevice("gpu", "node-a", "gpu-2")], backend_state={"x": 1}))
     new = Instance(short_tmp, apiserver, "pod-new")
