@@ -144,6 +144,11 @@ class PrepareService:
     def checkpoint_record(self, uid: str) -> ClaimRecord | None:
         return self._checkpoint.get(uid)
 
+    @property
+    def checkpoint_reloads(self) -> int:
+        """How often the checkpoint was re-read because another instance held the shared lock (rolling-update mode)."""
+        return self._section.reloads if self._section is not None else 0
+
     def prepared_device_count(self) -> int:
         return self._checkpoint.completed_device_count()
 

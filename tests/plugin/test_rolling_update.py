@@ -101,7 +101,26 @@ def test_claim_prepared_by_one_instance_is_unprepared_by_the_other(short_tmp, ap
     assert ("unprepare", {"uid": ref.uid, "state": {"uid": ref.uid, "devices": ["gpu-1"]}}) in new.backend.calls
     assert not (old.settings.cdi_dir / f"k8s.{DRIVER}-device_{ref.uid}.json").exists()
     assert old.connect().prepare([other]).claims[other.uid].error == ""
-    assert not (old.paths.plugin_dir / "claims" / f"{ref.uid}.lock").exists(), "lock file of a gone claim left behind"
+    assert old.paths.claim_locks_dir is not None and old.paths.claim_locks_dir.is_dir()
+    assert not (old.paths.claim_locks_dir / f"{ref.uid}.lock").exists(), "lock file of a gone claim left behind"
+
+
+def test_an_instance_alone_never_rereads_the_checkpoint(short_tmp, apiserver, instances):
+    """Re-reading every record file in every checkpoint section made each prepare O(live claims)."""
+    old = Instance(short_tmp, apiserver, "pod-old")
+    instances.append(old.start())
+    service = old.daemon.plugins[DRIVER].service
+    conn = old.connect()
+    refs = [add_claim(apiserver, f"c{i}", {"gpu": [f"gpu-{i}"]}) for i in range(6)]
+    for ref in refs:
+        assert conn.prepare([ref]).claims[ref.uid].error == ""
+    assert service.checkpoint_reloads == 1  # the start-up load only
+    new = Instance(short_tmp, apiserver, "pod-new")
+    instances.append(new.start())  # another instance held the shared lock (its recovery)
+    assert conn.unprepare([refs[0]]).claims[refs[0].uid].error == ""
+    assert service.checkpoint_reloads == 2  # so the next section re-read once
+    assert conn.unprepare([refs[1]]).claims[refs[1].uid].error == ""
+    assert service.checkpoint_reloads == 2
 
 
 def test_new_instance_rolls_back_a_claim_whose_preparer_died(short_tmp, apiserver, instances):
