@@ -60,8 +60,27 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def writable_dir(flag: str, path: Path) -> None:
+    """Create `path` if needed and prove it writable, or raise DraError naming the flag and the fix.
+
+    Checked before anything starts: otherwise every driver would fail its start (state dir) or every
+    claim its prepare (CDI dir) with a bare OSError.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".dra-driver-write-check-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except FileExistsError as exc:
+        raise DraError(f"{flag} {path}: exists and is not a directory; point {flag} at a writable directory") from exc
+    except OSError as exc:
+        raise DraError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
+
+
 def build_daemon(args: argparse.Namespace) -> Daemon:
     """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
+    writable_dir("--state-dir", args.state_dir)
+    writable_dir("--cdi-dir", args.cdi_dir)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = load_profile(args.profile) if args.profile else None
     backend_settings = BackendSettings(

@@ -1,0 +1,36 @@
+"""`dra-driver run` refuses unusable directories before starting anything, naming the flag."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cli.run import add_daemon_arguments, run
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_daemon_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("flag", ["--state-dir", "--cdi-dir"])
+def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    dirs = {"--state-dir": str(tmp_path / "state"), "--cdi-dir": str(tmp_path / "cdi")}
+    dirs[flag] = str(blocker)
+    args = parse("--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), *[x for kv in dirs.items() for x in kv])
+    assert run(args) == 1
+    err = capsys.readouterr().err
+    assert f"{flag} {blocker}: exists and is not a directory" in err and f"point {flag} at a writable directory" in err
+    assert not (tmp_path / "k").exists()  # nothing was started
+
+
+def test_missing_directories_are_created(tmp_path: Path) -> None:
+    from dra_driver.cli.run import writable_dir
+
+    writable_dir("--state-dir", tmp_path / "a" / "b")
+    assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
