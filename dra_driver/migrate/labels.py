@@ -17,8 +17,8 @@ Label rules (docs/migration.md, "Label translation"):
   ("ampere" covers Ampere and Ada Lovelace, both 8.x), mapped to `architecture`.
 - amd.com/gpu.device-id ("74a1"), amd.com/gpu.vram ("192G", whole GiB rounded to
   nearest), amd.com/gpu.cu-count, amd.com/compute-memory-partition ("cpx_nps4"),
-  amd.com/gpu.product-name (sysfs product_name with '_' for spaces; only the
-  pairs in _AMD_PRODUCTS, because our productName comes from the market name).
+  amd.com/gpu.product-name (sysfs product_name with '_' for spaces): our
+  productName is the same string, normalised from the same sysfs file.
 """
 
 from __future__ import annotations
@@ -53,9 +53,6 @@ _NVIDIA_FAMILIES: dict[str, tuple[str, ...]] = {
     "hopper": ("Hopper",),
     "blackwell": ("Blackwell",),
 }
-
-# AMD node-labeller product-name (sysfs product_name) -> our productName (amdsmi market name), hardware.md 4.1.
-_AMD_PRODUCTS = {"AMD_Instinct_MI300X_OAM": "AMD_Instinct_MI300X"}
 
 GPU_LABEL_PREFIXES = ("nvidia.com/", "amd.com/", "beta.amd.com/", "habana.ai/")
 # NFD PCI vendor labels: NVIDIA 10de, AMD 1002, Habana 1da3.
@@ -182,13 +179,11 @@ def _amd_device_id(values: Sequence[str], operator: str, kind: DeviceKind) -> st
 
 
 def _amd_product(values: Sequence[str], operator: str, kind: DeviceKind) -> str:
-    missing = [v for v in values if v not in _AMD_PRODUCTS]
-    if missing:
-        raise _NotExact(
-            f"{missing} comes from sysfs product_name while productName comes from the market name; "
-            "no verified pair is known (select on amd.com/gpu.device-id instead)"
-        )
-    return _in_list(attr(AMD_DRIVER, "productName"), operator, [cel_string(_AMD_PRODUCTS[v]) for v in values])
+    """The labeller and the backend both take sysfs product_name with spaces as '_': the same string.
+
+    (A board without that file has no label to translate, and its productName is the market name.)
+    """
+    return _in_list(attr(AMD_DRIVER, "productName"), operator, [cel_string(v) for v in values])
 
 
 def _amd_vram(values: Sequence[str], operator: str, kind: DeviceKind) -> str:

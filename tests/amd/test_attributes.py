@@ -9,6 +9,7 @@ from dra_driver.hardware_profiles import load_profile
 from dra_driver.model import render_pool, validate_slices
 from dra_driver.model.device import Version
 from dra_driver.model.validation import is_dns_label
+from dra_driver.sysfs_util import pci_device_dir
 
 from dra_driver_amd.attributes import driver_version, family, product_name
 
@@ -25,7 +26,7 @@ def test_mi300x_whole_gpu_attributes(open_backend):
         assert device.name == f"gpu-{gpu['card']}-{gpu['render']}"
         a = device.attributes
         assert a["type"] == "amdgpu"
-        assert a["productName"] == "AMD_Instinct_MI300X"
+        assert a["productName"] == "AMD_Instinct_MI300X_OAM"  # sysfs product_name, as the ROCm DRA driver reports it
         assert a["deviceID"] == "0x74a1"
         assert a["gfxTarget"] == "gfx942"
         assert a["driverVersion"] == Version("6.12.12")
@@ -118,3 +119,18 @@ def test_non_semver_driver_keeps_full_string_only(open_backend):
     device = open_backend(section=section).discover().devices[0]
     assert "driverVersion" not in device.attributes
     assert device.attributes["driverVersionFull"] == "N/A"
+
+
+def test_product_name_falls_back_to_the_market_name_without_sysfs_product_name(open_backend):
+    """mi210's profile has no sysfs product_name (the file is absent on such boards)."""
+    for device in open_backend("mi210").discover().devices:
+        assert device.attributes["productName"] == "AMD_Instinct_MI210"
+
+
+def test_product_name_is_read_from_sysfs_each_discovery(open_backend):
+    backend = open_backend("mi300x")
+    device = backend.discover().devices[0]
+    bdf = device.attributes["resource.kubernetes.io/pciBusID"]
+    (pci_device_dir(backend.settings.sysfs_root, str(bdf)) / "product_name").write_text("AMD Instinct MI300X (OAM) rev B\n")
+    renamed = backend.discover().devices[0]
+    assert renamed.attributes["productName"] == "AMD_Instinct_MI300X_OAM_rev_B"

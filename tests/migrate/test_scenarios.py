@@ -121,7 +121,7 @@ def test_amd_gpu_and_partition() -> None:
     templates = {t["metadata"]["name"]: t for t in by_kind(out, "ResourceClaimTemplate")}
     gpu = _requests(templates["rocm-train-accelerators"])["trainer-gpu"]
     assert gpu["deviceClassName"] == "gpu.amd.com" and gpu["count"] == 4
-    assert 'device.attributes["gpu.amd.com"].productName == "AMD_Instinct_MI300X"' in _selectors(gpu)
+    assert 'device.attributes["gpu.amd.com"].productName == "AMD_Instinct_MI300X_OAM"' in _selectors(gpu)  # the label's own value
     part = _requests(templates["cpx-inference-accelerators"])["infer-cpx-nps4"]
     assert part["deviceClassName"] == "partition.gpu.amd.com"
     assert _selectors(part)[0] == ('device.attributes["gpu.amd.com"].computePartition == "cpx" && '

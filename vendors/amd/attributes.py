@@ -1,9 +1,10 @@
 """Device names, attributes and capacities of AMD GPUs and partitions (docs/attributes.md, AMD).
 
 Names and attribute names follow the ROCm DRA driver (gpu.amd.com, anchors.md 4);
-`productName` is normalised from the amdsmi market name, not sysfs product_name, so
-its value differs from the ROCm driver's (docs/attributes.md); the cross-vendor vocabulary
-(dra_driver.vocabulary) is added to every device.
+`productName` is normalised like the ROCm driver's, from the same source (sysfs
+product_name) where the board has one, else from the amdsmi market name
+(docs/attributes.md); the cross-vendor vocabulary (dra_driver.vocabulary) is added to
+every device.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def family(gfx_target: str) -> str:
     return _FAMILIES.get(gfx_target.lower(), "unknown")
 
 
-def product_name(market_name: str) -> str:
-    """The ROCm driver's form: spaces to '_', parentheses dropped ("AMD_Instinct_MI300X")."""
-    return re.sub(r"[()]", "", market_name.strip()).replace(" ", "_")[: vocabulary.MAX_VALUE_BYTES]
+def product_name(name: str) -> str:
+    """The ROCm driver's form: spaces to '_', parentheses dropped ("AMD Instinct MI300X OAM" -> "AMD_Instinct_MI300X_OAM")."""
+    return re.sub(r"[()]", "", name.strip()).replace(" ", "_")[: vocabulary.MAX_VALUE_BYTES]
 
 
 def driver_version(raw: str) -> Version | None:
@@ -70,7 +71,7 @@ def _capacity(memory_mb: int, compute_units: int) -> dict[str, str]:
 def base_attributes(gpu: GpuInfo, pcie_root: str | None, partition: bool) -> dict[str, AttributeValue]:
     """Attributes every device of this GPU carries (whole GPU, partition, dynamic placement)."""
     attributes: dict[str, AttributeValue] = {
-        "productName": product_name(gpu.market_name),
+        "productName": product_name(gpu.sysfs_product_name or gpu.market_name),
         "deviceID": gpu.device_id,
         "gfxTarget": gpu.gfx_target,
         "driverVersionFull": gpu.driver_version[: vocabulary.MAX_VALUE_BYTES],

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
-from dra_driver.sysfs_util import pci_device_dir, pcie_root
+from dra_driver.sysfs_util import pci_device_dir, pcie_root, read_text
 from dra_driver.vendor import (
     AllocatedDevice,
     BackendSettings,
@@ -121,7 +121,9 @@ class AmdBackend(VendorBackend):
         return self.settings.partitioning == "dynamic"
 
     def _add_gpu(self, catalog: Catalog, gpu: GpuInfo) -> None:
-        root = pcie_root(pci_device_dir(self.settings.sysfs_root, gpu.bdf))
+        device_dir = pci_device_dir(self.settings.sysfs_root, gpu.bdf)
+        root = pcie_root(device_dir)
+        gpu.sysfs_product_name = read_text(device_dir / "product_name") or ""
         names: list[str] = []
         if self.dynamic and gpu.modes:
             gpu_catalog = dynamic.gpu_catalog(gpu, root)

@@ -54,6 +54,9 @@ class GpuInfo:
     hive_id: int
     xgmi_links: int
     partitions: list[PartitionInfo]
+    # sysfs product_name of the PCI device ("AMD Instinct MI300X OAM"), what the ROCm DRA driver and
+    # the node labeller name the product by; "" when the board has none (then the market name is used).
+    sysfs_product_name: str = ""
 
     @property
     def primary(self) -> PartitionInfo:

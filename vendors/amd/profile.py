@@ -43,6 +43,8 @@ class GpuModel(_Strict):
     """What amdsmi reports for one GPU model (the whole GPU, SPX)."""
 
     market_name: str
+    # The amdgpu driver's sysfs product_name (from the board FRU); None: the file is absent.
+    sysfs_product_name: str | None = None
     vendor_id: str = "0x1002"
     vendor_name: str = "Advanced Micro Devices Inc. [AMD/ATI]"
     device_id: str  # hex string, as amdsmi_get_gpu_asic_info returns it ("0x74a1")
