@@ -126,7 +126,13 @@ class DriverPlugin:
         self._reg_server.start()
         log.info(
             "driver plugin started",
-            extra=fields(driver=self.driver, devices=len(inventory.devices), dra_socket=str(self.paths.dra_socket), registration=str(self.paths.registration_socket)),
+            extra=fields(
+                driver=self.driver,
+                devices=len(inventory.devices),
+                dra_socket=str(self.paths.dra_socket),
+                registration=str(self.paths.registration_socket),
+                state=str(self.paths.state_root),
+            ),
         )
 
     def stop(self) -> None:
