@@ -2,8 +2,8 @@
 
 Paths follow the reference helper (dra-api-facts.md 1.3, 6.1, 6.5); with a pod
 UID every instance gets its own socket names so two driver pods can overlap
-during a rolling update, and they serialize claim operations through a file
-lock in the shared plugin directory.
+during a rolling update, and they serialize claim operations through file
+locks in the shared state directory.
 """
 
 from __future__ import annotations
