@@ -164,6 +164,7 @@ class Checkpoint:
         """
         if self.moved_from is not None:
             self._move_records(self.moved_from)
+            self.moved_from = None  # once: later loads (every re-read in rolling-update mode) need not look again
         if self.legacy_path is not None:
             self._migrate_legacy(self.legacy_path)
         claims = self._read_dir()

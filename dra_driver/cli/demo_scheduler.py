@@ -16,8 +16,8 @@ from kubernetes import client
 
 from dra_driver.allocator import Allocator, CelMatcher, Node, build_pools
 from dra_driver.allocator.types import Pool
-from dra_driver.claims_input import ResourceClaim, claim_spec_errors, parse_object, to_claim
-from dra_driver.cli.explain import merge_classes, shipped_class_documents
+from dra_driver.claims_input import ResourceClaim, parse_object
+from dra_driver.cli.explain import ClaimInput, InputError, Subject, merge_classes, shipped_class_documents, validated_claims
 from dra_driver.errors import DraError
 
 
@@ -53,12 +53,10 @@ def allocate(claim: dict[str, Any], slices: list[dict[str, Any]], node: str) -> 
     label = f"ResourceClaim {claim['metadata']['namespace']}/{claim['metadata']['name']}"
     parsed = parse_object(claim, label)
     if isinstance(parsed, list):
-        raise DraError("; ".join(str(e) for e in parsed))
+        raise InputError(parsed)
     assert isinstance(parsed, ResourceClaim)
-    errors = claim_spec_errors(parsed.spec, label, classes, matcher.compile_problem)
-    if errors:
-        raise DraError("; ".join(str(e) for e in errors))
-    spec = to_claim(parsed.spec, claim["metadata"]["name"], claim["metadata"]["namespace"])
+    subject = Subject(claims=[ClaimInput(label, parsed.spec, claim["metadata"]["name"], claim["metadata"]["namespace"])])
+    (spec,) = validated_claims(subject, classes, matcher)  # the checks explain applies
     pools: list[Pool] = build_pools(slices)
     explanation = Allocator(pools, classes, matcher).explain([spec], [Node(node, {"kubernetes.io/hostname": node})])
     chosen = explanation.chosen

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import checkpoint as checkpoint_module
 from dra_driver import atomic_file
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import atomic_file
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 
 
@@ -182,7 +181,6 @@ def test_empty_record_file_is_no_record_and_is_left_alone(tmp_path: Path, boot: 
 
 
 def test_failed_append_to_an_existing_record_leaves_the_previous_state(tmp_path: Path, boot: Path, monkeypatch):
-    from dra_driver import checkpoint as checkpoint_module
 
     path = tmp_path / "cp"
     ckpt = Checkpoint(path, boot)
