@@ -11,10 +11,8 @@ of the UID; the record inside names its UID). Each change appends one line,
 boot ID, the format version and the claim's whole record; the last line with
 a valid checksum is the claim's state. A write therefore costs the same
 whatever the number of live claims, needs no temp file or rename, and two
-claims never wait for each other's write. A torn last line (a crash during
-the append) is ignored, so the claim falls back to its previous state; the
-file is then compacted. Every line starts with a newline so a torn line can
-never swallow the next.
+claims never wait for each other's write. Every line starts with a newline
+so a torn line can never swallow the next one appended after it.
 
 Every record carries the boot ID: after a reboot nothing that was prepared
 exists any more (CDI specs live on tmpfs, partitions are gone), so records
@@ -26,16 +24,16 @@ the node, after which the record would be void anyway. Without a boot ID
 (non-Linux) records outlive reboots, so "durable" writes are flushed.
 
 Damage is never fatal and never silently frees a device. A record file whose
-last line is complete (the file ends with a newline) but fails its checksum,
-a file with no valid line, a symlink or a directory in a record's place, or a
-line naming another claim: the file is logged, moved aside
+last line fails its checksum (complete or cut short: a truncation long after
+the claim was answered looks the same as an append cut short by a crash), a
+symlink or a directory in a record's place, or a line naming another claim:
+the file is logged, moved aside
 (`<file>.corrupt-<time>`, never loaded again) and reported in `damaged` with
 what could be read from it (the claim UID from the file name, an earlier
 line whose checksum holds, the devices of the damaged line as far as it
 parses). Start-up recovery (dra_driver/plugin/recovery.py) turns that, with
 the claim's CDI spec and the backend's own records, back into a reservation.
-Only a torn last line (no newline after it: an append cut short, so never
-acknowledged) falls back silently to the previous line. A checkpoint path
+A checkpoint path
 that is not a directory is moved aside the same way; an unreadable one is
 reported and the driver keeps serving. A crash loop would block every pod on
 the node.
@@ -294,13 +292,11 @@ class Checkpoint:
         try:
             record = self._record_of_line(lines[-1], path)
         except CheckpointCorrupt as exc:
-            earlier = self._last_valid_line(lines[:-1], path)
-            if earlier is not None and not raw.endswith(b"\n"):
-                # An append cut short (no newline after it): never acknowledged, so the previous
-                # line is the claim's state. A complete line that fails is damage, below.
-                self._compact(path, earlier, reason=exc)
-                return earlier
-            return self._damaged(path, str(exc), lines, earlier)
+            # Even a last line cut short is damage, not "the append before the crash": the claim
+            # may have been answered long ago and the file truncated since. Recovery decides with
+            # the claim's spec in hand; an earlier valid line goes along as evidence.
+            torn = "" if raw.endswith(b"\n") else " (last line cut short)"
+            return self._damaged(path, f"{exc}{torn}", lines, self._last_valid_line(lines[:-1], path))
         if record is _STALE:
             _unlink(path)
         return record
@@ -343,17 +339,6 @@ class Checkpoint:
         if path.name != _file_name(record.uid):
             raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
         return record
-
-    def _compact(self, path: Path, record: ClaimRecord, reason: CheckpointCorrupt) -> None:
-        """Rewrite a record file as its one current line (atomically), dropping the torn line after it."""
-        log.warning(
-            "checkpoint record has a torn last write; using the previous state",
-            extra=fields(path=str(path), uid=record.uid, phase=record.phase, reason=str(reason)),
-        )
-        try:
-            atomic_file.replace_file(path, self._line(record), durable=True)
-        except OSError as exc:  # the file stays readable as it is
-            log.warning("could not compact checkpoint record", extra=fields(path=str(path), error=str(exc)))
 
     def _move_records(self, earlier: Path) -> None:
         """Move record files from an earlier checkpoint directory (another filesystem, so copy then delete).

@@ -65,7 +65,8 @@ class _Evidence:
     uid: str
     sources: list[str] = field(default_factory=list)
     base: ClaimRecord | None = None  # the best record the evidence gives
-    extra_devices: list[CheckpointDevice] = field(default_factory=list)
+    extra_devices: list[CheckpointDevice] = field(default_factory=list)  # from backend records: any pool
+    salvaged: list[CheckpointDevice] = field(default_factory=list)  # from a line failing its checksum
     state: dict[str, Any] = field(default_factory=dict)
     spec_kept: bool = False  # a spec stays in place whose devices are unknown
     damaged: bool = False  # a damaged record was found for it
@@ -178,7 +179,7 @@ class Recovery:
             found.base = replace(damage.last_good, spec_json=None)  # its spec text may be older than the spec
             found.state = dict(damage.last_good.backend_state)
         else:
-            found.extra_devices += source.devices  # failed its checksum: reservations only
+            found.salvaged += source.devices  # failed its checksum: reservations only
             found.base = found.base or replace(source, devices=[], backend_state={})
 
     def _add_backend(self, found: _Evidence, claim: RecordedClaim) -> None:
@@ -192,7 +193,8 @@ class Recovery:
         if record is not None:
             found.sources.insert(0, "cdi-spec")
             state = {**found.state, **record.backend_state}
-            found.base, found.state = record, state
+            # The spec's checksummed record is complete: what a damaged line seemed to say adds nothing.
+            found.base, found.state, found.salvaged = record, state, []
         elif verdict == "other-boot":
             log.warning("removing CDI spec of another boot", extra=fields(driver=self.driver, path=str(path)))
             cdi.remove_spec(path)
@@ -211,7 +213,10 @@ class Recovery:
         base = found.base or ClaimRecord(found.uid, "", "", PREPARE_COMPLETED)
         named = {(d.pool, d.device) for d in base.devices}
         named_any_pool = {d.device for d in base.devices}
-        extra = [d for d in found.extra_devices if (d.pool, d.device) not in named and not (d.pool == "" and d.device in named_any_pool)]
+        extra = [
+            d for d in found.salvaged + found.extra_devices
+            if (d.pool, d.device) not in named and not (d.pool == "" and d.device in named_any_pool)
+        ]
         # A trusted line saying the kubelet asked to unprepare: finish that; anything else stays prepared.
         phase = UNPREPARE_STARTED if base.phase == UNPREPARE_STARTED else PREPARE_COMPLETED
         sources = found.sources or ["cdi-spec-without-claim-data"]

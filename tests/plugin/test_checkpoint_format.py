@@ -138,18 +138,25 @@ def test_format_1_checkpoint_from_another_boot_or_corrupt_migrates_nothing(tmp_p
     assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1
 
 
-def test_torn_last_append_falls_back_to_the_previous_state_and_is_compacted(tmp_path: Path, boot: Path, caplog):
+@pytest.mark.parametrize("cut", ["mid-line", "newline-kept"])
+def test_torn_last_line_is_damage_reported_with_the_earlier_valid_line(tmp_path: Path, boot: Path, caplog, cut: str):
+    """A last line cut short looks the same whether a crash cut the append or the file was truncated
+    long after the claim was answered, so it is never silently "the previous state": the file is set
+    aside and reported, with the earlier valid line, for recovery to decide with the claim's spec."""
     path = tmp_path / "cp"
     ckpt = Checkpoint(path, boot)
     ckpt.put(record("a", PREPARE_STARTED))
-    ckpt.put(record("a"))  # PrepareCompleted appended...
+    ckpt.put(record("a"))
     data = (path / "a.json").read_bytes()
-    (path / "a.json").write_bytes(data[:-40])  # ...but cut short: never durable, never answered
-    got = loaded(path, boot)
-    assert got["a"].phase == PREPARE_STARTED  # rolled back by recovery, as if the crash came before the append
-    assert "torn last write" in caplog.text
-    assert len([line for line in (path / "a.json").read_bytes().split(b"\n") if line]) == 1  # compacted
-    assert loaded(path, boot)["a"].phase == PREPARE_STARTED
+    (path / "a.json").write_bytes(data[:-40] + (b"\n" if cut == "newline-kept" else b""))
+    again = Checkpoint(path, boot)
+    again.load()
+    assert again.records() == []
+    [damage] = again.take_damaged()
+    assert damage.uid == "a" and damage.last_good == record("a", PREPARE_STARTED) and damage.moved_to is not None
+    assert damage.moved_to.read_bytes() == data[:-40] + (b"\n" if cut == "newline-kept" else b"")
+    assert not (path / "a.json").exists() and "is corrupt" in caplog.text
+    assert again.take_damaged() == []  # taken once
 
 
 def test_append_after_a_torn_line_starts_a_fresh_line(tmp_path: Path, boot: Path):
