@@ -57,6 +57,7 @@ HOLD_POINTS = (
     "after-cdi",  # the CDI spec is written, PrepareCompleted is not recorded
     "after-completed",  # PrepareCompleted is recorded, the answer is not sent
     "during-unprepare",  # the backend unprepared, the spec and the record are still there
+    "after-spec-removed",  # unprepare removed the spec, the (UnprepareStarted) record is still there
 )
 # Profiling hook (benchmarks): when set to a file path, every claim operation runs
 # under cProfile and the summed stats are written there when the service closes.
@@ -406,6 +407,7 @@ class PrepareService:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
         self._hold_for_tests(record.uid, "during-unprepare")
         cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
+        self._hold_for_tests(record.uid, "after-spec-removed")
         with nullcontext() if section_held else self._checkpoint_section():
             self._checkpoint.remove(record.uid)
 
