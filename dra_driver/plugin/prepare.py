@@ -249,6 +249,11 @@ class PrepareService:
         kept; a record without that text (rebuilt from evidence after its spec was lost) fails clearly.
         """
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
+        if not record.devices:  # rebuilt from a spec without claim data: which devices it holds is unknown
+            raise ClaimError(
+                f"ResourceClaim {_name(ref)}: its checkpoint record was lost and its CDI spec {path} does not say which "
+                "devices it holds; delete the pods using the claim so the kubelet unprepares it, then it can be prepared again"
+            )
         wanted = {i.partition("=")[2] for d in record.devices for i in d.cdi_ids}
         try:
             missing = wanted - cdi.device_names(cdi.parse_spec(path.read_bytes()))

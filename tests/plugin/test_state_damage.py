@@ -9,6 +9,7 @@ prepare whose CDI write fails (rolled back; a failing rollback keeps the reserva
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -262,3 +263,36 @@ def test_unprepare_of_a_claim_without_a_record_undoes_what_its_spec_records(node
         service.close()
     assert backend.calls == [("unprepare", {"uid": a.uid, "state": {"uid": a.uid, "devices": ["gpu-3"]}})]
     assert not node.spec(a).exists() and not os.path.lexists(node.record_file(a))
+
+
+@pytest.mark.parametrize("spec_kind", ["older-build", "not-a-spec", "other-boot"])
+def test_spec_without_a_record_that_proves_nothing(node: Node, spec_kind: str) -> None:
+    """A spec whose claim data is missing keeps the claim UID reserved until unprepared; a file that is no
+    CDI spec is moved where runtimes do not read it; a spec of another boot is removed."""
+    conn = node.start()
+    a = node.claim("a", "gpu-0")
+    conn.prepare([a])
+    node.stop()
+    spec = node.spec(a)
+    if spec_kind == "older-build":
+        data = json.loads(spec.read_text())
+        del data["annotations"]
+        spec.write_text(json.dumps(data))
+    elif spec_kind == "not-a-spec":
+        spec.write_text('{"half": ')
+    else:
+        node.settings.boot_id_path.write_text("boot-2\n")  # a reboot: records and specs of boot-1 are void
+    if spec_kind != "other-boot":
+        node.record_file(a).unlink()
+
+    conn = node.start()
+    if spec_kind == "older-build":
+        assert spec.exists() and node.damage_count("cdi-spec") == 1
+        assert "does not say which devices" in error_of(conn.prepare([a]), a)
+        assert error_of(conn.unprepare([a]), a) == ""
+        assert not spec.exists()
+    elif spec_kind == "not-a-spec":
+        assert not spec.exists() and spec.with_name(f".{spec.name}.corrupt").exists()
+        assert error_of(conn.prepare([a]), a) == ""  # nothing proved it prepared: prepared afresh
+    else:
+        assert not spec.exists() and node.unprepares_of(a) == []
