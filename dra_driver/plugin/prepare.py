@@ -387,7 +387,7 @@ class PrepareService:
                 if record is not None:
                     log.error("unprepare of a claim whose record is gone; undoing what its CDI spec records",
                               extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
-            if record is not None and record.phase != PREPARE_STARTED:
+            if record is not None and record.completed:
                 # From here on a crash finishes this unprepare instead of answering from a record whose
                 # backend state or spec may already be gone.
                 record = replace(record, phase=UNPREPARE_STARTED)
