@@ -296,3 +296,34 @@ def test_spec_without_a_record_that_proves_nothing(node: Node, spec_kind: str) -
         assert error_of(conn.prepare([a]), a) == ""  # nothing proved it prepared: prepared afresh
     else:
         assert not spec.exists() and node.unprepares_of(a) == []
+
+
+def test_rolling_update_peer_finding_a_damaged_record_keeps_the_reservation(short_tmp: Path, apiserver: Any) -> None:
+    """Two instances (rolling-update mode): damage found when one re-reads the other's records is rebuilt
+    from the claim's spec at once, so the device is refused to a second claim and the claim unprepares."""
+    (short_tmp / "boot_id").write_text("boot-1\n")
+    state, cdi_dir = short_tmp / "state", short_tmp / "cdi"
+
+    def instance() -> tuple[PrepareService, ExampleBackend]:
+        backend = ExampleBackend(BackendSettings(node_name="node-a"))
+        checkpoint = Checkpoint(state / "checkpoint.d", short_tmp / "boot_id")
+        return PrepareService(backend, ClaimReader(apiserver.api_client()), checkpoint, cdi_dir, shared_lock=state / "serialize.lock"), backend
+
+    (old, _), (new, new_backend) = instance(), instance()
+    try:
+        old.recover()
+        new.recover()
+        stored = [apiserver.store.put(allocated_claim_object(n, "default", DRIVER, "node-a", {"gpu": ["gpu-0"]})) for n in ("x", "y")]
+        x, y = (ClaimRef("default", s["metadata"]["name"], s["metadata"]["uid"]) for s in stored)
+        assert old.prepare([x])[x.uid].error == ""
+        record = state / "checkpoint.d" / f"{x.uid}.json"
+        data = record.read_bytes()
+        at = data.rindex(b'"phase"') + 1
+        record.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :])
+        assert x.uid in new.prepare([y])[y.uid].error  # new re-read old's records: damage rebuilt, conflict seen
+        assert new.unprepare([x]) == {x.uid: ""}
+        assert new_backend.calls[-1] == ("unprepare", {"uid": x.uid, "state": {"uid": x.uid, "devices": ["gpu-0"]}})
+        assert old.prepare([y])[y.uid].error == ""  # old sees the release
+    finally:
+        old.close()
+        new.close()
