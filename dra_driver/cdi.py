@@ -32,6 +32,7 @@ Annotations need cdiVersion 0.6.0, so claim specs declare at least that.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Sequence
@@ -40,8 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.atomic_file import TEMP_SUFFIX, replace_file
+from dra_driver.logs import fields
 from dra_driver.signed_json import SignedJsonError, sign, verified_body
 from dra_driver.vendor import ContainerEdits, DeviceNode, Hook, Mount
+
+log = logging.getLogger(__name__)
 
 CDI_CLASS = "device"
 SPEC_SUFFIX = ".json"
@@ -142,6 +146,9 @@ def _entries(cdi_dir: Path) -> list[Path]:
     try:
         return list(cdi_dir.iterdir())
     except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:  # unreadable: nothing can be listed, and that must not stop the driver
+        log.error("CDI directory unreadable", extra=fields(path=str(cdi_dir), error=str(exc)))
         return []
 
 

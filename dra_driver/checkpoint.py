@@ -348,8 +348,13 @@ class Checkpoint:
         the next load resolves the same way, never a lost record.
         """
         try:
-            entries = [e for e in os.scandir(earlier) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".") and e.is_file()]
+            entries = [
+                e for e in os.scandir(earlier) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".") and e.is_file(follow_symlinks=False)
+            ]
         except FileNotFoundError:
+            return
+        except OSError as exc:  # not a directory, unreadable: leave it, never fatal
+            log.error("earlier checkpoint directory unusable; not moved", extra=fields(path=str(earlier), error=str(exc)))
             return
         if not entries:
             return
@@ -368,8 +373,11 @@ class Checkpoint:
     def _migrate_legacy(self, legacy: Path) -> None:
         """Turn a format-1 checkpoint file into record files (durable), then remove it."""
         try:
-            raw = legacy.read_bytes()
+            raw = _read_regular_file(legacy)
         except FileNotFoundError:
+            return
+        except (OSError, CheckpointCorrupt) as exc:  # a directory or link in its place: never fatal
+            _set_aside(legacy, exc, "claims it held are rebuilt from their CDI specs where possible")
             return
         try:
             body = _parse_signed(raw, LEGACY_FORMAT_VERSION)

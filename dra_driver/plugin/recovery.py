@@ -197,7 +197,10 @@ class Recovery:
             found.base, found.state, found.salvaged = record, state, []
         elif verdict == "other-boot":
             log.warning("removing CDI spec of another boot", extra=fields(driver=self.driver, path=str(path)))
-            cdi.remove_spec(path)
+            try:
+                cdi.remove_spec(path)
+            except OSError as exc:
+                log.error("cannot remove a CDI spec of another boot", extra=fields(driver=self.driver, path=str(path), error=str(exc)))
         elif verdict == "unreadable":
             self._count("cdi-spec")
             _set_spec_aside(path)

@@ -288,3 +288,16 @@ def test_leftover_temp_files_of_rewrites_are_removed_on_load(tmp_path: Path, boo
     (path / ".a.json.k3j4.tmp").write_bytes(b"partial")
     loaded(path, boot)
     assert sorted(p.name for p in path.iterdir()) == ["a.json"]
+
+
+def test_a_directory_where_the_format_1_file_or_the_earlier_directory_should_be_is_never_fatal(tmp_path: Path, boot: Path):
+    legacy = tmp_path / "checkpoint.json"
+    (legacy / "x").mkdir(parents=True)
+    earlier = tmp_path / "earlier.d"
+    earlier.write_text("a file where a directory should be")
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    ckpt = Checkpoint(path, boot, legacy_path=legacy, moved_from=earlier)
+    ckpt.load()
+    assert [r.uid for r in ckpt.records()] == ["a"]
+    assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1
