@@ -327,3 +327,21 @@ def test_rolling_update_peer_finding_a_damaged_record_keeps_the_reservation(shor
     finally:
         old.close()
         new.close()
+
+
+def test_directories_where_lock_files_should_be_do_not_stop_the_driver(short_tmp: Path, apiserver: Any) -> None:
+    settings = make_settings(short_tmp, pod_uid="pod-1")
+    paths = PluginPaths(settings.kubelet_dir, DRIVER, "pod-1", settings.state_dir)
+    stored = apiserver.store.put(allocated_claim_object("a", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
+    a = ClaimRef("default", "a", stored["metadata"]["uid"])
+    assert paths.serialize_lock is not None and paths.claim_locks_dir is not None
+    (paths.serialize_lock / "x").mkdir(parents=True)
+    (paths.claim_locks_dir / f"{a.uid}.lock" / "x").mkdir(parents=True)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings)
+    assert daemon.start().running == [DRIVER]
+    try:
+        conn = register(paths.registration_socket)
+        assert error_of(conn.prepare([a]), a) == "" and error_of(conn.unprepare([a]), a) == ""
+        conn.close()
+    finally:
+        daemon.stop()
