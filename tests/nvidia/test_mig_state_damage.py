@@ -96,3 +96,25 @@ def test_damaged_record_never_destroys_the_instance_in_use(
         assert second.prepare([b])[b.uid].error == "" and len(instances(fake)) == 1
     finally:
         second.close()
+
+
+def test_journal_entry_whose_instance_is_gone_reserves_nothing(
+    open_backend: OpenBackend, apiserver: sim_apiserver.SimApiServer, tmp_path: Path
+) -> None:
+    """A destroy whose journal update failed leaves an entry for an instance that no longer exists: nothing
+    is in use, so the placement must not stay blocked by a claim nobody will unprepare."""
+    from dra_driver_nvidia.ownership import OwnedInstance, OwnershipJournal
+
+    backend = open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path / "state")
+    fake = backend.simulator
+    assert fake is not None
+    OwnershipJournal.under(tmp_path / "state").record(OwnedInstance("gone-claim", DEVICE, fake.gpus[0].spec.uuid, 19, 0, 7, 0))
+    again = restarted(backend)
+    svc = service(again, apiserver, tmp_path)
+    try:
+        svc.recover()
+        assert svc.checkpoint_record("gone-claim") is None
+        b = claim(apiserver, "b")
+        assert svc.prepare([b])[b.uid].error == "" and len(instances(fake)) == 1
+    finally:
+        svc.close()

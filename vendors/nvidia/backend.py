@@ -385,10 +385,25 @@ class NvidiaBackend(VendorBackend):
         return True
 
     def recorded_claims(self) -> list[RecordedClaim]:
-        """The claims the ownership journal names, each with the created instances as its state."""
-        by_claim: dict[str, list[OwnedInstance]] = {}
-        for entry in self._journal.all_entries():
-            by_claim.setdefault(entry.claim_uid, []).append(entry)
+        """The claims the ownership journal names whose instance exists now, each with those instances as state.
+
+        An entry whose instance is gone proves nothing is in use (a destroy whose journal update failed);
+        it must not block the placement, so it is left to reconcile to drop.
+        """
+        with self._lock:
+            index = self._index()
+            by_claim: dict[str, list[OwnedInstance]] = {}
+            for entry in self._journal.all_entries():
+                gpu = index.by_uuid.get(entry.parent_uuid)
+                if gpu is None:
+                    continue  # a GPU not seen now: nothing of it can be handed out either
+                try:
+                    live = bool(nvml.mig_mode(gpu.handle)[0]) and mig.find_instance(gpu.handle, entry.profile_id, entry.start) is not None
+                except NvmlError as exc:  # cannot tell: keep the reservation
+                    log.warning("cannot check a journaled MIG instance; kept as in use", extra=fields(device=entry.device, error=str(exc)))
+                    live = True
+                if live:
+                    by_claim.setdefault(entry.claim_uid, []).append(entry)
         return [
             RecordedClaim(uid, tuple(sorted({e.device for e in entries})),
                           {STATE_KEY: [_state_entry(e) for e in entries if e.gi_id is not None]})
