@@ -185,10 +185,7 @@ def _existing_extended(all_streams: list[streams.Stream]) -> set[str]:
     return names
 
 
-def _extended_class(kind: DeviceKind, catalog: ClassCatalog) -> dict[str, Any]:
-    shipped = catalog.by_extended_resource(kind.resource)
-    if shipped is not None:
-        return shipped
+def _generated_extended_class(kind: DeviceKind) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -200,10 +197,31 @@ def _extended_class(kind: DeviceKind, catalog: ClassCatalog) -> dict[str, Any]:
     }
 
 
+def _extended_for(ctx: Context, path: str, kind: DeviceKind) -> dict[str, Any] | None:
+    """The class to emit for `kind`, or None when a known class already serves it (or its name is taken).
+
+    A known class (shipped with the driver, or in --deviceclasses) is referenced, never
+    re-emitted: applying a copy would overwrite the installed one and its labels.
+    """
+    known = ctx.catalog.by_extended_resource(kind.resource)
+    if known is not None:
+        ctx.add(Action.NOTE, path, kind.resource,
+                f"served by the existing DeviceClass {known['metadata']['name']} (extendedResourceName "
+                f"{kind.resource}), installed with the driver's deviceclasses/; not emitted again. Pods keep asking "
+                f"for {kind.resource} (needs the DRAExtendedResource feature gate, alpha in 1.35)")
+        return None
+    if kind.extended_class in ctx.catalog.names:
+        ctx.add(Action.NOT_CONVERTED, path, kind.resource,
+                f"the class name this tool would generate, {kind.extended_class}, belongs to an existing DeviceClass "
+                "for another resource; write a DeviceClass with this extendedResourceName by hand")
+        return None
+    return _generated_extended_class(kind)
+
+
 def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
-    """Workloads stay as they are; one DeviceClass with extendedResourceName per resource found."""
+    """Workloads stay as they are; one DeviceClass with extendedResourceName per resource no class serves yet."""
     present = _existing_extended(all_streams)
-    emitted: set[str] = set()
+    handled: set[str] = set()
     for stream in all_streams:
         ctx.file = stream.source
         new_documents: list[streams.Document] = []
@@ -215,10 +233,12 @@ def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
                     if isinstance(kind, Unsupported):
                         ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", kind.resource, kind.reason)
                         continue
-                    if kind.resource in present or kind.resource in emitted:
+                    if kind.resource in present or kind.resource in handled:
                         continue
-                    emitted.add(kind.resource)
-                    device_class = _extended_class(kind, ctx.catalog)
+                    handled.add(kind.resource)
+                    device_class = _extended_for(ctx, f"{item.prefix}{path}", kind)
+                    if device_class is None:
+                        continue
                     ctx.add(Action.GENERATED, f"{item.prefix}{path}", f"DeviceClass/{device_class['metadata']['name']}",
                             f"extendedResourceName {kind.resource}: pods keep asking for {kind.resource} and the scheduler "
                             "allocates it through DRA (needs the DRAExtendedResource feature gate, alpha in 1.35)")
