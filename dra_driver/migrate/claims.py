@@ -25,6 +25,7 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.edit import attach_trailing, remove_key, to_ruamel
 from dra_driver.migrate.names import dns_label, dns_subdomain
+from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
@@ -93,7 +94,8 @@ def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], Com
 
 
 def _scan_container(
-    ctx: Context, role: str, path: str, slot: tuple[str, int], container: CommentedMap
+    ctx: Context, role: str, path: str, slot: tuple[str, int], container: CommentedMap,
+    gpu: DeviceKind | Unsupported | None = None,
 ) -> list[ContainerDevices]:
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
@@ -103,7 +105,7 @@ def _scan_container(
     name = str(container.get("name", ""))
     found: list[ContainerDevices] = []
     for resource in [*limits, *(r for r in requests if r not in limits)]:
-        kind = classify(str(resource), ctx.catalog.names)
+        kind = gpu if resource == GPU and gpu is not None else classify(str(resource), ctx.catalog.names)
         at = f"{path}.resources"
         if kind is None:
             continue
@@ -242,7 +244,12 @@ def _template(workload: Workload, name: str, requests: list[Request]) -> Comment
 def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     """Rewrite `workload` in place; returns the template to emit, or None when it asks for no devices."""
     containers = _containers(workload)
-    devices = [d for role, path, slot, c in containers for d in _scan_container(ctx, role, path, slot, c)]
+    gpu = gpu_meaning(workload.pod_spec, ctx.catalog.names)
+    devices = [d for role, path, slot, c in containers for d in _scan_container(ctx, role, path, slot, c, gpu)]
+    if isinstance(gpu, DeviceKind) and any(d.kind is gpu for d in devices):
+        ctx.add(Action.NOTE, workload.spec_path, GPU,
+                f"the pod selects MIG single-strategy nodes ({PRODUCT_LABEL} <model>-MIG-<profile>), where nvidia.com/gpu "
+                f"is one MIG device of that profile: converted to {gpu.device_class}, not a whole GPU")
     if not devices:
         return None
     errors_before = len(ctx.errors)
