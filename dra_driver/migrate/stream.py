@@ -1,7 +1,8 @@
 """Multi-document YAML streams split into documents that keep their exact text.
 
 A document we do not change is written back byte for byte from its original
-text; only changed documents go through ruamel's round-trip dumper, with the
+text; a changed document keeps its original text except for the blocks that
+changed (splice.py), which go through ruamel's round-trip dumper with the
 indentation style detected from the input. The leading comment block of a
 document (Helm's `# Source:` line) is kept verbatim either way.
 """
@@ -18,6 +19,7 @@ from ruamel.yaml.error import YAMLError
 
 from dra_driver.errors import FieldError
 from dra_driver.migrate.report import MigrationError
+from dra_driver.migrate.splice import splice
 
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?\n?$")
 _KEY_ONLY = re.compile(r"^( *)(?:- +)?[^\s#-][^#]*:[ \t]*(?:#.*)?$")
@@ -128,8 +130,12 @@ def render(stream: Stream) -> str:
             separator = "---\n"
         if parts and not parts[-1].endswith("\n"):
             parts.append("\n")
-        if document.changed or document.generated:
+        if document.generated:
             parts.append(separator + document.prefix + dump(document.data, document.indent))
+        elif document.changed:
+            spliced = splice(document.body, document.data, _new_yaml(*document.indent))
+            body = spliced if spliced is not None else dump(document.data, document.indent)
+            parts.append(separator + document.prefix + body)
         else:
             parts.append(separator + document.text)
     return "".join(parts)
