@@ -112,21 +112,21 @@ class _Pending:
     generated: Generated
 
 
-def _existing_templates(all_streams: list[streams.Stream]) -> set[tuple[str, str]]:
+def _existing_templates(stream: streams.Stream) -> set[tuple[str, str]]:
     found = set()
-    for stream in all_streams:
-        for document in stream.documents:
-            for item in _items(document.data):
-                if item.obj.get("kind") == "ResourceClaimTemplate":
-                    name, namespace = metadata(item.obj)
-                    found.add((namespace or "", name))
+    for document in stream.documents:
+        for item in _items(document.data):
+            if item.obj.get("kind") == "ResourceClaimTemplate":
+                name, namespace = metadata(item.obj)
+                found.add((namespace or "", name))
     return found
 
 
 def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pending]:
     pending: list[_Pending] = []
-    taken = _existing_templates(all_streams)
     for stream in all_streams:
+        # Files are independent (often alternatives: 25 variants of one Deployment), so names clash only within one.
+        taken = _existing_templates(stream)
         ctx.file = stream.source
         for index, document in enumerate(stream.documents):
             ctx.document = index
