@@ -24,7 +24,7 @@ from dra_driver.migrate.aliases import Key, Unaliaser
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.edit import attach_trailing, remove_key, to_ruamel
-from dra_driver.migrate.names import dns_label, dns_subdomain
+from dra_driver.migrate.names import dns_label, dns_subdomain, spec_digest
 from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
@@ -75,8 +75,16 @@ class Generated:
     template: CommentedMap
 
 
-def template_name(workload: Workload) -> str:
-    return dns_subdomain(workload.name or workload.kind.lower(), TEMPLATE_SUFFIX)
+def template_name(workload: Workload, requests: list[Request]) -> str:
+    """`<workload>-accelerators-<digest of the template spec>`.
+
+    A ResourceClaimTemplate's spec is immutable, so a template whose requests
+    change (a new GPU count, another selector) must get a new name: then
+    `kubectl apply` creates it and rolls the workload over to it, instead of
+    failing on the old name. The same spec always gives the same name.
+    """
+    digest = spec_digest([request.as_dict() for request in requests])
+    return dns_subdomain(workload.name or workload.kind.lower(), TEMPLATE_SUFFIX, digest)
 
 
 def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], CommentedMap]]:
@@ -265,7 +273,7 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     placement: PlacementPlan = plan_placement(ctx, workload, _unique_kinds(requests))
     for request in requests:
         request.selectors.extend(placement.selectors_for(request.kind))
-    name = template_name(workload)
+    name = template_name(workload, requests)
     _apply_container_edits(requests)
     placement.apply()
     claim_entry = to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": name})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate_testlib import CORPUS, REFUSE, by_kind
+from migrate_testlib import CORPUS, REFUSE, base_name, by_kind
 from dra_driver.cli.main import main
 
 
@@ -45,7 +45,7 @@ def test_stdin_and_several_files_to_stdout(monkeypatch: pytest.MonkeyPatch, caps
     monkeypatch.setattr("sys.stdin", io.StringIO((CORPUS / "gaudi.yaml").read_text()))
     code, out, _ = _run(["-", str(CORPUS / "list.yaml"), "--report", "none"], capsys)
     assert code == 0
-    assert {t["metadata"]["name"] for t in by_kind(out, "ResourceClaimTemplate")} == {
+    assert {base_name(t["metadata"]["name"]) for t in by_kind(out, "ResourceClaimTemplate")} == {
         "gaudi-finetune-accelerators", "whisper-accelerators"}
 
 
