@@ -20,7 +20,7 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from dra_driver.migrate.aliases import Key, Unaliaser
+from dra_driver.migrate.aliases import Key, Unaliaser, show_path
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.edit import attach_trailing, remove_key, to_ruamel
@@ -30,7 +30,7 @@ from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind, Unsupported, classify
-from dra_driver.migrate.workloads import POD_SPEC_PATHS, Workload
+from dra_driver.migrate.workloads import Workload
 
 POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
 TEMPLATE_SUFFIX = "accelerators"
@@ -84,7 +84,7 @@ def template_name(workload: Workload, requests: list[Request]) -> str:
     failing on the old name. The same spec always gives the same name.
     """
     digest = spec_digest([request.as_dict() for request in requests])
-    return dns_subdomain(workload.name or workload.kind.lower(), TEMPLATE_SUFFIX, digest)
+    return dns_subdomain(workload.name or workload.kind.lower(), workload.role, TEMPLATE_SUFFIX, digest)
 
 
 def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], CommentedMap]]:
@@ -321,8 +321,8 @@ def _unalias_edit_paths(ctx: Context, workload: Workload, devices: list[Containe
     if ctx.root is None:
         return workload
     unaliaser = Unaliaser(ctx, ctx.root)
-    spec_keys: tuple[Key, ...] = POD_SPEC_PATHS[workload.kind]
-    prefix = workload.spec_path[: len(workload.spec_path) - len(".".join(POD_SPEC_PATHS[workload.kind]))]
+    spec_keys: tuple[Key, ...] = workload.spec_keys
+    prefix = workload.spec_path[: len(workload.spec_path) - len(show_path('', spec_keys))]
     if unaliaser.shared(workload.obj):
         ctx.refuse(prefix.rstrip("."), f"{workload.ref} is itself a YAML alias of another object; write it out in full")
         return workload

@@ -14,7 +14,8 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.report import Action, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
-from dra_driver.migrate.workloads import POD_SPEC_PATHS, find_resource_maps, is_list, metadata, workload
+from dra_driver.migrate.operators import operator_kind
+from dra_driver.migrate.workloads import POD_SPEC_PATHS, find_resource_maps, is_list, metadata, workloads
 
 STRATEGIES = ("claims", "extended-resource")
 _SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
@@ -98,11 +99,17 @@ def _device_resources(obj: Mapping[str, Any], catalog: ClassCatalog) -> Iterator
 
 
 def _report_unknown_kind(ctx: Context, item: _Item) -> None:
+    """Device requests in a kind we do not convert: a known operator kind says why, any other is unknown."""
     kind = item.obj.get("kind", "?")
+    entry = operator_kind(item.obj)
+    if entry is not None:
+        reason = f"{kind}: {entry.check}"
+    else:
+        reason = (f"kind {kind} ({item.obj.get('apiVersion', '?')}) is not a workload this tool knows (operators build "
+                  "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
+                  "--strategy extended-resource, or convert its pod template by hand")
     for path, device in _device_resources(item.obj, ctx.catalog):
-        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", device.resource,
-                f"kind {kind} is not a workload this tool rewrites (operators such as PyTorchJob, MPIJob or RayCluster "
-                "build the pods themselves); left untouched - use --strategy extended-resource, or migrate the operator")
+        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", device.resource, reason)
 
 
 @dataclass
@@ -136,24 +143,29 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
                 _report_annotations(ctx, item)
                 if item.obj.get("kind") == "ConfigMap":
                     _report_configmap(ctx, item)
-                found = workload(item.obj, item.prefix)
+                found = workloads(item.obj, item.prefix)
                 if found is None:
-                    if item.obj.get("kind") not in POD_SPEC_PATHS:
+                    if item.obj.get("kind") not in POD_SPEC_PATHS or operator_kind(item.obj) is not None:
                         _report_unknown_kind(ctx, item)
                     continue
-                generated = migrate_workload(ctx, found)
-                if generated is None:
-                    continue
-                key = (generated.namespace or "", generated.template_name)
-                if key in taken:
-                    ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated for "
-                               f"{found.ref}) already exists in the input or is generated twice; rename the workload "
-                               "or the existing template")
-                    continue
-                taken.add(key)
-                ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {found.ref}")
-                document.changed = True
-                pending.append(_Pending(document, item, generated))
+                converted = False
+                for pod in found:
+                    generated = migrate_workload(ctx, pod)
+                    if generated is None:
+                        continue
+                    key = (generated.namespace or "", generated.template_name)
+                    if key in taken:
+                        ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated "
+                                   f"for {pod.ref}) already exists in the input or is generated twice; rename the "
+                                   "workload or the existing template")
+                        continue
+                    taken.add(key)
+                    ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {pod.ref}")
+                    document.changed = converted = True
+                    pending.append(_Pending(document, item, generated))
+                entry = operator_kind(item.obj)
+                if converted and entry is not None:
+                    ctx.add(Action.NOTE, "", str(item.obj.get("kind")), f"operator resource converted; check: {entry.check}")
     return pending
 
 

@@ -27,6 +27,10 @@ FLEETS = {
     "odd-requests-accelerators": ("t4", "static"),
     "trainer-accelerators": ("dgx-h100", "static"),  # anchors.yaml: two containers of one aliased resources map
     "mixed-accelerators": ("dgx-h100", "dynamic"),  # whole GPU + 2 MIG slices in one container (mixed strategy)
+    "bert-ddp-master-accelerators": ("dgx-h100", "static"),  # operator resources: one template per pod template
+    "bert-ddp-worker-accelerators": ("dgx-h100", "static"),
+    "ray-gpu-gpu-workers-accelerators": ("dgx-h100", "static"),
+    "nccl-tests-worker-accelerators": ("dgx-h100", "static"),
 }
 # Profiles no shipped hardware profile offers: the template is generated but cannot be allocated anywhere here.
 NO_FLEET = {"odd-profile-accelerators": "MIG profile 2g.24gb exists on no simulated GPU"}
