@@ -14,6 +14,7 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.report import Action, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
+from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.operators import operator_kind
 from dra_driver.migrate.workloads import POD_SPEC_PATHS, find_resource_maps, is_list, metadata, workloads
 
@@ -230,6 +231,19 @@ def _extended_for(ctx: Context, path: str, kind: DeviceKind) -> dict[str, Any] |
     return _generated_extended_class(kind)
 
 
+def _report_gpu_meaning(ctx: Context, item: _Item) -> None:
+    """Pods whose nvidia.com/gpu is a MIG device or a time-sliced replica: an extended resource would be a whole GPU."""
+    for pod in workloads(item.obj, item.prefix) or []:
+        meaning = gpu_meaning(pod.pod_spec, ctx.catalog.names)
+        if meaning is None or not any(GPU in (limits or {}) for _, limits in find_resource_maps(pod.pod_spec)):
+            continue
+        what = (f"one {meaning.device_class} MIG device (use the claims strategy for this pod)"
+                if isinstance(meaning, DeviceKind) else meaning.reason)
+        ctx.add(Action.NOT_CONVERTED, pod.spec_path, GPU,
+                "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU, but for this "
+                f"pod nvidia.com/gpu means {what}")
+
+
 def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
     """Workloads stay as they are; one DeviceClass with extendedResourceName per resource no class serves yet."""
     present = _existing_extended(all_streams)
@@ -241,6 +255,7 @@ def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
             ctx.document = index
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
+                _report_gpu_meaning(ctx, item)
                 for path, kind in _device_resources(item.obj, ctx.catalog):
                     if isinstance(kind, Unsupported):
                         ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", kind.resource, kind.reason)
