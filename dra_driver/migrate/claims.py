@@ -130,8 +130,7 @@ def _scan_container(
                        "make them equal (or drop the request) and run again")
             continue
         if count is None:
-            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource,
-                    f"count {limits[resource]!r} is not a whole number of devices")
+            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, _not_a_count(limits[resource]))
             continue
         if count <= 0:
             ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, f"count {count} asks for no device")
@@ -139,6 +138,14 @@ def _scan_container(
         found.append(ContainerDevices(container, name, role, path, slot, kind, count, resource in requests))
     _check_mixed(ctx, path, found)
     return found
+
+
+def _not_a_count(value: Any) -> str:
+    text = str(value)
+    if "$" in text or "{{" in text:
+        return (f"count {text!r} is a template placeholder (envsubst, Helm, kustomize vars); render the manifest "
+                "first and migrate the result")
+    return f"count {value!r} is not a whole number of devices"
 
 
 def _check_mixed(ctx: Context, path: str, devices: list[ContainerDevices]) -> None:

@@ -54,6 +54,11 @@ def _flow(node: Any) -> bool:
     return isinstance(node, (CommentedMap, CommentedSeq)) and bool(node.fa.flow_style())
 
 
+def _inserted(node: Any) -> bool:
+    """A node the migration created (it has no position in the original text)."""
+    return isinstance(node, (CommentedMap, CommentedSeq)) and node.lc.line is None
+
+
 def _anchored(node: Any) -> bool:
     """An anchor's text is shared by its aliases, so editing its lines would change them too."""
     return getattr(getattr(node, "anchor", None), "value", None) is not None
@@ -150,23 +155,52 @@ class _Splicer:
         if isinstance(old, CommentedMap) and isinstance(new, CommentedMap) and not (_flow(old) or _flow(new)):
             self.mapping(old, new, bound)
             return
-        if (isinstance(old, CommentedSeq) and isinstance(new, CommentedSeq) and len(old) == len(new)
-                and not (_flow(old) or _flow(new))):
+        if (isinstance(old, CommentedSeq) and isinstance(new, CommentedSeq) and old
+                and len(new) - len(old) == sum(1 for item in new if _inserted(item)) and not (_flow(old) or _flow(new))):
             self.sequence(old, new, bound)
             return
         end = self._content_end(line, bound)
         self.ops.append(_Op(line, end, self._fragment(key, new, new_parent, column, self.lines[line][:column])))
 
     def sequence(self, old: CommentedSeq, new: CommentedSeq, bound: int) -> None:
+        """Items changed in place are descended into; items the migration inserted are dumped before their successor."""
         if _anchored(old):
             raise _Unsplicable("a changed sequence is a YAML anchor")
-        for index, (before, after) in enumerate(zip(old, new)):
+        kept = [item for item in new if not _inserted(item)]
+        if len(kept) != len(old):
+            raise _Unsplicable("sequence items removed or replaced")
+        for index, (before, after) in enumerate(zip(old, kept)):
             if _plain(before) == _plain(after) and type(before) is type(after):
                 continue
             if not (isinstance(before, CommentedMap) and isinstance(after, CommentedMap)):
                 raise _Unsplicable("a sequence item other than a mapping changed")
             following = old.lc.item(index + 1)[0] if index + 1 < len(old) else bound
             self.mapping(before, after, following)
+        position = 0
+        for item in new:
+            if not _inserted(item):
+                position += 1
+                continue
+            if position < len(old):
+                at = old.lc.item(position)[0]
+            else:
+                at = self._content_end(old.lc.item(len(old) - 1)[0], bound)
+            self.ops.append(_Op(at, at, self._item_fragment(item, self._dash_column(old))))
+
+    def _dash_column(self, seq: CommentedSeq) -> int:
+        line, column = seq.lc.item(0)
+        dash = self.lines[line][:column].rfind("-")
+        if dash < 0:
+            raise _Unsplicable("no dash before the first item")
+        return dash
+
+    def _item_fragment(self, item: Any, dash_column: int) -> str:
+        out = io.StringIO()
+        self.yaml.dump(CommentedSeq([item]), out)
+        dumped = out.getvalue().splitlines(keepends=True)
+        first = next(line for line in dumped if line.lstrip().startswith("-"))
+        shift = len(first) - len(first.lstrip(" "))
+        return "".join(" " * dash_column + line[shift:] if line.strip() else line for line in dumped)
 
     def result(self) -> str:
         out: list[str] = []
