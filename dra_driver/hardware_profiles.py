@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dra_driver.errors import ProfileError
+from dra_driver.inputs import InputError, read_documents
 
 CORE_PROFILE_DIR = Path(__file__).parent / "profiles"
 _META_KEYS = {"name", "description"}
@@ -49,12 +48,14 @@ def available_profiles(dirs: Iterable[Path] | None = None) -> dict[str, Path]:
 
 
 def load_profile_file(path: Path) -> Profile:
+    """A profile file, read through the input layer (its limits; one-line InputError)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"profile {path} is not valid YAML: {exc}") from exc
+        documents = read_documents(path)
+    except InputError as exc:
+        raise ProfileError(f"profile {exc}") from exc
+    if len(documents) > 1:
+        raise ProfileError(f"profile {path} holds {len(documents)} YAML documents; a profile is one mapping")
+    data = documents[0].data if documents else None
     if not isinstance(data, Mapping):
         raise ProfileError(f"profile {path} must be a YAML mapping with a name and vendor sections")
     sections = {key: value for key, value in data.items() if key not in _META_KEYS}

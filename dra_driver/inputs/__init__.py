@@ -4,34 +4,41 @@ read_bytes (size limit while reading) -> decode (encodings, binary data by offse
 -> build_documents / load_json (depth, value and alias limits; file line numbers)
 -> checked_objects (Kubernetes apiVersion/kind/metadata rules). Every failure is an
 InputError that renders as one line `file:line: what is wrong and how to fix it`.
+
+Names are imported on first use: the CLI's entry point needs only the limits and
+the error type, not PyYAML and pydantic-core, before it knows the command.
 """
 
 from __future__ import annotations
 
-from dra_driver.inputs.documents import SourcedObject, checked_objects, parse_documents, read_documents, read_objects
-from dra_driver.inputs.envelope import envelope_errors
-from dra_driver.inputs.errors import InputError
-from dra_driver.inputs.limits import Limits, active, configure, parse_size
-from dra_driver.inputs.reader import STDIN, display_name, read_bytes
-from dra_driver.inputs.text import decode
-from dra_driver.inputs.yaml_builder import Document, build_documents
+import importlib
+from typing import Any
 
-__all__ = [
-    "STDIN",
-    "Document",
-    "InputError",
-    "Limits",
-    "SourcedObject",
-    "active",
-    "build_documents",
-    "checked_objects",
-    "configure",
-    "decode",
-    "display_name",
-    "envelope_errors",
-    "parse_documents",
-    "parse_size",
-    "read_bytes",
-    "read_documents",
-    "read_objects",
-]
+_EXPORTS = {
+    "InputError": "errors",
+    "Limits": "limits",
+    "active": "limits",
+    "configure": "limits",
+    "parse_size": "limits",
+    "STDIN": "reader",
+    "display_name": "reader",
+    "read_bytes": "reader",
+    "decode": "text",
+    "Document": "yaml_builder",
+    "build_documents": "yaml_builder",
+    "envelope_errors": "envelope",
+    "SourcedObject": "documents",
+    "checked_objects": "documents",
+    "parse_documents": "documents",
+    "read_documents": "documents",
+    "read_objects": "documents",
+    "read_text": "documents",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -87,3 +87,8 @@ def checked_objects(documents: list[Document], name: str) -> list[SourcedObject]
 def read_objects(source: str | Path, limits: Limits | None = None) -> list[SourcedObject]:
     """Every Kubernetes object in the file `source`, read and checked within `limits`."""
     return checked_objects(read_documents(source, limits), display_name(source))
+
+
+def read_text(source: str | Path, limits: Limits | None = None) -> str:
+    """The text of `source` ('-' for standard input) for a parser of its own (migrate's round trip)."""
+    return decode(read_bytes(source, limits), display_name(source))

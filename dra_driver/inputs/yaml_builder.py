@@ -93,9 +93,10 @@ class _Builder:
         self.stack: list[_Frame] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.root: Any = None
+        self.document = 0  # 1-based number of the document being read
 
-    def fail(self, line: int, message: str) -> InputError:
-        return InputError(self.name, message, line=line)
+    def fail(self, line: int | None, message: str) -> InputError:
+        return InputError(self.name, f"document {max(self.document, 1)}: {message}", line=line)
 
     def count(self, added: int, line: int) -> None:
         self.nodes += added
@@ -249,6 +250,7 @@ def _build(data: bytes | str, builder: _Builder) -> list[Document]:
         elif kind is AliasEvent:
             builder.alias(event.anchor, _line(event))
         elif kind is DocumentStartEvent:
+            builder.document += 1
             builder.anchors.clear()
             builder.root = None
             start = _line(event)
@@ -271,7 +273,8 @@ def build_documents(data: bytes | str, name: str, limits: Limits) -> list[Docume
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(part for part in (exc.context, exc.problem) if part)
-        raise InputError(name, f"is not valid YAML: {problem}", line=mark.line + 1 if mark else None) from exc
+        # libyaml marks the end of the stream one line past a last line without a newline.
+        last = max(1, data.count(b"\n" if isinstance(data, bytes) else "\n") + (0 if data[-1:] in (b"\n", "\n") else 1))
+        raise builder.fail(min(mark.line + 1, last) if mark else None, f"invalid YAML: {problem}") from exc
     except yaml.YAMLError as exc:  # the reader's encoding errors carry a position, not a mark
-        position = getattr(exc, "position", None)
-        raise InputError(name, f"is not valid YAML: {exc}", offset=position) from exc
+        raise builder.fail(None, f"invalid YAML: {exc}") from exc

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import dra_driver
+from dra_driver.inputs import read_objects
 
 _CANDIDATES = (
     Path(dra_driver.__file__).resolve().parent.parent / "deviceclasses",
@@ -46,7 +45,8 @@ def load(directory: Path | None = None) -> ClassCatalog:
     if directory is None:
         return catalog
     for path in sorted(directory.glob("*.yaml")):
-        for obj in yaml.safe_load_all(path.read_text()):
-            if isinstance(obj, dict) and obj.get("kind") == "DeviceClass":
-                catalog.classes[str(obj["metadata"]["name"])] = obj
+        for found in read_objects(path):  # the input layer: limits, envelope rules, one-line InputError
+            obj = found.obj
+            if obj.get("kind") == "DeviceClass":
+                catalog.classes[str((obj.get("metadata") or {}).get("name", ""))] = obj
     return catalog
