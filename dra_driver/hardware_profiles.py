@@ -76,9 +76,7 @@ def load_profile(name_or_path: str) -> Profile:
     """A shipped profile by name, or a user's profile file by path."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        if not path.is_file():
-            raise ProfileError(f"profile file {path} does not exist")
-        return load_profile_file(path)
+        return load_profile_file(path)  # the input layer says what is wrong with the path
     profiles = available_profiles()
     if name_or_path not in profiles:
         raise ProfileError(f"unknown profile {name_or_path!r}; choose one of: {', '.join(sorted(profiles)) or 'none installed'}, or give a path to a profile file")

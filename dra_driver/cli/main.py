@@ -59,21 +59,22 @@ def _positive(text: str) -> int:
 def add_input_limit_flags(parser: argparse.ArgumentParser) -> None:
     """The limits of the input layer (dra_driver/inputs), for every command that reads files or stdin."""
     group = parser.add_argument_group("input limits (every file and standard input a command reads)")
-    group.add_argument("--max-input-size", type=_size, default=input_limits.DEFAULT_MAX_BYTES, metavar="SIZE",
-                       help="largest input read, e.g. 64Mi (default 32Mi); reading stops there")
+    group.add_argument("--max-input-size", type=_size, default=None, metavar="SIZE",
+                       help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 2Mi)")
     group.add_argument("--max-input-nodes", type=_positive, default=None, metavar="N",
-                       help=f"most YAML/JSON values read from one input, aliases counted expanded (default {input_limits.DEFAULT_MAX_NODES:,}; "
-                       f"migrate {input_limits.ROUND_TRIP_MAX_NODES:,})")
+                       help=f"most values read from one YAML input, an alias counting every value it repeats (default {input_limits.DEFAULT_MAX_NODES:,}; "
+                       f"JSON {input_limits.JSON_NODES_FACTOR}x as many; migrate {input_limits.ROUND_TRIP_MAX_NODES:,})")
     group.add_argument("--max-input-depth", type=_positive, default=input_limits.DEFAULT_MAX_DEPTH, metavar="N",
                        help=f"deepest nesting accepted (default {input_limits.DEFAULT_MAX_DEPTH})")
 
 
 def configure_inputs(args: argparse.Namespace) -> None:
-    nodes = args.max_input_nodes
+    size, nodes = args.max_input_size, args.max_input_nodes
     input_limits.configure(input_limits.Limits(
-        max_bytes=args.max_input_size,
+        max_bytes=size if size is not None else input_limits.DEFAULT_MAX_BYTES,
         max_depth=args.max_input_depth,
         max_nodes=nodes if nodes is not None else input_limits.DEFAULT_MAX_NODES,
+        bytes_chosen=size is not None,
         nodes_chosen=nodes is not None,
     ))
 

@@ -73,8 +73,8 @@ def read_checked(name: str) -> str:
     syntax and duplicate keys with the line of the file, and the envelope rules of
     every object (a `kind` that is a map, a 50 MB name).
     """
-    text = read_text(name)
     limits = active().for_round_trip()
+    text = read_text(name, limits)
     checked_objects(build_documents(text.encode(), display_name(name), limits), display_name(name))
     return text
 

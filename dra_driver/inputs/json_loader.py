@@ -64,11 +64,11 @@ def load_json(raw: bytes, name: str, limits: Limits) -> Any:
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     estimate = estimated_values(raw)
-    if estimate > limits.max_nodes:
+    if estimate > limits.max_json_values:
         raise InputError(
             name,
-            f"holds about {estimate:,} JSON values, more than the limit of {limits.max_nodes:,} this command reads "
-            "within its time and memory budget (raise it with the global flag --max-input-nodes)",
+            f"holds about {estimate:,} JSON values, more than the {limits.max_json_values:,} this command reads "
+            "within its time and memory budget" + limits.refusal("--max-input-nodes", str(limits.max_nodes * 4)),
         )
     if _deeper_than(raw, limits.max_depth):
         raise InputError(name, f"nests deeper than {limits.max_depth} levels; no Kubernetes object needs that many", line=_first_deep_line(raw, limits.max_depth))

@@ -20,10 +20,15 @@ from dataclasses import dataclass, replace
 MIB = 1024 * 1024
 DEFAULT_MAX_BYTES = 32 * MIB
 DEFAULT_MAX_DEPTH = 100
-DEFAULT_MAX_NODES = 1_000_000
-# ruamel's round-trip loader (migrate keeps comments and layout) is ~40x slower per
-# value than libyaml events; this is what it reads in about 2 s (docs/performance.md).
-ROUND_TRIP_MAX_NODES = 40_000
+DEFAULT_MAX_NODES = 500_000
+# pydantic-core parses JSON ~20x faster than libyaml events become objects: JSON
+# inputs may hold this many times more values (a 10,000-device fleet is ~1.5 M).
+JSON_NODES_FACTOR = 4
+# ruamel's round-trip loader (migrate keeps comments and layout) costs ~100 us a
+# value and ~1 us a byte; this is what it reads in about 2 s (docs/performance.md).
+ROUND_TRIP_MAX_NODES = 20_000
+ROUND_TRIP_MAX_BYTES = 2 * MIB
+ROUND_TRIP_WHY = "migrate edits YAML with a comment-keeping parser about 50x slower than the others"
 
 _UNITS = {"": 1, "k": 1000, "ki": 1024, "m": 1000**2, "mi": MIB, "g": 1000**3, "gi": 1024**3}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?)?b?\s*$", re.IGNORECASE)
@@ -34,12 +39,29 @@ class Limits:
     max_bytes: int = DEFAULT_MAX_BYTES
     max_depth: int = DEFAULT_MAX_DEPTH
     max_nodes: int = DEFAULT_MAX_NODES
-    # Set when the user gave --max-input-nodes: then it also replaces ROUND_TRIP_MAX_NODES.
+    # Which of max_bytes / max_nodes the user chose (global flags): a chosen value is
+    # kept by for_round_trip, a default is lowered to the round-trip budget.
+    bytes_chosen: bool = False
     nodes_chosen: bool = False
+    why: str = ""  # appended to a refusal, saying why this command's limit is lower
+
+    @property
+    def max_json_values(self) -> int:
+        return self.max_nodes * JSON_NODES_FACTOR
 
     def for_round_trip(self) -> Limits:
-        """The limits for ruamel's round-trip loader: fewer values unless the user chose a number."""
-        return self if self.nodes_chosen else replace(self, max_nodes=min(self.max_nodes, ROUND_TRIP_MAX_NODES))
+        """The limits for ruamel's round-trip loader (migrate), unless the user chose their own."""
+        return replace(
+            self,
+            max_bytes=self.max_bytes if self.bytes_chosen else min(self.max_bytes, ROUND_TRIP_MAX_BYTES),
+            max_nodes=self.max_nodes if self.nodes_chosen else min(self.max_nodes, ROUND_TRIP_MAX_NODES),
+            why="" if self.bytes_chosen and self.nodes_chosen else ROUND_TRIP_WHY,
+        )
+
+    def refusal(self, flag: str, example: str) -> str:
+        """The end of every limit message: why, and which global flag raises it."""
+        reason = f" ({self.why})" if self.why else ""
+        return f"{reason}; raise the limit with the global flag {flag}, e.g. dra-driver {flag} {example} ..."
 
 
 def parse_size(text: str) -> int:

@@ -28,8 +28,8 @@ def display_name(source: str | Path) -> str:
 def _too_big(name: str, limits: Limits) -> InputError:
     return InputError(
         name,
-        f"is larger than the input limit of {human_size(limits.max_bytes)}; reading stopped there "
-        "(raise the limit with the global flag --max-input-size, e.g. dra-driver --max-input-size 256Mi ...)",
+        f"is larger than the input limit of {human_size(limits.max_bytes)}, reading stopped there"
+        + limits.refusal("--max-input-size", human_size(limits.max_bytes * 4).replace(" ", "").replace("iB", "i")),
     )
 
 

@@ -103,8 +103,9 @@ class _Builder:
         if self.nodes > self.limits.max_nodes:
             raise self.fail(
                 line,
-                f"holds more than {self.limits.max_nodes:,} values (aliases count every value they repeat); "
-                "this command reads no more within its time and memory budget (raise the limit with the global flag --max-input-nodes)",
+                f"holds more than {self.limits.max_nodes:,} values (an alias counts every value it repeats), "
+                "more than this command reads within its time and memory budget"
+                + self.limits.refusal("--max-input-nodes", str(self.limits.max_nodes * 4)),
             )
 
     def scalar(self, event: ScalarEvent, line: int) -> Any:
