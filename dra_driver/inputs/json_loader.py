@@ -14,7 +14,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from dra_driver.inputs.errors import InputError
-from dra_driver.inputs.limits import Limits
+from dra_driver.inputs.limits import JSON_NODES_FACTOR, Limits
 from dra_driver.inputs.text import decode, line_at
 
 _STRUCTURE = bytes(range(256)).translate(None, b'"\\[]{}')  # every byte but these is dropped
@@ -31,17 +31,19 @@ def _deeper_than(raw: bytes, limit: int) -> bool:
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
     brackets = _STRING.sub(b"", raw.translate(None, _STRUCTURE)).translate(bytes.maketrans(b"{}", b"[]"))
-    # Each pass drops the innermost pairs; what is left after `limit` passes nests deeper.
+    # Each pass drops the innermost pairs: a pair still left after `limit` passes
+    # closed a subtree more than `limit` levels deep.
     for _ in range(limit):
         shorter = brackets.replace(b"[]", b"")
         if shorter == brackets:
             break
         brackets = shorter
-    depth = deepest = 0
-    for char in brackets:  # short: only unbalanced brackets and subtrees deeper than `limit` are left
+    if b"[]" in brackets:
+        return True
+    depth = 0
+    for char in brackets:  # no pairs left, only unbalanced brackets: count unclosed openers
         depth = depth + 1 if char == 0x5B else max(depth - 1, 0)
-        deepest = max(deepest, depth)
-        if deepest > limit:
+        if depth > limit:
             return True
     return False
 
@@ -68,7 +70,7 @@ def load_json(raw: bytes, name: str, limits: Limits) -> Any:
         raise InputError(
             name,
             f"holds about {estimate:,} JSON values, more than the {limits.max_json_values:,} this command reads "
-            "within its time and memory budget" + limits.refusal("--max-input-nodes", str(limits.max_nodes * 4)),
+            "within its time and memory budget" + limits.refusal("--max-input-nodes", str(-(-estimate // JSON_NODES_FACTOR))),
         )
     if _deeper_than(raw, limits.max_depth):
         raise InputError(name, f"nests deeper than {limits.max_depth} levels; no Kubernetes object needs that many", line=_first_deep_line(raw, limits.max_depth))

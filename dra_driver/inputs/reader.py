@@ -1,14 +1,16 @@
 """Reading a file or standard input with a size limit enforced while reading.
 
 Nothing here trusts the path: directories, missing or unreadable files and
-special files are refused with a one-line InputError. A FIFO is opened without
-blocking, so a pipe nobody writes to reads as empty instead of hanging.
+special files are refused with a one-line InputError. A named pipe is opened
+without blocking and waited on for at most FIFO_WAIT_SECONDS, so a pipe nobody
+ever writes to is refused instead of hanging the command.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from dra_driver.inputs.limits import Limits, active, human_size
 
 STDIN = "-"
 _CHUNK = 1024 * 1024
+FIFO_WAIT_SECONDS = 10.0
 
 
 def display_name(source: str | Path) -> str:
@@ -69,6 +72,13 @@ def _open_error(name: str, exc: OSError) -> InputError:
     return InputError(name, f"cannot be read: {reason}")
 
 
+def _writer_came(fd: int) -> bool:
+    """Whether a writer opened the pipe (data or its end arrived) within FIFO_WAIT_SECONDS."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    return bool(poller.poll(int(FIFO_WAIT_SECONDS * 1000)))
+
+
 def read_bytes(source: str | Path, limits: Limits | None = None) -> bytes:
     """The bytes of `source` (a path, or '-' for standard input), at most limits.max_bytes."""
     limits = limits or active()
@@ -89,7 +99,10 @@ def read_bytes(source: str | Path, limits: Limits | None = None) -> bytes:
         fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise _open_error(name, exc) from exc
-    os.set_blocking(fd, True)  # non-blocking only for open(): reads of a pipe wait for its writer
+    if stat.S_ISFIFO(info.st_mode) and not _writer_came(fd):
+        os.close(fd)
+        raise InputError(name, f"is a named pipe nobody wrote to within {FIFO_WAIT_SECONDS:g} s; start the writer first")
+    os.set_blocking(fd, True)  # from here reads wait for the writer's data, up to its end
     try:
         with os.fdopen(fd, "rb", buffering=0) as handle:
             return _read_limited(handle, name, limits)  # type: ignore[arg-type]

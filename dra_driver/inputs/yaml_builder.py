@@ -51,6 +51,7 @@ _SCALAR_TAGS = frozenset(_TAG + t for t in ("str", "null", "bool", "int", "float
 _MAP_TAGS = frozenset((None, "!", _TAG + "map"))
 _SEQ_TAGS = frozenset((None, "!", _TAG + "seq"))
 _NO_KEY = object()
+_NODE_EVENTS = (ScalarEvent, MappingStartEvent, SequenceStartEvent, AliasEvent)
 
 
 @dataclass
@@ -212,11 +213,13 @@ def _build(data: bytes | str, builder: _Builder) -> list[Document]:
     # The hot loop: scalars into lists and maps are inlined (method calls per event
     # cost ~40% more); everything rare goes through the builder's methods.
     documents: list[Document] = []
-    start = 1
+    marker = start = 0  # lines of the document's start (maybe '---') and of its content
     stack = builder.stack
     limit = builder.limits.max_nodes
     for event in _events(data):
         kind = type(event)
+        if not stack and not start and kind in _NODE_EVENTS:
+            start = _line(event)
         if kind is ScalarEvent:
             builder.nodes += 1
             if builder.nodes > limit:
@@ -254,9 +257,9 @@ def _build(data: bytes | str, builder: _Builder) -> list[Document]:
             builder.document += 1
             builder.anchors.clear()
             builder.root = None
-            start = _line(event)
+            marker, start = _line(event), 0
         elif kind is DocumentEndEvent:
-            documents.append(Document(builder.root, start))
+            documents.append(Document(builder.root, start or marker))
         elif kind is StreamEndEvent:
             break
     return documents
