@@ -82,6 +82,7 @@ class DriverPlugin:
             workers=settings.prepare_workers,
             shared_lock=self.paths.serialize_lock,
             claim_locks=self.paths.claim_locks_dir,
+            pools=(settings.node_name,),  # the pool the publisher and the health stream name
         )
         self.hub: HealthHub | None = None
         self.registration = RegistrationServicer(self.driver, str(self.paths.dra_socket))

@@ -26,7 +26,7 @@ import os
 import pstats
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
@@ -39,9 +39,10 @@ from dra_driver.errors import DraError
 from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
+from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
-from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
+from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +62,8 @@ HOLD_POINTS = (
 # under cProfile and the summed stats are written there when the service closes.
 PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
 
-# Kubernetes limits of the identifying fields the kubelet sends.
-_MAX_NAME = 253
-_MAX_NAMESPACE = 63
-_MAX_UID = 128
-
-
 class ClaimSource(Protocol):
     def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim: ...  # uid lets a cache answer safely
-
-
-class ClaimError(DraError):
-    """A problem with one claim; its message becomes that claim's error string."""
 
 
 @dataclass
@@ -92,9 +83,13 @@ class PrepareService:
         workers: int = 8,
         shared_lock: Path | None = None,
         claim_locks: Path | None = None,
+        pools: Collection[str] | None = None,
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
+        # The pools this driver publishes on this node (default: the node name, as the publisher does);
+        # a result naming any other pool is that claim's error.
+        self._pools = frozenset(pools) if pools is not None else frozenset({_node_name(backend)})
         self._claims = claims
         self._checkpoint = checkpoint
         self._cdi_dir = cdi_dir
@@ -133,6 +128,7 @@ class PrepareService:
         else:
             futures = {claim.uid: self._pool.submit(one, claim) for claim in unique}
             outcomes = {uid: future.result() for uid, future in futures.items()}
+        _bound_errors(outcomes)
         if self._metrics is not None:
             for outcome in outcomes.values():
                 self._metrics.claims.labels(self.driver, operation, "error" if outcome.error else "ok").inc()
@@ -154,28 +150,28 @@ class PrepareService:
 
     def _prepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
         try:
-            _check_ref(claim)
+            check_ref(claim)
             with self._claim_lock(claim.uid):
                 return PrepareOutcome(devices=self._prepare_one(claim))
         except DraError as exc:
-            log.warning("prepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
-            return PrepareOutcome(error=str(exc))
+            log.warning("prepare failed", extra=fields(driver=self.driver, **_logged(claim), error=bounded(str(exc))))
+            return PrepareOutcome(error=bounded(str(exc)))
         except Exception as exc:  # a bug or backend crash fails this claim only
-            log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
-            return PrepareOutcome(error=f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+            log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, **_logged(claim)))
+            return PrepareOutcome(error=bounded(f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}"))
 
     def _unprepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
         try:
-            _check_ref(claim)
+            check_ref(claim)  # before the UID reaches a lock file, a record or a CDI spec path
             with self._claim_lock(claim.uid):
                 self._unprepare_one(claim)
                 return PrepareOutcome()
         except DraError as exc:
-            log.warning("unprepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
-            return PrepareOutcome(error=str(exc))
+            log.warning("unprepare failed", extra=fields(driver=self.driver, **_logged(claim), error=bounded(str(exc))))
+            return PrepareOutcome(error=bounded(str(exc)))
         except Exception as exc:
-            log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
-            return PrepareOutcome(error=f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+            log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, **_logged(claim)))
+            return PrepareOutcome(error=bounded(f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}"))
 
     def _claim_lock(self, uid: str) -> ExitStack:
         """The claim's in-process lock, plus (rolling-update mode) its lock file across instances."""
@@ -253,7 +249,9 @@ class PrepareService:
         allocation = claim.allocation
         if allocation is None or allocation.devices is None:
             raise ClaimError(f"{where} is not allocated (status.allocation is empty); it must be allocated by the scheduler before the pod starts")
-        results = [r for r in allocation.devices.results if r.driver == self.driver]
+        ours = our_results(allocation.devices.results, self.driver)
+        check_results(where, ours, self._pools)
+        results = [item.result for item in ours]
         try:
             configs = resolve_configs(self.driver, allocation.devices.config, results, self.backend.validate_config)
         except DraError as exc:
@@ -445,12 +443,19 @@ def _name(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
 
 
-def _check_ref(ref: ClaimRef) -> None:
-    problems = []
-    for label, value, limit in (("namespace", ref.namespace, _MAX_NAMESPACE), ("name", ref.name, _MAX_NAME), ("uid", ref.uid, _MAX_UID)):
-        if not value:
-            problems.append(f"claim {label} is empty")
-        elif len(value) > limit:
-            problems.append(f"claim {label} is {len(value)} characters long (at most {limit})")
-    if problems:
-        raise ClaimError("invalid claim reference from the kubelet: " + "; ".join(problems))
+def _logged(ref: ClaimRef) -> dict[str, str]:
+    """The claim's identity for a log line, cut short: an invalid reference may be megabytes long."""
+    return {"claim": bounded(_name(ref), 300), "uid": bounded(ref.uid, 160)}
+
+
+def _bound_errors(outcomes: dict[str, PrepareOutcome]) -> None:
+    """Shrink the error texts so that all of them together stay within the response budget."""
+    limit = error_limit(sum(1 for outcome in outcomes.values() if outcome.error))
+    for outcome in outcomes.values():
+        if outcome.error:
+            outcome.error = bounded(outcome.error, limit)
+
+
+def _node_name(backend: VendorBackend) -> str:
+    settings = getattr(backend, "settings", None)
+    return settings.node_name if isinstance(settings, BackendSettings) else ""
