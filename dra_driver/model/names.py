@@ -12,6 +12,7 @@ ascii(), so an error never echoes a megabyte or a control character.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -101,3 +102,10 @@ def share_id_problem(value: Any) -> str | None:
     if not isinstance(value, str) or not _UUID.match(value):
         return f"{shown(value)} is not a lower-case UUID such as 4f1c2d3e-0000-4000-8000-000000000001"
     return None
+
+
+def file_stem(uid: str) -> str:
+    """A file name stem for a claim UID: the UID when it is valid, else its hash (never a path of its own)."""
+    if uid_problem(uid) is None:
+        return uid
+    return "sha256-" + hashlib.sha256(uid.encode("utf-8", "surrogatepass")).hexdigest()
