@@ -21,13 +21,14 @@ Guarantees (dra-api-facts.md 2.3-2.5, 6.3):
 from __future__ import annotations
 
 import cProfile
+import functools
 import logging
 import os
 import pstats
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -63,7 +64,8 @@ HOLD_POINTS = (
 PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
 
 class ClaimSource(Protocol):
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim: ...  # uid lets a cache answer safely
+    # uid lets a cache answer safely; deadline (time.monotonic()) bounds the lookup, retries included
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim: ...
 
 
 @dataclass
@@ -112,14 +114,17 @@ class PrepareService:
 
     # --- batch entry points ---------------------------------------------------
 
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
-        return self._batch(claims, self._prepare_guarded, "prepare")
+    def prepare(self, claims: Sequence[ClaimRef], deadline: float | None = None) -> dict[str, PrepareOutcome]:
+        """`deadline` (time.monotonic()): when the answer must be ready; a claim not done by then gets an error."""
+        return self._batch(claims, functools.partial(self._prepare_guarded, deadline=deadline), "prepare", deadline)
 
-    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        outcomes = self._batch(claims, self._unprepare_guarded, "unprepare")
+    def unprepare(self, claims: Sequence[ClaimRef], deadline: float | None = None) -> dict[str, str]:
+        outcomes = self._batch(claims, functools.partial(self._unprepare_guarded, deadline=deadline), "unprepare", deadline)
         return {uid: outcome.error for uid, outcome in outcomes.items()}
 
-    def _batch(self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str) -> dict[str, PrepareOutcome]:
+    def _batch(
+        self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str, deadline: float | None
+    ) -> dict[str, PrepareOutcome]:
         unique = list({claim.uid: claim for claim in claims}.values())
         if self._profiler is not None:
             one = self._profiler.wrap(one)
@@ -127,7 +132,7 @@ class PrepareService:
             outcomes = {claim.uid: one(claim) for claim in unique}
         else:
             futures = {claim.uid: self._pool.submit(one, claim) for claim in unique}
-            outcomes = {uid: future.result() for uid, future in futures.items()}
+            outcomes = _collect(futures, deadline, operation)
         _bound_errors(outcomes)
         if self._metrics is not None:
             for outcome in outcomes.values():
@@ -148,11 +153,12 @@ class PrepareService:
     def prepared_device_count(self) -> int:
         return self._checkpoint.completed_device_count()
 
-    def _prepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+    def _prepare_guarded(self, claim: ClaimRef, deadline: float | None = None) -> PrepareOutcome:
         try:
             check_ref(claim)
             with self._claim_lock(claim.uid):
-                return PrepareOutcome(devices=self._prepare_one(claim))
+                _check_time_left(deadline, "prepare")
+                return PrepareOutcome(devices=self._prepare_one(claim, deadline))
         except DraError as exc:
             log.warning("prepare failed", extra=fields(driver=self.driver, **_logged(claim), error=bounded(str(exc))))
             return PrepareOutcome(error=bounded(str(exc)))
@@ -160,10 +166,11 @@ class PrepareService:
             log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, **_logged(claim)))
             return PrepareOutcome(error=bounded(f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}"))
 
-    def _unprepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+    def _unprepare_guarded(self, claim: ClaimRef, deadline: float | None = None) -> PrepareOutcome:
         try:
             check_ref(claim)  # before the UID reaches a lock file, a record or a CDI spec path
             with self._claim_lock(claim.uid):
+                _check_time_left(deadline, "unprepare")
                 self._unprepare_one(claim)
                 return PrepareOutcome()
         except DraError as exc:
@@ -191,14 +198,14 @@ class PrepareService:
 
     # --- prepare --------------------------------------------------------------
 
-    def _prepare_one(self, ref: ClaimRef) -> list[CheckpointDevice]:
+    def _prepare_one(self, ref: ClaimRef, deadline: float | None = None) -> list[CheckpointDevice]:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
         if record is not None and record.completed:
             return record.devices
         if record is not None:  # an earlier attempt failed half-way
             self._undo(record)
-        claim = self._claims.get(ref.namespace, ref.name, ref.uid)
+        claim = self._claims.get(ref.namespace, ref.name, ref.uid, deadline=deadline)
         allocated = self._our_devices(ref, claim)
         if not allocated:
             return []
@@ -446,6 +453,30 @@ def _name(ref: ClaimRef) -> str:
 def _logged(ref: ClaimRef) -> dict[str, str]:
     """The claim's identity for a log line, cut short: an invalid reference may be megabytes long."""
     return {"claim": bounded(_name(ref), 300), "uid": bounded(ref.uid, 160)}
+
+
+def _check_time_left(deadline: float | None, operation: str) -> None:
+    """A claim that waited (for the worker pool or its lock) past the deadline does not start: nobody reads its answer."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise ClaimError(f"{operation} did not start before the kubelet's deadline (busy with other claims); the kubelet will retry")
+
+
+def _collect(futures: dict[str, Future[PrepareOutcome]], deadline: float | None, operation: str) -> dict[str, PrepareOutcome]:
+    """Each claim's outcome; one not done by the deadline gets its own error and finishes in the background
+    (a prepare then answers the kubelet's retry from the checkpoint)."""
+    done, _ = wait(futures.values(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    outcomes = {}
+    for uid, future in futures.items():
+        if future in done:
+            outcomes[uid] = future.result()
+            continue
+        started = not future.cancel()
+        log.warning("claim not done before the kubelet's deadline", extra=fields(operation=operation, uid=bounded(uid, 160), started=started))
+        outcomes[uid] = PrepareOutcome(
+            error=f"{operation} of claim {uid} did not finish before the kubelet's deadline"
+            + ("; it goes on and the kubelet's retry gets its result" if started else " (not started: busy with other claims); the kubelet will retry")
+        )
+    return outcomes
 
 
 def _bound_errors(outcomes: dict[str, PrepareOutcome]) -> None:
