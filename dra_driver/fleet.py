@@ -42,6 +42,7 @@ class Fleet:
     classes: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
+    pods: list[dict[str, Any]] = field(default_factory=list)  # only `dra-driver fleet` reads them (who holds a claim)
     sources: list[str] = field(default_factory=list)
 
     def merge(self, other: Fleet) -> None:
@@ -49,6 +50,7 @@ class Fleet:
         self.classes += other.classes
         self.claims += other.claims
         self.nodes += other.nodes
+        self.pods += other.pods
         self.sources += other.sources
 
 
@@ -126,8 +128,10 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
             fleet.claims.append(dict(doc))
         elif kind == "Node":
             fleet.nodes.append(_node(doc))
+        elif kind == "Pod":
+            fleet.pods.append(dict(doc))
         else:
-            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim or Node)")
+            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node or Pod)")
     return fleet
 
 
@@ -188,8 +192,15 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static") -> Fl
 # -- cluster --------------------------------------------------------------------------------------
 
 
-def from_cluster(kubeconfig: str) -> Fleet:
-    """Slices, classes, claims and nodes from the cluster `kubeconfig` points at (read only)."""
+LIST_PAGE = 500  # objects per page of a LIST (the API server's default chunk size for kubectl)
+
+
+def from_cluster(kubeconfig: str, with_pods: bool = False) -> Fleet:
+    """Slices, classes, claims and nodes (and pods when asked) from the cluster `kubeconfig` points at.
+
+    Read only: one paginated LIST per resource (limit/continue), so a big cluster is never asked
+    for everything in one response.
+    """
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
 
@@ -202,19 +213,30 @@ def from_cluster(kubeconfig: str) -> Fleet:
 
     def listed(call: Any) -> list[dict[str, Any]]:
         # Raw JSON, not the client's models: those drop fields they do not know.
-        try:
-            response = call(_preload_content=False)
-        except ApiException as exc:
-            raise FleetError(f"listing from {kubeconfig} failed: {exc.status} {exc.reason}") from exc
-        except Exception as exc:  # connection errors come in many types
-            raise FleetError(f"cannot reach the API server of {kubeconfig}: {exc}") from exc
-        return list(json.loads(response.data).get("items") or [])
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            try:
+                response = call(limit=LIST_PAGE, _continue=token, _preload_content=False) if token else call(limit=LIST_PAGE, _preload_content=False)
+                page = json.loads(response.data)
+            except ApiException as exc:
+                raise FleetError(f"listing from {kubeconfig} failed: {exc.status} {exc.reason}") from exc
+            except ValueError as exc:
+                raise FleetError(f"the API server of {kubeconfig} answered a LIST with something that is not JSON: {exc}") from exc
+            except Exception as exc:  # connection errors come in many types
+                raise FleetError(f"cannot reach the API server of {kubeconfig}: {exc}") from exc
+            items += [item for item in page.get("items") or [] if isinstance(item, dict)]
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
 
     fleet = Fleet(sources=[f"cluster ({kubeconfig})"])
     fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
     fleet.nodes = [_node(item) for item in listed(core.list_node)]
+    if with_pods:
+        fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces)]
     try:
         api_client.close()
     except Exception:  # closing the pool is best effort

@@ -8,7 +8,7 @@ layer we replace; everything above it is production code.
 Implemented semantics (what dra-driver uses, modelled on the real apiserver):
 - resources: resource.k8s.io/v1 ResourceSlices and DeviceClasses (cluster
   scoped), ResourceClaims (namespaced, with a status subresource), core v1
-  Nodes;
+  Nodes and Pods (read by `dra-driver fleet`);
 - create with `generateName`, server-set `uid`, `creationTimestamp`,
   `generation` and a global `resourceVersion` counter; 409 AlreadyExists;
 - update (PUT) with optimistic concurrency (409 Conflict on a stale
@@ -103,6 +103,7 @@ RESOURCES: dict[str, ResourceType] = {
     r.plural: r
     for r in (
         ResourceType("", "v1", "nodes", "Node", namespaced=False, status_subresource=True),
+        ResourceType("", "v1", "pods", "Pod", namespaced=True, status_subresource=True, field_labels=("spec.nodeName",)),
         ResourceType(
             "resource.k8s.io",
             "v1",
