@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dra_driver import __version__
 from dra_driver.logs import configure_logging
 
-COMMANDS: tuple[str, ...] = ("discover", "run", "demo", "explain", "migrate")
+COMMANDS: tuple[str, ...] = ("discover", "run", "demo", "explain", "migrate", "fleet", "template")
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -1085,6 +1086,18 @@ class SimApiServer:
         from kubernetes import client
 
         return client.ApiClient(self.client_configuration())
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig file pointing at this server (no auth), for commands that take --kubeconfig."""
+        import yaml
+
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
+            "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "sim", "user": {}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+        }))  # fmt: skip
+        return path
 
     # ---- reading and seeding
 
