@@ -12,9 +12,11 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from dra_driver.allocator import DeviceClassSpec, DeviceID, Matcher, SelectorRuntimeError, build_pools
+from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Pool, PoolDevice
 from dra_driver.fleet import Fleet
 from dra_driver.model import quantity
@@ -39,6 +41,11 @@ class Filters:
 
 def build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None = None, pods_listed: bool = False) -> FleetView:
     """`pods_listed`: the fleet's pods are all the cluster has, so a reserved pod not among them is Missing."""
+    with collector_paused():  # tens of thousands of rows, none cyclic
+        return _build_view(fleet, filters, matcher, pods_listed)
+
+
+def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_listed: bool) -> FleetView:
     view = FleetView(sources=list(fleet.sources), device_class=filters.device_class.name if filters.device_class else None)
     holders, skipped = _holders(fleet.claims, _pod_phases(fleet.pods) if (fleet.pods or pods_listed) else None)
     if skipped:
@@ -143,14 +150,26 @@ def _string(device: PoolDevice, name: str) -> str | None:
     return str(value[1]) if value is not None and value[0] == "string" else None
 
 
+@lru_cache(maxsize=256)
+def _kind_keys(driver: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """The qualified names device_kind reads for a driver (the same few on every device)."""
+    return tuple(f"{driver}/{a}" for a in _KIND_ATTRIBUTES), tuple(f"{driver}/{a}" for a in _PARTITION_ATTRIBUTES), f"{driver}/type"
+
+
+def _first_string(device: PoolDevice, names: tuple[str, ...]) -> str | None:
+    for name in names:
+        value = _string(device, name)
+        if value:
+            return value
+    return None
+
+
 def device_kind(device: PoolDevice) -> str:
     """What a person calls the device: its product, plus the MIG profile or partition mode of a partition."""
-    driver = device.id.driver
-    kind = next((v for v in (_string(device, f"{driver}/{a}") for a in _KIND_ATTRIBUTES) if v), driver)
-    partition = device.attributes.get(PARTITION) == ("bool", True) or _string(device, f"{driver}/type") == "mig"
-    if partition:
-        suffix = next((v for v in (_string(device, f"{driver}/{a}") for a in _PARTITION_ATTRIBUTES) if v), "partition")
-        kind = f"{kind} {suffix}"
+    kind_keys, partition_keys, type_key = _kind_keys(device.id.driver)
+    kind = _first_string(device, kind_keys) or device.id.driver
+    if device.attributes.get(PARTITION) == ("bool", True) or _string(device, type_key) == "mig":
+        kind = f"{kind} {_first_string(device, partition_keys) or 'partition'}"
     return kind
 
 
