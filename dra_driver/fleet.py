@@ -157,8 +157,8 @@ def check_slices(slices: Sequence[Mapping[str, Any]]) -> None:
 # -- simulated fleet ------------------------------------------------------------------------------
 
 
-def simulated(profile_name: str, nodes: int, partitioning: str = "static") -> Fleet:
-    """The slices of `nodes` identical nodes running every vendor the profile describes.
+def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_prefix: str = "node-") -> Fleet:
+    """The slices of `nodes` identical nodes (`<node_prefix><index>`) running every vendor the profile describes.
 
     Backends discover once; the inventory is rendered per node (pool = node name),
     so attribute values that embed a node name keep node-0's.
@@ -185,7 +185,7 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static") -> Fl
     fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({partitioning})"])
     for index in range(nodes):
         for inventory in inventories:
-            fleet.slices += render_pool(inventory, f"node-{index}")
+            fleet.slices += render_pool(inventory, f"{node_prefix}{index}")
     return fleet
 
 
