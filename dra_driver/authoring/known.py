@@ -137,9 +137,11 @@ def nearest(want: DeviceWant, kinds: Sequence[KnownKind], limit: int = 3) -> lis
     """The `limit` known kinds that miss the fewest wishes (then the least memory short), each with what it lacks."""
     wanted = quantity.parse(want.memory) if want.memory else Decimal(0)
 
-    def rank(kind: KnownKind) -> tuple[int, Decimal, str]:
+    def rank(kind: KnownKind) -> tuple[int, bool, Decimal, str]:
         gap = abs(wanted - kind.memory) if kind.memory is not None else wanted
-        return len(misses(want, kind)), gap, kind.label()
+        # A whole device when one was wanted (or a partition when one was) is nearer than any other miss.
+        other_shape = bool(kind.partition) != bool(want.mig or want.partition)
+        return len(misses(want, kind)), other_shape, gap, kind.label()
 
     ranked = sorted(kinds, key=rank)[:limit]
     return [f"{kind.label()}: " + ("; ".join(misses(want, kind)) or "one fits, but not with the other wishes together (--same, count)") for kind in ranked]
