@@ -61,8 +61,8 @@ def _devices(intent: Intent, resolved: Resolved, depth: int) -> CommentedMap:
     requests = CommentedSeq([_request(intent, resolved, depth + 2)])
     devices["requests"] = requests
     if resolved.constraint:
-        attribute, meaning = resolved.constraint
-        constraints = CommentedSeq([CommentedMap(requests=[intent.request], matchAttribute=attribute)])
+        attribute, names, meaning = resolved.constraint
+        constraints = CommentedSeq([CommentedMap(requests=list(names), matchAttribute=attribute)])
         constraints.yaml_set_comment_before_after_key(0, before=meaning, indent=depth)
         devices["constraints"] = constraints
     if resolved.configs:

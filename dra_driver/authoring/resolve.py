@@ -69,7 +69,7 @@ class Choice:
 @dataclass(frozen=True)
 class Resolved:
     choices: tuple[Choice, ...]
-    constraint: tuple[str, str] | None  # (matchAttribute, meaning)
+    constraint: tuple[str, tuple[str, ...], str] | None  # (matchAttribute, requests it applies to, meaning)
     configs: tuple[tuple[tuple[str, ...], dict[str, Any]], ...]  # (requests, opaque parameters)
 
 
@@ -198,11 +198,7 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
     prioritized = len(choices) > 1
     constraint = None
     if intent.same:
-        attribute, only = GROUP_ATTRIBUTES[intent.same]
-        others = sorted({c.vendor for c in choices if c.vendor != only})
-        if only and others:
-            problems.add("--same", f"{intent.same}: only {only} devices publish {attribute}; choose the vendor {only} or use --same pcie-root")
-        constraint = (attribute, f"all devices on {GROUPINGS[intent.same]} ({attribute} equal)")
+        constraint = _constraint(intent, choices, prioritized, problems)
     configs: list[tuple[tuple[str, ...], dict[str, Any]]] = []
     if intent.sharing:
         for choice in choices:
@@ -215,3 +211,26 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
     if intent.admin_access and prioritized:
         problems.add("--admin-access", "firstAvailable entries cannot ask for admin access (the API has no adminAccess there); drop the fallbacks")
     return Resolved(tuple(choices), constraint, tuple(configs))
+
+
+def _constraint(intent: Intent, choices: Sequence[Choice], prioritized: bool, problems: Problems) -> tuple[str, tuple[str, ...], str] | None:
+    """matchAttribute for --same, on the requests (or firstAvailable entries) whose devices publish the attribute."""
+    assert intent.same is not None
+    attribute, only = GROUP_ATTRIBUTES[intent.same]
+    others = sorted({c.vendor for c in choices if c.vendor != only})
+    if only and others:
+        problems.add("--same", f"{intent.same}: only {only} devices publish {attribute}; choose the vendor {only} or use --same pcie-root")
+        return None
+    # MIG devices publish no interconnect domain (MIG does no NVLink peer traffic): a constraint on them never holds.
+    grouped = [c for c in choices if not (intent.same == "interconnect" and c.want.mig)]
+    if not grouped:
+        problems.add("--same", "interconnect: MIG devices publish no interconnect domain (they do no NVLink peer traffic); use --same pcie-root, or whole GPUs")
+        return None
+    if not prioritized:
+        requests: tuple[str, ...] = (intent.request,)
+    else:
+        requests = tuple(f"{intent.request}/{c.name}" for c in grouped) if len(grouped) < len(choices) else (intent.request,)
+    meaning = f"all devices on {GROUPINGS[intent.same]} ({attribute} equal)"
+    if len(grouped) < len(choices):
+        meaning += "; not for the MIG choices, which publish no interconnect domain"
+    return attribute, requests, meaning

@@ -182,3 +182,15 @@ def test_fleet_check_says_how_many_nodes_can_hold_it_and_why_not(capsys: pytest.
     assert code == 0 and "1 of 2 nodes could hold it now" in err and "node-0" in err
     code, _, err = write(capsys, "--vendor", "nvidia", "--count", "2", "--same", "pcie-root", "--fleet", str(path))
     assert code == 1 and "0 of 2 nodes could hold it now" in err and "pcieRoot" in err
+
+
+def test_interconnect_constraint_leaves_out_mig_choices(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """MIG devices publish no interconnect domain: a constraint naming them could never hold."""
+    code, out, err = write(capsys, "--count", "4", "--model", "H100", "--fallback", "count=2,mig=3g.20gb", "--same", "interconnect")
+    assert code == 0, err
+    doc = yaml.safe_load(out)
+    validate_strictly(doc)
+    assert devices_of(doc)["constraints"] == [{"requests": ["accel/h100"], "matchAttribute": "dra-driver.io/interconnectDomain"}]
+    assert {r["request"] for r in allocated_on("dgx-a100-mig", doc, tmp_path)} == {"accel/3g-20gb"}
+    code, _, err = write(capsys, "--mig", "1g.10gb", "--count", "2", "--same", "interconnect")
+    assert code == 2 and "--same pcie-root" in err
