@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ContextManager
 
 from dra_driver.logs import fields
+from dra_driver.model.names import file_stem
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ class ClaimFileLocks:
         self.directory = directory
 
     def path(self, uid: str) -> Path:
-        return self.directory / f"{uid}.lock"
+        # Recovery locks UIDs read back from file names; an odd one is hashed, never joined as a path.
+        return self.directory / f"{file_stem(uid)}.lock"
 
     @contextmanager
     def hold(self, uid: str, drop_when: Callable[[], bool] = lambda: False) -> Iterator[None]:
