@@ -29,7 +29,6 @@ Exits non-zero on the first violated invariant, naming it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -43,7 +42,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dra_driver import cdi
 from dra_driver.kube import sim_apiserver
