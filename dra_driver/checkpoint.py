@@ -198,7 +198,7 @@ class Checkpoint:
     def load(self) -> None:
         """Read the record files (migrating a format-1 file first); bad or stale files are set aside.
 
-        Other processes must not write meanwhile (it may compact or set aside what
+        Other processes must not write meanwhile (it may set aside or remove what
         it reads): the plugin loads at start-up, or under the shared lock in
         rolling-update mode, where every write also happens under that lock.
         """
