@@ -38,7 +38,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,9 +113,13 @@ def claim_uid_of(path: Path, driver: str) -> str | None:
 
 def our_spec_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
     """Claim UID -> spec file, for every spec file of this driver in cdi_dir."""
+    return _by_claim(cdi_dir, lambda path: claim_uid_of(path, driver))
+
+
+def _by_claim(cdi_dir: Path, uid_of: Callable[[Path], str | None]) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for path in _entries(cdi_dir):
-        uid = claim_uid_of(path, driver)
+        uid = uid_of(path)
         if uid is not None:
             found[uid] = path
     return found
@@ -266,12 +270,7 @@ def claim_uid_of_claim_file(path: Path, driver: str) -> str | None:
 
 def our_claim_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
     """Claim UID -> claim file, for every claim file of this driver in cdi_dir."""
-    found: dict[str, Path] = {}
-    for path in _entries(cdi_dir):
-        uid = claim_uid_of_claim_file(path, driver)
-        if uid is not None:
-            found[uid] = path
-    return found
+    return _by_claim(cdi_dir, lambda path: claim_uid_of_claim_file(path, driver))
 
 
 def write_claim_file(path: Path, claim_data: dict[str, Any]) -> None:
