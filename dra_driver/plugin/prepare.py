@@ -467,10 +467,11 @@ def _collect(futures: dict[str, Future[PrepareOutcome]], deadline: float | None,
     done, _ = wait(futures.values(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
     outcomes = {}
     for uid, future in futures.items():
-        if future in done:
+        cancelled = future not in done and future.cancel()
+        if future.done() and not cancelled:  # done, if only since the wait returned
             outcomes[uid] = future.result()
             continue
-        started = not future.cancel()
+        started = not cancelled
         log.warning("claim not done before the kubelet's deadline", extra=fields(operation=operation, uid=bounded(uid, 160), started=started))
         outcomes[uid] = PrepareOutcome(
             error=f"{operation} of claim {uid} did not finish before the kubelet's deadline"
