@@ -103,3 +103,17 @@ def test_streams_of_a_killed_client_are_freed_at_once(node: Node):
         if holder.poll() is None:
             holder.kill()
             holder.wait(10)
+
+
+def test_refusals_are_logged_once_a_minute_not_per_try(node: Node, caplog: pytest.LogCaptureFixture):
+    conn = node.connect()
+    streams = [conn.watch_health() for _ in range(node.settings.health_streams)]
+    for stream in streams:
+        next(stream)
+    with caplog.at_level("WARNING", logger="dra_driver.plugin.health"):
+        for _ in range(10):
+            with pytest.raises(grpc.RpcError):
+                next(conn.watch_health())
+    assert len([r for r in caplog.records if "health stream refused" in r.getMessage()]) == 1
+    for stream in streams:
+        stream.cancel()
