@@ -39,7 +39,7 @@ from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint
 from dra_driver.errors import DraError
 from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
-from dra_driver.metrics import Metrics
+from dra_driver.metrics import HeldClaim, Metrics
 from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
@@ -140,6 +140,8 @@ class PrepareService:
                 if outcome.error:
                     self._metrics.errors.labels(self.driver, operation).inc()
             self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+            for uid in outcomes:
+                self._metrics.holders.update(self.driver, uid, _held(self._checkpoint.get(uid)))
         return outcomes
 
     def checkpoint_record(self, uid: str) -> ClaimRecord | None:
@@ -206,6 +208,8 @@ class PrepareService:
         if record is not None:  # an earlier attempt failed half-way
             self._undo(record)
         claim = self._claims.get(ref.namespace, ref.name, ref.uid, deadline=deadline)
+        if self._metrics is not None:
+            self._metrics.holders.note_pods(self.driver, ref.uid, claim.reserved_pods)
         allocated = self._our_devices(ref, claim)
         if not allocated:
             return []
@@ -384,6 +388,7 @@ class PrepareService:
                 self.backend.reconcile([r.backend_state for r in self._checkpoint.records() if r.completed])
         if self._metrics is not None:
             self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+            self._metrics.holders.sync(self.driver, [h for h in map(_held, self._checkpoint.records()) if h is not None])
 
     def _roll_back_abandoned(self) -> set[str]:
         """Undo half-prepared claims nobody works on; return the UIDs a live instance holds."""
@@ -444,6 +449,13 @@ class _CallProfiler:
         with self._lock:
             if self._stats is not None:
                 self._stats.dump_stats(self._path)
+
+
+def _held(record: ClaimRecord | None) -> HeldClaim | None:
+    """What the holder metrics publish for a claim: its devices once completed, else nothing."""
+    if record is None or not record.completed:
+        return None
+    return HeldClaim(record.uid, record.namespace, record.name, [(d.pool, d.device) for d in record.devices])
 
 
 def _name(ref: ClaimRef) -> str:
