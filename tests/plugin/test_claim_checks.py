@@ -113,11 +113,13 @@ def test_result_of_another_nodes_pool_is_refused_naming_field_and_value(pool: st
     assert "node-a" in message  # says which pool this node serves
 
 
-@pytest.mark.parametrize("field", ["pool", "device", "request"])
-@pytest.mark.parametrize("value", HOSTILE, ids=lambda v: ascii(v[:20]) + f"-{len(v)}")
+@pytest.mark.parametrize(
+    ("field", "value"),
+    # "a/b" is a valid <request>/<subrequest>
+    [(f, v) for f in ("pool", "device", "request") for v in HOSTILE if (f, v) != ("request", "a/b")],
+    ids=lambda v: ascii(v[:20]) + f"-{len(v)}",
+)
 def test_hostile_result_field_is_refused(field: str, value: str):
-    if field == "request" and value == "a/b":
-        pytest.skip("a valid <request>/<subrequest>")
     with pytest.raises(ClaimError) as err:
         _check(_result(**{field: value}))
     message = str(err.value)
