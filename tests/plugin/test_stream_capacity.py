@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -26,7 +27,7 @@ def _servicer(node: Node) -> HealthServicer:
     return health
 
 
-def _wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
