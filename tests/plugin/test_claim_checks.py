@@ -231,3 +231,12 @@ def test_lock_file_of_an_odd_uid_stays_in_its_directory(tmp_path: Path, uid: str
 def test_file_stem_keeps_valid_uids():
     assert names.file_stem(UID) == UID
     assert names.file_stem("a/b") != names.file_stem("a_b")
+
+
+@pytest.mark.parametrize("uid", ["a b", "..", "x" * 200, "é", ""])
+def test_spec_file_with_an_odd_uid_is_not_ours(tmp_path: Path, uid: str):
+    assert cdi.claim_uid_of(tmp_path / f"k8s.{DRIVER}-device_{uid}.json", DRIVER) is None
+
+
+def test_spec_file_with_a_valid_uid_is_ours(tmp_path: Path):
+    assert cdi.claim_uid_of(cdi.spec_path(tmp_path, DRIVER, UID), DRIVER) == UID
