@@ -142,9 +142,11 @@ class PreparedClaim:
     # Edits every container using any device of the claim gets (hooks, mounts).
     claim_edits: ContainerEdits = field(default_factory=ContainerEdits)
     # Edits that describe the devices of one request as a set, keyed by base request
-    # name (e.g. NVIDIA_VISIBLE_DEVICES / HABANA_VISIBLE_DEVICES listing that request's
-    # devices). The kubelet hands a container only the devices of the requests it names,
-    # so a list that spans requests would expose another container's devices.
+    # name (e.g. HABANA_VISIBLE_DEVICES listing that request's devices). The kubelet hands
+    # a container only the devices of the requests it names, so a list that spans requests
+    # would expose another container's devices. CDI keeps the last value of an env name,
+    # so a container naming two requests sees one request's list: prefer device nodes
+    # (NVIDIA lists no devices in env at all; docs/plugin.md).
     request_edits: dict[str, ContainerEdits] = field(default_factory=dict)
     # JSON-serialisable state the backend needs to undo the preparation
     # (e.g. MIG GPU/compute instance IDs); stored in the checkpoint and handed
