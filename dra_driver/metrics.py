@@ -165,6 +165,15 @@ class Metrics:
                 registry=self.registry,
             )
         )
+        self.state_damage = _Family(
+            Counter(
+                "dra_driver_state_damage",
+                "Damaged or lost plugin state found (kind: record, checkpoint-dir, cdi-spec, rollback-failed) "
+                "and claims rebuilt from evidence (kind: rebuilt)",
+                ["driver", "kind"],
+                registry=self.registry,
+            )
+        )
         self.errors = _Family(
             Counter(
                 "dra_driver_errors",

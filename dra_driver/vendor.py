@@ -157,6 +157,15 @@ class PreparedClaim:
 
 
 @dataclass(frozen=True)
+class RecordedClaim:
+    """What a backend's own on-disk records say a claim holds (start-up evidence when the checkpoint lost it)."""
+
+    claim_uid: str
+    devices: tuple[str, ...]  # device names in the pool
+    state: dict[str, Any]  # a state unprepare() and reconcile() accept for this claim
+
+
+@dataclass(frozen=True)
 class HealthEvent:
     device: str  # device name in the pool
     healthy: bool
@@ -203,6 +212,15 @@ class VendorBackend(ABC):
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
         """After a restart: destroy dynamic partitions that no live claim state lists."""
+
+    def recorded_claims(self) -> list[RecordedClaim]:
+        """Claims the backend's own records (kept under state_dir) show as holding devices.
+
+        Read at start-up before reconcile: a claim listed here whose checkpoint record is
+        lost or damaged keeps its devices reserved, and the state given here goes to
+        reconcile and unprepare as the claim's. Default: the backend keeps no records.
+        """
+        return []
 
     def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
         """Yield health changes until `stop` is set. Default: no health source."""
