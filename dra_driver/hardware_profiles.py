@@ -18,6 +18,9 @@ import yaml
 from dra_driver.errors import ProfileError
 
 CORE_PROFILE_DIR = Path(__file__).parent / "profiles"
+# libyaml's loader when PyYAML has it (same safe constructors as safe_load, several times faster): a
+# profile is read on every simulated start.
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _META_KEYS = {"name", "description"}
 
 
@@ -40,6 +43,20 @@ def _profile_dirs() -> list[Path]:
     return dirs
 
 
+def _find_by_hint(name: str) -> Path | None:
+    """A shipped profile `name` found by importing only the backend whose directory holds it (see load_profile)."""
+    from dra_driver.registry import backend_classes, profile_dir_hints
+
+    for vendor, directory in sorted(profile_dir_hints().items()):
+        path = directory / f"{name}.yaml"
+        if not path.is_file():
+            continue
+        cls = backend_classes((vendor,)).get(vendor)
+        if cls is not None and cls.profile_dir() is not None and Path(cls.profile_dir()).resolve() == directory.resolve():
+            return path
+    return None
+
+
 def available_profiles(dirs: Iterable[Path] | None = None) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for directory in dirs if dirs is not None else _profile_dirs():
@@ -50,7 +67,7 @@ def available_profiles(dirs: Iterable[Path] | None = None) -> dict[str, Path]:
 
 def load_profile_file(path: Path) -> Profile:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_YAML_LOADER)
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
@@ -78,6 +95,10 @@ def load_profile(name_or_path: str) -> Profile:
         if not path.is_file():
             raise ProfileError(f"profile file {path} does not exist")
         return load_profile_file(path)
+    core = CORE_PROFILE_DIR / f"{name_or_path}.yaml"
+    hinted = core if core.is_file() else _find_by_hint(name_or_path)  # most lookups: one backend imported, not all
+    if hinted is not None:
+        return load_profile_file(hinted)
     profiles = available_profiles()
     if name_or_path not in profiles:
         raise ProfileError(f"unknown profile {name_or_path!r}; choose one of: {', '.join(sorted(profiles)) or 'none installed'}, or give a path to a profile file")

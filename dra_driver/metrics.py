@@ -2,17 +2,21 @@
 
 Each daemon owns its own CollectorRegistry (not the process-global one) so
 several daemons in one process (tests, demo) do not collide.
+
+prometheus_client is imported by load(), not by this module: with its HTTP
+server it costs a sizeable part of the daemon's start-up, which the kubelet
+waits for. The daemon creates Metrics(load=False) and loads them once its
+sockets serve; what is counted before that is kept and replayed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dra_driver.errors import DraError
 from dra_driver.logs import fields
@@ -28,65 +32,119 @@ class MetricsPortError(DraError):
     """The --metrics-port cannot be bound (in use, or not permitted)."""
 
 
+class _Recorder:
+    """A labelled child used before its family is loaded: its calls are kept and replayed on load."""
+
+    def __init__(self, family: _Family, values: tuple[str, ...]) -> None:
+        self._family = family
+        self._values = values
+
+    def _call(self, method: str, value: float) -> None:
+        self._family.record(self._values, method, value)
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._call("inc", amount)
+
+    def set(self, value: float) -> None:
+        self._call("set", value)
+
+    def observe(self, value: float) -> None:
+        self._call("observe", value)
+
+
 class _Family:
     """A labelled metric whose children are looked up once: `labels()` of prometheus_client
     validates and hashes on every call, which showed up at a few percent of a prepare's CPU."""
 
-    def __init__(self, metric: Any) -> None:
-        self.metric = metric
+    def __init__(self, build: Callable[[Any], Any]) -> None:
+        self._build = build  # registry -> the prometheus_client metric
+        self.metric: Any = None
         self._children: dict[tuple[str, ...], Any] = {}
+        self._pending: list[tuple[tuple[str, ...], str, float]] = []
+        self._lock = threading.Lock()  # only taken before load and by load itself
+
+    def load(self, registry: Any) -> None:
+        with self._lock:
+            self.metric = self._build(registry)
+            self._children = {values: self.metric.labels(*values) for values in self._children}
+            for values, method, value in self._pending:
+                getattr(self._children[values], method)(value)
+            self._pending.clear()
+
+    def record(self, values: tuple[str, ...], method: str, value: float) -> None:
+        with self._lock:
+            if self.metric is None:
+                self._pending.append((values, method, value))
+                return
+        getattr(self.labels(*values), method)(value)  # loaded meanwhile: straight to the real child
 
     def labels(self, *values: str) -> Any:
         child = self._children.get(values)
         if child is None:
-            child = self._children.setdefault(values, self.metric.labels(*values))
+            with self._lock:
+                made = self.metric.labels(*values) if self.metric is not None else _Recorder(self, values)
+                child = self._children.setdefault(values, made)
         return child
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+    def __init__(self, registry: Any = None, load: bool = True) -> None:
+        """`load=False` defers importing prometheus_client to load() (the daemon: after its sockets serve)."""
+        self.registry = registry
+        self._loaded = False
         self.requests = _Family(
-            Counter(
+            lambda registry: _prometheus().Counter(
                 "dra_driver_requests",
                 "gRPC requests served, by driver, method and result (ok or error)",
                 ["driver", "method", "result"],
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.claims = _Family(
-            Counter(
+            lambda registry: _prometheus().Counter(
                 "dra_driver_claims",
                 "Claims handled inside prepare/unprepare requests, by result",
                 ["driver", "operation", "result"],
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.latency = _Family(
-            Histogram(
+            lambda registry: _prometheus().Histogram(
                 "dra_driver_request_duration_seconds",
                 "gRPC request latency by driver and method",
                 ["driver", "method"],
                 buckets=_BUCKETS,
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.prepared_devices = _Family(
-            Gauge(
+            lambda registry: _prometheus().Gauge(
                 "dra_driver_prepared_devices",
                 "Devices currently prepared for claims",
                 ["driver"],
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.errors = _Family(
-            Counter(
+            lambda registry: _prometheus().Counter(
                 "dra_driver_errors",
                 "Errors by driver and operation (claim failures, backend failures, server failures)",
                 ["driver", "operation"],
-                registry=self.registry,
+                registry=registry,
             )
         )
+        if load:
+            self.load()
+
+    def load(self) -> None:
+        """Create the prometheus_client metrics (once) and replay what was counted before."""
+        if self._loaded:
+            return
+        self._loaded = True
+        if self.registry is None:
+            self.registry = _prometheus().CollectorRegistry()
+        for family in (self.requests, self.claims, self.latency, self.prepared_devices, self.errors):
+            family.load(self.registry)
 
     @contextmanager
     def timed(self, driver: str, method: str) -> Iterator[None]:
@@ -104,9 +162,16 @@ class Metrics:
         """Expose /metrics on the port (0 = off); returns the server or None."""
         if port <= 0:
             return None
+        self.load()
         try:
-            server, _thread = start_http_server(port, addr=address, registry=self.registry)
+            server, _thread = _prometheus().start_http_server(port, addr=address, registry=self.registry)
         except OSError as exc:
             raise MetricsPortError(f"cannot serve metrics on {address}:{port} (--metrics-port): {exc.strerror or exc}; choose a free port or 0 to turn metrics off") from exc
         log.info("serving metrics", extra=fields(port=port))
         return server
+
+
+def _prometheus() -> Any:
+    import prometheus_client
+
+    return prometheus_client

@@ -16,14 +16,15 @@ hot path of every NodePrepareResources call.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from dra_driver.errors import DraError
+
+if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
+    from kubernetes import client as k8s
 
 
 class _ApiModel(BaseModel):
@@ -95,6 +96,8 @@ class ClaimReader:
 
     def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim:
         """The claim as stored now. `uid` (what the kubelet asked for) is not needed for a GET: the caller compares."""
+        from kubernetes.client.exceptions import ApiException  # loaded by the ApiClient already: a dict lookup
+
         where = f"ResourceClaim {namespace}/{name}"
         try:
             method, url, headers, body, post = self._client.param_serialize(

@@ -31,17 +31,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dra_driver import cdi
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.errors import DraError
-from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
 from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
+
+if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
+    from dra_driver.kube.claims import ResourceClaim
 
 log = logging.getLogger(__name__)
 
