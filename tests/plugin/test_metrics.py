@@ -68,3 +68,29 @@ def test_busy_metrics_port_is_a_clear_error(short_tmp: Path, apiserver):
         with pytest.raises(MetricsPortError, match=f"{port}.*--metrics-port"):
             daemon.start()
         daemon.stop()
+
+
+def test_deferred_metrics_keep_what_was_counted_before_load() -> None:
+    """The daemon counts requests before prometheus_client is loaded (its sockets serve first); nothing is lost."""
+    from prometheus_client import generate_latest
+
+    from dra_driver.metrics import Metrics
+
+    metrics = Metrics(load=False)
+    assert metrics.registry is None
+    with metrics.timed(DRIVER, "v1/NodePrepareResources"):
+        pass
+    metrics.claims.labels(DRIVER, "prepare", "ok").inc()
+    metrics.claims.labels(DRIVER, "prepare", "ok").inc(2)
+    metrics.prepared_devices.labels(DRIVER).set(5)
+    early = metrics.errors.labels(DRIVER, "prepare")  # a child taken before load, used after it
+    metrics.load()
+    early.inc()
+    metrics.load()  # idempotent
+    text = generate_latest(metrics.registry).decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", "prepare"), ("result", "ok")))] == 3
+    assert got[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 5
+    assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", "prepare")))] == 1
+    assert got[("dra_driver_requests_total", (("driver", DRIVER), ("method", "v1/NodePrepareResources"), ("result", "ok")))] == 1
+    assert got[("dra_driver_request_duration_seconds_count", (("driver", DRIVER), ("method", "v1/NodePrepareResources")))] == 1
