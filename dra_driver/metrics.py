@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.errors import DraError
@@ -87,11 +89,108 @@ class _Family:
         return child
 
 
+@dataclass(frozen=True)
+class HeldClaim:
+    """A prepared claim as the holder metrics need it: identity and the (pool, device) of each result."""
+
+    uid: str
+    namespace: str
+    name: str
+    devices: Sequence[tuple[str, str]]
+
+
+class DeviceHolders:
+    """Who holds which device: `dra_driver_device_claim` (one series per prepared device and claim) and
+    `dra_driver_claim_pod` (one per pod in the claim's status.reservedFor, where prepare read the claim).
+
+    Labels are names, never UIDs, and a claim's series go when it is unprepared, so the number of
+    series stays bounded by what the node holds now. Claims are keyed by UID inside, so a claim
+    deleted and re-created under the same name never leaves the old series behind.
+    """
+
+    def __init__(self) -> None:
+        # The gauges come with load() (see Metrics); until then the series are only kept here.
+        self._devices: Any = None
+        self._pods: Any = None
+        self._lock = threading.Lock()
+        self._device_series: dict[tuple[str, str], dict[tuple[str, ...], int]] = {}  # (driver, uid) -> label values -> value
+        self._pod_series: dict[tuple[str, str], dict[tuple[str, ...], int]] = {}
+        self._pods_seen: dict[tuple[str, str], tuple[str, ...]] = {}  # from the claim GET, until the claim settles
+
+    def load(self, registry: Any) -> None:
+        """Create the gauges and publish every series kept so far."""
+        prometheus = _prometheus()
+        with self._lock:
+            self._devices = prometheus.Gauge(
+                "dra_driver_device_claim",
+                "Prepared device held by a claim (value: allocation results of the claim on that device, usually 1)",
+                ["driver", "pool", "device", "namespace", "claim"],
+                registry=registry,
+            )
+            self._pods = prometheus.Gauge(
+                "dra_driver_claim_pod",
+                "Pod a prepared claim is reserved for (status.reservedFor when prepare read the claim); value 1",
+                ["driver", "namespace", "claim", "pod"],
+                registry=registry,
+            )
+            for gauge, series in ((self._devices, self._device_series), (self._pods, self._pod_series)):
+                for values in series.values():
+                    for labels, value in values.items():
+                        gauge.labels(*labels).set(value)
+
+    def note_pods(self, driver: str, uid: str, pods: Sequence[str]) -> None:
+        """Remember the claim's pods; they are published once the claim is prepared (see `update`)."""
+        with self._lock:
+            self._pods_seen[(driver, uid)] = tuple(sorted(set(pods)))
+
+    def update(self, driver: str, uid: str, held: HeldClaim | None) -> None:
+        """Publish a prepared claim's series, or (None: unprepared, failed, rolled back) remove them."""
+        with self._lock:
+            self._set(driver, uid, held)
+
+    def sync(self, driver: str, held: Iterable[HeldClaim]) -> None:
+        """Publish exactly these claims for `driver` (start-up recovery: the checkpoint is the truth)."""
+        wanted = {claim.uid: claim for claim in held}
+        with self._lock:
+            for key in [k for k in self._device_series if k[0] == driver and k[1] not in wanted]:
+                self._set(driver, key[1], None)
+            for uid, claim in wanted.items():
+                self._set(driver, uid, claim)
+
+    def _set(self, driver: str, uid: str, held: HeldClaim | None) -> None:
+        key = (driver, uid)
+        pods = self._pods_seen.pop(key, None)
+        if held is None:
+            devices: dict[tuple[str, ...], int] = {}
+            pod_labels: set[tuple[str, ...]] = set()
+        else:
+            devices = dict(Tally((driver, pool, device, held.namespace, held.name) for pool, device in held.devices))
+            pod_labels = {(driver, held.namespace, held.name, pod) for pod in pods} if pods is not None else set(self._pod_series.get(key, {}))
+        self._replace(self._devices, self._device_series, key, devices)
+        self._replace(self._pods, self._pod_series, key, dict.fromkeys(pod_labels, 1))
+
+    @staticmethod
+    def _replace(gauge: Any, series: dict[tuple[str, str], dict[tuple[str, ...], int]], key: tuple[str, str], values: dict[tuple[str, ...], int]) -> None:
+        """Record the claim's series; with the gauge loaded (None before), publish the change too."""
+        if gauge is not None:
+            for gone in set(series.get(key, {})) - set(values):
+                # A claim re-created under the same name (new UID) may still hold the same series.
+                if not any(gone in other for k, other in series.items() if k != key):
+                    gauge.remove(*gone)
+            for labels, value in values.items():
+                gauge.labels(*labels).set(value)
+        if values:
+            series[key] = dict(values)
+        else:
+            series.pop(key, None)
+
+
 class Metrics:
     def __init__(self, registry: Any = None, load: bool = True) -> None:
         """`load=False` defers importing prometheus_client to load() (the daemon: after its sockets serve)."""
         self.registry = registry
         self._loaded = False
+        self.holders = DeviceHolders()
         self.requests = _Family(
             lambda registry: _prometheus().Counter(
                 "dra_driver_requests",
@@ -145,6 +244,7 @@ class Metrics:
             self.registry = _prometheus().CollectorRegistry()
         for family in (self.requests, self.claims, self.latency, self.prepared_devices, self.errors):
             family.load(self.registry)
+        self.holders.load(self.registry)
 
     @contextmanager
     def timed(self, driver: str, method: str) -> Iterator[None]:

@@ -10,9 +10,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from dra_driver.errors import BackendUnavailable
-from dra_driver.hardware_profiles import Profile
 from dra_driver.logs import fields
-from dra_driver.vendor import BackendSettings, VendorBackend
+from dra_driver.vendor import BackendSettings, Profile, VendorBackend
 
 ENTRY_POINT_GROUP = "dra_driver.vendors"
 log = logging.getLogger(__name__)
@@ -39,6 +38,16 @@ def backend_classes(only: tuple[str, ...] | None = None) -> dict[str, type[Vendo
             continue
         found[entry.name] = cls
     return found
+
+
+def backend_profile_dirs() -> list[Path]:
+    """The profile directories installed backends ship (their profile_dir())."""
+    dirs: list[Path] = []
+    for cls in backend_classes().values():
+        directory = cls.profile_dir()
+        if directory is not None:
+            dirs.append(Path(directory))
+    return dirs
 
 
 def profile_dir_hints() -> dict[str, Path]:

@@ -26,6 +26,16 @@ Partitioning = Literal["static", "dynamic"]
 
 
 @dataclass(frozen=True)
+class Profile:
+    """A hardware profile: per-vendor simulator input (loaded by dra_driver.hardware_profiles)."""
+
+    name: str
+    description: str
+    sections: Mapping[str, Mapping[str, Any]]  # vendor -> simulator input
+    source: Path
+
+
+@dataclass(frozen=True)
 class BackendSettings:
     """Node-level settings shared by all backends."""
 
@@ -36,8 +46,13 @@ class BackendSettings:
     partitioning: Partitioning = "static"
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
-    # Where the vendor driver's files live on the host (NVIDIA driver root, ROCm root).
+    # Where this process sees the vendor driver's files (NVIDIA driver root, ROCm root).
     driver_root: Path = Path("/")
+    # The same root as the host's container runtime sees it, for paths written into CDI specs
+    # (the plugin container mounts the host's / or /run/nvidia/driver elsewhere); None: driver_root.
+    host_driver_root: Path | None = None
+    # Host path of NVIDIA's CDI hook binary (nvidia-cdi-hook or nvidia-ctk); None: no hooks in specs.
+    nvidia_cdi_hook_path: str | None = None
     # Directory a backend may use for its own on-disk state (the plugin data dir).
     state_dir: Path | None = None
 

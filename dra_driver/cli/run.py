@@ -21,6 +21,7 @@ from dra_driver.errors import DraError
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube.api_source import api_source
 from dra_driver.logs import fields
+from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
 from dra_driver.registry import open_backends
@@ -58,6 +59,20 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the host's vendor driver files are mounted (default: $DRIVER_ROOT or /); the NVIDIA backend loads libnvidia-ml.so.1 from there",
     )
     parser.add_argument(
+        "--host-driver-root",
+        type=Path,
+        default=Path(os.environ["HOST_DRIVER_ROOT"]) if os.environ.get("HOST_DRIVER_ROOT") else None,
+        help="the driver root as the host's container runtime sees it, for paths in CDI specs: / or a GPU Operator root "
+        "such as /run/nvidia/driver (default: $HOST_DRIVER_ROOT, else the --driver-root value)",
+    )
+    parser.add_argument(
+        "--nvidia-cdi-hook-path",
+        default=os.environ.get("NVIDIA_CDI_HOOK_PATH") or None,
+        help="host path of NVIDIA's CDI hook (nvidia-cdi-hook, or nvidia-ctk): specs then create the soname links and update "
+        "the container's linker cache through it; without it each library is also mounted at its soname path "
+        "(default: $NVIDIA_CDI_HOOK_PATH, else none)",
+    )
+    parser.add_argument(
         "--claim-cache",
         action=argparse.BooleanOptionalAction,
         default=os.environ.get("CLAIM_CACHE", "").lower() in ("1", "true", "yes"),
@@ -83,20 +98,44 @@ def writable_dir(flag: str, path: Path) -> None:
         raise DraError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
 
 
+def check_identity(node_name: str, pod_uid: str | None) -> None:
+    """The node name becomes the pool name claims must match, the pod UID part of socket file names: both are
+    checked against the Kubernetes rules before use."""
+    problem = dns_subdomain_problem(node_name)
+    if problem is not None:
+        raise DraError(f"--node-name {problem}; pass the Kubernetes node name (spec.nodeName, through the downward API as $NODE_NAME)")
+    problem = uid_problem(pod_uid) if pod_uid is not None else None
+    if problem is not None:
+        raise DraError(f"--pod-uid {problem}; pass the driver pod's metadata.uid (through the downward API as $POD_UID)")
+
+
+def _absolute(flag: str, value: str | Path | None) -> Path | None:
+    """A host path for CDI specs: runtimes reject relative ones, so refuse them here, naming the flag."""
+    if value is None:
+        return None
+    path = Path(value)
+    if not path.is_absolute() or ".." in path.parts:
+        raise DraError(f"{flag} {value}: must be an absolute host path without '..' (CDI specs need absolute paths)")
+    return path
+
+
 def build_daemon(args: argparse.Namespace) -> Daemon:
     """Open the backends described by the arguments; raise DraError if nothing can run.
 
     The API client is only located here (a missing kubeconfig fails now); the daemon builds it with
     `connect_api` after the sockets serve.
     """
+    check_identity(args.node_name, args.pod_uid)
     writable_dir("--state-dir", args.state_dir)
     writable_dir("--cdi-dir", args.cdi_dir)
     api_source(args.api_server, args.kubeconfig)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = load_profile(args.profile) if args.profile else None
     backend_settings = BackendSettings(
-        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root
-    )
+        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root,
+        host_driver_root=_absolute("--host-driver-root", args.host_driver_root),
+        nvidia_cdi_hook_path=str(_absolute("--nvidia-cdi-hook-path", args.nvidia_cdi_hook_path) or "") or None,
+    )  # fmt: skip
     opened = open_backends(backend_settings, profile, vendors)
     for problem in opened.unavailable:
         log.warning("vendor backend unavailable", extra=fields(vendor=problem.vendor, reason=problem.reason))

@@ -10,6 +10,7 @@ saying why (the kubelet retries it).
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from dra_driver.errors import DraError
@@ -48,9 +49,10 @@ class PendingClaims:
                 self._problem = problem
                 self._settled.set()
 
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim:
-        if not self._settled.wait(self._wait_s):
-            raise ClientNotReady(f"reading ResourceClaim {namespace}/{name}: the API client is not ready after {self._wait_s:.0f} s; the kubelet will retry")
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim:
+        wait = self._wait_s if deadline is None else min(self._wait_s, deadline - time.monotonic())
+        if not self._settled.wait(max(0.0, wait)):
+            raise ClientNotReady(f"reading ResourceClaim {namespace}/{name}: the API client is not ready after {wait:.0f} s; the kubelet will retry")
         if self._source is None:
             raise ClientNotReady(f"reading ResourceClaim {namespace}/{name}: {self._problem}")
-        return self._source.get(namespace, name, uid)
+        return self._source.get(namespace, name, uid, deadline=deadline)
