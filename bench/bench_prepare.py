@@ -6,7 +6,9 @@ in-process simulated API server; this script plays the kubelet. Each claim is
 prepared once (the first, expensive call: claim GET, config resolution,
 backend, CDI spec, two-phase checkpoint) and later unprepared; both are timed.
 
-Devices come from the ResourceSlices the daemon publishes, per driver (a
+With several profiles, one daemon runs per profile (each as its own node) and
+the cases of all of them are interleaved, so they are compared under the same
+load. Devices come from the ResourceSlices each daemon publishes, per driver (a
 mixed-node profile is measured driver by driver):
   - static partitioning: claims share the first D devices through adminAccess
     (the only way the API lets claims share a whole device), so up to --claims
@@ -18,7 +20,7 @@ mixed-node profile is measured driver by driver):
     others are held) and runs each case in rounds of as many claims as that set
     holds.
 
-usage: python bench/bench_prepare.py [--profile P] [--partitioning static|dynamic] [--claims N]
+usage: python bench/bench_prepare.py [--profile P [P ...]] [--partitioning static|dynamic] [--claims N]
            [--concurrency C ...] [--devices D ...] [--repeat R] [--claim-cache] [--single-instance]
        python bench/bench_prepare.py --profile P --cycles N [--samples S]   # soak: RSS and open fds
 
@@ -70,20 +72,36 @@ from dra_driver.plugin.sockets import PluginPaths
 from dra_driver.registry import backend_classes
 from dra_driver.vendor import ClaimRef
 
-NODE = "bench-node"
 BENCH_POD_UID = "6f1c2a4e-bench-pod"
 NAMESPACE = "bench"
+
+
+@dataclass
+class Daemon:
+    """One `dra-driver run` process under test (one per --profile, each its own node)."""
+
+    profile: str
+    node: str
+    process: subprocess.Popen[bytes]
+    metrics_port: int
+    kubelet_dir: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
 
 @dataclass
 class Target:
     """One driver of the daemon under test and the devices its claims use."""
 
+    profile: str
     driver: str
     pool: str
     devices: list[str]
     shared: bool  # adminAccess on every result (static); else each device is held by one claim at a time
     conn: PluginConnection
+    daemon: Daemon
 
     def round_size(self, devices_per_claim: int, claims: int) -> int:
         """How many claims can be live at once."""
@@ -144,25 +162,17 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
 
 
-def run_case(
-    target: Target,
-    server: sim_apiserver.SimApiServer,
-    concurrency: int,
-    devices: int,
-    claims: int,
-    daemon_pid: int,
-    metrics_port: int,
-    tag: str = "",
-) -> dict[str, float]:
+def run_case(target: Target, server: sim_apiserver.SimApiServer, concurrency: int, devices: int, claims: int, tag: str = "") -> dict[str, float]:
     """Prepare `claims` fresh claims at `concurrency`, in rounds of what can be live at once, then unprepare them."""
     prepare_latencies: list[float] = []
     unprepare_latencies: list[float] = []
     wall = daemon_cpu = own_cpu = gets = 0.0
+    daemon_pid, metrics_port = target.daemon.pid, target.daemon.metrics_port
     buckets_before = latency_buckets(metrics_port)
     done = 0
     while done < claims:
         size = min(target.round_size(devices, claims), claims - done)
-        refs = [make_claim(server, target, f"{tag}c{concurrency}-d{devices}-{done + i}", target.claim_devices(i, devices)) for i in range(size)]
+        refs = [make_claim(server, target, f"{tag}{target.daemon.node}-c{concurrency}-d{devices}-{done + i}", target.claim_devices(i, devices)) for i in range(size)]
         # Claims are allocated well before the kubelet prepares them; the pause lets a claim cache see them.
         time.sleep(0.5 if done == 0 else 0.05)
         done += size
@@ -235,17 +245,17 @@ def histogram_quantile(q: float, before: dict[tuple[str, float], float], after: 
 # --- devices from the published pool ------------------------------------------
 
 
-def published_pool(server: sim_apiserver.SimApiServer, driver: str, deadline: float) -> list[dict[str, Any]]:
+def published_pool(server: sim_apiserver.SimApiServer, node: str, driver: str, deadline: float) -> list[dict[str, Any]]:
     """The devices of the driver's complete pool on this node, waiting for the daemon to publish it."""
     while time.monotonic() < deadline:
-        slices = server.objects("ResourceSlice", spec__nodeName=NODE, spec__driver=driver)
+        slices = server.objects("ResourceSlice", spec__nodeName=node, spec__driver=driver)
         if slices:
             generation = max(s["spec"]["pool"]["generation"] for s in slices)
             current = [s for s in slices if s["spec"]["pool"]["generation"] == generation]
             if len(current) == current[0]["spec"]["pool"]["resourceSliceCount"]:
                 return current
         time.sleep(0.05)
-    raise SystemExit(f"{driver}: no complete pool published for {NODE}")
+    raise SystemExit(f"{driver}: no complete pool published for {node}")
 
 
 def counter_capacity(slices: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
@@ -291,7 +301,7 @@ def provable_partitions(server: sim_apiserver.SimApiServer, target: Target, cand
     held: list[ClaimRef] = []
     kept: list[str] = []
     for index, name in enumerate(candidates):
-        ref = make_claim(server, target, f"probe-{index}", [name])
+        ref = make_claim(server, target, f"probe-{target.daemon.node}-{index}", [name])
         if not claim_error(target.conn.prepare([ref]), ref):
             held.append(ref)
             kept.append(name)
@@ -300,19 +310,20 @@ def provable_partitions(server: sim_apiserver.SimApiServer, target: Target, cand
     return kept
 
 
-def connect_target(server: sim_apiserver.SimApiServer, paths: PluginPaths, driver: str, partitioning: str, daemon: subprocess.Popen[bytes]) -> Target:
+def connect_target(server: sim_apiserver.SimApiServer, daemon: Daemon, driver: str, partitioning: str, pod_uid: str | None) -> Target:
+    paths = PluginPaths(daemon.kubelet_dir, driver, pod_uid)
     deadline = time.monotonic() + 60
     while not paths.registration_socket.exists():
-        if time.monotonic() > deadline or daemon.poll() is not None:
+        if time.monotonic() > deadline or daemon.process.poll() is not None:
             raise SystemExit(f"daemon did not start {driver}")
         time.sleep(0.05)
     conn = register(paths.registration_socket)
-    slices = published_pool(server, driver, deadline)
+    slices = published_pool(server, daemon.node, driver, deadline)
     pool = slices[0]["spec"]["pool"]["name"]
     if partitioning == "static":
         names = [d["name"] for s in slices for d in s["spec"].get("devices") or []]
-        return Target(driver, pool, names, shared=True, conn=conn)
-    target = Target(driver, pool, [], shared=False, conn=conn)
+        return Target(daemon.profile, driver, pool, names, shared=True, conn=conn, daemon=daemon)
+    target = Target(daemon.profile, driver, pool, [], shared=False, conn=conn, daemon=daemon)
     target.devices = provable_partitions(server, target, partition_candidates(slices))
     if not target.devices:
         raise SystemExit(f"{driver}: no partition could be prepared")
@@ -322,34 +333,36 @@ def connect_target(server: sim_apiserver.SimApiServer, paths: PluginPaths, drive
 # --- the two modes --------------------------------------------------------------
 
 
-def run_cases(args: argparse.Namespace, targets: list[Target], server: sim_apiserver.SimApiServer, daemon: subprocess.Popen[bytes], metrics_port: int) -> None:
+def run_cases(args: argparse.Namespace, targets: list[Target], server: sim_apiserver.SimApiServer) -> None:
     for target in targets:
-        run_case(target, server, 1, 1, 20, daemon.pid, metrics_port, "warm-")  # imports, connections
-    cases = [(target, devices, concurrency) for target in targets for devices in args.devices for concurrency in args.concurrency]
+        run_case(target, server, 1, 1, 20, "warm-")  # imports, connections
+    cases = [(target, devices, concurrency) for devices in args.devices for concurrency in args.concurrency for target in targets]
     cases = [case for case in cases if case[1] <= len(case[0].devices)]
     runs: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(cases))}
-    for repeat in range(args.repeat):
+    for repeat in range(args.repeat):  # interleaved: every target sees the same load
         for i, (target, devices, concurrency) in enumerate(cases):
-            runs[i].append(run_case(target, server, concurrency, devices, args.claims, daemon.pid, metrics_port, f"r{repeat}-"))
+            runs[i].append(run_case(target, server, concurrency, devices, args.claims, f"r{repeat}-"))
             if os.environ.get("BENCH_TRACE"):
                 print(repeat, target.driver, devices, concurrency, {k: round(v, 2) for k, v in runs[i][-1].items()}, flush=True)
     print(
-        f"{'driver':>16} {'conc':>4} {'dev':>3} {'live':>4} {'p50 ms':>7} {'p99 ms':>7} {'claims/s':>8} {'cpu ms':>7} "
+        f"{'profile':>12} {'driver':>16} {'conc':>4} {'dev':>3} {'live':>4} {'p50 ms':>7} {'p99 ms':>7} {'claims/s':>8} {'cpu ms':>7} "
         f"{'bench cpu':>9} {'GETs':>5} {'daemon p50':>10} {'unprep p50':>10} {'unprep p99':>10}"
     )
     for i, (target, devices, concurrency) in enumerate(cases):
         r = {key: statistics.median(run[key] for run in runs[i]) for key in runs[i][0]}
         live = target.round_size(devices, args.claims)
         print(
-            f"{target.driver:>16} {concurrency:>4} {devices:>3} {live:>4} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['claims_per_s']:>8.0f} "
+            f"{target.profile:>12} {target.driver:>16} {concurrency:>4} {devices:>3} {live:>4} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['claims_per_s']:>8.0f} "
             f"{r['daemon_cpu_ms']:>7.2f} {r['bench_cpu_ms']:>9.2f} {r['claim_gets']:>5.0f} {r['daemon_p50_ms']:>10.2f} "
             f"{r['unprepare_p50_ms']:>10.2f} {r['unprepare_p99_ms']:>10.2f}"
         )
-    print(f"daemon RSS: {rss_mib(daemon.pid):.0f} MiB, open fds: {open_fds(daemon.pid)}")
+    for daemon in {target.daemon.pid: target.daemon for target in targets}.values():
+        print(f"{daemon.profile}: daemon RSS {rss_mib(daemon.pid):.0f} MiB, open fds {open_fds(daemon.pid)}")
 
 
-def run_cycles(args: argparse.Namespace, target: Target, server: sim_apiserver.SimApiServer, daemon: subprocess.Popen[bytes]) -> None:
+def run_cycles(args: argparse.Namespace, target: Target, server: sim_apiserver.SimApiServer) -> None:
     """Prepare+unprepare `--cycles` fresh one-device claims in a row; sample RSS and fds on the way."""
+    daemon = target.daemon
     every = max(1, args.cycles // args.samples)
     print(f"{'cycle':>7} {'RSS MiB':>8} {'fds':>5} {'prepare p50 ms (last block)':>28}")
     print(f"{0:>7} {rss_mib(daemon.pid):>8.1f} {open_fds(daemon.pid):>5} {'':>28}")
@@ -369,9 +382,22 @@ def drivers_of(profile: str) -> list[str]:
     return [classes[vendor].driver_name for vendor in load_profile(profile).sections if vendor in classes]
 
 
+def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim_apiserver.SimApiServer, work: Path, run_dir: Path, pod_uid: str | None) -> Daemon:
+    node = f"bench-node-{index}"
+    server.add_node(node)
+    kubelet_dir, cdi_dir, state_dir = work / f"kubelet-{index}", run_dir / f"cdi-{index}", run_dir / f"state-{index}"
+    metrics_port = free_port()
+    command = [
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, "--partitioning", args.partitioning,
+        "--node-name", node, "--api-server", server.url, "--kubelet-dir", str(kubelet_dir), "--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir),
+        "--claim-cache" if args.claim_cache else "--no-claim-cache", "--metrics-port", str(metrics_port),
+    ] + (["--pod-uid", pod_uid] if pod_uid else [])  # fmt: skip
+    return Daemon(profile, node, subprocess.Popen(command), metrics_port, kubelet_dir)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="dgx-h100", help="hardware profile the daemon simulates (default dgx-h100)")
+    parser.add_argument("--profile", nargs="+", default=["dgx-h100"], help="hardware profiles, one daemon each, cases interleaved (default dgx-h100)")
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
     parser.add_argument("--claims", type=int, default=400, help="claims per case (default 400)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrency levels (default 1 16 64)")
@@ -386,32 +412,27 @@ def main() -> int:
     # As on a node: sockets under the kubelet dir (disk), CDI specs and the state dir (checkpoint, locks)
     # on a tmpfs, as /var/run/cdi and /var/run/dra-driver are.
     run_dir = Path(tempfile.mkdtemp(prefix="dra-bench-run-", dir="/dev/shm")) if Path("/dev/shm").is_dir() else work / "run"
-    cdi_dir, state_dir = run_dir / "cdi", run_dir / "state"
-    print(f"profile {args.profile} ({args.partitioning}); kubelet dir {work} ({filesystem(work)}); CDI specs and state under {run_dir} ({filesystem(run_dir)})")
+    print(f"profiles {' '.join(args.profile)} ({args.partitioning}); kubelet dirs under {work} ({filesystem(work)}); CDI specs and state under {run_dir} ({filesystem(run_dir)})")
     server = sim_apiserver.SimApiServer().start()
-    server.add_node(NODE)
-    metrics_port = free_port()
     pod_uid = None if args.single_instance else BENCH_POD_UID  # as deployed: rolling-update mode, claim lock files and the shared lock
-    command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", args.profile, "--partitioning", args.partitioning,
-        "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir),
-        "--claim-cache" if args.claim_cache else "--no-claim-cache", "--metrics-port", str(metrics_port),
-    ] + (["--pod-uid", pod_uid] if pod_uid else [])  # fmt: skip
-    daemon = subprocess.Popen(command)
+    daemons = [start_daemon(args, i, profile, server, work, run_dir, pod_uid) for i, profile in enumerate(args.profile)]
     targets: list[Target] = []
     try:
-        for driver in drivers_of(args.profile):
-            targets.append(connect_target(server, PluginPaths(work / "kubelet", driver, pod_uid), driver, args.partitioning, daemon))
-            print(f"{driver}: {len(targets[-1].devices)} {'shared' if targets[-1].shared else 'exclusive'} devices")
+        for daemon in daemons:
+            for driver in drivers_of(daemon.profile):
+                targets.append(connect_target(server, daemon, driver, args.partitioning, pod_uid))
+                print(f"{daemon.profile} {driver}: {len(targets[-1].devices)} {'shared' if targets[-1].shared else 'exclusive'} devices")
         if args.cycles:
-            run_cycles(args, targets[0], server, daemon)
+            run_cycles(args, targets[0], server)
         else:
-            run_cases(args, targets, server, daemon, metrics_port)
+            run_cases(args, targets, server)
     finally:
         for target in targets:
             target.conn.close()
-        daemon.terminate()
-        daemon.wait(15)
+        for daemon in daemons:
+            daemon.process.terminate()
+        for daemon in daemons:
+            daemon.process.wait(15)
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(run_dir, ignore_errors=True)
