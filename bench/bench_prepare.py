@@ -364,17 +364,23 @@ def run_cycles(args: argparse.Namespace, target: Target, server: sim_apiserver.S
     """Prepare+unprepare `--cycles` fresh one-device claims in a row; sample RSS and fds on the way."""
     daemon = target.daemon
     every = max(1, args.cycles // args.samples)
-    print(f"{'cycle':>7} {'RSS MiB':>8} {'fds':>5} {'prepare p50 ms (last block)':>28}")
-    print(f"{0:>7} {rss_mib(daemon.pid):>8.1f} {open_fds(daemon.pid):>5} {'':>28}")
+    print(f"{'cycle':>7} {'RSS MiB':>8} {'fds':>5} {'prepare p50 ms':>15} {'daemon p50 ms':>14} {'daemon cpu ms/cycle':>20}")
+    print(f"{0:>7} {rss_mib(daemon.pid):>8.1f} {open_fds(daemon.pid):>5}")
     block: list[float] = []
+    buckets, cpu = latency_buckets(daemon.metrics_port), cpu_s(daemon.pid)
     for cycle in range(1, args.cycles + 1):
         ref = make_claim(server, target, f"cycle-{cycle}", target.claim_devices(0, 1))
         block.append(timed_call(target.conn.prepare, ref))
         timed_call(target.conn.unprepare, ref)
         server.store.remove("ResourceClaim", ref.name, NAMESPACE)
         if cycle % every == 0:
-            print(f"{cycle:>7} {rss_mib(daemon.pid):>8.1f} {open_fds(daemon.pid):>5} {statistics.median(block) * 1000:>28.2f}")
-            block = []
+            now_buckets, now_cpu = latency_buckets(daemon.metrics_port), cpu_s(daemon.pid)
+            daemon_p50 = histogram_quantile(0.5, buckets, now_buckets, target.driver) * 1000
+            print(
+                f"{cycle:>7} {rss_mib(daemon.pid):>8.1f} {open_fds(daemon.pid):>5} {statistics.median(block) * 1000:>15.2f} "
+                f"{daemon_p50:>14.2f} {(now_cpu - cpu) / len(block) * 1000:>20.2f}"
+            )
+            block, buckets, cpu = [], now_buckets, now_cpu
 
 
 def drivers_of(profile: str) -> list[str]:
