@@ -10,6 +10,7 @@ server. Backends are found through the `dra_driver.vendors` entry-point group
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -64,6 +65,19 @@ class DeviceNode:
     major: int | None = None
     minor: int | None = None
     permissions: str | None = None  # subset of "rwm"
+
+    @classmethod
+    def under(cls, path: str, dev_root: Path, type: str | None = None, permissions: str | None = None) -> DeviceNode:
+        """The node the container sees at `path` (/dev/...), found on the host under `dev_root`
+        (different from /dev when the plugin sees the host's /dev mounted elsewhere)."""
+        host = _host_device_path(path, dev_root)
+        return cls(path=path, host_path=None if host == path else host, type=type, permissions=permissions)
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_device_path(path: str, dev_root: Path) -> str:
+    # Cached: every prepare asks for the same few nodes, and a pathlib join costs more than the rest of edit building.
+    return str(dev_root / path.removeprefix("/dev/"))
 
 
 @dataclass(frozen=True)
