@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
+from dra_driver.migrate.kustomize import migrate_directory
 
 EXIT_OK = 0
 EXIT_WOULD_CHANGE = 1
@@ -24,7 +25,9 @@ def add_parser(subparsers: Any) -> None:
         "ResourceClaimTemplates and pod resource claims, or emit extended-resource DeviceClasses. "
         "Everything it does not change is written back byte for byte.",
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="manifest files; '-' reads standard input")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="manifest files; '-' reads standard input; a directory with a kustomization.yaml is "
+                        "migrated with its resources and patches (needs -w or --check)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="claims",
                         help="claims: rewrite workloads to use ResourceClaimTemplates (default); extended-resource: "
                         "leave workloads unchanged and emit DeviceClasses with extendedResourceName (alpha gate)")
@@ -71,8 +74,14 @@ def run(args: argparse.Namespace) -> int:
     if args.files.count("-") > 1:
         print("dra-driver migrate: '-' may be given once", file=sys.stderr)
         return EXIT_REFUSED
+    directories = [Path(name) for name in args.files if name != "-" and Path(name).is_dir()]
+    if directories and not (args.write or args.check):
+        print(f"dra-driver migrate: {directories[0]} is a directory: a kustomization is migrated in place, use -w "
+              "(or --check)", file=sys.stderr)
+        return EXIT_REFUSED
+    files = [name for name in args.files if name == "-" or not Path(name).is_dir()]
     try:
-        inputs = [(name, sys.stdin.read() if name == "-" else Path(name).read_text()) for name in args.files]
+        inputs = [(name, sys.stdin.read() if name == "-" else Path(name).read_text()) for name in files]
     except OSError as exc:
         print(f"dra-driver migrate: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -80,9 +89,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-driver migrate: --deviceclasses {args.deviceclasses}: not a directory", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        results, report = migrate(inputs, Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses)))
-    except MigrationError as exc:
-        print(str(exc), file=sys.stderr)
+        options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses))
+        results, report = migrate(inputs, options)
+        for directory in directories:
+            more, more_report = migrate_directory(directory, options)
+            results += more
+            report.merge(more_report)
+    except (MigrationError, OSError) as exc:
+        print(f"dra-driver migrate: {exc}" if isinstance(exc, OSError) else str(exc), file=sys.stderr)
         return EXIT_REFUSED
     if args.report == "json":
         print(report.to_json(), file=sys.stderr)
