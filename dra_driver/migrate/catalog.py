@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dra_driver.cel.classes import shipped_classes_dir
 from dra_driver.errors import FieldError
+from dra_driver.inputs import read_objects
 from dra_driver.migrate.report import MigrationError
 
 
@@ -49,7 +48,8 @@ def load(directory: Path | None = None) -> ClassCatalog:
     directory = directory or default_directory()
     catalog = ClassCatalog()
     for path in sorted(directory.glob("*.yaml")):
-        for obj in yaml.safe_load_all(path.read_text()):
-            if isinstance(obj, dict) and obj.get("kind") == "DeviceClass":
-                catalog.classes[str(obj["metadata"]["name"])] = obj
+        for found in read_objects(path):  # the input layer: limits, envelope rules, one-line InputError
+            obj = found.obj
+            if obj.get("kind") == "DeviceClass":
+                catalog.classes[str((obj.get("metadata") or {}).get("name", ""))] = obj
     return catalog

@@ -21,7 +21,7 @@ patches) are reported with "render first".
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,10 @@ class Tree:
     skipped: list[tuple[Path, str, str]] = field(default_factory=list)  # (kustomization, entry, why)
 
 
-def _read(path: Path) -> str:
+Reader = Callable[[Path], str]  # the CLI passes its input-layer check; tests and library callers may use Path.read_text
+
+
+def _read_text(path: Path) -> str:
     return path.read_text()
 
 
@@ -78,11 +81,11 @@ def _remote(entry: str) -> bool:
     return "://" in entry or entry.startswith(("github.com/", "git@", "ssh:"))
 
 
-def _collect(kustomization: Path, tree: Tree, seen: set[Path]) -> None:
+def _collect(kustomization: Path, tree: Tree, seen: set[Path], read: Reader) -> None:
     if kustomization in seen:
         return
     seen.add(kustomization)
-    spec = yaml.safe_load(_read(kustomization)) or {}
+    spec = yaml.safe_load(read(kustomization)) or {}
     if not isinstance(spec, Mapping):
         raise MigrationError([FieldError(str(kustomization), "is not a YAML mapping (a Kustomization)")])
     for field_name in ("resources", "bases", "components"):
@@ -93,7 +96,7 @@ def _collect(kustomization: Path, tree: Tree, seen: set[Path]) -> None:
             path = _entry_path(kustomization, entry, field_name)
             nested = kustomization_file(path) if path.is_dir() else None
             if nested is not None:
-                _collect(nested, tree, seen)
+                _collect(nested, tree, seen, read)
             elif path.is_file():
                 if path not in tree.resources:
                     tree.resources.append(path)
@@ -116,13 +119,13 @@ def _collect(kustomization: Path, tree: Tree, seen: set[Path]) -> None:
                              f"JSON 6902 patches are not followed (they may set device resources); {RENDER_FIRST}"))
 
 
-def load_tree(directory: Path) -> Tree:
+def load_tree(directory: Path, read: Reader = _read_text) -> Tree:
     kustomization = kustomization_file(directory)
     if kustomization is None:
         raise MigrationError([FieldError(str(directory), f"a directory needs one of {', '.join(KUSTOMIZATION_FILES)}; "
                                                          "pass manifest files instead")])
     tree = Tree()
-    _collect(kustomization.resolve(), tree, set())
+    _collect(kustomization.resolve(), tree, set(), read)
     return tree
 
 
@@ -210,12 +213,13 @@ def _rewrite_patch(patch_pod: Workload, migrated: Mapping[str, Any]) -> None:
 @dataclass
 class _Overlay:
     kustomization: Path
+    read: Reader
     templates: list[Any] = field(default_factory=list)
     results: list[FileResult] = field(default_factory=list)
 
 
 def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Report, overlay: _Overlay) -> None:
-    text = _read(patch.path)
+    text = overlay.read(patch.path)
     stream = streams.split(text, str(patch.path))
     for index, document in enumerate(stream.documents):
         for prefix, obj in objects(document.data):
@@ -250,7 +254,7 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
 
 def _templates_result(overlay: _Overlay) -> FileResult:
     path = overlay.kustomization.parent / TEMPLATES_FILE
-    original = _read(path) if path.is_file() else ""
+    original = overlay.read(path) if path.is_file() else ""
     present = {metadata(o)[0] for d in yaml.safe_load_all(original) for _, o in objects(d) if o}
     text = original
     for template in overlay.templates:
@@ -263,9 +267,10 @@ def _templates_result(overlay: _Overlay) -> FileResult:
     return FileResult(str(path), original, text)
 
 
-def _kustomization_result(kustomization: Path) -> FileResult:
+def _kustomization_result(overlay: _Overlay) -> FileResult:
     """The kustomization with TEMPLATES_FILE listed under `resources` (unchanged when it already is)."""
-    text = _read(kustomization)
+    kustomization = overlay.kustomization
+    text = overlay.read(kustomization)
     stream = streams.split(text, str(kustomization))
     data = stream.documents[0].data if stream.documents else None
     if not isinstance(data, CommentedMap) or TEMPLATES_FILE in (data.get("resources") or []):
@@ -278,10 +283,10 @@ def _kustomization_result(kustomization: Path) -> FileResult:
     return FileResult(str(kustomization), text, streams.render(stream))
 
 
-def migrate_directory(directory: Path, options: Options) -> tuple[list[FileResult], Report]:
+def migrate_directory(directory: Path, options: Options, read: Reader = _read_text) -> tuple[list[FileResult], Report]:
     """Migrate a kustomization directory: its resources, and its patches consistently with them."""
-    tree = load_tree(directory)
-    originals = [(str(path), _read(path)) for path in tree.resources]
+    tree = load_tree(directory, read)
+    originals = [(str(path), read(path)) for path in tree.resources]
     results, report = migrate(originals, options)
     for kustomization, entry, why in tree.skipped:
         report.add(Action.NOT_CONVERTED, Location(str(kustomization), 0), entry, why)
@@ -290,11 +295,11 @@ def migrate_directory(directory: Path, options: Options) -> tuple[list[FileResul
     bases = [obj for source, text in originals for d in streams.split(text, source).documents
              for _, obj in objects(d.data) if isinstance(obj, CommentedMap)]
     for kustomization, patches in tree.patches.items():
-        overlay = _Overlay(kustomization)
+        overlay = _Overlay(kustomization, read)
         for patch in patches:
             _migrate_patch(patch, bases, options, report, overlay)
         results.extend(overlay.results)
         if overlay.templates:
-            results += [_templates_result(overlay), _kustomization_result(kustomization)]
+            results += [_templates_result(overlay), _kustomization_result(overlay)]
     report.changed_files = [r.source for r in results if r.changed]
     return results, report

@@ -77,9 +77,10 @@ def test_refusal_in_one_file_blocks_all_writes(tmp_path: Path, capsys: pytest.Ca
     assert "amd.com/cpx_nps4" in err
 
 
-def test_invalid_yaml_names_the_document(capsys: pytest.CaptureFixture[str]) -> None:
+def test_invalid_yaml_names_the_document_and_the_line_of_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    # The second document is broken at line 17 of the file (line 5 of that document).
     _, _, err = _run([str(CORPUS / "refuse" / "invalid-yaml.yaml")], capsys)
-    assert "document 1" in err and "invalid YAML" in err
+    assert "invalid-yaml.yaml:17: document 2: invalid YAML" in err and len(err.splitlines()) == 1
 
 
 def test_write_refuses_stdin(capsys: pytest.CaptureFixture[str]) -> None:

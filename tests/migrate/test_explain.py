@@ -9,7 +9,6 @@ import yaml
 
 from migrate_testlib import CORPUS, base_name, by_kind, run
 
-explain = pytest.importorskip("dra_driver.cli.explain", reason="dra_driver.cli.explain not importable yet")
 from dra_driver.cli.main import main  # noqa: E402
 
 # template -> (hardware profile, partitioning) it must be allocatable on

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from migrate_testlib import run
 from shared_corpus import require
+from dra_driver.cli.main import main
 from dra_driver.migrate import Action
 
 TEMPLATE = """apiVersion: apps/v1
@@ -73,3 +78,11 @@ def test_probe_chart_sources_from_the_corpus() -> None:
         result, report = run(text, name)
         assert result.output == text
         assert any(reason in f.reason for f in report.by_action(Action.NOT_CONVERTED)), name
+
+
+def test_cli_reports_a_template_source_instead_of_refusing_it_as_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "deployment.yaml"
+    source.write_text(TEMPLATE)
+    assert main(["migrate", str(source)]) == 0  # not "invalid YAML": the input check skips Helm sources
+    out, err = capsys.readouterr()
+    assert out == TEMPLATE and "render first" in err
