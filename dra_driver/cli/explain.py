@@ -29,6 +29,7 @@ from dra_driver.claims_input import (
     to_class,
 )
 from dra_driver.errors import DraError, FieldError, ValidationError
+from dra_driver.inputs import read_objects
 from dra_driver import fleet as fleets
 
 EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, 2
@@ -153,17 +154,15 @@ def _pod_claims(pod: Pod, templates: Mapping[str, ResourceClaimTemplate], claims
 
 def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subject:
     """What FILE asks about: claims to allocate together, plus DeviceClasses it brings."""
-    try:
-        docs = fleets.read_documents(Path(path))
-    except fleets.FleetError as exc:
-        raise InputError([FieldError(path, str(exc))]) from exc
+    found = read_objects(path)  # the input layer: limits, envelope rules, one-line errors
+    docs = [item.obj for item in found]
     subject = Subject()
     errors: list[FieldError] = []
     parsed: list[tuple[str, Any]] = []
     for index, doc in enumerate(docs):
         kind = str(doc.get("kind") or "")
         name = str((doc.get("metadata") or {}).get("name") or f"[{index}]")
-        result = parse_object(doc, f"{kind or 'document'} {name}")
+        result = parse_object(doc, f"{path}:{found[index].line}: {kind or 'document'} {name}")
         if isinstance(result, list):
             errors += result
         else:
