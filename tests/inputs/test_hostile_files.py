@@ -33,11 +33,20 @@ def test_every_command_survives(workdir: Path, case: Case, command: str) -> None
         pytest.skip("root reads any file")
     path = case.make(workdir)
     claim, fleet = write_companions(workdir)
-    outcome = run_in_process(COMMANDS[command](path, claim, fleet))
+    # A lower value limit keeps "many-values" fast; the default is tested once below.
+    outcome = run_in_process(["--max-input-nodes", "50000", *COMMANDS[command](path, claim, fleet)])
     if case.refused:
         assert_refused(outcome, str(path))
     else:
         assert_survived(outcome)
+
+
+def test_the_default_value_limit(workdir: Path) -> None:
+    # An alias bomb reaches the default limit after a few lines (many-values would take seconds).
+    path = next(c for c in CASES if c.name == "billion-laughs").make(workdir)
+    claim, fleet = write_companions(workdir)
+    outcome = run_in_process(COMMANDS["explain-fleet"](path, claim, fleet))
+    assert_refused(outcome, f"{path}:7: document 1: holds more than 500,000 values")
 
 
 def test_what_used_to_crash_a_process_ends_with_one_line(workdir: Path) -> None:
@@ -59,11 +68,11 @@ def test_endless_standard_input_stops_at_the_limit() -> None:
 
 def test_the_limits_can_be_raised_with_global_flags(workdir: Path) -> None:
     many = workdir / "many-values.yaml"
-    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(30_000)))
+    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(10_001)))
     refused = run_in_process(["migrate", str(many), "--report", "none"])
     assert_refused(refused, str(many))
     assert "--max-input-nodes" in refused.err and "comment-keeping parser" in refused.err
-    raised = run_in_process(["--max-input-nodes", "100000", "migrate", str(many), "--report", "none"])
+    raised = run_in_process(["--max-input-nodes", "30000", "migrate", str(many), "--report", "none"])
     assert raised.code == 0 and raised.out.startswith("kind: ConfigMap")
     small = run_in_process(["--max-input-size", "100", "migrate", str(many)])
     assert_refused(small, str(many))
