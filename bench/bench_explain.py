@@ -23,7 +23,7 @@ from dra_driver import fleet as fleets
 from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, build_pools
 from dra_driver.allocator.report import to_text
 from dra_driver.claims_input import ResourceClaim, to_claim
-from dra_driver.cli.explain import fleet_nodes
+from dra_driver.explain import fleet_nodes
 
 NV = "gpu.nvidia.com"
 CLASSES = {

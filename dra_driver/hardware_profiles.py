@@ -9,34 +9,22 @@ each backend's profile_dir(), or given as a path to a user's own file.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dra_driver.errors import ProfileError
 from dra_driver.inputs import InputError, read_documents
+from dra_driver.registry import backend_profile_dirs
+from dra_driver.vendor import Profile
+
+__all__ = ["CORE_PROFILE_DIR", "Profile", "available_profiles", "load_profile", "load_profile_file"]
 
 CORE_PROFILE_DIR = Path(__file__).parent / "profiles"
 _META_KEYS = {"name", "description"}
 
 
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    description: str
-    sections: Mapping[str, Mapping[str, Any]]  # vendor -> simulator input
-    source: Path
-
-
 def _profile_dirs() -> list[Path]:
-    from dra_driver.registry import backend_classes  # late: registry imports this module
-
-    dirs = [CORE_PROFILE_DIR]
-    for cls in backend_classes().values():
-        directory = cls.profile_dir()
-        if directory is not None:
-            dirs.append(Path(directory))
-    return dirs
+    return [CORE_PROFILE_DIR, *backend_profile_dirs()]
 
 
 def available_profiles(dirs: Iterable[Path] | None = None) -> dict[str, Path]:

@@ -6,11 +6,11 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from dra_driver.errors import BackendUnavailable
-from dra_driver.hardware_profiles import Profile
 from dra_driver.logs import fields
-from dra_driver.vendor import BackendSettings, VendorBackend
+from dra_driver.vendor import BackendSettings, Profile, VendorBackend
 
 ENTRY_POINT_GROUP = "dra_driver.vendors"
 log = logging.getLogger(__name__)
@@ -31,6 +31,16 @@ def backend_classes() -> dict[str, type[VendorBackend]]:
             continue
         found[entry.name] = cls
     return found
+
+
+def backend_profile_dirs() -> list[Path]:
+    """The profile directories installed backends ship (their profile_dir())."""
+    dirs: list[Path] = []
+    for cls in backend_classes().values():
+        directory = cls.profile_dir()
+        if directory is not None:
+            dirs.append(Path(directory))
+    return dirs
 
 
 @dataclass

@@ -25,6 +25,16 @@ Partitioning = Literal["static", "dynamic"]
 
 
 @dataclass(frozen=True)
+class Profile:
+    """A hardware profile: per-vendor simulator input (loaded by dra_driver.hardware_profiles)."""
+
+    name: str
+    description: str
+    sections: Mapping[str, Mapping[str, Any]]  # vendor -> simulator input
+    source: Path
+
+
+@dataclass(frozen=True)
 class BackendSettings:
     """Node-level settings shared by all backends."""
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import lark
-from celpy import celtypes
 
 from dra_driver.cel.evaluator import ident_name, namespace_of
 from dra_driver.cel.library import GLOBALS, METHODS, NOT_SUPPORTED, TYPE_NAMES
+from dra_driver.cel.literals import constant_string
 from dra_driver.cel.typecheck import TypeCheckError, check_types
 
 # Single-child nodes of these kinds only forward their child's value; removing them makes
@@ -228,7 +228,7 @@ def _collect(node: lark.Tree, keys: set[ReferencedKey]) -> None:
         left = cast(lark.Tree, node.children[0].children[0])
         right = cast(lark.Tree, node.children[1])
         domain = _domain_map_access(right, keys)
-        name = _constant_string(left)
+        name = constant_string(left)
         if domain is not None and name is not None:
             keys.add(ReferencedKey(domain[0], domain[1], name))
             return
@@ -263,7 +263,7 @@ def _device_access(node: lark.Tree, keys: set[ReferencedKey]) -> ReferencedKey |
     if node.data == "member_index":
         target, index = cast(lark.Tree, node.children[0]), cast(lark.Tree, node.children[1])
         domain = _domain_map_access(target, keys)
-        name = _constant_string(index)
+        name = constant_string(index)
         if domain is not None and name is not None:
             return ReferencedKey(domain[0], domain[1], name)
     return None
@@ -280,7 +280,7 @@ def _domain_map_access(node: lark.Tree, keys: set[ReferencedKey]) -> tuple[Any, 
     if index.data == "member_dot" and ident_name(index.children[0]) == "device" and index.children[1] == "driver":
         keys.add(ReferencedKey("driver", "", ""))
         return (kind, None)
-    domain = _constant_string(index)
+    domain = constant_string(index)
     return (kind, domain) if domain is not None else None
 
 
@@ -290,34 +290,3 @@ def _device_map(node: lark.Tree) -> Literal["attribute", "capacity"] | None:
         return None
     field = cast(lark.Token, node.children[1]).value
     return "attribute" if field == "attributes" else "capacity" if field == "capacity" else None
-
-
-def literal_values(tree: lark.Tree) -> dict[int, Any]:
-    """Every literal node's value, keyed by node identity, computed once at compile time."""
-    from celpy.evaluation import Evaluator
-
-    decoder = Evaluator(tree, activation=None)  # type: ignore[arg-type]
-    values: dict[int, Any] = {}
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if node.data == "literal":
-            values[id(node)] = decoder.literal(node)
-            continue
-        stack.extend(c for c in node.children if isinstance(c, lark.Tree))
-    return values
-
-
-def _constant_string(node: lark.Tree) -> str | None:
-    """The value of a plain string literal ("x" or 'x'), else None."""
-    while node.data != "literal" and len(node.children) == 1 and isinstance(node.children[0], lark.Tree):
-        node = node.children[0]
-    if node.data != "literal":
-        return None
-    token = cast(lark.Token, node.children[0])
-    if token.type != "STRING_LIT":
-        return None
-    from celpy.evaluation import Evaluator
-
-    value = Evaluator(node, activation=None).literal(node)  # type: ignore[arg-type]
-    return str(value) if isinstance(value, celtypes.StringType) else None

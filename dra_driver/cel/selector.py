@@ -33,6 +33,7 @@ from dra_driver.cel.device import CelDevice
 from dra_driver.cel.errors import CelCompileError, CelNotSupported, CelRuntimeError
 from dra_driver.cel.evaluator import BudgetEvaluator
 from dra_driver.cel.library import OPERATORS
+from dra_driver.cel.literals import literal_values
 
 MAX_EXPRESSION_BYTES = 10240  # CELSelectorExpressionMaxLength
 DEFAULT_COST_BUDGET = 1_000_000  # CELSelectorExpressionMaxCost, here counted in evaluation steps
@@ -187,7 +188,7 @@ def _compile(expression: str, budget: int) -> CompiledSelector:
     except analysis.AnalysisError as exc:
         error = CelCompileError if exc.supported else CelNotSupported
         raise error(expression, str(exc)) from exc
-    literals = analysis.literal_values(tree)
+    literals = literal_values(tree)
     for value in literals.values():
         if isinstance(value, CELEvalError):
             raise CelCompileError(expression, f"invalid literal: {value.args[0] if value.args else value}")

@@ -18,6 +18,7 @@ import lark
 
 from dra_driver.cel.evaluator import ident_name, namespace_of
 from dra_driver.cel.library import NAMESPACES, regex_error
+from dra_driver.cel.literals import constant_string
 
 # A type: a name ("int", "string", "Quantity", ...) or ("list", T) / ("map", K, V).
 CelType = Union[str, tuple[Any, ...]]
@@ -349,9 +350,7 @@ def _arithmetic_result(symbol: str, left: CelType, right: CelType) -> CelType | 
 
 def _check_regex(pattern_tree: lark.Tree) -> None:
     """Kubernetes validates constant regular expressions at compile time (RE2 syntax)."""
-    from dra_driver.cel.analysis import _constant_string
-
-    pattern = _constant_string(pattern_tree)
+    pattern = constant_string(pattern_tree)
     if pattern is None:
         return
     problem = regex_error(pattern)

@@ -17,7 +17,7 @@ from kubernetes import client
 from dra_driver.allocator import Allocator, CelMatcher, Node, build_pools
 from dra_driver.allocator.types import Pool
 from dra_driver.claims_input import ResourceClaim, parse_object
-from dra_driver.cli.explain import ClaimInput, InputError, Subject, merge_classes, shipped_class_documents, validated_claims
+from dra_driver.explain import ClaimInput, InputError, Subject, merge_classes, shipped_class_documents, validated_claims
 from dra_driver.errors import DraError
 
 

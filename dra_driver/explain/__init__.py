@@ -1,0 +1,31 @@
+"""explain's library: would kube-scheduler allocate these claims on this fleet, and if not, why.
+
+`cli/explain.py` only parses arguments and prints; everything else is here so other
+commands (demo, template, fleet) and benchmarks reuse it.
+
+    explain(ExplainRequest(file, FleetSource(paths=[...]))) -> ExplainResult
+"""
+
+from __future__ import annotations
+
+from dra_driver.explain.classes import merge_classes, shipped_class_documents
+from dra_driver.explain.errors import InputError
+from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
+from dra_driver.explain.run import ExplainRequest, ExplainResult, explain
+from dra_driver.explain.subject import ClaimInput, Subject, read_subject, validated_claims
+
+__all__ = [
+    "ClaimInput",
+    "ExplainRequest",
+    "ExplainResult",
+    "FleetSource",
+    "InputError",
+    "Subject",
+    "explain",
+    "fleet_nodes",
+    "load_fleet",
+    "merge_classes",
+    "read_subject",
+    "shipped_class_documents",
+    "validated_claims",
+]

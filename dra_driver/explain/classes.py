@@ -1,0 +1,53 @@
+"""DeviceClasses for explain: the shipped ones, layered under the fleet's and the user's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dra_driver import fleet as fleets
+from dra_driver.allocator import CelMatcher, DeviceClassSpec
+from dra_driver.claims_input import DeviceClass, class_spec_errors, parse_object, to_class
+from dra_driver.errors import FieldError
+from dra_driver.explain.errors import InputError
+
+
+def shipped_class_documents() -> list[dict[str, Any]]:
+    """The DeviceClasses shipped with dra-driver (deviceclasses/, listed by its kustomization.yaml).
+
+    Read as plain documents so they go through the same checks as a user's classes.
+    """
+    from dra_driver.cel.classes import shipped_classes_dir
+
+    try:
+        directory = shipped_classes_dir()
+    except FileNotFoundError:
+        return []  # an installation without them: users bring classes with --classes
+    listed = (fleets.read_documents(directory / "kustomization.yaml") or [{}])[0].get("resources") or []
+    docs: list[dict[str, Any]] = []
+    for name in listed:
+        docs += fleets.read_documents(directory / str(name))
+    return [d for d in docs if d.get("kind") == "DeviceClass"]
+
+
+def merge_classes(layers: Sequence[tuple[str, list[dict[str, Any]]]], matcher: CelMatcher) -> dict[str, DeviceClassSpec]:
+    """Merge class layers (later replaces earlier by name) and validate the result."""
+    merged: dict[str, tuple[str, dict[str, Any]]] = {}
+    for source, docs in layers:
+        for doc in docs:
+            name = str((doc.get("metadata") or {}).get("name", ""))
+            merged[name] = (source, doc)
+    out: dict[str, DeviceClassSpec] = {}
+    errors: list[FieldError] = []
+    for name, (source, doc) in merged.items():
+        label = f"{source}: DeviceClass {name}"
+        parsed = parse_object(doc, label)
+        if isinstance(parsed, list):
+            errors += parsed
+            continue
+        assert isinstance(parsed, DeviceClass)
+        errors += class_spec_errors(parsed, label, matcher.compile_problem)
+        out[name] = to_class(parsed)
+    if errors:
+        raise InputError(errors)
+    return out

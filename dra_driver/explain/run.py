@@ -1,0 +1,57 @@
+"""One explain run: fleet + classes + the file's claims -> the allocator's explanation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver import fleet as fleets
+from dra_driver.allocator import Allocator, CelMatcher, Explanation, build_pools
+from dra_driver.errors import FieldError
+from dra_driver.explain.classes import merge_classes, shipped_class_documents
+from dra_driver.explain.errors import InputError
+from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
+from dra_driver.explain.subject import read_subject, validated_claims
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    """What `dra-driver explain` was asked: the claim file, the fleet, extra DeviceClass files."""
+
+    file: str
+    source: FleetSource
+    class_paths: Sequence[str] = ()
+
+
+@dataclass
+class ExplainResult:
+    explanation: Explanation
+    summary: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def explain(request: ExplainRequest) -> ExplainResult:
+    """Allocate the file's claims on the fleet as kube-scheduler would; InputError for bad input."""
+    matcher = CelMatcher()
+    fleet = load_fleet(request.source)
+    subject = read_subject(request.file, fleet.claims)
+    extra = fleets.load_paths(request.class_paths) if request.class_paths else fleets.Fleet()
+    if extra.slices or extra.claims:
+        raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
+    layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), ("--classes", extra.classes), (request.file, subject.classes)]
+    classes = merge_classes(layers, matcher)
+    claims = validated_claims(subject, classes, matcher)
+    pools = build_pools(fleet.slices)
+    nodes = fleet_nodes(pools, fleet.nodes)
+    allocated = fleets.allocated_devices(fleet.claims, skip=subject.own_claims)
+    explanation = Allocator(pools, classes, matcher, allocated).explain(claims, nodes)
+    summary = {
+        "sources": fleet.sources,
+        "nodes": len(nodes),
+        "pools": len(pools),
+        "devices": sum(len(p.devices) for p in pools),
+        "allocatedElsewhere": len(allocated),
+        "celEvaluations": matcher.evaluations,
+    }
+    return ExplainResult(explanation, summary, subject.notes)
