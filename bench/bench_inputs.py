@@ -1,7 +1,7 @@
 """Every command that reads files, on hostile inputs and on large valid ones: wall time and max RSS.
 
 Usage:
-    python bench/bench_inputs.py [--repeat 3] [--only NAME] [--baseline DIR] [--out DIR]
+    python bench/bench_inputs.py [--repeat 3] [--hostile-repeat 1] [--only NAME] [--baseline DIR] [--out DIR]
 
 Each run is a real process (`python -m dra_driver.cli.main ...`), timed from start to
 exit, with its peak resident memory from wait4(). Hostile cases come from
@@ -150,7 +150,8 @@ def measure(argv: list[str], repeat: int, pythonpath: str | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each large valid input (median)")
+    parser.add_argument("--hostile-repeat", type=int, default=1, help="runs of each hostile input (median)")
     parser.add_argument("--only", help="run only cases whose name contains this")
     parser.add_argument("--baseline", help="an exported older tree to compare with (PYTHONPATH)")
     parser.add_argument("--out", type=Path, default=None, help="where inputs are written (default: a temp dir)")
@@ -158,20 +159,20 @@ def main() -> None:
     directory = args.out or Path(tempfile.mkdtemp(prefix="bench-inputs-"))
     directory.mkdir(parents=True, exist_ok=True)
     claim, fleet = _claim(directory), _tiny_fleet(directory)
-    rows: list[tuple[str, str, list[str]]] = []
+    rows: list[tuple[str, str, list[str], int]] = []
     for case in CASES:
         if case.name == "unreadable" and running_as_root():
             continue
-        rows += [(case.name, command, COMMANDS[command](case.make(directory), claim, fleet)) for command in COMMANDS]
+        rows += [(case.name, command, COMMANDS[command](case.make(directory), claim, fleet), args.hostile_repeat) for command in COMMANDS]
     for name, make, commands in LARGE:
-        rows += [(name, command, COMMANDS[command](make(directory), claim, fleet)) for command in commands]
+        rows += [(name, command, COMMANDS[command](make(directory), claim, fleet), args.repeat) for command in commands]
     header = "| input | command | now |" + (" baseline |" if args.baseline else "")
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
-    for name, command, argv in rows:
+    for name, command, argv, repeat in rows:
         if args.only and args.only not in name:
             continue
-        now = measure(argv, args.repeat, None)
+        now = measure(argv, repeat, None)
         before = f" {measure(argv, 1, args.baseline)} |" if args.baseline else ""
         print(f"| {name} | {command} | {now} |{before}", flush=True)
 
