@@ -37,26 +37,25 @@ BASELINE_TIMEOUT_S = 30
 BASELINE_MEMORY = 2 * 1024**3
 
 
-def _fleet_json(directory: Path) -> Path:
-    from dra_driver import fleet as fleets
-
-    path = directory / "fleet-10k.json"
-    if not path.exists():
-        slices = fleets.simulated("dgx-a100-mig", 243, "dynamic").slices
-        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": slices}))
-    return path
-
-
-def _fleet_yaml(directory: Path) -> Path:
+def _fleet_file(directory: Path, name: str, profile: str, nodes: int, partitioning: str) -> Path:
+    """A simulated fleet as a kubectl List, JSON or YAML by the name's suffix (written once)."""
     import yaml
 
     from dra_driver import fleet as fleets
 
-    path = directory / "fleet-near-limit.yaml"
+    path = directory / name
     if not path.exists():
-        slices = fleets.simulated("dgx-h100", 90, "static").slices
-        path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": slices}))
+        listed = {"apiVersion": "v1", "kind": "List", "items": fleets.simulated(profile, nodes, partitioning).slices}
+        path.write_text(json.dumps(listed) if name.endswith(".json") else yaml.safe_dump(listed))
     return path
+
+
+def _fleet_json(directory: Path) -> Path:
+    return _fleet_file(directory, "fleet-10k.json", "dgx-a100-mig", 243, "dynamic")
+
+
+def _fleet_yaml(directory: Path) -> Path:
+    return _fleet_file(directory, "fleet-near-limit.yaml", "dgx-h100", 90, "static")
 
 
 def _manifests(directory: Path) -> Path:
