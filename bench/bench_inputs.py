@@ -55,7 +55,7 @@ def _fleet_json(directory: Path) -> Path:
 
 
 def _fleet_yaml(directory: Path) -> Path:
-    return _fleet_file(directory, "fleet-near-limit.yaml", "dgx-h100", 90, "static")
+    return _fleet_file(directory, "fleet-450-nodes.yaml", "dgx-h100", 450, "static")  # ~430,000 values
 
 
 def _manifests(directory: Path) -> Path:
@@ -98,7 +98,7 @@ COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
 }
 LARGE: tuple[tuple[str, Callable[[Path], Path], tuple[str, ...]], ...] = (
     ("10k-device JSON fleet (13.8 MB)", _fleet_json, ("explain --fleet",)),
-    ("YAML fleet near 500k values", _fleet_yaml, ("explain --fleet",)),
+    ("YAML fleet, 450 nodes, ~430k values (5.2 MB)", _fleet_yaml, ("explain --fleet",)),
     ("manifests near migrate's limits", _manifests, ("migrate",)),
     ("30 MB profile (one long description)", _big_profile, ("discover --profile",)),
 )
