@@ -120,3 +120,11 @@ def test_a_named_pipe_with_a_writer_is_read(workdir: Path) -> None:
     finally:
         writer.wait(timeout=10)
     assert outcome.code == 0 and "ALLOCATABLE" in outcome.out
+
+
+def test_a_hostile_kubeconfig_is_refused_before_the_kubernetes_client_reads_it(workdir: Path) -> None:
+    claim, _ = write_companions(workdir)
+    laughs = next(c for c in CASES if c.name == "billion-laughs").make(workdir)
+    outcome = run_in_process(["explain", str(claim), "--kubeconfig", str(laughs)])
+    assert_refused(outcome, f"{laughs}:6: document 1: holds more than 500,000 values")
+    assert_refused(run_in_process(["explain", str(claim), "--kubeconfig", "/dev/zero"]), "/dev/zero: is larger than the input limit")
