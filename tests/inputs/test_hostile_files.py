@@ -126,5 +126,5 @@ def test_a_hostile_kubeconfig_is_refused_before_the_kubernetes_client_reads_it(w
     claim, _ = write_companions(workdir)
     laughs = next(c for c in CASES if c.name == "billion-laughs").make(workdir)
     outcome = run_in_process(["explain", str(claim), "--kubeconfig", str(laughs)])
-    assert_refused(outcome, f"{laughs}:6: document 1: holds more than 500,000 values")
-    assert_refused(run_in_process(["explain", str(claim), "--kubeconfig", "/dev/zero"]), "/dev/zero: is larger than the input limit")
+    assert_refused(outcome, f"kubeconfig {laughs}:6: document 1: holds more than 500,000 values")
+    assert_refused(run_in_process(["explain", str(claim), "--kubeconfig", "/dev/zero"]), "kubeconfig /dev/zero: is larger than the input limit")
