@@ -225,12 +225,12 @@ class Metrics:
             )
         )
         self.state_damage = _Family(
-            Counter(
+            lambda registry: _prometheus().Counter(
                 "dra_driver_state_damage",
                 "Damaged or lost plugin state found (kind: record, checkpoint-dir, cdi-spec, rollback-failed) "
                 "and claims rebuilt from evidence (kind: rebuilt)",
                 ["driver", "kind"],
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.errors = _Family(
@@ -251,7 +251,7 @@ class Metrics:
         self._loaded = True
         if self.registry is None:
             self.registry = _prometheus().CollectorRegistry()
-        for family in (self.requests, self.claims, self.latency, self.prepared_devices, self.errors):
+        for family in (self.requests, self.claims, self.latency, self.prepared_devices, self.state_damage, self.errors):
             family.load(self.registry)
         self.holders.load(self.registry)
 
