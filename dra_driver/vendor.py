@@ -10,6 +10,7 @@ server. Backends are found through the `dra_driver.vendors` entry-point group
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -64,6 +65,19 @@ class DeviceNode:
     major: int | None = None
     minor: int | None = None
     permissions: str | None = None  # subset of "rwm"
+
+    @classmethod
+    def under(cls, path: str, dev_root: Path, type: str | None = None, permissions: str | None = None) -> DeviceNode:
+        """The node the container sees at `path` (/dev/...), found on the host under `dev_root`
+        (different from /dev when the plugin sees the host's /dev mounted elsewhere)."""
+        host = _host_device_path(path, dev_root)
+        return cls(path=path, host_path=None if host == path else host, type=type, permissions=permissions)
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_device_path(path: str, dev_root: Path) -> str:
+    # Cached: every prepare asks for the same few nodes, and a pathlib join costs more than the rest of edit building.
+    return str(dev_root / path.removeprefix("/dev/"))
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,15 @@ class PreparedClaim:
 
 
 @dataclass(frozen=True)
+class RecordedClaim:
+    """What a backend's own on-disk records say a claim holds (start-up evidence when the checkpoint lost it)."""
+
+    claim_uid: str
+    devices: tuple[str, ...]  # device names in the pool
+    state: dict[str, Any]  # a state unprepare() and reconcile() accept for this claim
+
+
+@dataclass(frozen=True)
 class HealthEvent:
     device: str  # device name in the pool
     healthy: bool
@@ -203,6 +226,15 @@ class VendorBackend(ABC):
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
         """After a restart: destroy dynamic partitions that no live claim state lists."""
+
+    def recorded_claims(self) -> list[RecordedClaim]:
+        """Claims the backend's own records (kept under state_dir) show as holding devices.
+
+        Read at start-up before reconcile: a claim listed here whose checkpoint record is
+        lost or damaged keeps its devices reserved, and the state given here goes to
+        reconcile and unprepare as the claim's. Default: the backend keeps no records.
+        """
+        return []
 
     def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
         """Yield health changes until `stop` is set. Default: no health source."""
