@@ -12,7 +12,7 @@ from dra_driver.errors import FieldError
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
-from dra_driver.explain.subject import read_subject, validated_claims
+from dra_driver.explain.subject import Subject, read_subject, validated_claims
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,18 @@ class ExplainResult:
 
 def explain(request: ExplainRequest) -> ExplainResult:
     """Allocate the file's claims on the fleet as kube-scheduler would; InputError for bad input."""
-    matcher = CelMatcher()
     fleet = load_fleet(request.source)
     subject = read_subject(request.file, fleet.claims)
     extra = fleets.load_paths(request.class_paths) if request.class_paths else fleets.Fleet()
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
-    layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), ("--classes", extra.classes), (request.file, subject.classes)]
-    classes = merge_classes(layers, matcher)
+    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)])
+
+
+def explain_subject(fleet: fleets.Fleet, subject: Subject, class_layers: Sequence[tuple[str, list[dict[str, Any]]]] = ()) -> ExplainResult:
+    """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes."""
+    matcher = CelMatcher()
+    classes = merge_classes([("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers], matcher)
     claims = validated_claims(subject, classes, matcher)
     pools = build_pools(fleet.slices)
     nodes = fleet_nodes(pools, fleet.nodes)
