@@ -72,8 +72,11 @@ def _read_text(path: Path) -> str:
 
 
 def _entry_path(kustomization: Path, entry: Any, field_name: str) -> Path:
-    if not isinstance(entry, str) or not entry or "\n" in entry:
-        raise MigrationError([FieldError(f"{kustomization}: {field_name}", f"{entry!r} is not a relative path")])
+    """A file named by the kustomization: relative to it, as kustomize reads it (which may be outside it, `../base`)."""
+    if not isinstance(entry, str) or not entry or "\n" in entry or "\0" in entry or Path(entry).is_absolute():
+        raise MigrationError([FieldError(f"{kustomization}: {field_name}",
+                                         f"{entry!r} is not a relative path; kustomize entries are relative to the "
+                                         "kustomization's directory")])
     return (kustomization.parent / entry).resolve()
 
 

@@ -136,3 +136,9 @@ def test_patches_it_cannot_follow_are_reported_with_render_first(overlay: Path) 
 def test_a_directory_without_kustomization_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MigrationError, match="kustomization.yaml"):
         migrate_directory(tmp_path, Options(catalog=load_catalog()))
+
+
+def test_an_absolute_path_entry_is_refused(overlay: Path) -> None:
+    (overlay / "kustomization.yaml").write_text("resources:\n- /etc/hostname\n")
+    with pytest.raises(MigrationError, match="not a relative path"):
+        migrate_directory(overlay, Options(catalog=load_catalog()))
