@@ -87,7 +87,7 @@ OPERATOR_KINDS: dict[str, OperatorKind] = {
         OperatorKind("LLMInferenceService", ("serving.kserve.io",),
                      (("spec", "template"), ("spec", "worker"), ("spec", "prefill", "template"), ("spec", "prefill", "worker")),
                      "KServe builds the LLMInferenceService pods from these PodSpecs (resourceClaims included); check "
-                     "your KServe version, and that its scheduler (the inference pool) does not count nvidia.com/gpu"),
+                     "your KServe version, and that nothing in its scheduling (the inference pool) counts device-plugin GPU limits"),
         OperatorKind("InferenceService", ("serving.kserve.io",), (), convert=False, check=(
             "KServe's predictor is its own copy of the pod spec fields and the Knative (serverless) mode rejects "
             "pod fields it does not allow, so resourceClaims may be dropped or refused; not converted. Use "
