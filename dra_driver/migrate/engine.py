@@ -9,7 +9,7 @@ from typing import Any
 from dra_driver.errors import FieldError
 from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
-from dra_driver.migrate.catalog import ClassCatalog
+from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
 from dra_driver.migrate.claims import Generated, migrate_workload
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
@@ -26,7 +26,9 @@ _SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
 @dataclass
 class Options:
     strategy: str = "claims"
-    catalog: ClassCatalog = field(default_factory=ClassCatalog)
+    # The shipped classes unless told otherwise: with an empty catalog MIG profiles would lose their classes and
+    # extended-resource output could emit a class under a shipped class's name.
+    catalog: ClassCatalog = field(default_factory=load_catalog)
 
 
 @dataclass
