@@ -9,6 +9,7 @@ from typing import Any
 from dra_driver.errors import FieldError
 from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
+from dra_driver.migrate.aliases import Unaliaser, show_path
 from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
 from dra_driver.migrate.claims import Generated, migrate_workload
 from dra_driver.migrate.context import Context
@@ -146,9 +147,14 @@ def _ray_container_gpus(pod: Workload) -> int | None:
 
 def _keep_ray_gpu_count(ctx: Context, pod: Workload, gpus: int | None) -> None:
     """Set rayStartParams num-gpus where KubeRay would have derived it from the limit the migration removed."""
-    group = ray_group(pod.obj, pod.spec_keys)
-    if group is None or not gpus:
+    if ray_group(pod.obj, pod.spec_keys) is None or not gpus:
         return
+    prefix = pod.spec_path[: len(pod.spec_path) - len(show_path("", pod.spec_keys))]
+    # rayStartParams shared through a YAML alias (head and workers alike) gets a copy of its own first
+    if ctx.root is not None and not Unaliaser(ctx, ctx.root).own(pod.obj, prefix, (*pod.spec_keys[:-2], "rayStartParams")):
+        return
+    group = ray_group(pod.obj, pod.spec_keys)
+    assert group is not None
     params = group.get("rayStartParams")
     if isinstance(params, Mapping) and RAY_GPUS in params:
         return

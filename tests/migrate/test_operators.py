@@ -68,3 +68,35 @@ def test_ray_groups_keep_their_gpu_count_in_ray_start_params() -> None:
     assert cluster["spec"]["headGroupSpec"]["rayStartParams"] == {"num-gpus": "0"}  # set by the user: kept
     assert [g["rayStartParams"] for g in cluster["spec"]["workerGroupSpecs"]] == [{"num-gpus": "1"}, {"num-gpus": "1"}]
     assert len([f for f in report.by_action(Action.NOTE) if f.subject == "num-gpus"]) == 2
+
+
+def test_ray_start_params_shared_through_an_alias_are_copied_before_the_gpu_count_is_added() -> None:
+    text = """apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: r
+spec:
+  headGroupSpec:
+    rayStartParams: &params
+      dashboard-host: 0.0.0.0
+    template:
+      spec:
+        containers:
+        - name: head
+          image: ray
+  workerGroupSpecs:
+  - groupName: gpu
+    rayStartParams: *params
+    template:
+      spec:
+        containers:
+        - name: worker
+          image: ray
+          resources:
+            limits:
+              nvidia.com/gpu: 2
+"""
+    result, _ = run(text)
+    [cluster] = [o for o in objects(result.output) if o["kind"] == "RayCluster"]
+    assert cluster["spec"]["headGroupSpec"]["rayStartParams"] == {"dashboard-host": "0.0.0.0"}  # the CPU head: no GPUs
+    assert cluster["spec"]["workerGroupSpecs"][0]["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-gpus": "2"}
