@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dra_driver.cel.analysis import ReferencedKey
 from dra_driver.cel.device import CelDevice, cel_device
+from dra_driver.cel.environment import SCHEDULER, CelEnvironment, api_server
 from dra_driver.cel.errors import CelBudgetExceeded, CelCompileError, CelError, CelNotSupported, CelRuntimeError
 from dra_driver.cel.selector import DEFAULT_COST_BUDGET, MAX_EXPRESSION_BYTES, CompiledSelector, compile_selector
 from dra_driver.cel.types import Quantity, Semver
@@ -18,7 +19,9 @@ from dra_driver.cel.types import Quantity, Semver
 __all__ = [
     "DEFAULT_COST_BUDGET",
     "MAX_EXPRESSION_BYTES",
+    "SCHEDULER",
     "CelBudgetExceeded",
+    "CelEnvironment",
     "CelCompileError",
     "CelDevice",
     "CelError",
@@ -28,6 +31,7 @@ __all__ = [
     "Quantity",
     "ReferencedKey",
     "Semver",
+    "api_server",
     "cel_device",
     "compile_selector",
 ]

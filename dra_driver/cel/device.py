@@ -104,6 +104,8 @@ def cel_device(driver: str, device: Mapping[str, Any]) -> CelDevice:
             celtypes.StringType("driver"): celtypes.StringType(driver),
             celtypes.StringType("attributes"): _domain_map(attributes),
             celtypes.StringType("capacity"): _domain_map(capacity),
+            # Declared in the scheduler's environment whatever the gate; unset reads as false.
+            celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(device.get("allowMultipleAllocations") is True),
         }
     )
     return CelDevice(driver=driver, name=name, value=value)

@@ -75,12 +75,12 @@ class BudgetEvaluator(Evaluator):  # type: ignore[misc]
     def spend(self, units: int = 1) -> None:
         self.remaining -= units
         if self.remaining < 0:
-            raise CelBudgetExceeded(self.expression, f"evaluation exceeded the cost budget of {self.budget} units")
+            raise CelBudgetExceeded(self.expression, budget_message(self.budget))
 
     def _visit_tree(self, tree: lark.Tree) -> Any:
         self.remaining -= 1
         if self.remaining < 0:
-            raise CelBudgetExceeded(self.expression, f"evaluation exceeded the cost budget of {self.budget} units")
+            raise CelBudgetExceeded(self.expression, budget_message(self.budget))
         return super()._visit_tree(tree)
 
     def run(self) -> Any:
@@ -188,7 +188,7 @@ class BudgetEvaluator(Evaluator):  # type: ignore[misc]
             try:
                 return target[field]
             except KeyError:
-                return CELEvalError(f"no such key: {field!r}", KeyError, (field,), tree=tree)
+                return CELEvalError(f"no such key: {field}", KeyError, (field,), tree=tree)
         return CELEvalError(f"{_kind(target)} does not support field selection (.{field})", TypeError, (), tree=tree)
 
     def member_index(self, tree: lark.Tree) -> Any:
@@ -210,10 +210,10 @@ class BudgetEvaluator(Evaluator):  # type: ignore[misc]
                 try:
                     return target[index]  # DomainMap answers an unknown domain with an empty map
                 except KeyError:
-                    return CELEvalError(f"no such key: {index!r}", KeyError, (index,), tree=tree)
+                    return CELEvalError(f"no such key: {_display(index)}", KeyError, (index,), tree=tree)
             value = map_get(target, index)
             if value is _MISSING:
-                return CELEvalError(f"no such key: {index!r}", KeyError, (index,), tree=tree)
+                return CELEvalError(f"no such key: {_display(index)}", KeyError, (index,), tree=tree)
             return value
         return CELEvalError(f"no matching overload for {_kind(target)}[{_kind(index)}]", TypeError, (), tree=tree)
 
@@ -430,6 +430,22 @@ def _list_position(index: Any) -> int | None:
 
 def _index(key: Any) -> Any:
     return celtypes.IntType(key) if isinstance(key, int) and not isinstance(key, bool) else key
+
+
+def budget_message(budget: int) -> str:
+    """cel-go's wording (the Go tests match it), with the limit that was hit."""
+    return f"operation cancelled: actual cost limit exceeded (limit {budget:,})"
+
+
+def _display(value: Any) -> str:
+    """A CEL value as a user wrote it: strings bare (like Go's "no such key: x"), never a Python type name."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))
+    return str(value)
 
 
 def _kind(value: Any) -> str:

@@ -177,7 +177,7 @@ def is_integer(value: Any) -> celtypes.BoolType:
 def as_integer(value: Any) -> celtypes.IntType:
     q = _quantity(value, "asInteger")
     if not is_integer(q):
-        raise ValueError(f"cannot convert quantity {q.text!r} to an int64 integer")
+        raise ValueError("cannot convert value to integer")  # Go's wording; the tests match it
     return celtypes.IntType(int(q.value))
 
 

@@ -30,6 +30,7 @@ from celpy.evaluation import Activation, CELEvalError
 from dra_driver.cel import analysis
 from dra_driver.cel.analysis import ReferencedKey
 from dra_driver.cel.device import CelDevice
+from dra_driver.cel.environment import SCHEDULER, CelEnvironment
 from dra_driver.cel.errors import CelCompileError, CelNotSupported, CelRuntimeError
 from dra_driver.cel.evaluator import BudgetEvaluator
 from dra_driver.cel.library import OPERATORS
@@ -102,6 +103,7 @@ class CompiledSelector:
     referenced_keys: frozenset[ReferencedKey] | None = field(compare=False)
     budget: int = field(default=DEFAULT_COST_BUDGET, compare=False)
     literals: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+    max_cost: int | None = field(default=None, compare=False)  # cel-go's worst-case estimate (cost.py)
 
     def evaluate(self, device: CelDevice) -> bool:
         """True/False, or CelRuntimeError (runtime error, non-bool result, budget exceeded)."""
@@ -152,11 +154,11 @@ def _sort_key(key: ReferencedKey) -> tuple[str, str, str]:
 def _error_text(error: CELEvalError) -> str:
     message = str(error.args[0]) if error.args else "evaluation error"
     if len(error.args) > 2 and error.args[2] and message in ("no such key",):
-        message = f"{message}: {error.args[2][0]!r}"
+        message = f"{message}: {str.__str__(error.args[2][0]) if isinstance(error.args[2][0], str) else error.args[2][0]}"
     return message
 
 
-def compile_selector(expression: str, budget: int = DEFAULT_COST_BUDGET) -> CompiledSelector:
+def compile_selector(expression: str, budget: int = DEFAULT_COST_BUDGET, environment: CelEnvironment = SCHEDULER) -> CompiledSelector:
     """Parse and check one selector (cached by source text).
 
     Raises CelCompileError (syntax, > 10240 bytes, undeclared names) or its subclass
@@ -164,11 +166,11 @@ def compile_selector(expression: str, budget: int = DEFAULT_COST_BUDGET) -> Comp
     """
     if not isinstance(expression, str):
         raise CelCompileError(str(expression), f"expression must be a string, got {type(expression).__name__}")
-    return _compile(expression, budget)
+    return _compile(expression, budget, environment)
 
 
 @lru_cache(maxsize=4096)
-def _compile(expression: str, budget: int) -> CompiledSelector:
+def _compile(expression: str, budget: int, environment: CelEnvironment) -> CompiledSelector:
     size = len(expression.encode())
     if size > MAX_EXPRESSION_BYTES:
         raise CelCompileError(expression, f"expression is {size} bytes, the limit is {MAX_EXPRESSION_BYTES}")
@@ -179,12 +181,12 @@ def _compile(expression: str, budget: int) -> CompiledSelector:
     except CELParseError as exc:
         if ".?" in expression or "[?" in expression:
             raise CelNotSupported(expression, "optional field/index syntax (.? and [?]) is not supported") from exc
-        raise CelCompileError(expression, f"syntax error: {_first_line(exc)}") from exc
+        raise CelCompileError(expression, f"Syntax error: {_first_line(exc)}") from exc
     if analysis.raw_depth(tree) > 12 * analysis.MAX_DEPTH:
         raise CelCompileError(expression, f"expression nesting is deeper than {analysis.MAX_DEPTH} levels")
     tree = analysis.collapse(tree)
     try:
-        analysis.check(tree)
+        analysis.check(tree, environment.device_fields)
     except analysis.AnalysisError as exc:
         error = CelCompileError if exc.supported else CelNotSupported
         raise error(expression, str(exc)) from exc

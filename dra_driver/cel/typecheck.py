@@ -26,7 +26,7 @@ DYN = "dyn"
 NUMBERS = frozenset({"int", "uint", "double"})
 _ORDERED = frozenset({"bool", "string", "bytes", "timestamp", "duration"}) | NUMBERS
 _DOMAINS: CelType = ("map", "string", ("map", "string", DYN))
-_DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _DOMAINS, "capacity": _DOMAINS}
+_DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _DOMAINS, "capacity": _DOMAINS, "allowMultipleAllocations": "bool"}
 _LITERALS = {
     "INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
     "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null",
@@ -67,7 +67,7 @@ def check_types(tree: lark.Tree) -> None:
     """Raise TypeCheckError when the expression does not type-check or is statically non-bool."""
     result = _Checker().infer(tree, {})
     if result not in (DYN, "bool"):
-        raise TypeCheckError(f"expression has type {_name(result)}, a selector must evaluate to bool")
+        raise TypeCheckError(f"must evaluate to bool or the unknown type, not {_name(result)}")
 
 
 def _name(kind: CelType) -> str:
@@ -140,7 +140,7 @@ class _Checker:
     @staticmethod
     def _require_bool(kind: CelType, symbol: str) -> None:
         if kind not in (DYN, "bool"):
-            raise TypeCheckError(f"no matching overload for '{symbol}' applied to {_name(kind)} (an operand must be bool)")
+            raise TypeCheckError(f"found no matching overload for '{symbol}' applied to {_name(kind)} (an operand must be bool)")
 
     def _relation(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
         return self._binary(node, scope)
@@ -164,7 +164,7 @@ class _Checker:
                   "multiplication_mul": "*", "multiplication_div": "/", "multiplication_mod": "%"}[op]  # fmt: skip
         result = _operator_result(symbol, left, right)
         if result is None:
-            raise TypeCheckError(f"no matching overload for '{symbol}' applied to ({_name(left)}, {_name(right)})")
+            raise TypeCheckError(f"found no matching overload for '{symbol}' applied to '({_name(left)}, {_name(right)})'")
         return result
 
     def _unary(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
@@ -177,7 +177,7 @@ class _Checker:
             self._require_bool(operand, "!")
             return "bool"
         if operand not in (DYN, "int", "double", "duration"):
-            raise TypeCheckError(f"no matching overload for '-' applied to {_name(operand)}")
+            raise TypeCheckError(f"found no matching overload for '-' applied to {_name(operand)}")
         return operand
 
     # ------------------------------------------------------------ member access
@@ -201,18 +201,18 @@ class _Checker:
         target = self.infer(target_tree, scope)
         index = self.infer(index_tree, scope)
         if target == "device":
-            raise TypeCheckError("no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity")
+            raise TypeCheckError("found no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity")
         if isinstance(target, tuple) and target[0] == "list":
             if index not in (DYN, "int"):
-                raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+                raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
             return cast(CelType, target[1])
         if isinstance(target, tuple) and target[0] == "map":
             if not compatible(target[1], index):
-                raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+                raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
             return cast(CelType, target[2])
         if target in (DYN, "null"):
             return DYN
-        raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+        raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
 
     # ------------------------------------------------------------ primaries
 
@@ -263,7 +263,7 @@ class _Checker:
         if name == "dyn":
             return DYN
         if name in _STRING_PARSERS and kinds and kinds[0] not in (DYN, "string"):
-            raise TypeCheckError(f"no matching overload for '{name}' applied to ({_name(kinds[0])})")
+            raise TypeCheckError(f"found no matching overload for '{name}' applied to '({_name(kinds[0])})'")
         if name == "matches" and len(args) == 2:
             _check_regex(args[1])
         return _GLOBAL_RESULTS.get(name, DYN)
@@ -285,9 +285,9 @@ class _Checker:
             return self._macro(name, receiver, args, scope)
         kinds = [self.infer(a, scope) for a in args]
         if name in _STRING_METHODS and receiver not in (DYN, "string"):
-            raise TypeCheckError(f"no matching overload for '{name}' on a {_name(receiver)} receiver")
+            raise TypeCheckError(f"found no matching overload for '{name}' on a {_name(receiver)} receiver")
         if name in _STRING_ARGUMENTS and any(k not in (DYN, "string") for k in kinds[:1]):
-            raise TypeCheckError(f"no matching overload for '{name}' applied to (string, {_name(kinds[0])})")
+            raise TypeCheckError(f"found no matching overload for '{name}' applied to '(string, {_name(kinds[0])})'")
         if name in ("matches", "find", "findAll") and args:
             _check_regex(args[0])
         if name in ("sum", "min", "max"):

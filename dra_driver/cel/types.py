@@ -17,6 +17,12 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 _NANO = Decimal("1e-9")
 _BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_SUFFIXES = frozenset({"", "n", "u", "m", "k", "M", "G", "T", "P", "E", *_BINARY_SUFFIXES})
+_EXPONENT = re.compile(r"^[eE][-+]?[0-9]+$")
+# apimachinery resource.ErrFormatWrong, verbatim: Go's tests match this text.
+_QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+_QUANTITY_SHAPE = re.compile(_QUANTITY_PATTERN)
+QUANTITY_FORMAT_ERROR = f"quantities must match the regular expression '{_QUANTITY_PATTERN}'"
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,13 +37,17 @@ class Quantity:
         """Parse with the kubernetes client's parser; ValueError when `text` is not a quantity."""
         if not isinstance(text, str) or isinstance(text, bool):
             raise TypeError(f"quantity() takes a string, got {type(text).__name__}")
-        if not text or any(ch.isspace() for ch in text):
+        text = str.__str__(text)  # a plain str: messages must never show a CEL wrapper type
+        shape = _QUANTITY_SHAPE.match(text)
+        if shape is None:
             # The client parser tolerates spaces; Kubernetes' ParseQuantity does not.
-            raise ValueError(f"invalid quantity {text!r}: empty or contains whitespace")
+            raise ValueError(QUANTITY_FORMAT_ERROR)
         try:
             exact = Decimal(parse_quantity(text))
         except (ValueError, TypeError, InvalidOperation, ArithmeticError) as exc:
-            raise ValueError(f"invalid quantity {text!r}: {exc}") from exc
+            # apimachinery's ParseQuantity: a suffix it does not know, else a bad number.
+            valid_suffix = shape.group(2) in _SUFFIXES or _EXPONENT.match(shape.group(2)) is not None
+            raise ValueError("unable to parse numeric part of quantity" if valid_suffix else "unable to parse quantity's suffix") from exc
         return cls(_as_kubernetes_stores(exact, text.endswith(_BINARY_SUFFIXES)), text)
 
     def __eq__(self, other: object) -> bool:
@@ -110,7 +120,7 @@ class Semver:
                 source = f"{int(major)}.{int(minor or 0)}.{int(patch or 0)}{rest}"
         match = _SEMVER.match(source)
         if not match:
-            raise ValueError(f"invalid semver {text!r}")
+            raise ValueError(semver_error(str.__str__(source)))
         major, minor, patch, pre, build = match.groups()
         return cls(int(major), int(minor), int(patch), tuple(pre.split(".")) if pre else (), build or "", text)
 
@@ -133,6 +143,25 @@ class Semver:
 
     def __repr__(self) -> str:
         return f"Semver({self.text!r})"
+
+
+def semver_error(text: str) -> str:
+    """Why `text` is not a semantic version, in the words of the Go library Kubernetes uses (blang/semver)."""
+    if not text:
+        return "Version string empty"
+    parts = text.split(".", 2)
+    if len(parts) != 3:
+        return "No Major.Minor.Patch elements found"
+    for label, part in (("major", parts[0]), ("minor", parts[1]), ("patch", re.split(r"[-+]", parts[2], maxsplit=1)[0])):
+        if not part.isascii() or not part.isdigit():
+            return f"Invalid character(s) found in {label} number {_go_quote(part)}"
+        if len(part) > 1 and part.startswith("0"):
+            return f"{label.capitalize()} number must not contain leading zeroes {_go_quote(part)}"
+    return f"Invalid pre-release or build metadata in {_go_quote(text)}"
+
+
+def _go_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _compare_prerelease(left: tuple[str, ...], right: tuple[str, ...]) -> int:
