@@ -14,7 +14,7 @@ from typing import Any, Literal, cast
 import lark
 
 from dra_driver.cel.environment import BASE_DEVICE_FIELDS
-from dra_driver.cel.evaluator import ident_name, namespace_of
+from dra_driver.cel.nodes import ident_name, namespace_of
 from dra_driver.cel.library import GLOBALS, METHODS, NOT_SUPPORTED, TYPE_NAMES
 from dra_driver.cel.literals import constant_string
 from dra_driver.cel.typecheck import TypeCheckError, check_types

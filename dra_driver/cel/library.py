@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar
 
+import re
+
 import re2
 from celpy import celtypes
 from celpy.evaluation import base_functions
@@ -31,6 +33,14 @@ ReceiverT = TypeVar("ReceiverT")
 def _require(value: Any, kinds: type | tuple[type, ...], what: str) -> None:
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _as_tuple(kinds)):
         raise TypeError(f"{what}: unexpected argument type {type(value).__name__}")
+
+
+_TRUE, _FALSE = celtypes.BoolType(True), celtypes.BoolType(False)
+
+
+def cel_bool(value: Any) -> celtypes.BoolType:
+    """A CEL bool; the two values are shared because building a BoolType is slow."""
+    return _TRUE if value else _FALSE
 
 
 def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -66,8 +76,8 @@ def _parses(parse: Callable[[str], Any], text: str) -> celtypes.BoolType:
     try:
         parse(text)
     except ValueError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+        return cel_bool(False)
+    return cel_bool(True)
 
 
 _MISSING = object()
@@ -124,19 +134,19 @@ def map_has(mapping: dict[Any, Any], key: Any) -> bool:
 
 
 def _equals(left: Any, right: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(cel_equal(left, right))
+    return cel_bool(cel_equal(left, right))
 
 
 def _not_equals(left: Any, right: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(not cel_equal(left, right))
+    return cel_bool(not cel_equal(left, right))
 
 
 def _contains(item: Any, container: Any) -> celtypes.BoolType:
     """`item in list` (CEL equality on elements) and `key in map` (CEL key equality)."""
     if isinstance(container, list):
-        return celtypes.BoolType(any(cel_equal(item, element) for element in container))
+        return cel_bool(any(cel_equal(item, element) for element in container))
     if isinstance(container, dict):
-        return celtypes.BoolType(map_has(container, item))
+        return cel_bool(map_has(container, item))
     raise TypeError(f"no such overload: in on {type(container).__name__}")
 
 
@@ -171,7 +181,7 @@ def sign(value: Any) -> celtypes.IntType:
 def is_integer(value: Any) -> celtypes.BoolType:
     q = _quantity(value, "isInteger")
     exact = q.value == q.value.to_integral_value()
-    return celtypes.BoolType(bool(exact and INT64_MIN <= q.value <= INT64_MAX))
+    return cel_bool(bool(exact and INT64_MIN <= q.value <= INT64_MAX))
 
 
 def as_integer(value: Any) -> celtypes.IntType:
@@ -247,16 +257,19 @@ def _compare(receiver: Any, other: Any, what: str) -> int:
     raise TypeError(f"{what}: needs two Quantities or two Semvers, got {type(receiver).__name__}, {type(other).__name__}")
 
 
+_SIGNS = {-1: celtypes.IntType(-1), 0: celtypes.IntType(0), 1: celtypes.IntType(1)}  # IntType() is slow to build
+
+
 def compare_to(receiver: Any, other: Any) -> celtypes.IntType:
-    return celtypes.IntType(_compare(receiver, other, "compareTo"))
+    return _SIGNS[_compare(receiver, other, "compareTo")]
 
 
 def is_greater_than(receiver: Any, other: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(_compare(receiver, other, "isGreaterThan") > 0)
+    return cel_bool(_compare(receiver, other, "isGreaterThan") > 0)
 
 
 def is_less_than(receiver: Any, other: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(_compare(receiver, other, "isLessThan") < 0)
+    return cel_bool(_compare(receiver, other, "isLessThan") < 0)
 
 
 # ---------------------------------------------------------------- ext.Strings (v2)
@@ -475,8 +488,13 @@ def _to_display(value: Any) -> str:
 
 
 def find(receiver: Any, pattern: Any) -> celtypes.StringType:
-    text, regex = _string(receiver, "find"), _compile_regex(pattern)
-    match = regex.search(text)
+    return _find(_string(receiver, "find"), _string(pattern, "find"))
+
+
+@lru_cache(maxsize=4096)
+def _find(text: str, pattern: str) -> celtypes.StringType:
+    """Pure, and selectors repeat it per device and per loop step: cached."""
+    match = _compile_regex(pattern).search(text)
     return celtypes.StringType(match.group(0) if match else "")
 
 
@@ -494,7 +512,7 @@ def find_all(receiver: Any, pattern: Any, limit: Any = None) -> celtypes.ListTyp
 def matches(receiver: Any, pattern: Any) -> celtypes.BoolType:
     """`s.matches(re)` / `matches(s, re)`: RE2 search anywhere in the string, as cel-go."""
     text, regex = _string(receiver, "matches"), _compile_regex(pattern)
-    return celtypes.BoolType(regex.search(text) is not None)
+    return cel_bool(regex.search(text) is not None)
 
 
 def _compile_regex(pattern: Any) -> Any:
@@ -546,7 +564,7 @@ def _ordered(items: list[Any], what: str) -> None:
 def is_sorted(receiver: Any) -> celtypes.BoolType:
     items = _list(receiver, "isSorted")
     _ordered(items, "isSorted")
-    return celtypes.BoolType(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
+    return cel_bool(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
 
 
 def sum_list(receiver: Any) -> Any:
@@ -586,17 +604,17 @@ def _contains_all(haystack: list[Any], needles: list[Any]) -> bool:
 
 
 def sets_contains(left: Any, right: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(_contains_all(_list(left, "sets.contains"), _list(right, "sets.contains")))
+    return cel_bool(_contains_all(_list(left, "sets.contains"), _list(right, "sets.contains")))
 
 
 def sets_equivalent(left: Any, right: Any) -> celtypes.BoolType:
     a, b = _list(left, "sets.equivalent"), _list(right, "sets.equivalent")
-    return celtypes.BoolType(_contains_all(a, b) and _contains_all(b, a))
+    return cel_bool(_contains_all(a, b) and _contains_all(b, a))
 
 
 def sets_intersects(left: Any, right: Any) -> celtypes.BoolType:
     a, b = _list(left, "sets.intersects"), _list(right, "sets.intersects")
-    return celtypes.BoolType(any(cel_equal(x, y) for x in a for y in b))
+    return cel_bool(any(cel_equal(x, y) for x in a for y in b))
 
 
 # ---------------------------------------------------------------- operators (cross-type numeric ordering)
@@ -617,15 +635,17 @@ def _ordering(op: Callable[[Any, Any], bool], name: str) -> CelFunction:
     mix (bool with int, Quantity, lists) is "no such overload", as in cel-go."""
 
     def compare(left: Any, right: Any) -> celtypes.BoolType:
+        if type(left) is celtypes.IntType and type(right) is celtypes.IntType:  # the common case, fast
+            return cel_bool(op(int(left), int(right)))
         if _is_number(left) and _is_number(right):
             # Plain Python int/float compare exactly across types; celtypes refuse mixing.
-            return celtypes.BoolType(op(_plain(left), _plain(right)))
+            return cel_bool(op(_plain(left), _plain(right)))
         kind = _order_kind(left)
         if kind is None or kind is not _order_kind(right):
             if isinstance(left, (Quantity, Semver)) or isinstance(right, (Quantity, Semver)):
                 raise TypeError(f"no such overload: {name} is not defined for Quantity/Semver (use compareTo)")
             raise TypeError(f"no such overload: {name}")
-        return celtypes.BoolType(op(left, right))
+        return cel_bool(op(left, right))
 
     compare.__name__ = f"ordering_{name.strip('_')}"
     return compare
@@ -676,7 +696,20 @@ _STANDARD_METHODS = (
     "getHours", "getMilliseconds", "getMinutes", "getSeconds",
 )  # fmt: skip
 
+_DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def to_int(value: Any) -> celtypes.IntType:
+    """int(x); strings of decimal digits take a fast path (celpy's IntType() is slow to construct)."""
+    if isinstance(value, str) and _DECIMAL_INT.fullmatch(value):
+        parsed = int(str.__str__(value))
+        if INT64_MIN <= parsed <= INT64_MAX:
+            return int.__new__(celtypes.IntType, parsed)
+    return base_functions["int"](value)
+
+
 GLOBALS: dict[str, CelFunction] = {name: base_functions[name] for name in _STANDARD_GLOBALS}
+GLOBALS["int"] = to_int
 GLOBALS.update(
     {
         "matches": matches,

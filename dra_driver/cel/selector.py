@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -25,15 +25,14 @@ import celpy.celparser
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError, CELParser
-from celpy.evaluation import Activation, CELEvalError
+from celpy.evaluation import CELEvalError
 
 from dra_driver.cel import analysis
 from dra_driver.cel.analysis import ReferencedKey
 from dra_driver.cel.device import CelDevice
 from dra_driver.cel.environment import SCHEDULER, CelEnvironment
 from dra_driver.cel.errors import CelCompileError, CelNotSupported, CelRuntimeError
-from dra_driver.cel.evaluator import BudgetEvaluator
-from dra_driver.cel.library import OPERATORS
+from dra_driver.cel.closures import Fn, Frame, compile_tree, kind_name
 from dra_driver.cel.literals import literal_values
 
 MAX_EXPRESSION_BYTES = 10240  # CELSelectorExpressionMaxLength
@@ -87,13 +86,6 @@ def _parse(expression: str) -> lark.Tree:
         return _parser.parse(expression)
 
 
-def _functions_activation() -> Activation:
-    return Activation(functions=dict(OPERATORS))
-
-
-_ACTIVATION = _functions_activation()
-
-
 @dataclass(frozen=True)
 class CompiledSelector:
     """A checked, parsed selector. `referenced_keys` is None when not statically known."""
@@ -104,21 +96,22 @@ class CompiledSelector:
     budget: int = field(default=DEFAULT_COST_BUDGET, compare=False)
     literals: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
     max_cost: int | None = field(default=None, compare=False)  # cel-go's worst-case estimate (cost.py)
+    program: Fn | None = field(default=None, repr=False, compare=False)  # closures.py
 
     def evaluate(self, device: CelDevice) -> bool:
         """True/False, or CelRuntimeError (runtime error, non-bool result, budget exceeded)."""
-        value = self.evaluate_value(device.value)
+        value = self.evaluate_value(device.value, device.paths)
         if not isinstance(value, celtypes.BoolType):
-            raise CelRuntimeError(self.expression, f"expression returned {type(value).__name__}, a selector must return bool")
+            raise CelRuntimeError(self.expression, f"expression returned {kind_name(value)}, a selector must return bool")
         return bool(value)
 
-    def evaluate_value(self, device_value: Any) -> Any:
-        """Evaluate with `device` bound to `device_value`; returns any CEL value."""
-        evaluator = BudgetEvaluator(
-            self.tree, _ACTIVATION, {"device": device_value}, self.budget, self.expression, self.literals
-        )
+    def evaluate_value(self, device_value: Any, paths: Mapping[Any, Any] | None = None) -> Any:
+        """Evaluate with `device` bound to `device_value`; returns any CEL value.
+
+        `paths` (CelDevice.paths) lets compiled device reads skip the CEL maps."""
+        program = self.program or compile_tree(self.tree, self.literals)
         try:
-            value = evaluator.run()
+            value = program(Frame({"device": device_value}, self.budget, self.expression, paths))
         except RecursionError as exc:
             raise CelRuntimeError(self.expression, "expression nested too deeply to evaluate") from exc
         if isinstance(value, CELEvalError):
@@ -194,7 +187,7 @@ def _compile(expression: str, budget: int, environment: CelEnvironment) -> Compi
     for value in literals.values():
         if isinstance(value, CELEvalError):
             raise CelCompileError(expression, f"invalid literal: {value.args[0] if value.args else value}")
-    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals)
+    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals, program=compile_tree(tree, literals))
 
 
 def _first_line(exc: Exception) -> str:

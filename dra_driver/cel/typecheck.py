@@ -16,7 +16,7 @@ from typing import Any, Union, cast
 
 import lark
 
-from dra_driver.cel.evaluator import ident_name, namespace_of
+from dra_driver.cel.nodes import ident_name, namespace_of
 from dra_driver.cel.library import NAMESPACES, regex_error
 from dra_driver.cel.literals import constant_string
 
