@@ -60,12 +60,19 @@ def _normalise_key(key: Any) -> Key:
 
 
 class CelMatcher:
-    """The real CEL evaluator, memoized per distinct value tuple of the keys an expression reads."""
+    """The real CEL evaluator, memoized per distinct value tuple of the keys an expression reads.
 
-    def __init__(self) -> None:
+    Two Kubernetes environments (cel/environment.py): input is validated as the API server
+    validates a new selector (NewExpressions, the DRAConsumableCapacity gate as given, the
+    compile-time cost limit); devices are matched as kube-scheduler matches them
+    (StoredExpressions)."""
+
+    def __init__(self, consumable_capacity: bool = False) -> None:
         from dra_driver import cel  # late: keeps the allocator importable without the CEL layer
 
         self._cel = cel
+        self.validation = cel.api_server(consumable_capacity)
+        self.scheduling = cel.SCHEDULER
         self._compiled: dict[str, Any] = {}
         self._keys: dict[str, tuple[Key, ...] | None] = {}
         self._memo: dict[tuple[str, Any], bool | str] = {}
@@ -73,12 +80,13 @@ class CelMatcher:
         self.evaluations = 0  # real CEL runs (for the benchmark)
 
     def compile_problem(self, expression: str) -> str | None:
-        """None when `expression` compiles, else why not (for input validation)."""
+        """None when the API server would accept `expression` in a new object, else why not."""
         try:
+            selector = self._cel.compile_selector(expression, environment=self.validation)
             self._program(expression)
         except self._cel.CelCompileError as exc:
             return getattr(exc, "message", str(exc))
-        return None
+        return selector.cost_problem()
 
     def _program(self, expression: str) -> Any:
         program = self._compiled.get(expression)

@@ -32,6 +32,7 @@ from dra_driver.cel.analysis import ReferencedKey
 from dra_driver.cel.device import CelDevice
 from dra_driver.cel.environment import SCHEDULER, CelEnvironment
 from dra_driver.cel.errors import CelCompileError, CelNotSupported, CelRuntimeError
+from dra_driver.cel.cost import estimate
 from dra_driver.cel.closures import Fn, Frame, compile_tree, kind_name
 from dra_driver.cel.literals import literal_values
 
@@ -118,6 +119,12 @@ class CompiledSelector:
             raise CelRuntimeError(self.expression, _error_text(value))
         return value
 
+    def cost_problem(self) -> str | None:
+        """The API server's refusal of a new selector whose estimated cost is over the limit, else None."""
+        if self.max_cost is None or self.max_cost <= DEFAULT_COST_BUDGET:
+            return None
+        return f"too complex, exceeds cost limit (estimated cost {self.max_cost:,} exceeds budget {DEFAULT_COST_BUDGET:,})"
+
     def group_key(self, device: CelDevice) -> Hashable | None:
         """Devices with equal group keys get the same result (or the same error) from evaluate.
 
@@ -187,7 +194,8 @@ def _compile(expression: str, budget: int, environment: CelEnvironment) -> Compi
     for value in literals.values():
         if isinstance(value, CELEvalError):
             raise CelCompileError(expression, f"invalid literal: {value.args[0] if value.args else value}")
-    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals, program=compile_tree(tree, literals))
+    program = compile_tree(tree, literals)
+    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals, estimate(tree), program)
 
 
 def _first_line(exc: Exception) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 
 from dra_driver.allocator.report import to_json, to_text
 from dra_driver.errors import DraError, ValidationError
-from dra_driver.explain import ExplainRequest, FleetSource, InputError, explain
+from dra_driver.explain import ExplainRequest, FleetSource, InputError, explain, parse_gates
+from dra_driver.explain.gates import GATES
 
 EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, 2
 
@@ -33,6 +34,7 @@ def add_parser(subparsers: Any) -> None:
     source.add_argument("--partitioning", choices=("static", "dynamic"), default="static", help="MIG/partition publishing mode for --profile")
     source.add_argument("--kubeconfig", help="read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
+    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="Kubernetes feature gates that change the answer (1.35 defaults otherwise): " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")
     parser.set_defaults(func=run)
@@ -40,7 +42,7 @@ def add_parser(subparsers: Any) -> None:
 
 def request_from_args(args: argparse.Namespace) -> ExplainRequest:
     source = FleetSource(paths=tuple(args.fleet), profile=args.profile, nodes=args.nodes, partitioning=args.partitioning, kubeconfig=args.kubeconfig)
-    return ExplainRequest(file=args.file, source=source, class_paths=tuple(args.classes))
+    return ExplainRequest(file=args.file, source=source, class_paths=tuple(args.classes), gates=parse_gates(args.feature_gates))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         line = f"Fleet: {', '.join(summary['sources'])}: {summary['devices']} devices in {summary['pools']} pools on {summary['nodes']} nodes"
         if summary["allocatedElsewhere"]:
             line += f"; {summary['allocatedElsewhere']} devices allocated to other claims"
+        line += f"\nCEL: selectors validated as {summary['celEnvironments']['validation']}, matched as {summary['celEnvironments']['matching']}"
         text = to_text(explanation, line, verbose=args.explain_all)
         if notes:
             text = "\n".join(f"Note: {n}" for n in notes) + "\n" + text

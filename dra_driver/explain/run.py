@@ -12,6 +12,7 @@ from dra_driver.errors import FieldError
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
+from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.subject import read_subject, validated_claims
 
 
@@ -22,6 +23,7 @@ class ExplainRequest:
     file: str
     source: FleetSource
     class_paths: Sequence[str] = ()
+    gates: FeatureGates = FeatureGates()
 
 
 @dataclass
@@ -33,7 +35,7 @@ class ExplainResult:
 
 def explain(request: ExplainRequest) -> ExplainResult:
     """Allocate the file's claims on the fleet as kube-scheduler would; InputError for bad input."""
-    matcher = CelMatcher()
+    matcher = CelMatcher(consumable_capacity=request.gates.consumable_capacity)
     fleet = load_fleet(request.source)
     subject = read_subject(request.file, fleet.claims)
     extra = fleets.load_paths(request.class_paths) if request.class_paths else fleets.Fleet()
@@ -53,5 +55,7 @@ def explain(request: ExplainRequest) -> ExplainResult:
         "devices": sum(len(p.devices) for p in pools),
         "allocatedElsewhere": len(allocated),
         "celEvaluations": matcher.evaluations,
+        "featureGates": request.gates.describe(),
+        "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
     return ExplainResult(explanation, summary, subject.notes)
