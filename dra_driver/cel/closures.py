@@ -26,6 +26,7 @@ from celpy.evaluation import CELEvalError, base_functions
 from dra_driver.cel.errors import CelBudgetExceeded
 from dra_driver.cel.nodes import ident_name, namespace_of
 from dra_driver.cel.library import _MISSING, GLOBALS, METHODS, OPERATORS, map_get
+from dra_driver.cel.types import cel_type_name as kind_name
 
 _BOOL_MACROS = frozenset({"all", "exists", "exists_one", "existsOne"})
 _LIST_MACROS = frozenset({"map", "filter", "transformList"})
@@ -84,31 +85,6 @@ Fn = Callable[[Frame], Any]
 def compile_tree(tree: lark.Tree, literals: dict[int, Any]) -> Fn:
     """The closure for a collapsed, checked tree (analysis.collapse + analysis.check)."""
     return _Compiler(literals).build(tree, frozenset({"device"}))
-
-
-def kind_name(value: Any) -> str:
-    """A value's CEL type name for messages (never a Python class name)."""
-    if isinstance(value, CELEvalError):
-        return "error"
-    if isinstance(value, celtypes.BoolType):
-        return "bool"
-    if isinstance(value, celtypes.IntType):
-        return "int"
-    if isinstance(value, celtypes.UintType):
-        return "uint"
-    if isinstance(value, celtypes.DoubleType):
-        return "double"
-    if isinstance(value, celtypes.StringType):
-        return "string"
-    if isinstance(value, celtypes.BytesType):
-        return "bytes"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "map"
-    if value is None:
-        return "null"
-    return type(value).__name__.replace("Type", "").lower()
 
 
 def _error(message: str, kind: type[Exception] = TypeError, args: tuple[Any, ...] = ()) -> CELEvalError:
@@ -423,7 +399,8 @@ class _Compiler:
                 return function(*values)
             except TypeError as exc:
                 kinds = ", ".join(kind_name(v) for v in values)
-                return _error(f"found no matching overload for '{name}' applied to '({kinds})'", TypeError, exc.args)
+                detail = f": {exc}" if str(exc) else ""
+                return _error(f"found no matching overload for '{name}' applied to '({kinds}){detail}'", TypeError, exc.args)
             except (ValueError, ArithmeticError, IndexError, KeyError, OverflowError) as exc:
                 return _error(f"{name}: {exc}", type(exc), exc.args)
 

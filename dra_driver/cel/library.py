@@ -10,18 +10,17 @@ for a bad value; the evaluator turns both into CEL errors.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any, TypeVar
-
-import re
 
 import re2
 from celpy import celtypes
 from celpy.evaluation import base_functions
 
-from dra_driver.cel.types import INT64_MAX, INT64_MIN, Quantity, Semver
+from dra_driver.cel.types import INT64_MAX, INT64_MIN, Quantity, Semver, cel_type_name
 
 CelFunction = Callable[..., Any]
 ReceiverT = TypeVar("ReceiverT")
@@ -32,7 +31,7 @@ ReceiverT = TypeVar("ReceiverT")
 
 def _require(value: Any, kinds: type | tuple[type, ...], what: str) -> None:
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _as_tuple(kinds)):
-        raise TypeError(f"{what}: unexpected argument type {type(value).__name__}")
+        raise TypeError(f"{what}: unexpected argument type {cel_type_name(value)}")
 
 
 _TRUE, _FALSE = celtypes.BoolType(True), celtypes.BoolType(False)
@@ -67,7 +66,7 @@ def _plain(value: Any) -> int | float:
 
 def _receiver(value: Any, kind: type[ReceiverT], what: str) -> ReceiverT:
     if not isinstance(value, kind):
-        raise TypeError(f"{what}: receiver must be a {kind.__name__}, got {type(value).__name__}")
+        raise TypeError(f"{what}: receiver must be a {kind.__name__}, got {cel_type_name(value)}")
     return value
 
 
@@ -147,7 +146,7 @@ def _contains(item: Any, container: Any) -> celtypes.BoolType:
         return cel_bool(any(cel_equal(item, element) for element in container))
     if isinstance(container, dict):
         return cel_bool(map_has(container, item))
-    raise TypeError(f"no such overload: in on {type(container).__name__}")
+    raise TypeError(f"no such overload: in on {cel_type_name(container)}")
 
 
 # ---------------------------------------------------------------- quantity library (1.28)
@@ -200,7 +199,7 @@ def _quantity_operand(value: Any, what: str) -> Decimal:
         return value.value
     if _is_int(value):
         return Decimal(int(value))
-    raise TypeError(f"{what}: argument must be a Quantity or an int, got {type(value).__name__}")
+    raise TypeError(f"{what}: argument must be a Quantity or an int, got {cel_type_name(value)}")
 
 
 def _quantity_from(value: Decimal) -> Quantity:
@@ -254,7 +253,7 @@ def _compare(receiver: Any, other: Any, what: str) -> int:
         return receiver.compare(other)
     if isinstance(receiver, Semver) and isinstance(other, Semver):
         return receiver.compare(other)
-    raise TypeError(f"{what}: needs two Quantities or two Semvers, got {type(receiver).__name__}, {type(other).__name__}")
+    raise TypeError(f"{what}: needs two Quantities or two Semvers, got {cel_type_name(receiver)}, {cel_type_name(other)}")
 
 
 _SIGNS = {-1: celtypes.IntType(-1), 0: celtypes.IntType(0), 1: celtypes.IntType(1)}  # IntType() is slow to build
@@ -282,7 +281,7 @@ def _string(value: Any, what: str) -> str:
 
 def _int_arg(value: Any, what: str) -> int:
     if not _is_int(value):
-        raise TypeError(f"{what}: expected an int argument, got {type(value).__name__}")
+        raise TypeError(f"{what}: expected an int argument, got {cel_type_name(value)}")
     return int(value)
 
 
@@ -319,7 +318,7 @@ def _index_of(receiver: Any, value: Any, start: Any, last: bool, what: str) -> c
         return _string_index_of(str(receiver), value, start, last)
     if isinstance(receiver, list) and start is None:
         return _list_index_of(receiver, value, last)
-    raise TypeError(f"{what}: unsupported receiver {type(receiver).__name__}")
+    raise TypeError(f"{what}: unsupported receiver {cel_type_name(receiver)}")
 
 
 def index_of(receiver: Any, value: Any, start: Any = None) -> celtypes.IntType:
@@ -389,7 +388,7 @@ def join(receiver: Any, separator: Any = "") -> celtypes.StringType:
     sep = _string(separator, "join")
     for item in receiver:
         if not isinstance(item, str):
-            raise TypeError(f"join: list elements must be strings, got {type(item).__name__}")
+            raise TypeError(f"join: list elements must be strings, got {cel_type_name(item)}")
     return celtypes.StringType(sep.join(receiver))
 
 
@@ -445,11 +444,11 @@ def _format_one(verb: str, value: Any, precision: int | None) -> str:
         return _to_display(value)
     if verb == "d":
         if not _is_int(value):
-            raise TypeError(f"format: %d needs an integer, got {type(value).__name__}")
+            raise TypeError(f"format: %d needs an integer, got {cel_type_name(value)}")
         return str(int(value))
     if verb in "fe":
         if not _is_number(value):
-            raise TypeError(f"format: %{verb} needs a number, got {type(value).__name__}")
+            raise TypeError(f"format: %{verb} needs a number, got {cel_type_name(value)}")
         return f"{float(value):.{6 if precision is None else precision}{verb}}"
     if verb in "xXob":
         if isinstance(value, bool):
@@ -460,7 +459,7 @@ def _format_one(verb: str, value: Any, precision: int | None) -> str:
         if verb in "xX" and isinstance(value, (str, bytes)):
             raw = value.encode() if isinstance(value, str) else bytes(value)
             return raw.hex().upper() if verb == "X" else raw.hex()
-        raise TypeError(f"format: %{verb} cannot format {type(value).__name__}")
+        raise TypeError(f"format: %{verb} cannot format {cel_type_name(value)}")
     raise ValueError(f"format: unrecognized formatting clause %{verb}")
 
 
@@ -480,7 +479,7 @@ def _to_display(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_to_display(k)}: {_to_display(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (Quantity, Semver)):
-        raise TypeError(f"format: %s cannot format {type(value).__name__}")
+        raise TypeError(f"format: %s cannot format {cel_type_name(value)}")
     return str(value)
 
 

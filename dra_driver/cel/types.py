@@ -10,8 +10,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import ROUND_UP, Decimal, InvalidOperation, localcontext
+from typing import Any
+
+from celpy import celtypes
 
 from dra_driver.model.quantity import parse_quantity
+
+def cel_type_name(value: Any) -> str:
+    """A value's CEL type name for messages users read (never a Python class name)."""
+    for kind, name in _CEL_NAMES:
+        if isinstance(value, kind):
+            return name
+    if value is None:
+        return "null"
+    return cel_type_name(value).replace("Type", "").lower()
+
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -36,7 +49,7 @@ class Quantity:
     def parse(cls, text: str) -> Quantity:
         """Parse with the kubernetes client's parser; ValueError when `text` is not a quantity."""
         if not isinstance(text, str) or isinstance(text, bool):
-            raise TypeError(f"quantity() takes a string, got {type(text).__name__}")
+            raise TypeError(f"quantity() takes a string, got {cel_type_name(text)}")
         text = str.__str__(text)  # a plain str: messages must never show a CEL wrapper type
         shape = _QUANTITY_SHAPE.match(text)
         if shape is None:
@@ -111,7 +124,7 @@ class Semver:
     def parse(cls, text: str, normalize: bool = False) -> Semver:
         """Strict semver 2.0.0; with `normalize`, accept "v1", "1.2", "01.2.3" as Kubernetes does."""
         if not isinstance(text, str) or isinstance(text, bool):
-            raise TypeError(f"semver() takes a string, got {type(text).__name__}")
+            raise TypeError(f"semver() takes a string, got {cel_type_name(text)}")
         source = text
         if normalize:
             loose = _LOOSE.match(text)
@@ -181,3 +194,21 @@ def _compare_prerelease(left: tuple[str, ...], right: tuple[str, ...]) -> int:
             return -1 if a_num else 1
         return 1 if a > b else -1
     return 1 if len(left) > len(right) else -1
+
+
+# Order matters: bool before int (BoolType is an int), CEL wrappers before Python bases.
+_CEL_NAMES: tuple[tuple[type, str], ...] = (
+    (celtypes.BoolType, "bool"),
+    (bool, "bool"),
+    (celtypes.UintType, "uint"),
+    (int, "int"),
+    (float, "double"),
+    (str, "string"),
+    (bytes, "bytes"),
+    (list, "list"),
+    (dict, "map"),
+    (Quantity, "Quantity"),
+    (Semver, "Semver"),
+    (celtypes.DurationType, "google.protobuf.Duration"),
+    (celtypes.TimestampType, "google.protobuf.Timestamp"),
+)

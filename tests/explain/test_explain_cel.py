@@ -39,3 +39,21 @@ def test_text_report_names_the_environments(tmp_path: Path, capsys: pytest.Captu
 def test_bad_feature_gates_are_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], gates: str) -> None:
     code, _, err = explain(capsys, claim_file(tmp_path, [b.exact("gpu")]), "--fleet", fleet_list(tmp_path, nodes()), "--feature-gates", gates)
     assert code == 2 and "--feature-gates" in err
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ('quantity("1Gi") < quantity("2Gi")', "found no matching overload for '_<_' applied to '(Quantity, Quantity)'"),
+        ('"%s-%d".format(["a", "b"]) == "a-b"', "%d clause can only be used on int, uint, was given string"),
+    ],
+)
+def test_compile_time_type_errors_are_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], selector: str, message: str) -> None:
+    code, _, err = explain(capsys, claim_file(tmp_path, [b.exact("gpu", selectors=(selector,))]), "--fleet", fleet_list(tmp_path, nodes()))
+    assert code == 2 and message in err
+
+
+def test_mixed_list_inside_format_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    selector = '"%s-%d".format([device.attributes["gpu.nvidia.com"].type, 0]) == "gpu-0"'
+    code, _, _ = explain(capsys, claim_file(tmp_path, [b.exact("gpu", selectors=(selector,))]), "--fleet", fleet_list(tmp_path, nodes()))
+    assert code == 0
