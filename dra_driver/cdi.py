@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.atomic_file import replace_file
+from dra_driver.model.names import uid_problem
 from dra_driver.vendor import ContainerEdits, DeviceNode, Hook, Mount
 
 CDI_CLASS = "device"
@@ -70,6 +71,10 @@ def qualified_id(driver: str, name: str) -> str:
 
 
 def spec_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
+    """The claim's spec file; refuses a UID that is not one (no path is ever built from it)."""
+    problem = uid_problem(claim_uid)
+    if problem is not None:
+        raise ValueError(f"claim UID {problem}: no CDI spec path is built from it")
     return cdi_dir / f"{cdi_vendor(driver)}-{CDI_CLASS}_{claim_uid}{SPEC_SUFFIX}"
 
 

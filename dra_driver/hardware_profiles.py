@@ -12,9 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dra_driver.errors import ProfileError
+from dra_driver.inputs import InputError, read_documents
 from dra_driver.registry import backend_profile_dirs
 from dra_driver.vendor import Profile
 
@@ -37,12 +36,14 @@ def available_profiles(dirs: Iterable[Path] | None = None) -> dict[str, Path]:
 
 
 def load_profile_file(path: Path) -> Profile:
+    """A profile file, read through the input layer (its limits; one-line InputError)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"profile {path} is not valid YAML: {exc}") from exc
+        documents = read_documents(path)
+    except InputError as exc:
+        raise ProfileError(f"profile {exc}") from exc
+    if len(documents) > 1:
+        raise ProfileError(f"profile {path} holds {len(documents)} YAML documents; a profile is one mapping")
+    data = documents[0].data if documents else None
     if not isinstance(data, Mapping):
         raise ProfileError(f"profile {path} must be a YAML mapping with a name and vendor sections")
     sections = {key: value for key, value in data.items() if key not in _META_KEYS}
@@ -63,9 +64,7 @@ def load_profile(name_or_path: str) -> Profile:
     """A shipped profile by name, or a user's profile file by path."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        if not path.is_file():
-            raise ProfileError(f"profile file {path} does not exist")
-        return load_profile_file(path)
+        return load_profile_file(path)  # the input layer says what is wrong with the path
     profiles = available_profiles()
     if name_or_path not in profiles:
         raise ProfileError(f"unknown profile {name_or_path!r}; choose one of: {', '.join(sorted(profiles)) or 'none installed'}, or give a path to a profile file")

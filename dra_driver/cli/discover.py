@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from dra_driver.errors import DraError
+from dra_driver.errors import DraError, ProfileError
+from dra_driver.inputs import InputError
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.model import as_list, render_pool, validate_slices
 from dra_driver.registry import open_backends
@@ -105,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     try:
         slices, unavailable = collect_slices(settings, args.profile, vendors)
+    except (InputError, ProfileError) as exc:  # the profile named or given is bad input
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except DraError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

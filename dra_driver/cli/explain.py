@@ -49,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = explain(request_from_args(args))
     except InputError as exc:
-        print(f"invalid input ({len(exc.errors)} problem{'s' if len(exc.errors) != 1 else ''}):", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
+        for error in exc.errors:  # one line a problem, so each can be read (and grepped) alone
+            print(f"invalid input: {error}", file=sys.stderr)
         return EXIT_INVALID
     except ValidationError as exc:
         print(f"invalid input: {exc}", file=sys.stderr)

@@ -13,9 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from dra_driver import __version__
+from dra_driver.inputs import errors as input_errors
+from dra_driver.inputs import limits as input_limits
 from dra_driver.logs import configure_logging
 
 COMMANDS: tuple[str, ...] = ("discover", "run", "demo", "explain", "migrate")
+# Top-level options that take a value (chosen_command skips the value too).
+_VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
+EXIT_BAD_INPUT = 2
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -29,13 +34,49 @@ def chosen_command(argv: Sequence[str]) -> str | None:
         if word == "--":
             word = next(words, "")
             return word if word in COMMANDS else None
-        if word == "--log-format":
+        if word in _VALUE_OPTIONS:
             next(words, None)  # its value
             continue
         if word.startswith("-"):
             continue
         return word if word in COMMANDS else None
     return None
+
+
+def _size(text: str) -> int:
+    try:
+        return input_limits.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of at least 1")
+    return int(text)
+
+
+def add_input_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """The limits of the input layer (dra_driver/inputs), for every command that reads files or stdin."""
+    group = parser.add_argument_group("input limits (every file and standard input a command reads)")
+    group.add_argument("--max-input-size", type=_size, default=None, metavar="SIZE",
+                       help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 2Mi)")
+    group.add_argument("--max-input-nodes", type=_positive, default=None, metavar="N",
+                       help=f"most values read from one YAML input, an alias counting every value it repeats (default {input_limits.DEFAULT_MAX_NODES:,}; "
+                       f"JSON {input_limits.JSON_NODES_FACTOR}x as many; migrate {input_limits.ROUND_TRIP_MAX_NODES:,})")
+    group.add_argument("--max-input-depth", type=_positive, default=input_limits.DEFAULT_MAX_DEPTH, metavar="N",
+                       help=f"deepest nesting accepted (default {input_limits.DEFAULT_MAX_DEPTH})")
+
+
+def configure_inputs(args: argparse.Namespace) -> None:
+    size, nodes = args.max_input_size, args.max_input_nodes
+    input_limits.configure(input_limits.Limits(
+        max_bytes=size if size is not None else input_limits.DEFAULT_MAX_BYTES,
+        max_depth=args.max_input_depth,
+        max_nodes=nodes if nodes is not None else input_limits.DEFAULT_MAX_NODES,
+        bytes_chosen=size is not None,
+        nodes_chosen=nodes is not None,
+    ))
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -54,6 +95,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)"
     )
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    add_input_limit_flags(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS if only is None else (only,):
         try:
@@ -74,12 +116,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     configure_logging(verbosity=args.verbose, fmt=args.log_format)
+    configure_inputs(args)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except input_errors.InputError as exc:
+        print(f"dra-driver {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # one line, not a traceback, unless -vv asks for it
+        if args.verbose >= 2:
+            raise
+        print(f"dra-driver {args.command}: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} "
+              "(run with -vv for the traceback, and please report it)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         logging.shutdown()
 

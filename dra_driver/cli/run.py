@@ -15,6 +15,7 @@ from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.kube.client import load_configuration
 from dra_driver.logs import fields
+from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
 from dra_driver.registry import open_backends
@@ -77,8 +78,20 @@ def writable_dir(flag: str, path: Path) -> None:
         raise DraError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
 
 
+def check_identity(node_name: str, pod_uid: str | None) -> None:
+    """The node name becomes the pool name claims must match, the pod UID part of socket file names: both are
+    checked against the Kubernetes rules before use."""
+    problem = dns_subdomain_problem(node_name)
+    if problem is not None:
+        raise DraError(f"--node-name {problem}; pass the Kubernetes node name (spec.nodeName, through the downward API as $NODE_NAME)")
+    problem = uid_problem(pod_uid) if pod_uid is not None else None
+    if problem is not None:
+        raise DraError(f"--pod-uid {problem}; pass the driver pod's metadata.uid (through the downward API as $POD_UID)")
+
+
 def build_daemon(args: argparse.Namespace) -> Daemon:
     """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
+    check_identity(args.node_name, args.pod_uid)
     writable_dir("--state-dir", args.state_dir)
     writable_dir("--cdi-dir", args.cdi_dir)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None

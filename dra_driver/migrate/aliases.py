@@ -81,7 +81,8 @@ def _own_copy(node: Any) -> Any:
     return duplicate
 
 
-def _show(path: str, keys: tuple[Key, ...]) -> str:
+def show_path(path: str, keys: tuple[Key, ...]) -> str:
+    """`path` followed by `keys` as a field path: `spec.containers[0].resources`."""
     text = path
     for key in keys:
         text += f"[{key}]" if isinstance(key, int) else f".{key}"
@@ -110,11 +111,11 @@ class Unaliaser:
             child = _get(node, key)
             if not isinstance(child, (CommentedMap, CommentedSeq)):
                 return True
-            at = _show(base_path, keys[: depth + 1])
+            at = show_path(base_path, keys[: depth + 1])
             if self.shared(child):
                 parent_problem = _merge_problem(node)
                 if parent_problem is not None:
-                    return self._refuse(at, f"{_show(base_path, keys[:depth]) or 'the object'} {parent_problem}")
+                    return self._refuse(at, f"{show_path(base_path, keys[:depth]) or 'the object'} {parent_problem}")
                 problem = _merge_problem(child)
                 if problem is not None:
                     return self._refuse(at, f"{at} {problem}")
@@ -126,7 +127,7 @@ class Unaliaser:
             node = node[key]
         problem = _merge_problem(node)
         if problem is not None and keys:
-            at = _show(base_path, keys)
+            at = show_path(base_path, keys)
             return self._refuse(at, f"{at} {problem}")
         return True
 

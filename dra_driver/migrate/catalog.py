@@ -1,4 +1,11 @@
-"""The DeviceClasses the migration may refer to: the ones shipped in deviceclasses/, or a directory given."""
+"""The DeviceClasses the migration may refer to: the shipped ones, or a directory given.
+
+The shipped set is found the way `explain` finds it (`shipped_classes_dir`): the
+source tree's deviceclasses/, or the data package `dra_driver_deviceclasses` of an
+installed copy. Not finding it is an error, never an empty catalog: without it MIG
+resources would silently get the generic class and extended-resource output could
+clobber a shipped class with a generated one of the same name.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-import dra_driver
-
-_CANDIDATES = (
-    Path(dra_driver.__file__).resolve().parent.parent / "deviceclasses",
-    Path(dra_driver.__file__).resolve().parent / "profiles" / "deviceclasses",
-)
+from dra_driver.cel.classes import shipped_classes_dir
+from dra_driver.errors import FieldError
+from dra_driver.inputs import read_objects
+from dra_driver.migrate.report import MigrationError
 
 
 @dataclass
@@ -32,21 +35,21 @@ class ClassCatalog:
         return None
 
 
-def default_directory() -> Path | None:
-    for candidate in _CANDIDATES:
-        if candidate.is_dir() and any(candidate.glob("*.yaml")):
-            return candidate
-    return None
+def default_directory() -> Path:
+    """The shipped deviceclasses/ directory; MigrationError (with the fix) when this install has none."""
+    try:
+        return shipped_classes_dir()
+    except FileNotFoundError as exc:
+        raise MigrationError([FieldError("--deviceclasses", f"{exc}; or pass --deviceclasses DIR")]) from exc
 
 
 def load(directory: Path | None = None) -> ClassCatalog:
     """All DeviceClass objects in the *.yaml files of `directory` (default: the shipped ones)."""
     directory = directory or default_directory()
     catalog = ClassCatalog()
-    if directory is None:
-        return catalog
     for path in sorted(directory.glob("*.yaml")):
-        for obj in yaml.safe_load_all(path.read_text()):
-            if isinstance(obj, dict) and obj.get("kind") == "DeviceClass":
-                catalog.classes[str(obj["metadata"]["name"])] = obj
+        for found in read_objects(path):  # the input layer: limits, envelope rules, one-line InputError
+            obj = found.obj
+            if obj.get("kind") == "DeviceClass":
+                catalog.classes[str((obj.get("metadata") or {}).get("name", ""))] = obj
     return catalog

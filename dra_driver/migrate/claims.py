@@ -20,16 +20,17 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from dra_driver.migrate.aliases import Key, Unaliaser
+from dra_driver.migrate.aliases import Key, Unaliaser, show_path
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.edit import attach_trailing, remove_key, to_ruamel
-from dra_driver.migrate.names import dns_label, dns_subdomain
+from dra_driver.migrate.names import dns_label, dns_subdomain, spec_digest
+from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind, Unsupported, classify
-from dra_driver.migrate.workloads import POD_SPEC_PATHS, Workload
+from dra_driver.migrate.workloads import Workload
 
 POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
 TEMPLATE_SUFFIX = "accelerators"
@@ -74,8 +75,16 @@ class Generated:
     template: CommentedMap
 
 
-def template_name(workload: Workload) -> str:
-    return dns_subdomain(workload.name or workload.kind.lower(), TEMPLATE_SUFFIX)
+def template_name(workload: Workload, requests: list[Request]) -> str:
+    """`<workload>-accelerators-<digest of the template spec>`.
+
+    A ResourceClaimTemplate's spec is immutable, so a template whose requests
+    change (a new GPU count, another selector) must get a new name: then
+    `kubectl apply` creates it and rolls the workload over to it, instead of
+    failing on the old name. The same spec always gives the same name.
+    """
+    digest = spec_digest([request.as_dict() for request in requests])
+    return dns_subdomain(workload.name or workload.kind.lower(), workload.role, TEMPLATE_SUFFIX, digest)
 
 
 def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], CommentedMap]]:
@@ -93,7 +102,8 @@ def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], Com
 
 
 def _scan_container(
-    ctx: Context, role: str, path: str, slot: tuple[str, int], container: CommentedMap
+    ctx: Context, role: str, path: str, slot: tuple[str, int], container: CommentedMap,
+    gpu: DeviceKind | Unsupported | None = None,
 ) -> list[ContainerDevices]:
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
@@ -103,7 +113,7 @@ def _scan_container(
     name = str(container.get("name", ""))
     found: list[ContainerDevices] = []
     for resource in [*limits, *(r for r in requests if r not in limits)]:
-        kind = classify(str(resource), ctx.catalog.names)
+        kind = gpu if resource == GPU and gpu is not None else classify(str(resource), ctx.catalog.names)
         at = f"{path}.resources"
         if kind is None:
             continue
@@ -120,8 +130,7 @@ def _scan_container(
                        "make them equal (or drop the request) and run again")
             continue
         if count is None:
-            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource,
-                    f"count {limits[resource]!r} is not a whole number of devices")
+            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, _not_a_count(limits[resource]))
             continue
         if count <= 0:
             ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, f"count {count} asks for no device")
@@ -129,6 +138,14 @@ def _scan_container(
         found.append(ContainerDevices(container, name, role, path, slot, kind, count, resource in requests))
     _check_mixed(ctx, path, found)
     return found
+
+
+def _not_a_count(value: Any) -> str:
+    text = str(value)
+    if "$" in text or "{{" in text:
+        return (f"count {text!r} is a template placeholder (envsubst, Helm, kustomize vars); render the manifest "
+                "first and migrate the result")
+    return f"count {value!r} is not a whole number of devices"
 
 
 def _check_mixed(ctx: Context, path: str, devices: list[ContainerDevices]) -> None:
@@ -242,7 +259,12 @@ def _template(workload: Workload, name: str, requests: list[Request]) -> Comment
 def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     """Rewrite `workload` in place; returns the template to emit, or None when it asks for no devices."""
     containers = _containers(workload)
-    devices = [d for role, path, slot, c in containers for d in _scan_container(ctx, role, path, slot, c)]
+    gpu = gpu_meaning(workload.pod_spec, ctx.catalog.names)
+    devices = [d for role, path, slot, c in containers for d in _scan_container(ctx, role, path, slot, c, gpu)]
+    if isinstance(gpu, DeviceKind) and any(d.kind is gpu for d in devices):
+        ctx.add(Action.NOTE, workload.spec_path, GPU,
+                f"the pod selects MIG single-strategy nodes ({PRODUCT_LABEL} <model>-MIG-<profile>), where nvidia.com/gpu "
+                f"is one MIG device of that profile: converted to {gpu.device_class}, not a whole GPU")
     if not devices:
         return None
     errors_before = len(ctx.errors)
@@ -258,7 +280,7 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     placement: PlacementPlan = plan_placement(ctx, workload, _unique_kinds(requests))
     for request in requests:
         request.selectors.extend(placement.selectors_for(request.kind))
-    name = template_name(workload)
+    name = template_name(workload, requests)
     _apply_container_edits(requests)
     placement.apply()
     claim_entry = to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": name})
@@ -306,8 +328,8 @@ def _unalias_edit_paths(ctx: Context, workload: Workload, devices: list[Containe
     if ctx.root is None:
         return workload
     unaliaser = Unaliaser(ctx, ctx.root)
-    spec_keys: tuple[Key, ...] = POD_SPEC_PATHS[workload.kind]
-    prefix = workload.spec_path[: len(workload.spec_path) - len(".".join(POD_SPEC_PATHS[workload.kind]))]
+    spec_keys: tuple[Key, ...] = workload.spec_keys
+    prefix = workload.spec_path[: len(workload.spec_path) - len(show_path('', spec_keys))]
     if unaliaser.shared(workload.obj):
         ctx.refuse(prefix.rstrip("."), f"{workload.ref} is itself a YAML alias of another object; write it out in full")
         return workload

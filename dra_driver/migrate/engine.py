@@ -14,7 +14,9 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.report import Action, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
-from dra_driver.migrate.workloads import POD_SPEC_PATHS, find_resource_maps, is_list, metadata, workload
+from dra_driver.migrate.node_modes import GPU, gpu_meaning
+from dra_driver.migrate.operators import operator_kind
+from dra_driver.migrate.workloads import POD_SPEC_PATHS, find_resource_maps, is_list, metadata, workloads
 
 STRATEGIES = ("claims", "extended-resource")
 _SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
@@ -98,11 +100,17 @@ def _device_resources(obj: Mapping[str, Any], catalog: ClassCatalog) -> Iterator
 
 
 def _report_unknown_kind(ctx: Context, item: _Item) -> None:
+    """Device requests in a kind we do not convert: a known operator kind says why, any other is unknown."""
     kind = item.obj.get("kind", "?")
+    entry = operator_kind(item.obj)
+    if entry is not None:
+        reason = f"{kind}: {entry.check}"
+    else:
+        reason = (f"kind {kind} ({item.obj.get('apiVersion', '?')}) is not a workload this tool knows (operators build "
+                  "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
+                  "--strategy extended-resource, or convert its pod template by hand")
     for path, device in _device_resources(item.obj, ctx.catalog):
-        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", device.resource,
-                f"kind {kind} is not a workload this tool rewrites (operators such as PyTorchJob, MPIJob or RayCluster "
-                "build the pods themselves); left untouched - use --strategy extended-resource, or migrate the operator")
+        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", device.resource, reason)
 
 
 @dataclass
@@ -112,21 +120,21 @@ class _Pending:
     generated: Generated
 
 
-def _existing_templates(all_streams: list[streams.Stream]) -> set[tuple[str, str]]:
+def _existing_templates(stream: streams.Stream) -> set[tuple[str, str]]:
     found = set()
-    for stream in all_streams:
-        for document in stream.documents:
-            for item in _items(document.data):
-                if item.obj.get("kind") == "ResourceClaimTemplate":
-                    name, namespace = metadata(item.obj)
-                    found.add((namespace or "", name))
+    for document in stream.documents:
+        for item in _items(document.data):
+            if item.obj.get("kind") == "ResourceClaimTemplate":
+                name, namespace = metadata(item.obj)
+                found.add((namespace or "", name))
     return found
 
 
 def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pending]:
     pending: list[_Pending] = []
-    taken = _existing_templates(all_streams)
     for stream in all_streams:
+        # Files are independent (often alternatives: 25 variants of one Deployment), so names clash only within one.
+        taken = _existing_templates(stream)
         ctx.file = stream.source
         for index, document in enumerate(stream.documents):
             ctx.document = index
@@ -136,24 +144,29 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
                 _report_annotations(ctx, item)
                 if item.obj.get("kind") == "ConfigMap":
                     _report_configmap(ctx, item)
-                found = workload(item.obj, item.prefix)
+                found = workloads(item.obj, item.prefix)
                 if found is None:
-                    if item.obj.get("kind") not in POD_SPEC_PATHS:
+                    if item.obj.get("kind") not in POD_SPEC_PATHS or operator_kind(item.obj) is not None:
                         _report_unknown_kind(ctx, item)
                     continue
-                generated = migrate_workload(ctx, found)
-                if generated is None:
-                    continue
-                key = (generated.namespace or "", generated.template_name)
-                if key in taken:
-                    ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated for "
-                               f"{found.ref}) already exists in the input or is generated twice; rename the workload "
-                               "or the existing template")
-                    continue
-                taken.add(key)
-                ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {found.ref}")
-                document.changed = True
-                pending.append(_Pending(document, item, generated))
+                converted = False
+                for pod in found:
+                    generated = migrate_workload(ctx, pod)
+                    if generated is None:
+                        continue
+                    key = (generated.namespace or "", generated.template_name)
+                    if key in taken:
+                        ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated "
+                                   f"for {pod.ref}) already exists in the input or is generated twice; rename the "
+                                   "workload or the existing template")
+                        continue
+                    taken.add(key)
+                    ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {pod.ref}")
+                    document.changed = converted = True
+                    pending.append(_Pending(document, item, generated))
+                entry = operator_kind(item.obj)
+                if converted and entry is not None:
+                    ctx.add(Action.NOTE, "", str(item.obj.get("kind")), f"operator resource converted; check: {entry.check}")
     return pending
 
 
@@ -185,10 +198,7 @@ def _existing_extended(all_streams: list[streams.Stream]) -> set[str]:
     return names
 
 
-def _extended_class(kind: DeviceKind, catalog: ClassCatalog) -> dict[str, Any]:
-    shipped = catalog.by_extended_resource(kind.resource)
-    if shipped is not None:
-        return shipped
+def _generated_extended_class(kind: DeviceKind) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -200,10 +210,44 @@ def _extended_class(kind: DeviceKind, catalog: ClassCatalog) -> dict[str, Any]:
     }
 
 
+def _extended_for(ctx: Context, path: str, kind: DeviceKind) -> dict[str, Any] | None:
+    """The class to emit for `kind`, or None when a known class already serves it (or its name is taken).
+
+    A known class (shipped with the driver, or in --deviceclasses) is referenced, never
+    re-emitted: applying a copy would overwrite the installed one and its labels.
+    """
+    known = ctx.catalog.by_extended_resource(kind.resource)
+    if known is not None:
+        ctx.add(Action.NOTE, path, kind.resource,
+                f"served by the existing DeviceClass {known['metadata']['name']} (extendedResourceName "
+                f"{kind.resource}), installed with the driver's deviceclasses/; not emitted again. Pods keep asking "
+                f"for {kind.resource} (needs the DRAExtendedResource feature gate, alpha in 1.35)")
+        return None
+    if kind.extended_class in ctx.catalog.names:
+        ctx.add(Action.NOT_CONVERTED, path, kind.resource,
+                f"the class name this tool would generate, {kind.extended_class}, belongs to an existing DeviceClass "
+                "for another resource; write a DeviceClass with this extendedResourceName by hand")
+        return None
+    return _generated_extended_class(kind)
+
+
+def _report_gpu_meaning(ctx: Context, item: _Item) -> None:
+    """Pods whose nvidia.com/gpu is a MIG device or a time-sliced replica: an extended resource would be a whole GPU."""
+    for pod in workloads(item.obj, item.prefix) or []:
+        meaning = gpu_meaning(pod.pod_spec, ctx.catalog.names)
+        if meaning is None or not any(GPU in (limits or {}) for _, limits in find_resource_maps(pod.pod_spec)):
+            continue
+        what = (f"one {meaning.device_class} MIG device (use the claims strategy for this pod)"
+                if isinstance(meaning, DeviceKind) else meaning.reason)
+        ctx.add(Action.NOT_CONVERTED, pod.spec_path, GPU,
+                "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU, but for this "
+                f"pod nvidia.com/gpu means {what}")
+
+
 def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
-    """Workloads stay as they are; one DeviceClass with extendedResourceName per resource found."""
+    """Workloads stay as they are; one DeviceClass with extendedResourceName per resource no class serves yet."""
     present = _existing_extended(all_streams)
-    emitted: set[str] = set()
+    handled: set[str] = set()
     for stream in all_streams:
         ctx.file = stream.source
         new_documents: list[streams.Document] = []
@@ -211,14 +255,17 @@ def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
             ctx.document = index
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
+                _report_gpu_meaning(ctx, item)
                 for path, kind in _device_resources(item.obj, ctx.catalog):
                     if isinstance(kind, Unsupported):
                         ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", kind.resource, kind.reason)
                         continue
-                    if kind.resource in present or kind.resource in emitted:
+                    if kind.resource in present or kind.resource in handled:
                         continue
-                    emitted.add(kind.resource)
-                    device_class = _extended_class(kind, ctx.catalog)
+                    handled.add(kind.resource)
+                    device_class = _extended_for(ctx, f"{item.prefix}{path}", kind)
+                    if device_class is None:
+                        continue
                     ctx.add(Action.GENERATED, f"{item.prefix}{path}", f"DeviceClass/{device_class['metadata']['name']}",
                             f"extendedResourceName {kind.resource}: pods keep asking for {kind.resource} and the scheduler "
                             "allocates it through DRA (needs the DRAExtendedResource feature gate, alpha in 1.35)")

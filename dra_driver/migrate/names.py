@@ -10,7 +10,9 @@ and the same input always gives the same name.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from typing import Any
 
 MAX_NAME = 63
 _HASH_LEN = 8
@@ -45,3 +47,9 @@ def dns_subdomain(*parts: str) -> str:
     name = re.sub(r"\.-|-\.", "-", name)
     name = re.sub(r"\.{2,}", ".", name)
     return _shorten(name, raw)
+
+
+def spec_digest(spec: Any) -> str:
+    """8 hex digits of a SHA-256 of `spec` (canonical JSON): the same spec always gives the same digest."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:_HASH_LEN]

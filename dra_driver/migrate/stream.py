@@ -1,7 +1,8 @@
 """Multi-document YAML streams split into documents that keep their exact text.
 
 A document we do not change is written back byte for byte from its original
-text; only changed documents go through ruamel's round-trip dumper, with the
+text; a changed document keeps its original text except for the blocks that
+changed (splice.py), which go through ruamel's round-trip dumper with the
 indentation style detected from the input. The leading comment block of a
 document (Helm's `# Source:` line) is kept verbatim either way.
 """
@@ -18,6 +19,7 @@ from ruamel.yaml.error import YAMLError
 
 from dra_driver.errors import FieldError
 from dra_driver.migrate.report import MigrationError
+from dra_driver.migrate.splice import splice
 
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?\n?$")
 _KEY_ONLY = re.compile(r"^( *)(?:- +)?[^\s#-][^#]*:[ \t]*(?:#.*)?$")
@@ -86,17 +88,17 @@ def detect_indent(text: str) -> tuple[int, int, int]:
 def split(text: str, source: str) -> Stream:
     """Split `text` into documents and parse each; raises MigrationError naming the bad document."""
     stream = Stream(source)
-    chunks: list[tuple[str, list[str]]] = [("", [])]
-    for line in text.splitlines(keepends=True):
+    chunks: list[tuple[str, int, list[str]]] = [("", 0, [])]  # (separator, file line of the first line, lines)
+    for number, line in enumerate(text.splitlines(keepends=True)):
         if _SEPARATOR.match(line):
-            chunks.append((line if line.endswith("\n") else line + "\n", []))
+            chunks.append((line if line.endswith("\n") else line + "\n", number + 1, []))
         else:
-            chunks[-1][1].append(line)
-    if chunks[0] == ("", []) and len(chunks) > 1:
+            chunks[-1][2].append(line)
+    if chunks[0] == ("", 0, []) and len(chunks) > 1:
         chunks.pop(0)
     loader = _new_yaml()
     errors: list[FieldError] = []
-    for index, (separator, lines) in enumerate(chunks):
+    for index, (separator, first_line, lines) in enumerate(chunks):
         cut = 0
         while cut < len(lines) and (not lines[cut].strip() or lines[cut].lstrip().startswith("#")):
             cut += 1
@@ -105,12 +107,24 @@ def split(text: str, source: str) -> Stream:
         try:
             document.data = loader.load(document.body) if document.body.strip() else None
         except YAMLError as exc:
-            problem = str(exc).replace("\n", " ")
-            errors.append(FieldError(f"{source}: document {index}", f"invalid YAML: {problem}"))
+            errors.append(FieldError(f"{source}: document {index}", f"invalid YAML {_yaml_problem(exc, first_line + cut)}"))
         stream.documents.append(document)
     if errors:
         raise MigrationError(errors)
     return stream
+
+
+def _yaml_problem(exc: YAMLError, body_line: int) -> str:
+    """ruamel's problem with the position as a line of the *file* (ruamel counts from the document's body)."""
+    context, problem = getattr(exc, "context", None), getattr(exc, "problem", None)
+    context_mark = getattr(exc, "context_mark", None)
+    mark = getattr(exc, "problem_mark", None) or context_mark
+    text = "; ".join(str(part) for part in (context, problem) if part) or str(exc).splitlines()[0]
+    if mark is None:
+        return f"({text})"
+    if context and context_mark is not None and context_mark.line != mark.line:
+        text += f" ({context.removeprefix('while ')} began at line {body_line + context_mark.line + 1})"
+    return f"at line {body_line + mark.line + 1}, column {mark.column + 1}: {text}"
 
 
 def dump(data: Any, indent: tuple[int, int, int]) -> str:
@@ -128,8 +142,12 @@ def render(stream: Stream) -> str:
             separator = "---\n"
         if parts and not parts[-1].endswith("\n"):
             parts.append("\n")
-        if document.changed or document.generated:
+        if document.generated:
             parts.append(separator + document.prefix + dump(document.data, document.indent))
+        elif document.changed:
+            spliced = splice(document.body, document.data, _new_yaml(*document.indent))
+            body = spliced if spliced is not None else dump(document.data, document.indent)
+            parts.append(separator + document.prefix + body)
         else:
             parts.append(separator + document.text)
     return "".join(parts)

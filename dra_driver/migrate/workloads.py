@@ -6,6 +6,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.migrate.aliases import show_path
+from dra_driver.migrate.operators import operator_kind, pod_specs
+
 # kind -> path from the object to its pod spec
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -22,16 +25,21 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Workload:
+    """One pod spec of an object: the only one of a Deployment, or one role of an operator resource."""
+
     kind: str
     name: str
     namespace: str | None
     obj: Any  # the object's mapping (ruamel CommentedMap)
     pod_spec: Any  # its pod spec mapping
     spec_path: str  # "spec.template.spec", prefixed with items[i] inside a List
+    spec_keys: tuple[str | int, ...] = ()  # the keys from the object to the pod spec
+    role: str = ""  # operator resources: "worker", "head", ...; "" for core kinds
 
     @property
     def ref(self) -> str:
-        return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
+        role = f" ({self.role})" if self.role else ""
+        return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}{role}"
 
 
 def is_list(obj: Any) -> bool:
@@ -47,8 +55,9 @@ def metadata(obj: Mapping[str, Any]) -> tuple[str, str | None]:
 
 
 def pod_spec(obj: Mapping[str, Any]) -> Any | None:
+    """The pod spec of a core workload kind (a Volcano `Job` is an operator resource, not this)."""
     path = POD_SPEC_PATHS.get(str(obj.get("kind", "")))
-    if path is None:
+    if path is None or operator_kind(obj) is not None:
         return None
     node: Any = obj
     for key in path:
@@ -67,13 +76,20 @@ def objects(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, data
 
 
-def workload(obj: Mapping[str, Any], prefix: str) -> Workload | None:
+def workloads(obj: Mapping[str, Any], prefix: str) -> list[Workload] | None:
+    """The pod specs of a core workload or a convertible operator resource; None for any other kind."""
+    name, namespace = metadata(obj)
+    kind = str(obj.get("kind", ""))
+    entry = operator_kind(obj)
+    if entry is not None:
+        if not entry.convert:
+            return None
+        return [Workload(kind, name, namespace, obj, at.pod_spec, prefix + show_path('', at.keys), at.keys, at.role)
+                for at in pod_specs(entry, obj)]
     spec = pod_spec(obj)
     if spec is None:
         return None
-    name, namespace = metadata(obj)
-    kind = str(obj["kind"])
-    return Workload(kind, name, namespace, obj, spec, prefix + ".".join(POD_SPEC_PATHS[kind]))
+    return [Workload(kind, name, namespace, obj, spec, prefix + ".".join(POD_SPEC_PATHS[kind]), POD_SPEC_PATHS[kind])]
 
 
 def find_resource_maps(node: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -26,7 +26,7 @@ from dra_driver.checkpoint import DEFAULT_BOOT_ID_PATH, Checkpoint
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
-from dra_driver.plugin.health import HealthHub, HealthServicer
+from dra_driver.plugin.health import MAX_STREAMS, HealthHub, HealthServicer
 from dra_driver.plugin.lease import LeasedPublisher, Publisher
 from dra_driver.plugin.prepare import ClaimSource, PrepareService
 from dra_driver.plugin.registration import RegistrationServicer
@@ -47,8 +47,10 @@ class PluginSettings:
     state_dir: Path | None = None
     boot_id_path: Path = DEFAULT_BOOT_ID_PATH
     prepare_workers: int = 8
-    # gRPC threads of the DRA socket; health streams hold one each while open.
+    # gRPC threads of the DRA socket for claim calls; the socket gets health_streams more for the
+    # health streams (each holds a thread while open), so streams never take a claim call's thread.
     grpc_workers: int = 32
+    health_streams: int = MAX_STREAMS
 
 
 class DriverPlugin:
@@ -82,8 +84,10 @@ class DriverPlugin:
             workers=settings.prepare_workers,
             shared_lock=self.paths.serialize_lock,
             claim_locks=self.paths.claim_locks_dir,
+            pools=(settings.node_name,),  # the pool the publisher and the health stream name
         )
         self.hub: HealthHub | None = None
+        self.health: HealthServicer | None = None
         self.registration = RegistrationServicer(self.driver, str(self.paths.dra_socket))
         self._dra_server: UnixServer | None = None
         self._reg_server: UnixServer | None = None
@@ -106,13 +110,14 @@ class DriverPlugin:
         inventory = self._inventory or self.backend.discover()
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
         self.service.recover()
-        hub = self.hub
+        health = self.health = HealthServicer(self.hub, max_streams=self.settings.health_streams)
 
         def register_dra(server: grpc.Server) -> None:
             add_dra_servicers(server, self.service, self._metrics)
-            health_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(hub), server)
+            health_grpc.add_DRAResourceHealthServicer_to_server(health, server)
 
-        self._dra_server = UnixServer(self.paths.dra_socket, register_dra, self.settings.grpc_workers, f"dra-{self.driver}")
+        workers = self.settings.grpc_workers + self.settings.health_streams
+        self._dra_server = UnixServer(self.paths.dra_socket, register_dra, workers, f"dra-{self.driver}")
         self._dra_server.start()
         self._start_health_feed()
         if self.publisher is not None:

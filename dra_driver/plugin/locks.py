@@ -10,6 +10,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ContextManager
 
+from dra_driver.model.names import file_stem
+
 
 class KeyedLocks:
     """One mutex per key, created on demand and dropped when nobody holds or waits for it."""
@@ -95,7 +97,8 @@ class ClaimFileLocks:
         self.directory = directory
 
     def path(self, uid: str) -> Path:
-        return self.directory / f"{uid}.lock"
+        # Recovery locks UIDs read back from file names; an odd one is hashed, never joined as a path.
+        return self.directory / f"{file_stem(uid)}.lock"
 
     @contextmanager
     def hold(self, uid: str, drop_when: Callable[[], bool] = lambda: False) -> Iterator[None]:

@@ -21,13 +21,14 @@ Guarantees (dra-api-facts.md 2.3-2.5, 6.3):
 from __future__ import annotations
 
 import cProfile
+import functools
 import logging
 import os
 import pstats
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,9 +40,10 @@ from dra_driver.errors import DraError
 from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
+from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
-from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
+from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +63,9 @@ HOLD_POINTS = (
 # under cProfile and the summed stats are written there when the service closes.
 PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
 
-# Kubernetes limits of the identifying fields the kubelet sends.
-_MAX_NAME = 253
-_MAX_NAMESPACE = 63
-_MAX_UID = 128
-
-
 class ClaimSource(Protocol):
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim: ...  # uid lets a cache answer safely
-
-
-class ClaimError(DraError):
-    """A problem with one claim; its message becomes that claim's error string."""
+    # uid lets a cache answer safely; deadline (time.monotonic()) bounds the lookup, retries included
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim: ...
 
 
 @dataclass
@@ -92,9 +85,13 @@ class PrepareService:
         workers: int = 8,
         shared_lock: Path | None = None,
         claim_locks: Path | None = None,
+        pools: Collection[str] | None = None,
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
+        # The pools this driver publishes on this node (default: the node name, as the publisher does);
+        # a result naming any other pool is that claim's error.
+        self._pools = frozenset(pools) if pools is not None else frozenset({_node_name(backend)})
         self._claims = claims
         self._checkpoint = checkpoint
         self._cdi_dir = cdi_dir
@@ -117,14 +114,17 @@ class PrepareService:
 
     # --- batch entry points ---------------------------------------------------
 
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
-        return self._batch(claims, self._prepare_guarded, "prepare")
+    def prepare(self, claims: Sequence[ClaimRef], deadline: float | None = None) -> dict[str, PrepareOutcome]:
+        """`deadline` (time.monotonic()): when the answer must be ready; a claim not done by then gets an error."""
+        return self._batch(claims, functools.partial(self._prepare_guarded, deadline=deadline), "prepare", deadline)
 
-    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        outcomes = self._batch(claims, self._unprepare_guarded, "unprepare")
+    def unprepare(self, claims: Sequence[ClaimRef], deadline: float | None = None) -> dict[str, str]:
+        outcomes = self._batch(claims, functools.partial(self._unprepare_guarded, deadline=deadline), "unprepare", deadline)
         return {uid: outcome.error for uid, outcome in outcomes.items()}
 
-    def _batch(self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str) -> dict[str, PrepareOutcome]:
+    def _batch(
+        self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str, deadline: float | None
+    ) -> dict[str, PrepareOutcome]:
         unique = list({claim.uid: claim for claim in claims}.values())
         if self._profiler is not None:
             one = self._profiler.wrap(one)
@@ -132,7 +132,8 @@ class PrepareService:
             outcomes = {claim.uid: one(claim) for claim in unique}
         else:
             futures = {claim.uid: self._pool.submit(one, claim) for claim in unique}
-            outcomes = {uid: future.result() for uid, future in futures.items()}
+            outcomes = _collect(futures, deadline, operation)
+        _bound_errors(outcomes)
         if self._metrics is not None:
             for outcome in outcomes.values():
                 self._metrics.claims.labels(self.driver, operation, "error" if outcome.error else "ok").inc()
@@ -152,30 +153,32 @@ class PrepareService:
     def prepared_device_count(self) -> int:
         return self._checkpoint.completed_device_count()
 
-    def _prepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+    def _prepare_guarded(self, claim: ClaimRef, deadline: float | None = None) -> PrepareOutcome:
         try:
-            _check_ref(claim)
+            check_ref(claim)
             with self._claim_lock(claim.uid):
-                return PrepareOutcome(devices=self._prepare_one(claim))
+                _check_time_left(deadline, "prepare")
+                return PrepareOutcome(devices=self._prepare_one(claim, deadline))
         except DraError as exc:
-            log.warning("prepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
-            return PrepareOutcome(error=str(exc))
+            log.warning("prepare failed", extra=fields(driver=self.driver, **_logged(claim), error=bounded(str(exc))))
+            return PrepareOutcome(error=bounded(str(exc)))
         except Exception as exc:  # a bug or backend crash fails this claim only
-            log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
-            return PrepareOutcome(error=f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+            log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, **_logged(claim)))
+            return PrepareOutcome(error=bounded(f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}"))
 
-    def _unprepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+    def _unprepare_guarded(self, claim: ClaimRef, deadline: float | None = None) -> PrepareOutcome:
         try:
-            _check_ref(claim)
+            check_ref(claim)  # before the UID reaches a lock file, a record or a CDI spec path
             with self._claim_lock(claim.uid):
+                _check_time_left(deadline, "unprepare")
                 self._unprepare_one(claim)
                 return PrepareOutcome()
         except DraError as exc:
-            log.warning("unprepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
-            return PrepareOutcome(error=str(exc))
+            log.warning("unprepare failed", extra=fields(driver=self.driver, **_logged(claim), error=bounded(str(exc))))
+            return PrepareOutcome(error=bounded(str(exc)))
         except Exception as exc:
-            log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
-            return PrepareOutcome(error=f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+            log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, **_logged(claim)))
+            return PrepareOutcome(error=bounded(f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}"))
 
     def _claim_lock(self, uid: str) -> ExitStack:
         """The claim's in-process lock, plus (rolling-update mode) its lock file across instances."""
@@ -195,14 +198,14 @@ class PrepareService:
 
     # --- prepare --------------------------------------------------------------
 
-    def _prepare_one(self, ref: ClaimRef) -> list[CheckpointDevice]:
+    def _prepare_one(self, ref: ClaimRef, deadline: float | None = None) -> list[CheckpointDevice]:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
         if record is not None and record.completed:
             return record.devices
         if record is not None:  # an earlier attempt failed half-way
             self._undo(record)
-        claim = self._claims.get(ref.namespace, ref.name, ref.uid)
+        claim = self._claims.get(ref.namespace, ref.name, ref.uid, deadline=deadline)
         allocated = self._our_devices(ref, claim)
         if not allocated:
             return []
@@ -253,7 +256,9 @@ class PrepareService:
         allocation = claim.allocation
         if allocation is None or allocation.devices is None:
             raise ClaimError(f"{where} is not allocated (status.allocation is empty); it must be allocated by the scheduler before the pod starts")
-        results = [r for r in allocation.devices.results if r.driver == self.driver]
+        ours = our_results(allocation.devices.results, self.driver)
+        check_results(where, ours, self._pools)
+        results = [item.result for item in ours]
         try:
             configs = resolve_configs(self.driver, allocation.devices.config, results, self.backend.validate_config)
         except DraError as exc:
@@ -445,12 +450,43 @@ def _name(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
 
 
-def _check_ref(ref: ClaimRef) -> None:
-    problems = []
-    for label, value, limit in (("namespace", ref.namespace, _MAX_NAMESPACE), ("name", ref.name, _MAX_NAME), ("uid", ref.uid, _MAX_UID)):
-        if not value:
-            problems.append(f"claim {label} is empty")
-        elif len(value) > limit:
-            problems.append(f"claim {label} is {len(value)} characters long (at most {limit})")
-    if problems:
-        raise ClaimError("invalid claim reference from the kubelet: " + "; ".join(problems))
+def _logged(ref: ClaimRef) -> dict[str, str]:
+    """The claim's identity for a log line, cut short: an invalid reference may be megabytes long."""
+    return {"claim": bounded(_name(ref), 300), "uid": bounded(ref.uid, 160)}
+
+
+def _check_time_left(deadline: float | None, operation: str) -> None:
+    """A claim that waited (for the worker pool or its lock) past the deadline does not start: nobody reads its answer."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise ClaimError(f"{operation} did not start before the kubelet's deadline (busy with other claims); the kubelet will retry")
+
+
+def _collect(futures: dict[str, Future[PrepareOutcome]], deadline: float | None, operation: str) -> dict[str, PrepareOutcome]:
+    """Each claim's outcome; one not done by the deadline gets its own error and finishes in the background
+    (a prepare then answers the kubelet's retry from the checkpoint)."""
+    done, _ = wait(futures.values(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    outcomes = {}
+    for uid, future in futures.items():
+        if future in done:
+            outcomes[uid] = future.result()
+            continue
+        started = not future.cancel()
+        log.warning("claim not done before the kubelet's deadline", extra=fields(operation=operation, uid=bounded(uid, 160), started=started))
+        outcomes[uid] = PrepareOutcome(
+            error=f"{operation} of claim {uid} did not finish before the kubelet's deadline"
+            + ("; it goes on and the kubelet's retry gets its result" if started else " (not started: busy with other claims); the kubelet will retry")
+        )
+    return outcomes
+
+
+def _bound_errors(outcomes: dict[str, PrepareOutcome]) -> None:
+    """Shrink the error texts so that all of them together stay within the response budget."""
+    limit = error_limit(sum(1 for outcome in outcomes.values() if outcome.error))
+    for outcome in outcomes.values():
+        if outcome.error:
+            outcome.error = bounded(outcome.error, limit)
+
+
+def _node_name(backend: VendorBackend) -> str:
+    settings = getattr(backend, "settings", None)
+    return settings.node_name if isinstance(settings, BackendSettings) else ""

@@ -98,7 +98,7 @@ def test_no_accelerators_means_empty_inventory_and_exit_0(capsys: pytest.Capture
 
 def test_unknown_profile_is_an_error_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = discover(capsys, "--profile", "dgx-h999")
-    assert code == 1 and "unknown profile 'dgx-h999'" in err and "dgx-h100" in err
+    assert code == 2 and "unknown profile 'dgx-h999'" in err and "dgx-h100" in err
 
 
 def test_output_is_identical_across_processes_and_hash_seeds() -> None:

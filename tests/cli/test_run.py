@@ -34,3 +34,22 @@ def test_missing_directories_are_created(tmp_path: Path) -> None:
 
     writable_dir("--state-dir", tmp_path / "a" / "b")
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--node-name", "../node"), "--node-name"),
+        (("--node-name", "Node_A"), "--node-name"),
+        (("--node-name", ""), "--node-name"),
+        (("--node-name", "n", "--pod-uid", "../../x"), "--pod-uid"),
+        (("--node-name", "n", "--pod-uid", "a\x00b"), "--pod-uid"),
+    ],
+)
+def test_node_name_and_pod_uid_follow_the_kubernetes_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], named: str) -> None:
+    """The node name is the pool claims must match and the pod UID goes into socket file names: refused before use."""
+    args = parse("--profile", "dgx-h100", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), "--state-dir", str(tmp_path / "s"), *flags)
+    assert run(args) == 1
+    err = capsys.readouterr().err
+    assert named in err and "downward API" in err
+    assert not (tmp_path / "k").exists() and not (tmp_path / "s").exists()

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from dra_driver import fleet as fleets
+from dra_driver.inputs import InputError
 
 SLICE = {
     "apiVersion": "resource.k8s.io/v1",
@@ -37,16 +38,17 @@ def test_json_and_yaml_files_read_the_same_objects(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "content", "words"),
     [
-        ("bad.json", b'{"kind": "List", "items": [', "is not valid JSON"),
-        ("bad.yaml", b"kind: [unclosed\n", "is not valid YAML"),
-        ("latin1.json", b'{"kind": "\xe9"}', "is not valid JSON"),  # not UTF-8: an error, not a traceback
-        ("latin1.yaml", b"kind: \xe9\n", "is not valid YAML"),
+        ("bad.json", b'{"kind": "List", "items": [', r"bad.json:1: is not valid JSON"),
+        ("bad.yaml", b"kind: [unclosed\n", r"bad.yaml:1: document 1: invalid YAML"),
+        # not UTF-8: an error with the byte offset, not a traceback
+        ("latin1.json", b'{"kind": "\xe9"}', r"latin1.json:1: is not valid UTF-8 text: byte 0xe9 at offset 10"),
+        ("latin1.yaml", b"kind: \xe9\n", r"latin1.yaml:1: is not valid UTF-8 text: byte 0xe9 at offset 6"),
     ],
 )
 def test_unreadable_content_is_a_fleet_error_naming_the_file(tmp_path: Path, name: str, content: bytes, words: str) -> None:
     path = tmp_path / name
     path.write_bytes(content)
-    with pytest.raises(fleets.FleetError, match=words) as raised:
+    with pytest.raises(InputError, match=words) as raised:
         fleets.read_documents(path)
     assert str(path) in str(raised.value)
 
@@ -58,7 +60,7 @@ def test_the_collector_is_restored_after_parsing_and_after_a_failure(tmp_path: P
     assert gc.isenabled()
     fleets.read_documents(good)
     assert gc.isenabled()
-    with pytest.raises(fleets.FleetError):
+    with pytest.raises(InputError):
         fleets.read_documents(bad)
     assert gc.isenabled()
     gc.disable()  # a caller that runs with the collector off keeps it off

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,11 @@ from dra_driver.migrate import FileResult, Options, Report, load_catalog, migrat
 CORPUS = Path(__file__).parent / "corpus"
 GOOD = sorted(p for p in CORPUS.glob("*.yaml"))
 REFUSE = sorted((CORPUS / "refuse").glob("*.yaml"))
+
+
+def base_name(name: str) -> str:
+    """A generated template name without its spec digest (`x-accelerators-1a2b3c4d` -> `x-accelerators`)."""
+    return re.sub(r"-[0-9a-f]{8}$", "", name)
 
 
 def run(text: str, source: str = "in.yaml", strategy: str = "claims") -> tuple[FileResult, Report]:

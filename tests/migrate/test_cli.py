@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate_testlib import CORPUS, REFUSE, by_kind
+from migrate_testlib import CORPUS, REFUSE, base_name, by_kind
 from dra_driver.cli.main import main
 
 
@@ -26,26 +26,26 @@ def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     migrated = tmp_path / "out.yaml"
     assert _run([str(source), "-o", str(migrated), "--report", "none"], capsys)[0] == 0
     assert _run([str(migrated), "--check"], capsys)[0] == 0
-    assert _run([str(CORPUS / "custom-operators.yaml"), "--check"], capsys)[0] == 0
+    assert _run([str(CORPUS / "unconvertible.yaml"), "--check"], capsys)[0] == 0
 
 
 def test_write_in_place_only_touches_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     changed, unchanged = tmp_path / "job.yaml", tmp_path / "ops.yaml"
     shutil.copy(CORPUS / "training-job.yaml", changed)
-    shutil.copy(CORPUS / "custom-operators.yaml", unchanged)
+    shutil.copy(CORPUS / "unconvertible.yaml", unchanged)
     before = unchanged.stat().st_mtime_ns
     code, out, _ = _run([str(changed), str(unchanged), "--write", "--report", "none"], capsys)
     assert (code, out) == (0, "")
     assert by_kind(changed.read_text(), "ResourceClaimTemplate")
     assert unchanged.stat().st_mtime_ns == before
-    assert unchanged.read_text() == (CORPUS / "custom-operators.yaml").read_text()
+    assert unchanged.read_text() == (CORPUS / "unconvertible.yaml").read_text()
 
 
 def test_stdin_and_several_files_to_stdout(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO((CORPUS / "gaudi.yaml").read_text()))
     code, out, _ = _run(["-", str(CORPUS / "list.yaml"), "--report", "none"], capsys)
     assert code == 0
-    assert {t["metadata"]["name"] for t in by_kind(out, "ResourceClaimTemplate")} == {
+    assert {base_name(t["metadata"]["name"]) for t in by_kind(out, "ResourceClaimTemplate")} == {
         "gaudi-finetune-accelerators", "whisper-accelerators"}
 
 
@@ -77,9 +77,10 @@ def test_refusal_in_one_file_blocks_all_writes(tmp_path: Path, capsys: pytest.Ca
     assert "amd.com/cpx_nps4" in err
 
 
-def test_invalid_yaml_names_the_document(capsys: pytest.CaptureFixture[str]) -> None:
+def test_invalid_yaml_names_the_document_and_the_line_of_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    # The second document is broken at line 17 of the file (line 5 of that document).
     _, _, err = _run([str(CORPUS / "refuse" / "invalid-yaml.yaml")], capsys)
-    assert "document 1" in err and "invalid YAML" in err
+    assert "invalid-yaml.yaml:17: document 2: invalid YAML" in err and len(err.splitlines()) == 1
 
 
 def test_write_refuses_stdin(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from migrate_testlib import CORPUS as corpus, GOOD, by_kind, docs, objects, run
+from migrate_testlib import CORPUS as corpus, GOOD, base_name, by_kind, docs, objects, run
+from dra_driver.migrate import Action
 from dra_driver.migrate.resources import classify
 from dra_driver.migrate.workloads import pod_spec
 
@@ -76,13 +77,28 @@ def test_helm_stream_keeps_document_order_and_separators() -> None:
     assert result.output.startswith("---\n# Source: triton/templates/serviceaccount.yaml\n")
 
 
-def test_custom_operator_kinds_are_reported_and_never_changed() -> None:
-    text = (corpus / "custom-operators.yaml").read_text()
+def test_operator_pod_templates_are_converted_with_a_note_on_what_to_check() -> None:
+    result, report = run((corpus / "custom-operators.yaml").read_text())
+    generated = {base_name(f.subject.split("/", 1)[1]) for f in report.by_action(Action.GENERATED)}
+    assert generated == {"bert-ddp-master-accelerators", "bert-ddp-worker-accelerators",
+                         "ray-gpu-gpu-workers-accelerators", "nccl-tests-worker-accelerators"}
+    notes = {f.subject: f.reason for f in report.by_action(Action.NOTE)}
+    assert set(notes) == {"PyTorchJob", "RayCluster", "MPIJob"}
+    assert "num-gpus" in notes["RayCluster"]  # KubeRay counts GPUs from limits: the user must set it
+    jobs = {o["kind"]: o for o in objects(result.output)}
+    master = jobs["PyTorchJob"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert master["containers"][0]["resources"] == {"claims": [{"name": "accelerators"}]}
+    assert base_name(master["resourceClaims"][0]["resourceClaimTemplateName"]) == "bert-ddp-master-accelerators"
+
+
+def test_kinds_without_a_place_for_claims_are_reported_and_never_changed() -> None:
+    text = (corpus / "unconvertible.yaml").read_text()
     result, report = run(text)
     assert result.output == text
-    reported = {f.where.obj.split("/")[0] for f in report.by_action(report.findings[0].action)}
-    assert reported == {"PyTorchJob", "RayCluster", "MPIJob"}
-    assert all("not a workload this tool rewrites" in f.reason for f in report.findings)
+    reasons = {f.where.obj.split("/")[0]: f.reason for f in report.by_action(Action.NOT_CONVERTED)}
+    assert set(reasons) == {"InferenceService", "Workflow", "NotebookServer"}
+    assert "Knative" in reasons["InferenceService"] and "podSpecPatch" in reasons["Workflow"]
+    assert "not a workload this tool knows" in reasons["NotebookServer"]
 
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: p.name)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from migrate_testlib import CORPUS, by_kind, run
+from migrate_testlib import CORPUS, base_name, by_kind, run
 
 from dra_driver.cli.main import main  # noqa: E402
 
@@ -26,6 +26,10 @@ FLEETS = {
     "odd-requests-accelerators": ("t4", "static"),
     "trainer-accelerators": ("dgx-h100", "static"),  # anchors.yaml: two containers of one aliased resources map
     "mixed-accelerators": ("dgx-h100", "dynamic"),  # whole GPU + 2 MIG slices in one container (mixed strategy)
+    "bert-ddp-master-accelerators": ("dgx-h100", "static"),  # operator resources: one template per pod template
+    "bert-ddp-worker-accelerators": ("dgx-h100", "static"),
+    "ray-gpu-gpu-workers-accelerators": ("dgx-h100", "static"),
+    "nccl-tests-worker-accelerators": ("dgx-h100", "static"),
 }
 # Profiles no shipped hardware profile offers: the template is generated but cannot be allocated anywhere here.
 NO_FLEET = {"odd-profile-accelerators": "MIG profile 2g.24gb exists on no simulated GPU"}
@@ -36,6 +40,8 @@ def _templates() -> list[dict]:
     for path in sorted(CORPUS.glob("*.yaml")):
         result, _ = run(path.read_text(), path.name)
         found.extend(by_kind(result.output, "ResourceClaimTemplate"))
+    for template in found:  # keyed without the spec digest, which any change of a request changes
+        template["metadata"]["name"] = base_name(template["metadata"]["name"])
     return found
 
 

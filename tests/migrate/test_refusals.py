@@ -63,8 +63,10 @@ def test_all_problems_are_reported_together() -> None:
 
 
 def test_generated_template_name_colliding_with_an_existing_one_is_refused() -> None:
-    existing = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: x-accelerators\n"
-    with pytest.raises(MigrationError, match="x-accelerators"):
+    [result], _ = migrate([("f.yaml", _pod("x", "nvidia.com/gpu: 1"))], Options(catalog=load_catalog()))
+    name = next(yaml.safe_load_all(result.output))["metadata"]["name"]
+    existing = f"apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: {name}\n"
+    with pytest.raises(MigrationError, match=name):
         _migrate(existing + "---\n" + _pod("x", "nvidia.com/gpu: 1"))
 
 
@@ -72,3 +74,36 @@ def test_container_already_referring_to_the_generated_claim_name_is_refused() ->
     text = _pod("x", "nvidia.com/gpu: 1").rstrip("\n") + "\n      claims:\n      - name: accelerators\n"
     with pytest.raises(MigrationError, match="already refers to a claim named 'accelerators'"):
         _migrate(text)
+
+
+def test_invalid_yaml_names_the_line_of_the_file_not_of_the_document() -> None:
+    text = _pod("ok", "nvidia.com/gpu: 1") + "---\n# a comment\n\napiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\n   oops: 1\n"
+    bad_line = text.splitlines().index("   oops: 1") + 1  # 1-based line of the file
+    with pytest.raises(MigrationError) as caught:
+        _migrate(text)
+    assert f"f0.yaml: document 1: invalid YAML at line {bad_line}, column" in str(caught.value)
+
+
+def test_files_are_independent_so_alternatives_may_share_workload_names() -> None:
+    variants = [_pod("server", "nvidia.com/gpu: 1"), _pod("server", "nvidia.com/gpu: 2")]
+    results, _ = migrate([(f"v{i}.yaml", t) for i, t in enumerate(variants)], Options(catalog=load_catalog()))
+    counts = [yaml.safe_load_all(r.output).__next__()["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
+              for r in results]
+    assert counts == [1, 2]
+
+
+def test_a_name_generated_twice_within_one_file_is_still_refused() -> None:
+    with pytest.raises(MigrationError, match="generated twice"):
+        _migrate(_pod("server", "nvidia.com/gpu: 1") + "---\n" + _pod("server", "nvidia.com/gpu: 1"))
+
+
+def test_a_changed_device_count_gives_the_template_a_new_name() -> None:
+    """The template spec is immutable: re-migrating after a count change must not reuse the applied name."""
+    names = []
+    for count in (1, 2, 1):
+        [result], _ = migrate([("f.yaml", _pod("x", f"nvidia.com/gpu: {count}"))], Options(catalog=load_catalog()))
+        template, pod = yaml.safe_load_all(result.output)
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == template["metadata"]["name"]
+        names.append(template["metadata"]["name"])
+    assert names[0] != names[1] and names[0] == names[2]
+    assert all(name.startswith("x-accelerators-") for name in names)
