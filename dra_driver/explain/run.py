@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver import fleet as fleets
-from dra_driver.allocator import Allocator, CelMatcher, Explanation, build_pools
+from dra_driver.allocator import Allocator, CelMatcher, Explanation, Node, NodeOutcome, build_pools
+from dra_driver.allocator.pools import node_selector_matches
 from dra_driver.errors import FieldError
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
@@ -33,6 +34,23 @@ class ExplainResult:
     notes: list[str] = field(default_factory=list)
 
 
+def split_by_reused_claims(nodes: Sequence[Node], reused: Mapping[str, Mapping[str, Any] | None]) -> tuple[list[Node], list[NodeOutcome]]:
+    """Nodes where every already-allocated claim the pod reuses is available, and an outcome for the rest.
+
+    An allocated claim is usable only where its status.allocation.nodeSelector matches
+    (unset: everywhere); elsewhere the scheduler rejects the pod with its own words."""
+    usable: list[Node] = []
+    elsewhere: list[NodeOutcome] = []
+    for node in nodes:
+        missing = [label for label, selector in reused.items() if selector is not None and not node_selector_matches(selector, node)]
+        if missing:
+            reasons = [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
+            elsewhere.append(NodeOutcome(node.label, reasons=reasons))
+        else:
+            usable.append(node)
+    return usable, elsewhere
+
+
 def explain(request: ExplainRequest) -> ExplainResult:
     """Allocate the file's claims on the fleet as kube-scheduler would; InputError for bad input."""
     matcher = CelMatcher(consumable_capacity=request.gates.consumable_capacity)
@@ -46,8 +64,10 @@ def explain(request: ExplainRequest) -> ExplainResult:
     claims = validated_claims(subject, classes, matcher)
     pools = build_pools(fleet.slices)
     nodes = fleet_nodes(pools, fleet.nodes)
-    allocated = fleets.allocated_devices(fleet.claims, skip=subject.own_claims)
-    explanation = Allocator(pools, classes, matcher, allocated).explain(claims, nodes)
+    allocated = fleets.allocated_devices([*fleet.claims, *subject.allocated_claims], skip=subject.own_claims)
+    usable, elsewhere = split_by_reused_claims(nodes, subject.reused)
+    explanation = Allocator(pools, classes, matcher, allocated).explain(claims, usable)
+    explanation.nodes += elsewhere
     summary = {
         "sources": fleet.sources,
         "nodes": len(nodes),

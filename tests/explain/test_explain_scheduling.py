@@ -1,0 +1,47 @@
+"""explain places pods the way kube-scheduler does: reused claims tie the pod to their node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import alloc_builders as b
+import pytest
+from explain_testlib import NV, class_docs, explain, fleet_list, nodes, write_yaml
+
+
+def _pod(claims: list[dict[str, str]], namespace: str = "ml") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": namespace}, "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": claims}}
+
+
+TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu", "namespace": "ml"}, "spec": {"spec": {"devices": {"requests": [b.exact("gpu")]}}}}
+
+
+def _allocated_claim(node: str) -> dict[str, Any]:
+    claim = b.claim_doc([b.exact("gpu")], name="shared")
+    claim["metadata"]["namespace"] = "ml"
+    selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    claim["status"] = {"allocation": {"devices": {"results": [{"request": "gpu", "driver": NV, "pool": node, "device": "gpu-0"}]}, "nodeSelector": selector}}
+    return claim
+
+
+def test_pod_reusing_an_allocated_claim_goes_to_that_claims_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = _pod([{"name": "shared", "resourceClaimName": "shared"}, {"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, _allocated_claim("node-1"), pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), "-o", "json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["node"] == "node-1"
+    # gpu-0 on node-1 is the reused claim's; the new claim gets the other GPU there.
+    assert report["allocations"]["ml/trainer-fresh"]["devices"]["results"][0]["device"] == "gpu-1"
+    node_0 = next(n for n in report["nodes"] if n["node"] == "node-0")
+    assert any("resourceclaim not available on the node" in r for r in node_0["reasons"])
+
+
+def test_reused_claims_node_full_means_not_allocatable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = _pod([{"name": "shared", "resourceClaimName": "shared"}, {"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, _allocated_claim("node-1"), pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1)))
+    assert code == 1  # node-0 has a free GPU, but the pod must run on node-1 where the only GPU is taken
+    assert "resourceclaim not available on the node" in out
