@@ -10,6 +10,7 @@ from dra_driver import fleet as fleets
 from dra_driver.allocator import Allocator, CelMatcher, Explanation, Node, NodeOutcome, build_pools
 from dra_driver.allocator.pools import node_selector_matches
 from dra_driver.errors import FieldError
+from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
@@ -62,6 +63,10 @@ def explain(request: ExplainRequest) -> ExplainResult:
     layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), ("--classes", extra.classes), (request.file, subject.classes)]
     classes = merge_classes(layers, matcher)
     claims = validated_claims(subject, classes, matcher)
+    admin_errors, admin_notes = admin_access_problems(subject.claims, subject.namespace_labels, request.gates)
+    if admin_errors:
+        raise InputError(admin_errors)
+    subject.notes += admin_notes
     pools = build_pools(fleet.slices)
     nodes = fleet_nodes(pools, fleet.nodes)
     allocated = fleets.allocated_devices([*fleet.claims, *subject.allocated_claims], skip=subject.own_claims)

@@ -40,6 +40,7 @@ class Subject:
     # Allocated claims the pod reuses: label -> status.allocation.nodeSelector (None: usable on any node).
     # The scheduler only places the pod where every one of them is available.
     reused: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # Namespace objects in the file
     # ResourceClaim documents in the file that are already allocated: their devices are in use.
     allocated_claims: list[dict[str, Any]] = field(default_factory=list)
 
@@ -86,6 +87,10 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     for index, doc in enumerate(docs):
         kind = str(doc.get("kind") or "")
         name = str((doc.get("metadata") or {}).get("name") or f"[{index}]")
+        if kind == "Namespace":  # only its labels matter (admin access)
+            labels = (doc.get("metadata") or {}).get("labels")
+            subject.namespace_labels[name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+            continue
         result = parse_object(doc, f"{kind or 'document'} {name}")
         if isinstance(result, list):
             errors += result

@@ -45,3 +45,29 @@ def test_reused_claims_node_full_means_not_allocatable(tmp_path: Path, capsys: p
     code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1)))
     assert code == 1  # node-0 has a free GPU, but the pod must run on node-1 where the only GPU is taken
     assert "resourceclaim not available on the node" in out
+
+
+def _namespace(labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "labels": labels}}
+
+
+def _admin_claim() -> dict[str, Any]:
+    claim = b.claim_doc([b.exact("gpu", adminAccess=True)], name="monitor")
+    claim["metadata"]["namespace"] = "ml"
+    return claim
+
+
+def test_admin_access_needs_the_namespace_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = fleet_list(tmp_path, nodes())
+    unlabelled = write_yaml(tmp_path / "a.yaml", class_docs() + [_namespace({}), _admin_claim()])
+    code, _, err = explain(capsys, unlabelled, "--fleet", fleet)
+    assert code == 2 and "resource.kubernetes.io/admin-access" in err and "requests[0].exactly.adminAccess" in err
+    labelled = write_yaml(tmp_path / "b.yaml", class_docs() + [_namespace({"resource.kubernetes.io/admin-access": "true"}), _admin_claim()])
+    code, out, _ = explain(capsys, labelled, "--fleet", fleet, "-o", "json")
+    assert code == 0 and json.loads(out)["notes"] == []
+
+
+def test_admin_access_without_the_namespace_object_is_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_yaml(tmp_path / "a.yaml", class_docs() + [_admin_claim()])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
+    assert code == 0 and any("could not check" in note for note in json.loads(out)["notes"])
