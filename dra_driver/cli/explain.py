@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         out = to_json(explanation, summary)
         out["notes"] = notes
+        out["warnings"] = result.warnings
         print(json.dumps(out, indent=2))
     else:
         line = f"Fleet: {', '.join(summary['sources'])}: {summary['devices']} devices in {summary['pools']} pools on {summary['nodes']} nodes"
@@ -71,5 +72,7 @@ def run(args: argparse.Namespace) -> int:
         text = to_text(explanation, line, verbose=args.explain_all)
         if notes:
             text = "\n".join(f"Note: {n}" for n in notes) + "\n" + text
+        if result.warnings:
+            text += "".join(f"Warning: {w}\n" for w in result.warnings)
         sys.stdout.write(text)
     return EXIT_ALLOCATABLE if explanation.allocatable else EXIT_NOT_ALLOCATABLE

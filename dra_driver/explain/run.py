@@ -15,6 +15,7 @@ from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
+from dra_driver.explain.search_size import timeout_warnings
 from dra_driver.explain.subject import read_subject, validated_claims
 
 
@@ -33,6 +34,7 @@ class ExplainResult:
     explanation: Explanation
     summary: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the scheduler will likely time out (search_size.py)
 
 
 def split_by_reused_claims(nodes: Sequence[Node], reused: Mapping[str, Mapping[str, Any] | None]) -> tuple[list[Node], list[NodeOutcome]]:
@@ -83,4 +85,4 @@ def explain(request: ExplainRequest) -> ExplainResult:
         "featureGates": request.gates.describe(),
         "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
-    return ExplainResult(explanation, summary, subject.notes)
+    return ExplainResult(explanation, summary, subject.notes, timeout_warnings(explanation, pools))

@@ -71,3 +71,23 @@ def test_admin_access_without_the_namespace_object_is_a_note(tmp_path: Path, cap
     path = write_yaml(tmp_path / "a.yaml", class_docs() + [_admin_claim()])
     code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
     assert code == 0 and any("could not check" in note for note in json.loads(out)["notes"])
+
+
+def _mig_claim(tmp_path: Path, count: int, device_class: str = "mig.nvidia.com", selector: str = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"') -> Path:
+    request = {"name": "slices", "exactly": {"deviceClassName": device_class, "count": count, "selectors": [{"cel": {"expression": selector}}]}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "big", "namespace": "default"}, "spec": {"devices": {"requests": [request]}}}
+    return write_yaml(tmp_path / "claim.yaml", [claim])
+
+
+def test_warns_where_the_scheduler_will_time_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """17 x 3g.40gb on dynamic MIG: 16 placements share counters; the scheduler tries 2^16 subsets."""
+    code, out, _ = explain(capsys, _mig_claim(tmp_path, 17), "--profile", "dgx-h100", "--partitioning", "dynamic", "-o", "json")
+    assert code == 1
+    (warning,) = json.loads(out)["warnings"]
+    assert "node-0" in warning and "65,536" in warning and "filter timeout" in warning
+
+
+def test_no_warning_for_a_small_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    claim = _mig_claim(tmp_path, 9, device_class="gpu.nvidia.com", selector="true")
+    code, out, _ = explain(capsys, claim, "--profile", "dgx-h100", "-o", "json")
+    assert code == 1 and json.loads(out)["warnings"] == []
