@@ -26,7 +26,8 @@ from decimal import Decimal
 from typing import Any
 
 from dra_driver.allocator.pools import device_node_target, target_matches
-from dra_driver.allocator.selectors import Matcher, SelectorRuntimeError, read_values
+from dra_driver.allocator.gcpause import collector_paused
+from dra_driver.allocator.selectors import Matcher, SelectorRuntimeError
 from dra_driver.allocator.types import (
     Allocated,
     ClaimSpec,
@@ -221,6 +222,14 @@ class _Counters:
 # -- the allocator ---------------------------------------------------------------------------------
 
 
+def _pool_problem(pool: Pool) -> str | None:
+    if pool.invalid:
+        return f"pool {pool.driver}/{pool.name} is invalid: {pool.invalid}"
+    if pool.incomplete:
+        return f"pool {pool.driver}/{pool.name} is incomplete: {len(pool.slices)} of {pool.slice_count} slices at generation {pool.generation}"
+    return None
+
+
 class Allocator:
     """Explains and allocates claims against one fleet. Build once, call `explain`."""
 
@@ -238,6 +247,7 @@ class Allocator:
         self.allocated = dict(allocated or {})
         self.step_limit = step_limit
         self._available = available_counters(self.pools, self.allocated)
+        self._rejections: dict[tuple[str, int, str, str], Rejection] = {}
         self._by_node: dict[str, list[tuple[int, int, Pool, PoolDevice]]] = {}
         self._floating: list[tuple[int, int, Pool, PoolDevice]] = []
         for pool_index, pool in enumerate(self.pools):
@@ -274,9 +284,12 @@ class Allocator:
             except SelectorRuntimeError as exc:
                 message = f"{origin} selector #{index}: CEL runtime error: {exc}"
                 return message, Rejection("cel-error", message)
-            keys = self.matcher.keys_read(expression)
-            detail = ", ".join(read_values(device, keys)) if keys else ""
-            return False, Rejection("selector", f"{origin} selector #{index} is false: {expression}", detail)
+            detail = self.matcher.describe_reads(expression, device)
+            key = (origin, index, expression, detail)
+            rejection = self._rejections.get(key)  # identical for every device that read the same values
+            if rejection is None:
+                rejection = self._rejections[key] = Rejection("selector", f"{origin} selector #{index} is false: {expression}", detail)
+            return False, rejection
         return True, None
 
     # per node -------------------------------------------------------------------------------
@@ -287,12 +300,11 @@ class Allocator:
         """Classify every device for `alternative` (and say why for each one that does not fit)."""
         selectors = self._selectors(alternative)
         plan = _Plan([], [], None)
+        problems: dict[int, str | None] = {}  # per pool, not per device
         for pool, device in devices:
-            pool_problem = None
-            if pool.invalid:
-                pool_problem = f"pool {pool.driver}/{pool.name} is invalid: {pool.invalid}"
-            elif pool.incomplete:
-                pool_problem = f"pool {pool.driver}/{pool.name} is incomplete: {len(pool.slices)} of {pool.slice_count} slices at generation {pool.generation}"
+            if id(pool) not in problems:
+                problems[id(pool)] = _pool_problem(pool)
+            pool_problem = problems[id(pool)]
             holder = self.allocated.get(device.id)
             selectable, rejection = self._select(selectors, device)
             blocked: Rejection | None = None
@@ -337,7 +349,8 @@ class Allocator:
                 for ai, alternative in enumerate(request.alternatives):
                     wants = "all" if alternative.all_devices else str(alternative.count)
                     reports[(ci, ri, ai)] = AlternativeReport(claim.label, request.name, request.result_name(alternative), alternative.class_name, wants)
-        outcomes = [self._explain_node(claims, node, reports) for node in nodes]
+        with collector_paused():  # per-device entries and reports all survive the call: nothing to collect
+            outcomes = [self._explain_node(claims, node, reports) for node in nodes]
         return Explanation(list(claims), list(reports.values()), outcomes)
 
     def _explain_node(self, claims: Sequence[ClaimSpec], node: Node, reports: dict[tuple[int, int, int], AlternativeReport]) -> NodeOutcome:

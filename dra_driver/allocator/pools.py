@@ -30,9 +30,7 @@ def qualify(key: str, driver: str) -> str:
     return key if "/" in key else f"{driver}/{key}"
 
 
-def _attribute(value: Mapping[str, Any]) -> tuple[str, Any]:
-    """{"int": 4} -> ("int", 4); validation guarantees exactly one member."""
-    return next(iter(value.items()), ("unknown", None))
+_UNKNOWN = ("unknown", None)  # an attribute with no value member
 
 
 def _target(obj: Mapping[str, Any]) -> NodeTarget:
@@ -56,7 +54,7 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per
         qualified = names.get(key)
         if qualified is None:
             qualified = names[key] = qualify(key, driver)
-        attributes[qualified] = _attribute(value)
+        attributes[qualified] = next(iter(value.items()), _UNKNOWN)  # validation left exactly one member
     capacity: dict[str, str] = {}
     for key, value in (raw.get("capacity") or {}).items():
         qualified = names.get(key)
