@@ -13,6 +13,7 @@ from dra_driver.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
+from dra_driver.explain.extended_resources import class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.search_size import timeout_warnings
@@ -64,6 +65,12 @@ def explain(request: ExplainRequest) -> ExplainResult:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
     layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), ("--classes", extra.classes), (request.file, subject.classes)]
     classes = merge_classes(layers, matcher)
+    extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
+    if extended:
+        merged_docs = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
+        extra_claims, extra_notes = extended_resource_claims(extended, class_for_resources(merged_docs), set(classes), request.gates)
+        subject.claims += extra_claims
+        subject.notes += extra_notes
     claims = validated_claims(subject, classes, matcher)
     admin_errors, admin_notes = admin_access_problems(subject.claims, subject.namespace_labels, request.gates)
     if admin_errors:

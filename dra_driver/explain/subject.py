@@ -41,6 +41,7 @@ class Subject:
     # The scheduler only places the pod where every one of them is available.
     reused: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # Namespace objects in the file
+    pods: list[dict[str, Any]] = field(default_factory=list)  # the Pod documents (extended resources)
     # ResourceClaim documents in the file that are already allocated: their devices are in use.
     allocated_claims: list[dict[str, Any]] = field(default_factory=list)
 
@@ -107,6 +108,7 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     subject.classes = [doc for doc in docs if doc.get("kind") == "DeviceClass"]
     subject.allocated_claims = [doc for doc in docs if doc.get("kind") == "ResourceClaim" and (doc.get("status") or {}).get("allocation")]
     pods = [(label, obj) for label, obj in parsed if isinstance(obj, Pod)]
+    subject.pods = [doc for doc in docs if doc.get("kind") == "Pod"]
     if pods:
         for label, pod in pods:
             errors += _pod_claims(pod, templates, claims, label, subject)
@@ -120,8 +122,8 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
                 subject.own_claims.add(f"{ns}/{obj.metadata.name}")
     if errors:
         raise InputError(errors)
-    if not subject.claims and not subject.notes:
-        raise InputError([FieldError(path, "holds no ResourceClaim, ResourceClaimTemplate or Pod with resourceClaims")])
+    if not subject.claims and not subject.notes and not subject.pods:
+        raise InputError([FieldError(path, "holds no ResourceClaim, ResourceClaimTemplate or Pod")])
     return subject
 
 

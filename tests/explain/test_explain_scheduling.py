@@ -91,3 +91,37 @@ def test_no_warning_for_a_small_search(tmp_path: Path, capsys: pytest.CaptureFix
     claim = _mig_claim(tmp_path, 9, device_class="gpu.nvidia.com", selector="true")
     code, out, _ = explain(capsys, claim, "--profile", "dgx-h100", "-o", "json")
     assert code == 1 and json.loads(out)["warnings"] == []
+
+
+def _gpu_class_with_extended_resource() -> dict[str, Any]:
+    doc = b.class_doc(b.GPU_CLASS, b.CLASS_SELECTORS[b.GPU_CLASS])
+    doc["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    return doc
+
+
+def _extended_pod(count: int, claims: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    pod = _pod(claims or [])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": count, "cpu": "2"}}
+    return pod
+
+
+def test_extended_resource_is_allocated_through_its_device_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_yaml(tmp_path / "pod.yaml", [_gpu_class_with_extended_resource(), _extended_pod(2)])
+    fleet = fleet_list(tmp_path, nodes(count=2, per_node=2))
+    code, out, _ = explain(capsys, path, "--fleet", fleet, "--feature-gates", "DRAExtendedResource=true", "-o", "json")
+    assert code == 0
+    (results,) = [a["devices"]["results"] for a in json.loads(out)["allocations"].values()]
+    assert [r["device"] for r in results] == ["gpu-0", "gpu-1"]
+    code, out, _ = explain(capsys, path, "--fleet", fleet, "-o", "json")  # gate off (the 1.35 default): a device plugin's job
+    assert code == 0 and json.loads(out)["allocations"] == {}
+    assert any("left to a device plugin" in note for note in json.loads(out)["notes"])
+
+
+def test_extended_resource_beside_a_claim_shares_the_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = _extended_pod(2, [{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    path = write_yaml(tmp_path / "pod.yaml", [_gpu_class_with_extended_resource(), b.class_doc(b.MIG_CLASS, b.CLASS_SELECTORS[b.MIG_CLASS]), TEMPLATE, pod])
+    gates = ("--feature-gates", "DRAExtendedResource=true")
+    code, _, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), *gates)
+    assert code == 1  # three GPUs on one node: no node has them
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=3)), *gates, "-o", "json")
+    assert code == 0 and len(json.loads(out)["allocations"]) == 2
