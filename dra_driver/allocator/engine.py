@@ -305,11 +305,11 @@ class Allocator:
             if id(pool) not in problems:
                 problems[id(pool)] = _pool_problem(pool)
             pool_problem = problems[id(pool)]
-            holder = self.allocated.get(device.id)
+            holder = self.allocated.get(device.id) if self.allocated else None
             selectable, rejection = self._select(selectors, device)
             blocked: Rejection | None = None
             if selectable is True:
-                taint = blocking_taint(device, alternative.tolerations)
+                taint = blocking_taint(device, alternative.tolerations) if device.taints else None
                 if taint is not None:
                     blocked = Rejection("taint", f"tainted {_taint_text(taint)} and not tolerated")
                 elif device.consumes and not alternative.admin_access:
