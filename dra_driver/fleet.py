@@ -39,12 +39,14 @@ class Fleet:
     claims: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
     sources: list[str] = field(default_factory=list)
+    taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
 
     def merge(self, other: Fleet) -> None:
         self.slices += other.slices
         self.classes += other.classes
         self.claims += other.claims
         self.nodes += other.nodes
+        self.taint_rules += other.taint_rules
         self.sources += other.sources
 
 
@@ -90,8 +92,10 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
             fleet.claims.append(dict(doc))
         elif kind == "Node":
             fleet.nodes.append(_node(doc))
+        elif kind == "DeviceTaintRule":
+            fleet.taint_rules.append(dict(doc))
         else:
-            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim or Node)")
+            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node or DeviceTaintRule)")
     return fleet
 
 
@@ -179,11 +183,22 @@ def from_cluster(kubeconfig: str) -> Fleet:
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
     fleet.nodes = [_node(item) for item in listed(core.list_node)]
+    fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
     try:
         api_client.close()
     except Exception:  # closing the pool is best effort
         pass
     return fleet
+
+
+def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
+    """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
+    try:
+        return [{"kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule)]
+    except FleetError as exc:
+        if " 404 " in str(exc):  # the API version is not served: no rules
+            return []
+        raise
 
 
 # -- allocations ----------------------------------------------------------------------------------

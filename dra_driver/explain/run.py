@@ -18,6 +18,7 @@ from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.search_size import timeout_warnings
 from dra_driver.explain.subject import read_subject, validated_claims
+from dra_driver.explain.taint_rules import apply_rules, parse_rules
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,11 @@ def explain(request: ExplainRequest) -> ExplainResult:
     if admin_errors:
         raise InputError(admin_errors)
     subject.notes += admin_notes
+    rules, rule_errors = parse_rules([*fleet.taint_rules, *subject.taint_rules], "DeviceTaintRules")
+    if rule_errors:
+        raise InputError(rule_errors)
     pools = build_pools(fleet.slices)
+    subject.notes += apply_rules(pools, rules, request.gates)
     nodes = fleet_nodes(pools, fleet.nodes)
     allocated = fleets.allocated_devices([*fleet.claims, *subject.allocated_claims], skip=subject.own_claims)
     usable, elsewhere = split_by_reused_claims(nodes, subject.reused)

@@ -42,6 +42,7 @@ class Subject:
     reused: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # Namespace objects in the file
     pods: list[dict[str, Any]] = field(default_factory=list)  # the Pod documents (extended resources)
+    taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule documents in the file
     # ResourceClaim documents in the file that are already allocated: their devices are in use.
     allocated_claims: list[dict[str, Any]] = field(default_factory=list)
 
@@ -88,6 +89,9 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     for index, doc in enumerate(docs):
         kind = str(doc.get("kind") or "")
         name = str((doc.get("metadata") or {}).get("name") or f"[{index}]")
+        if kind == "DeviceTaintRule":  # validated with the fleet's rules (taint_rules.py)
+            subject.taint_rules.append(dict(doc))
+            continue
         if kind == "Namespace":  # only its labels matter (admin access)
             labels = (doc.get("metadata") or {}).get("labels")
             subject.namespace_labels[name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}

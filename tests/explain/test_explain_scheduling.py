@@ -125,3 +125,33 @@ def test_extended_resource_beside_a_claim_shares_the_node(tmp_path: Path, capsys
     assert code == 1  # three GPUs on one node: no node has them
     code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=3)), *gates, "-o", "json")
     assert code == 0 and len(json.loads(out)["allocations"]) == 2
+
+
+def _taint_rule(effect: str = "NoSchedule", **selector: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1alpha3",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "maintenance"},
+        "spec": {"deviceSelector": selector, "taint": {"key": "example.com/maintenance", "value": "true", "effect": effect}},
+    }
+
+
+def test_device_taint_rules_from_fleet_files_taint_their_devices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([b.exact("gpu", count=2)])])
+    fleet = fleet_list(tmp_path, nodes(count=1, per_node=2), [_taint_rule(driver=NV, pool="node-0", device="gpu-1")])
+    code, out, _ = explain(capsys, claim, "--fleet", fleet, "--feature-gates", "DRADeviceTaintRules=true")
+    assert code == 1 and "tainted example.com/maintenance=true:NoSchedule" in out
+    code, out, _ = explain(capsys, claim, "--fleet", fleet, "-o", "json")  # gate off: the rule does nothing
+    assert code == 0 and any("DRADeviceTaintRules gate is off" in n for n in json.loads(out)["notes"])
+
+
+def test_device_taint_rule_in_the_input_file_and_its_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = fleet_list(tmp_path, nodes(count=1, per_node=2))
+    gates = ("--feature-gates", "DRADeviceTaintRules=true")
+    tolerated = b.exact("gpu", count=2, tolerations=[{"key": "example.com/maintenance", "operator": "Exists"}])
+    claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([tolerated]), _taint_rule(pool="node-0")])
+    code, _, _ = explain(capsys, claim, "--fleet", fleet, *gates)
+    assert code == 0  # tolerated
+    bad = write_yaml(tmp_path / "bad.yaml", class_docs() + [b.claim_doc([b.exact("gpu")]), _taint_rule(effect="Sometimes")])
+    code, _, err = explain(capsys, bad, "--fleet", fleet, *gates)
+    assert code == 2 and "DeviceTaintRule maintenance.spec.taint.effect" in err
