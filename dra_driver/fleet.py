@@ -194,7 +194,7 @@ def from_cluster(kubeconfig: str) -> Fleet:
 def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
     """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
     try:
-        return [{"kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule)]
+        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule)]
     except FleetError as exc:
         if " 404 " in str(exc):  # the API version is not served: no rules
             return []
