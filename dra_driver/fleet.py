@@ -219,6 +219,8 @@ def allocated_devices(claims: Iterable[Mapping[str, Any]], skip: Iterable[str] =
             continue
         allocation = (doc.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("shareID"):
+                continue  # a share of a multi-allocatable device: counted as consumed capacity, not held
             device = DeviceID(str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
             admin = bool(result.get("adminAccess"))
             if device not in out or out[device].admin_access:

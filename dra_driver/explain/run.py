@@ -8,6 +8,7 @@ from typing import Any
 
 from dra_driver import fleet as fleets
 from dra_driver.allocator import Allocator, CelMatcher, Explanation, Node, NodeOutcome, build_pools
+from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
 from dra_driver.allocator.pools import node_selector_matches
 from dra_driver.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
@@ -83,9 +84,11 @@ def explain(request: ExplainRequest) -> ExplainResult:
     pools = build_pools(fleet.slices)
     subject.notes += apply_rules(pools, rules, request.gates)
     nodes = fleet_nodes(pools, fleet.nodes)
-    allocated = fleets.allocated_devices([*fleet.claims, *subject.allocated_claims], skip=subject.own_claims)
+    others = [*fleet.claims, *subject.allocated_claims]
+    allocated = fleets.allocated_devices(others, skip=subject.own_claims)
+    capacity = ConsumableCapacity(request.gates.consumable_capacity, shared_consumption(others, skip=subject.own_claims))
     usable, elsewhere = split_by_reused_claims(nodes, subject.reused)
-    explanation = Allocator(pools, classes, matcher, allocated).explain(claims, usable)
+    explanation = Allocator(pools, classes, matcher, allocated, capacity=capacity).explain(claims, usable)
     explanation.nodes += elsewhere
     summary = {
         "sources": fleet.sources,

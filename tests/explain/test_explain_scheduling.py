@@ -155,3 +155,42 @@ def test_device_taint_rule_in_the_input_file_and_its_validation(tmp_path: Path, 
     bad = write_yaml(tmp_path / "bad.yaml", class_docs() + [b.claim_doc([b.exact("gpu")]), _taint_rule(effect="Sometimes")])
     code, _, err = explain(capsys, bad, "--fleet", fleet, *gates)
     assert code == 2 and "DeviceTaintRule maintenance.spec.taint.effect" in err
+
+
+def _shared_gpu_fleet(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> Path:
+    device = b.device("gpu-0", memory="80Gi")
+    device["allowMultipleAllocations"] = True
+    return fleet_list(tmp_path, [b.resource_slice("node-0", [device])], extra)
+
+
+def _memory_request(name: str, amount: str) -> dict[str, Any]:
+    return b.exact(name, capacity={"requests": {"memory": amount}})
+
+
+def test_consumable_capacity_shares_one_device_between_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([_memory_request("a", "40Gi"), _memory_request("b", "40Gi")])])
+    gates = ("--feature-gates", "DRAConsumableCapacity=true")
+    code, out, _ = explain(capsys, claim, "--fleet", _shared_gpu_fleet(tmp_path), *gates, "-o", "json")
+    assert code == 0
+    results = json.loads(out)["allocations"]["default/claim"]["devices"]["results"]
+    assert [(r["device"], r["consumedCapacity"]) for r in results] == [("gpu-0", {"memory": "40Gi"}), ("gpu-0", {"memory": "40Gi"})]
+    assert results[0]["shareID"] != results[1]["shareID"]
+    code, _, _ = explain(capsys, claim, "--fleet", _shared_gpu_fleet(tmp_path))  # gate off: one device, two requests
+    assert code == 1
+
+
+def test_consumable_capacity_counts_other_claims_shares(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = b.claim_doc([_memory_request("a", "60Gi")], name="other")
+    other["status"] = {"allocation": {"devices": {"results": [{"request": "a", "driver": NV, "pool": "node-0", "device": "gpu-0", "shareID": "s1", "consumedCapacity": {"memory": "60Gi"}}]}}}
+    claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([_memory_request("a", "40Gi")])])
+    code, out, _ = explain(capsys, claim, "--fleet", _shared_gpu_fleet(tmp_path, [other]), "--feature-gates", "DRAConsumableCapacity=true")
+    assert code == 1 and "capacity gpu.nvidia.com/memory" in out
+    small = write_yaml(tmp_path / "small.yaml", class_docs() + [b.claim_doc([_memory_request("a", "20Gi")])])
+    code, _, _ = explain(capsys, small, "--fleet", _shared_gpu_fleet(tmp_path, [other]), "--feature-gates", "DRAConsumableCapacity=true")
+    assert code == 0
+
+
+def test_capacity_request_larger_than_any_device_rules_it_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([_memory_request("a", "100Gi")])])
+    code, out, _ = explain(capsys, claim, "--fleet", fleet_list(tmp_path, nodes(count=1, per_node=1)), "--feature-gates", "DRAConsumableCapacity=true")
+    assert code == 1 and "requested capacity does not fit" in out
