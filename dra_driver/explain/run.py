@@ -18,7 +18,7 @@ from dra_driver.explain.extended_resources import class_for_resources, extended_
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.search_size import timeout_warnings
-from dra_driver.explain.subject import read_subject, validated_claims
+from dra_driver.explain.subject import Subject, read_subject, validated_claims
 from dra_driver.explain.taint_rules import apply_rules, parse_rules
 
 
@@ -59,22 +59,27 @@ def split_by_reused_claims(nodes: Sequence[Node], reused: Mapping[str, Mapping[s
 
 def explain(request: ExplainRequest) -> ExplainResult:
     """Allocate the file's claims on the fleet as kube-scheduler would; InputError for bad input."""
-    matcher = CelMatcher(consumable_capacity=request.gates.consumable_capacity)
     fleet = load_fleet(request.source)
     subject = read_subject(request.file, fleet.claims)
     extra = fleets.load_paths(request.class_paths) if request.class_paths else fleets.Fleet()
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
-    layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), ("--classes", extra.classes), (request.file, subject.classes)]
+    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates)
+
+
+def explain_subject(
+    fleet: fleets.Fleet,
+    subject: Subject,
+    class_layers: Sequence[tuple[str, list[dict[str, Any]]]] = (),
+    gates: FeatureGates = FeatureGates(),
+) -> ExplainResult:
+    """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes."""
+    matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
+    layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers]
     classes = merge_classes(layers, matcher)
-    extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
-    if extended:
-        merged_docs = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
-        extra_claims, extra_notes = extended_resource_claims(extended, class_for_resources(merged_docs), set(classes), request.gates)
-        subject.claims += extra_claims
-        subject.notes += extra_notes
+    _add_extended_resource_claims(subject, layers, set(classes), gates)
     claims = validated_claims(subject, classes, matcher)
-    admin_errors, admin_notes = admin_access_problems(subject.claims, subject.namespace_labels, request.gates)
+    admin_errors, admin_notes = admin_access_problems(subject.claims, subject.namespace_labels, gates)
     if admin_errors:
         raise InputError(admin_errors)
     subject.notes += admin_notes
@@ -82,11 +87,11 @@ def explain(request: ExplainRequest) -> ExplainResult:
     if rule_errors:
         raise InputError(rule_errors)
     pools = build_pools(fleet.slices)
-    subject.notes += apply_rules(pools, rules, request.gates)
+    subject.notes += apply_rules(pools, rules, gates)
     nodes = fleet_nodes(pools, fleet.nodes)
     others = [*fleet.claims, *subject.allocated_claims]
     allocated = fleets.allocated_devices(others, skip=subject.own_claims)
-    capacity = ConsumableCapacity(request.gates.consumable_capacity, shared_consumption(others, skip=subject.own_claims))
+    capacity = ConsumableCapacity(gates.consumable_capacity, shared_consumption(others, skip=subject.own_claims))
     usable, elsewhere = split_by_reused_claims(nodes, subject.reused)
     explanation = Allocator(pools, classes, matcher, allocated, capacity=capacity).explain(claims, usable)
     explanation.nodes += elsewhere
@@ -97,7 +102,18 @@ def explain(request: ExplainRequest) -> ExplainResult:
         "devices": sum(len(p.devices) for p in pools),
         "allocatedElsewhere": len(allocated),
         "celEvaluations": matcher.evaluations,
-        "featureGates": request.gates.describe(),
+        "featureGates": gates.describe(),
         "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
     return ExplainResult(explanation, summary, subject.notes, timeout_warnings(explanation, pools))
+
+
+def _add_extended_resource_claims(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> None:
+    """The claim the scheduler adds for the extended resources the file's Pods ask for (extended_resources.py)."""
+    extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
+    if not extended:
+        return
+    merged = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
+    claims, notes = extended_resource_claims(extended, class_for_resources(merged), known, gates)
+    subject.claims += claims
+    subject.notes += notes

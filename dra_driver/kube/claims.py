@@ -24,14 +24,20 @@ answer) is tried again, while time is left.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
-from kubernetes import client as k8s
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from dra_driver.errors import DraError
+
+if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
+    from kubernetes import client as k8s
+
+
+_MAX_RESERVED_FOR = 256  # the API's limit on status.reservedFor
+_MAX_NAME = 253
 
 
 class _ApiModel(BaseModel):
@@ -76,6 +82,8 @@ class Allocation(_ApiModel):
 
 class ClaimStatus(_ApiModel):
     allocation: Allocation | None = None
+    # Read only for metrics (which pods hold the devices), so kept raw: an odd entry must never fail a prepare.
+    reserved_for: Any = Field(None, alias="reservedFor")
 
 
 class ResourceClaim(_ApiModel):
@@ -85,6 +93,16 @@ class ResourceClaim(_ApiModel):
     @property
     def allocation(self) -> Allocation | None:
         return self.status.allocation
+
+    @property
+    def reserved_pods(self) -> list[str]:
+        """Names of the pods status.reservedFor lists (core-group `pods` entries with a plausible name only)."""
+        entries = self.status.reserved_for if isinstance(self.status.reserved_for, list) else []
+        return [
+            str(ref["name"])
+            for ref in entries[:_MAX_RESERVED_FOR]
+            if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup") and isinstance(ref.get("name"), str) and 0 < len(ref["name"]) <= _MAX_NAME
+        ]
 
 
 class ClaimLookupError(DraError):

@@ -8,7 +8,8 @@ layer we replace; everything above it is production code.
 Implemented semantics (what dra-driver uses, modelled on the real apiserver):
 - resources: resource.k8s.io/v1 ResourceSlices and DeviceClasses (cluster
   scoped), ResourceClaims (namespaced, with a status subresource), core v1
-  Nodes; resource.k8s.io/v1alpha3 DeviceTaintRules (cluster scoped);
+  Nodes and Pods (read by `dra-driver fleet`); resource.k8s.io/v1alpha3
+  DeviceTaintRules (cluster scoped);
 - create with `generateName`, server-set `uid`, `creationTimestamp`,
   `generation` and a global `resourceVersion` counter; 409 AlreadyExists;
 - update (PUT) with optimistic concurrency (409 Conflict on a stale
@@ -55,6 +56,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -104,6 +106,7 @@ RESOURCES: dict[str, ResourceType] = {
     r.plural: r
     for r in (
         ResourceType("", "v1", "nodes", "Node", namespaced=False, status_subresource=True),
+        ResourceType("", "v1", "pods", "Pod", namespaced=True, status_subresource=True, field_labels=("spec.nodeName",)),
         ResourceType(
             "resource.k8s.io",
             "v1",
@@ -1089,6 +1092,18 @@ class SimApiServer:
         from kubernetes import client
 
         return client.ApiClient(self.client_configuration())
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig file pointing at this server (no auth), for commands that take --kubeconfig."""
+        import yaml
+
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
+            "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "sim", "user": {}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+        }))  # fmt: skip
+        return path
 
     # ---- reading and seeding
 
