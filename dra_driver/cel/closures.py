@@ -24,7 +24,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
 from dra_driver.cel.errors import CelBudgetExceeded
-from dra_driver.cel.nodes import ident_name, namespace_of
+from dra_driver.cel.nodes import arguments, ident_name, method_call
 from dra_driver.cel.library import _MISSING, GLOBALS, METHODS, OPERATORS, map_get
 from dra_driver.cel.types import cel_type_name as kind_name
 
@@ -273,14 +273,9 @@ class _Compiler:
         return lookup
 
     def _member_dot_arg(self, node: lark.Tree, bound: frozenset[str]) -> Fn:
-        target_tree = cast(lark.Tree, node.children[0])
-        name = str(cast(lark.Token, node.children[1]).value)
-        args = _arguments(node, 2)
-        namespace = namespace_of(target_tree)
-        if namespace is not None and namespace not in bound:
-            if f"{namespace}.{name}" == "cel.bind":
-                return self._bind(args, bound)
-            return self._call(f"{namespace}.{name}", GLOBALS, None, args, bound)
+        target_tree, name, args, qualified = method_call(node, bound)
+        if qualified is not None:
+            return self._bind(args, bound) if qualified == "cel.bind" else self._call(qualified, GLOBALS, None, args, bound)
         if name in _BOOL_MACROS or name in _LIST_MACROS:
             return self._macro(name, target_tree, args, bound)
         return self._call(name, METHODS, self.build(target_tree, bound), args, bound)
@@ -315,7 +310,7 @@ class _Compiler:
             return self._ident(str(cast(lark.Token, child.children[0]).value))
         if child.data == "ident_arg":
             name = str(cast(lark.Token, child.children[0]).value)
-            args = _arguments(child, 1)
+            args = arguments(child, 1)
             if name == "has":
                 return self._has(args, bound)
             if name == "dyn":
@@ -340,7 +335,7 @@ class _Compiler:
         return ident
 
     def _list(self, node: lark.Tree, bound: frozenset[str]) -> Fn:
-        items = [self.build(t, bound) for t in _arguments(node, 0)]
+        items = [self.build(t, bound) for t in arguments(node, 0)]
 
         def create_list(frame: Frame) -> Any:
             frame.spend(LIST_CREATE_COST)
@@ -353,7 +348,7 @@ class _Compiler:
         return create_list
 
     def _map(self, node: lark.Tree, bound: frozenset[str]) -> Fn:
-        flat = _arguments(node, 0)
+        flat = arguments(node, 0)
         pairs = [(self.build(flat[i], bound), self.build(flat[i + 1], bound)) for i in range(0, len(flat), 2)]
 
         def create_map(frame: Frame) -> Any:
@@ -649,13 +644,6 @@ def _list_position(index: Any) -> int | None:
 def _binding(bound: frozenset[str], names: Sequence[str]) -> frozenset[str]:
     inner = bound | set(names)
     return inner | {SHADOWED} if "device" in names else inner
-
-
-def _arguments(node: lark.Tree, index: int) -> list[lark.Tree]:
-    """The expressions of an exprlist/mapinits child (none when the list is empty)."""
-    if len(node.children) > index and isinstance(node.children[index], lark.Tree):
-        return cast(list[lark.Tree], node.children[index].children)
-    return []
 
 
 def _variable(tree: lark.Tree) -> str:

@@ -21,7 +21,7 @@ from typing import cast
 import lark
 
 from dra_driver.cel.literals import constant_string
-from dra_driver.cel.nodes import ident_name, namespace_of
+from dra_driver.cel.nodes import arguments, ident_name, method_call
 
 MAX = (1 << 64) - 1
 STRING_TRAVERSAL = 0.1  # common.StringTraversalCostFactor
@@ -193,7 +193,7 @@ class _Estimator:
             return replace(bound, cost=1) if bound is not None else Info(1)
         if child.data == "ident_arg":
             name = str(cast(lark.Token, child.children[0]).value)
-            args = _arguments(child, 1)
+            args = arguments(child, 1)
             if name == "dyn":
                 inner = self.info(args[0], scope)
                 return replace(inner, cost=_add(inner.cost, 1))
@@ -202,11 +202,11 @@ class _Estimator:
                 return Info(_add(target.cost, 1), 1, "bool")
             return self._call(name, None, [self.info(a, scope) for a in args])
         if child.data == "list_lit":
-            items = [self.info(a, scope) for a in _arguments(child, 0)]
+            items = [self.info(a, scope) for a in arguments(child, 0)]
             item = Info(0, max((i.size for i in items), default=0), items[0].kind if items and all(i.kind == items[0].kind for i in items) else "dyn") if items else None
             return Info(_add(LIST_CREATE, *(i.cost for i in items)), len(items), "list", item=item)
         if child.data == "map_lit":
-            items = [self.info(a, scope) for a in _arguments(child, 0)]
+            items = [self.info(a, scope) for a in arguments(child, 0)]
             return Info(_add(MAP_CREATE, *(i.cost for i in items)), len(items) // 2, "map")
         return self.info(child, scope)
 
@@ -225,14 +225,9 @@ class _Estimator:
     # ------------------------------------------------------------ calls and macros
 
     def _member_dot_arg(self, node: lark.Tree, scope: dict[str, Info]) -> Info:
-        target_tree = cast(lark.Tree, node.children[0])
-        name = str(cast(lark.Token, node.children[1]).value)
-        args = _arguments(node, 2)
-        namespace = namespace_of(target_tree)
-        if namespace is not None and namespace not in scope:
-            if f"{namespace}.{name}" == "cel.bind":
-                return self._bind(args, scope)
-            return self._call(f"{namespace}.{name}", None, [self.info(a, scope) for a in args])
+        target_tree, name, args, qualified = method_call(node, scope)
+        if qualified is not None:
+            return self._bind(args, scope) if qualified == "cel.bind" else self._call(qualified, None, [self.info(a, scope) for a in args])
         if name in _MACROS:
             return self._macro(name, self.info(target_tree, scope), args, scope)
         return self._call(name, self.info(target_tree, scope), [self.info(a, scope) for a in args], args)
@@ -329,12 +324,6 @@ class _Estimator:
 
 
 _MACROS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter", "transformList"})
-
-
-def _arguments(node: lark.Tree, index: int) -> list[lark.Tree]:
-    if len(node.children) > index and isinstance(node.children[index], lark.Tree):
-        return cast(list[lark.Tree], node.children[index].children)
-    return []
 
 
 def _literal_length(source: str) -> int:
