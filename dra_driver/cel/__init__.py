@@ -1,7 +1,8 @@
 """The Kubernetes 1.35 DRA CEL environment on cel-python (docs/cel.md).
 
 Public API:
-    compile_selector(expression) -> CompiledSelector   (cached by source text)
+    compile_selector(expression, environment=SCHEDULER) -> CompiledSelector   (cached; api_server(gate) for validation)
+    CompiledSelector.max_cost / cost_problem()           (the API server's estimate and its refusal)
     cel_device(driver, slice_device) -> CelDevice        (build once per device)
     CompiledSelector.evaluate(device) -> bool            (CelRuntimeError on errors)
     CompiledSelector.referenced_keys / group_key(device) (evaluate once per group)
