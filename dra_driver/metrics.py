@@ -251,7 +251,8 @@ class Metrics:
         self._loaded = True
         if self.registry is None:
             self.registry = _prometheus().CollectorRegistry()
-        for family in (self.requests, self.claims, self.latency, self.prepared_devices, self.state_damage, self.errors):
+        # Every family declared above, so a new one cannot be left unloaded (its counts would be lost).
+        for family in [value for value in vars(self).values() if isinstance(value, _Family)]:
             family.load(self.registry)
         self.holders.load(self.registry)
 
