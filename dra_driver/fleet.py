@@ -22,6 +22,8 @@ from typing import Any
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Allocated, DeviceID, Node
 from dra_driver.errors import DraError, FieldError, ValidationError
+from dra_driver.inputs import InputError
+from dra_driver.inputs import read_documents as read_documents_checked
 from dra_driver.inputs import read_objects
 from dra_driver.model.validation import slice_errors
 
@@ -168,6 +170,10 @@ def from_cluster(kubeconfig: str, with_pods: bool = False) -> Fleet:
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
 
+    try:
+        read_documents_checked(kubeconfig)  # the client's own loader has no size, depth or alias limit
+    except InputError as exc:
+        raise FleetError(f"kubeconfig {exc}") from exc
     try:
         api_client = config.new_client_from_config(config_file=kubeconfig)
     except Exception as exc:  # the loader raises several unrelated types for a bad file

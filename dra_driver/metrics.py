@@ -224,6 +224,15 @@ class Metrics:
                 registry=registry,
             )
         )
+        self.state_damage = _Family(
+            lambda registry: _prometheus().Counter(
+                "dra_driver_state_damage",
+                "Damaged or lost plugin state found (kind: record, checkpoint-dir, cdi-spec, rollback-failed) "
+                "and claims rebuilt from evidence (kind: rebuilt)",
+                ["driver", "kind"],
+                registry=registry,
+            )
+        )
         self.errors = _Family(
             lambda registry: _prometheus().Counter(
                 "dra_driver_errors",
@@ -242,7 +251,8 @@ class Metrics:
         self._loaded = True
         if self.registry is None:
             self.registry = _prometheus().CollectorRegistry()
-        for family in (self.requests, self.claims, self.latency, self.prepared_devices, self.errors):
+        # Every family declared above, so a new one cannot be left unloaded (its counts would be lost).
+        for family in [value for value in vars(self).values() if isinstance(value, _Family)]:
             family.load(self.registry)
         self.holders.load(self.registry)
 

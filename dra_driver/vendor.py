@@ -156,9 +156,11 @@ class PreparedClaim:
     # Edits every container using any device of the claim gets (hooks, mounts).
     claim_edits: ContainerEdits = field(default_factory=ContainerEdits)
     # Edits that describe the devices of one request as a set, keyed by base request
-    # name (e.g. NVIDIA_VISIBLE_DEVICES / HABANA_VISIBLE_DEVICES listing that request's
-    # devices). The kubelet hands a container only the devices of the requests it names,
-    # so a list that spans requests would expose another container's devices.
+    # name (e.g. HABANA_VISIBLE_DEVICES listing that request's devices). The kubelet hands
+    # a container only the devices of the requests it names, so a list that spans requests
+    # would expose another container's devices. CDI keeps the last value of an env name,
+    # so a container naming two requests sees one request's list: prefer device nodes
+    # (NVIDIA lists no devices in env at all; docs/plugin.md).
     request_edits: dict[str, ContainerEdits] = field(default_factory=dict)
     # JSON-serialisable state the backend needs to undo the preparation
     # (e.g. MIG GPU/compute instance IDs); stored in the checkpoint and handed
@@ -166,6 +168,15 @@ class PreparedClaim:
     # means "nothing to undo beyond unprepare(claim, {})": the plugin then skips
     # recording it before the CDI write.
     state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordedClaim:
+    """What a backend's own on-disk records say a claim holds (start-up evidence when the checkpoint lost it)."""
+
+    claim_uid: str
+    devices: tuple[str, ...]  # device names in the pool
+    state: dict[str, Any]  # a state unprepare() and reconcile() accept for this claim
 
 
 @dataclass(frozen=True)
@@ -215,6 +226,15 @@ class VendorBackend(ABC):
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
         """After a restart: destroy dynamic partitions that no live claim state lists."""
+
+    def recorded_claims(self) -> list[RecordedClaim]:
+        """Claims the backend's own records (kept under state_dir) show as holding devices.
+
+        Read at start-up before reconcile: a claim listed here whose checkpoint record is
+        lost or damaged keeps its devices reserved, and the state given here goes to
+        reconcile and unprepare as the claim's. Default: the backend keeps no records.
+        """
+        return []
 
     def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
         """Yield health changes until `stop` is set. Default: no health source."""

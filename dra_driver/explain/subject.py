@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from dra_driver import fleet as fleets
 from dra_driver.allocator import CelMatcher, ClaimSpec, DeviceClassSpec
 from dra_driver.claims_input import (
     Pod,
@@ -20,6 +18,7 @@ from dra_driver.claims_input import (
 )
 from dra_driver.errors import FieldError
 from dra_driver.explain.errors import InputError
+from dra_driver.inputs import read_objects
 
 
 
@@ -67,17 +66,15 @@ def _pod_claims(pod: Pod, templates: Mapping[str, ResourceClaimTemplate], claims
 
 def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subject:
     """What FILE asks about: claims to allocate together, plus DeviceClasses it brings."""
-    try:
-        docs = fleets.read_documents(Path(path))
-    except fleets.FleetError as exc:
-        raise InputError([FieldError(path, str(exc))]) from exc
+    found = read_objects(path)  # the input layer: limits, envelope rules, one-line errors
+    docs = [item.obj for item in found]
     subject = Subject()
     errors: list[FieldError] = []
     parsed: list[tuple[str, Any]] = []
     for index, doc in enumerate(docs):
         kind = str(doc.get("kind") or "")
         name = str((doc.get("metadata") or {}).get("name") or f"[{index}]")
-        result = parse_object(doc, f"{kind or 'document'} {name}")
+        result = parse_object(doc, f"{path}:{found[index].line}: {kind or 'document'} {name}")
         if isinstance(result, list):
             errors += result
         else:

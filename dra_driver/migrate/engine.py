@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.errors import FieldError
+from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
 from dra_driver.migrate.catalog import ClassCatalog
 from dra_driver.migrate.claims import Generated, migrate_workload
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
-from dra_driver.migrate.report import Action, MigrationError, Report
+from dra_driver.migrate.report import Action, Location, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.operators import operator_kind
@@ -105,6 +106,8 @@ def _report_unknown_kind(ctx: Context, item: _Item) -> None:
     entry = operator_kind(item.obj)
     if entry is not None:
         reason = f"{kind}: {entry.check}"
+    elif helm.is_values_like(item.obj):
+        reason = helm.VALUES_REASON
     else:
         reason = (f"kind {kind} ({item.obj.get('apiVersion', '?')}) is not a workload this tool knows (operators build "
                   "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
@@ -283,6 +286,10 @@ def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileR
     errors: list[FieldError] = []
     parsed: list[streams.Stream] = []
     for source, text in inputs:
+        if helm.is_template_source(text):
+            report.add(Action.NOT_CONVERTED, Location(source, 0), source, helm.TEMPLATE_REASON)
+            parsed.append(streams.Stream(source, []))  # no documents: written back as it was
+            continue
         try:
             parsed.append(streams.split(text, source))
         except MigrationError as exc:

@@ -46,9 +46,10 @@ _KUBEFLOW_CHECK = (
     "GPUs from nvidia.com/gpu limits"
 )
 _RAY_CHECK = (
-    "KubeRay copies the pod template (resourceClaims included) into the Ray pods, but it derives ray start "
-    "--num-gpus from nvidia.com/gpu limits: set rayStartParams num-gpus to the device count of each group, or "
-    "Ray schedules no GPU tasks there"
+    "KubeRay copies the pod template (resourceClaims included) into the Ray pods, but it passes ray start "
+    "--num-gpus, and the autoscaler sizes groups, from nvidia.com/gpu limits, which are gone now: set "
+    "rayStartParams num-gpus to each group's device count (without it Ray falls back to detecting the GPUs the "
+    "container sees)"
 )
 _POD_TEMPLATE_CHECK = "the {operator} controller copies the pod template, resourceClaims included, into its pods; check that your version does"
 

@@ -59,6 +59,11 @@ def _inserted(node: Any) -> bool:
     return isinstance(node, (CommentedMap, CommentedSeq)) and node.lc.line is None
 
 
+def _appended(old: CommentedSeq, new: CommentedSeq) -> bool:
+    """`new` is `old` with items added at the end (and none of the old ones changed)."""
+    return len(new) > len(old) and all(_plain(a) == _plain(b) for a, b in zip(old, new))
+
+
 def _anchored(node: Any) -> bool:
     """An anchor's text is shared by its aliases, so editing its lines would change them too."""
     return getattr(getattr(node, "anchor", None), "value", None) is not None
@@ -155,8 +160,8 @@ class _Splicer:
         if isinstance(old, CommentedMap) and isinstance(new, CommentedMap) and not (_flow(old) or _flow(new)):
             self.mapping(old, new, bound)
             return
-        if (isinstance(old, CommentedSeq) and isinstance(new, CommentedSeq) and old
-                and len(new) - len(old) == sum(1 for item in new if _inserted(item)) and not (_flow(old) or _flow(new))):
+        if (isinstance(old, CommentedSeq) and isinstance(new, CommentedSeq) and old and not (_flow(old) or _flow(new))
+                and (len(new) - len(old) == sum(1 for item in new if _inserted(item)) or _appended(old, new))):
             self.sequence(old, new, bound)
             return
         end = self._content_end(line, bound)
@@ -166,6 +171,11 @@ class _Splicer:
         """Items changed in place are descended into; items the migration inserted are dumped before their successor."""
         if _anchored(old):
             raise _Unsplicable("a changed sequence is a YAML anchor")
+        if _appended(old, new):
+            at = self._content_end(old.lc.item(len(old) - 1)[0], bound)
+            column = self._dash_column(old)
+            self.ops.append(_Op(at, at, "".join(self._item_fragment(item, column) for item in new[len(old):])))
+            return
         kept = [item for item in new if not _inserted(item)]
         if len(kept) != len(old):
             raise _Unsplicable("sequence items removed or replaced")

@@ -55,28 +55,29 @@ def _string_problem(value: Any, limit: int) -> str | None:
     return None
 
 
+def _pattern_problem(value: Any, limit: int, pattern: re.Pattern[str], rule: str) -> str | None:
+    """Non-empty, at most `limit` characters, and matching `pattern`; `rule` says what it must be."""
+    problem = _string_problem(value, limit)
+    if problem is None and not pattern.match(value):
+        problem = f"{shown(value)} is not {rule}"
+    return problem
+
+
 def dns_label_problem(value: Any) -> str | None:
     """Namespaces, request names, device names: a DNS label."""
-    problem = _string_problem(value, MAX_DNS_LABEL)
-    if problem is None and not _DNS_LABEL.match(value):
-        problem = f"{shown(value)} is not a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)"
-    return problem
+    return _pattern_problem(value, MAX_DNS_LABEL, _DNS_LABEL, "a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)")
 
 
 def dns_subdomain_problem(value: Any) -> str | None:
     """Object names (claims): a DNS subdomain."""
-    problem = _string_problem(value, MAX_DNS_SUBDOMAIN)
-    if problem is None and not _DNS_SUBDOMAIN.match(value):
-        problem = f"{shown(value)} is not a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)"
-    return problem
+    return _pattern_problem(
+        value, MAX_DNS_SUBDOMAIN, _DNS_SUBDOMAIN, "a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)"
+    )
 
 
 def uid_problem(value: Any) -> str | None:
     """An object UID: letters, digits and '-' (the alphabet of the UUIDs Kubernetes writes)."""
-    problem = _string_problem(value, MAX_UID)
-    if problem is None and not _UID.match(value):
-        problem = f"{shown(value)} is not a Kubernetes UID (letters, digits and '-', such as 4d1c6e0a-7a0e-4a43-9b0e-3b8c5a1f0c11)"
-    return problem
+    return _pattern_problem(value, MAX_UID, _UID, "a Kubernetes UID (letters, digits and '-', such as 4d1c6e0a-7a0e-4a43-9b0e-3b8c5a1f0c11)")
 
 
 def request_name_problem(value: Any) -> str | None:

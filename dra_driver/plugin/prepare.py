@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from dra_driver import cdi
-from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.errors import DraError
 from dra_driver.logs import fields
 from dra_driver.metrics import HeldClaim, Metrics
 from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
+from dra_driver.plugin.recovery import Recovery, spec_claim_data
 from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
@@ -60,6 +61,7 @@ HOLD_POINTS = (
     "after-cdi",  # the CDI spec is written, PrepareCompleted is not recorded
     "after-completed",  # PrepareCompleted is recorded, the answer is not sent
     "during-unprepare",  # the backend unprepared, the spec and the record are still there
+    "after-spec-removed",  # unprepare removed the spec, the (UnprepareStarted) record is still there
 )
 # Profiling hook (benchmarks): when set to a file path, every claim operation runs
 # under cProfile and the summed stats are written there when the service closes.
@@ -101,9 +103,10 @@ class PrepareService:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"prepare-{self.driver}")
         self._uid_locks = KeyedLocks()
         self._devices_lock = KeyedLocks()  # one key: conflict check + PrepareStarted are atomic
-        self._section = SharedSection(shared_lock, checkpoint.load) if shared_lock is not None else None
+        self._section = SharedSection(shared_lock, self._reload) if shared_lock is not None else None
         locks_dir = claim_locks or (shared_lock.parent / "claims" if shared_lock is not None else None)
         self._claim_files = ClaimFileLocks(locks_dir) if locks_dir is not None else None
+        self._recovery = Recovery(backend, checkpoint, cdi_dir, self._try_claim, lambda r: self._undo(r, section_held=True), metrics)
         self._hold_dir = os.environ.get(HOLD_ENV)
         self._profiler = _CallProfiler(os.environ[PROFILE_ENV]) if os.environ.get(PROFILE_ENV) else None
 
@@ -206,8 +209,8 @@ class PrepareService:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
         if record is not None and record.completed:
-            return record.devices
-        if record is not None:  # an earlier attempt failed half-way
+            return self._answer_again(ref, record)
+        if record is not None:  # an earlier attempt failed half-way, or an unprepare was interrupted
             self._undo(record)
         claim = self._claims.get(ref.namespace, ref.name, ref.uid, deadline=deadline)
         if self._metrics is not None:
@@ -242,11 +245,55 @@ class PrepareService:
             with self._checkpoint_section():
                 self._checkpoint.put(completed)
         except BaseException:
-            self._undo(started)
+            self._roll_back(started)
             raise
         self._hold_for_tests(ref.uid, "after-completed")
         log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
         return completed.devices
+
+    def _answer_again(self, ref: ClaimRef, record: ClaimRecord) -> list[CheckpointDevice]:
+        """A completed claim's devices again, but only once its spec is on disk and names every CDI ID answered.
+
+        A spec that went missing (or no longer names those IDs) is rewritten from the text the record
+        kept; a record without that text (rebuilt from evidence after its spec was lost) fails clearly.
+        """
+        path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
+        if not record.devices:  # rebuilt from a spec without claim data: which devices it holds is unknown
+            raise ClaimError(
+                f"ResourceClaim {_name(ref)}: its checkpoint record was lost and its CDI spec {path} does not say which "
+                "devices it holds; delete the pods using the claim so the kubelet unprepares it, then it can be prepared again"
+            )
+        wanted = {i.partition("=")[2] for d in record.devices for i in d.cdi_ids}
+        try:
+            missing = wanted - cdi.device_names(cdi.parse_spec(path.read_bytes()))
+        except (OSError, cdi.SpecUnreadable) as exc:
+            missing, problem = wanted or {"(spec)"}, str(exc)
+        else:
+            problem = f"it does not define {', '.join(sorted(missing))}"
+        if not missing:
+            return record.devices
+        if record.spec_json is None:
+            raise ClaimError(
+                f"ResourceClaim {_name(ref)} is prepared on this node but its CDI spec {path} is unusable ({problem}) and its "
+                f"checkpoint record {'was rebuilt from ' + record.recovered if record.recovered else 'has no copy of it'}; "
+                "its devices stay reserved: delete the pods using the claim so the kubelet unprepares it, then it can be prepared again"
+            )
+        log.error("CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
+                  extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
+        cdi.write_text_atomic(path, record.spec_json)
+        return record.devices
+
+    def _roll_back(self, record: ClaimRecord) -> None:
+        """Undo a prepare that failed; if that fails too, keep the record (the devices stay reserved)."""
+        try:
+            self._undo(record)
+        except Exception as exc:
+            if self._metrics is not None:
+                self._metrics.state_damage.labels(self.driver, "rollback-failed").inc()
+            log.error(
+                "rollback of a failed prepare failed; the claim's devices stay reserved until it is unprepared or prepared again",
+                extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid, error=f"{type(exc).__name__}: {exc}"),
+            )
 
     def _commit_started(self, ref: ClaimRef, staged: ClaimRecord) -> None:
         try:
@@ -323,8 +370,10 @@ class PrepareService:
             for dev in record.devices
         ]
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
-        cdi.write_spec_atomic(path, cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits))
-        return replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
+        completed = replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
+        # The spec carries the claim's record, so a lost or damaged record can be rebuilt from it (recovery.py).
+        spec = cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits, spec_claim_data(self._checkpoint.boot_id, completed))
+        return replace(completed, spec_json=cdi.write_spec_atomic(path, spec))
 
     def _hold_for_tests(self, uid: str, point: str) -> None:
         if not self._hold_dir:
@@ -342,9 +391,20 @@ class PrepareService:
     def _unprepare_one(self, ref: ClaimRef) -> None:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
+            if record is None:
+                # Unknown claim: success. A spec left for it is evidence of a record lost at run time:
+                # undo what it proves (backend state included), not just the file.
+                record = self._recovery.rebuild_from_spec(ref.uid)
+                if record is not None:
+                    log.error("unprepare of a claim whose record is gone; undoing what its CDI spec records",
+                              extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
+            if record is not None and record.completed:
+                # From here on a crash finishes this unprepare instead of answering from a record whose
+                # backend state or spec may already be gone.
+                record = replace(record, phase=UNPREPARE_STARTED)
+                self._checkpoint.put(record, durable=False)
         if record is None:
-            # Unknown claim: success, but drop a spec file a lost checkpoint may have left.
-            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
+            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))  # not a spec we can read: just the file
             return
         self._undo(record)
         log.info("claim unprepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
@@ -352,7 +412,9 @@ class PrepareService:
     def _undo(self, record: ClaimRecord, section_held: bool = False) -> None:
         """Release everything a (possibly partial) preparation holds; the record goes last.
 
-        The caller holds the claim's lock; `section_held` says it also holds the checkpoint section.
+        Backend first, then the spec, then the record: any step failing raises and keeps the
+        record, so the devices stay reserved until a retry gets through. The caller holds the
+        claim's lock; `section_held` says it also holds the checkpoint section.
         """
         ref = ClaimRef(record.namespace, record.name, record.uid)
         try:
@@ -361,26 +423,26 @@ class PrepareService:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
         self._hold_for_tests(record.uid, "during-unprepare")
         cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
+        self._hold_for_tests(record.uid, "after-spec-removed")
         with nullcontext() if section_held else self._checkpoint_section():
             self._checkpoint.remove(record.uid)
 
     # --- start-up -------------------------------------------------------------
 
     def recover(self) -> None:
-        """After a (re)start: roll back half-prepared claims, drop orphaned specs, reconcile the backend.
+        """After a (re)start: rebuild reservations from evidence, finish or roll back interrupted claims,
+        remove leftovers, reconcile the backend (recovery.py has the rules).
 
         All of it runs in the checkpoint section (the shared lock in rolling-update
         mode), so it sees a consistent file and no other instance records a claim
         meanwhile. A claim another live instance is working on (its lock file is
-        held) is neither rolled back nor has its spec removed, and the backend is
-        not reconciled while such a claim is in flight: reconcile would destroy
-        the partitions that instance is creating.
+        held) is left alone, and the backend is not reconciled while such a claim
+        is in flight: reconcile would destroy the partitions that instance is creating.
         """
         with self._checkpoint_section():
             if self._section is None:
                 self._checkpoint.load()
-            in_flight = self._roll_back_abandoned()
-            self._remove_orphaned_specs()
+            in_flight = self._recovery.run()
             if in_flight:
                 log.warning(
                     "another driver instance is preparing claims; backend reconcile skipped",
@@ -392,32 +454,13 @@ class PrepareService:
             self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
             self._metrics.holders.sync(self.driver, [h for h in map(_held, self._checkpoint.records()) if h is not None])
 
-    def _roll_back_abandoned(self) -> set[str]:
-        """Undo half-prepared claims nobody works on; return the UIDs a live instance holds."""
-        in_flight: set[str] = set()
-        for record in self._checkpoint.records():
-            if record.completed:
-                continue
-            with self._try_claim(record.uid) as free:
-                if not free:
-                    in_flight.add(record.uid)
-                    continue
-                log.warning("rolling back half-prepared claim", extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid))
-                try:
-                    self._undo(record, section_held=True)
-                except Exception as exc:  # keep the record: the next unprepare retries
-                    log.error("rollback failed", extra=fields(driver=self.driver, uid=record.uid, error=str(exc)))
-        return in_flight
-
-    def _remove_orphaned_specs(self) -> None:
-        known = {r.uid for r in self._checkpoint.records()}
-        for uid, path in cdi.our_spec_files(self._cdi_dir, self.driver).items():
-            if uid in known:
-                continue
-            with self._try_claim(uid) as free:
-                if free:
-                    log.warning("removing orphaned CDI spec", extra=fields(driver=self.driver, path=str(path)))
-                    cdi.remove_spec(path)
+    def _reload(self) -> None:
+        """Rolling-update mode: re-read the records another instance changed; damage found then is
+        turned into reservations at once, as at start-up."""
+        self._checkpoint.load()
+        damaged = self._checkpoint.take_damaged()
+        if damaged:
+            self._recovery.rebuild(damaged)
 
     def _try_claim(self, uid: str) -> AbstractContextManager[bool]:
         if self._claim_files is None:
@@ -481,10 +524,11 @@ def _collect(futures: dict[str, Future[PrepareOutcome]], deadline: float | None,
     done, _ = wait(futures.values(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
     outcomes = {}
     for uid, future in futures.items():
-        if future in done:
+        cancelled = future not in done and future.cancel()
+        if future.done() and not cancelled:  # done, if only since the wait returned
             outcomes[uid] = future.result()
             continue
-        started = not future.cancel()
+        started = not cancelled
         log.warning("claim not done before the kubelet's deadline", extra=fields(operation=operation, uid=bounded(uid, 160), started=started))
         outcomes[uid] = PrepareOutcome(
             error=f"{operation} of claim {uid} did not finish before the kubelet's deadline"

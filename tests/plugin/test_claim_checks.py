@@ -113,11 +113,13 @@ def test_result_of_another_nodes_pool_is_refused_naming_field_and_value(pool: st
     assert "node-a" in message  # says which pool this node serves
 
 
-@pytest.mark.parametrize("field", ["pool", "device", "request"])
-@pytest.mark.parametrize("value", HOSTILE, ids=lambda v: ascii(v[:20]) + f"-{len(v)}")
+@pytest.mark.parametrize(
+    ("field", "value"),
+    # "a/b" is a valid <request>/<subrequest>
+    [(f, v) for f in ("pool", "device", "request") for v in HOSTILE if (f, v) != ("request", "a/b")],
+    ids=lambda v: ascii(v[:20]) + f"-{len(v)}",
+)
 def test_hostile_result_field_is_refused(field: str, value: str):
-    if field == "request" and value == "a/b":
-        pytest.skip("a valid <request>/<subrequest>")
     with pytest.raises(ClaimError) as err:
         _check(_result(**{field: value}))
     message = str(err.value)
@@ -229,3 +231,12 @@ def test_lock_file_of_an_odd_uid_stays_in_its_directory(tmp_path: Path, uid: str
 def test_file_stem_keeps_valid_uids():
     assert names.file_stem(UID) == UID
     assert names.file_stem("a/b") != names.file_stem("a_b")
+
+
+@pytest.mark.parametrize("uid", ["a b", "..", "x" * 200, "é", ""])
+def test_spec_file_with_an_odd_uid_is_not_ours(tmp_path: Path, uid: str):
+    assert cdi.claim_uid_of(tmp_path / f"k8s.{DRIVER}-device_{uid}.json", DRIVER) is None
+
+
+def test_spec_file_with_a_valid_uid_is_ours(tmp_path: Path):
+    assert cdi.claim_uid_of(cdi.spec_path(tmp_path, DRIVER, UID), DRIVER) == UID

@@ -165,3 +165,18 @@ def test_deferred_metrics_keep_what_was_counted_before_load() -> None:
     held = {labels for (name, labels), value in got.items() if name == "dra_driver_device_claim" and value > 0}
     assert held == {(("claim", "c1"), ("device", "gpu-0"), ("driver", DRIVER), ("namespace", "default"), ("pool", "node-a"))}
     assert got[("dra_driver_claim_pod", (("claim", "c1"), ("driver", DRIVER), ("namespace", "default"), ("pod", "pod-a")))] == 1
+
+
+def test_every_family_counted_before_load_is_replayed_after_it():
+    """Deferred loading (the daemon loads prometheus_client after its sockets serve) must cover every family."""
+    from dra_driver.metrics import HeldClaim, Metrics
+
+    metrics = Metrics(load=False)
+    metrics.state_damage.labels(DRIVER, "record").inc()
+    metrics.errors.labels(DRIVER, "prepare").inc()
+    metrics.holders.update(DRIVER, "uid-1", HeldClaim("uid-1", "ns", "c", [("node-a", "gpu-0")]))
+    metrics.load()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in metrics.registry.collect() for s in family.samples}
+    assert got[("dra_driver_state_damage_total", (("driver", DRIVER), ("kind", "record")))] == 1
+    assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", "prepare")))] == 1
+    assert got[("dra_driver_device_claim", (("claim", "c"), ("device", "gpu-0"), ("driver", DRIVER), ("namespace", "ns"), ("pool", "node-a")))] == 1

@@ -22,6 +22,7 @@ from dra_driver.vendor import (
     HealthEvent,
     PreparedClaim,
     PreparedDevice,
+    RecordedClaim,
     VendorBackend,
 )
 from dra_driver_nvidia import attributes, driver_files, edits, fake_driver_root, fake_nvml, mig, nvml
@@ -99,8 +100,13 @@ class NvidiaBackend(VendorBackend):
         if isinstance(fake_nvml.installed(), fake_nvml.FakeNvmlLibrary):
             fake_nvml.install(None)  # a simulated library left behind must not stand in for the host
         _start_nvml(settings.driver_root)
-        files = driver_files.discover(settings.driver_root, nvml.driver_version(), settings.host_driver_root)
-        return cls(settings, files=files)
+        try:
+            version = nvml.driver_version()
+        except NvmlError as exc:
+            # Devices still work; containers then need the driver files from elsewhere. Say so loudly.
+            log.warning("driver version unreadable; CDI specs get no driver files", extra=fields(error=str(exc)))
+            return cls(settings)
+        return cls(settings, files=driver_files.discover(settings.driver_root, version, settings.host_driver_root))
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> NvidiaBackend:
@@ -404,6 +410,32 @@ class NvidiaBackend(VendorBackend):
         mig.destroy_gpu_instance_tree(gi)
         return True
 
+    def recorded_claims(self) -> list[RecordedClaim]:
+        """The claims the ownership journal names whose instance exists now, each with those instances as state.
+
+        An entry whose instance is gone proves nothing is in use (a destroy whose journal update failed);
+        it must not block the placement, so it is left to reconcile to drop.
+        """
+        with self._lock:
+            index = self._index()
+            by_claim: dict[str, list[OwnedInstance]] = {}
+            for entry in self._journal.all_entries():
+                gpu = index.by_uuid.get(entry.parent_uuid)
+                if gpu is None:
+                    continue  # a GPU not seen now: nothing of it can be handed out either
+                try:
+                    live = bool(nvml.mig_mode(gpu.handle)[0]) and mig.find_instance(gpu.handle, entry.profile_id, entry.start) is not None
+                except NvmlError as exc:  # cannot tell: keep the reservation
+                    log.warning("cannot check a journaled MIG instance; kept as in use", extra=fields(device=entry.device, error=str(exc)))
+                    live = True
+                if live:
+                    by_claim.setdefault(entry.claim_uid, []).append(entry)
+        return [
+            RecordedClaim(uid, tuple(sorted({e.device for e in entries})),
+                          {STATE_KEY: [_state_entry(e) for e in entries if e.gi_id is not None]})
+            for uid, entries in by_claim.items()
+        ]
+
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
         """Adopt the instances live claims list; destroy instances we created that no live claim lists.
 
@@ -421,7 +453,7 @@ class NvidiaBackend(VendorBackend):
             recorded = self._journal.all_entries()  # re-read: a rolling-update peer may have written since start
             self._owned |= {entry.key for entry in recorded}
             entries = [e for s in live_states for e in (s.get(STATE_KEY) or [])]
-            keep = {(str(e.get("parentUUID")), int(e.get("giId", -1))) for e in entries}
+            keep = {(str(e.get("parentUUID")), int(e["giId"])) for e in entries if e.get("giId") is not None}
             live_keys = {_entry_key(e) for e in entries}
             ours_before = set(self._owned)
             self._owned |= live_keys
@@ -434,7 +466,8 @@ class NvidiaBackend(VendorBackend):
                     continue
                 for gi, info in mig.live_instances(gpu.handle, profiles):
                     key = (gpu.uuid, info.profile_id, info.placement.start)
-                    if (gpu.uuid, info.id) in keep or key not in ours_before:
+                    # A live claim's placement is its instance even where its state has no GI ID yet.
+                    if (gpu.uuid, info.id) in keep or key in live_keys or key not in ours_before:
                         continue
                     self._owned.discard(key)
                     try:
