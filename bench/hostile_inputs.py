@@ -98,7 +98,7 @@ CASES: tuple[Case, ...] = (
     Case("deep-map-json", _write("deepmap.json", b'{"a":' * 50_000 + b"1" + b"}" * 50_000)),
     Case("deep-block", _write("deepblock.yaml", _deep_block(1000))),
     Case("billion-laughs", _write("laughs.yaml", _billion_laughs())),
-    Case("huge-scalar", _write("huge.yaml", b"kind: ResourceClaim\nmetadata: {name: c}\nx: " + b"a" * (20 * MIB) + b"\n")),
+    Case("huge-scalar", _write("huge.yaml", b"kind: ResourceClaim\nmetadata: {name: c}\nx: " + b"a" * (20 * MIB) + b"\n"), refused=False),
     Case("long-name", _write("longname.json", _object(metadata={"name": "a" * (10 * MIB)}))),
     Case("over-size-limit-name", _write("name50.yaml", b"metadata:\n  name: " + b"a" * (50 * MIB) + b"\n")),
     Case("kind-mapping", _write("kindmap.yaml", b"apiVersion: v1\nkind: {a: 1}\nmetadata: {name: x}\n")),

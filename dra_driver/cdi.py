@@ -104,10 +104,15 @@ def spec_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
 
 
 def claim_uid_of(path: Path, driver: str) -> str | None:
-    """The claim UID encoded in one of our spec file names, or None if the file is not ours."""
+    """The claim UID encoded in one of our spec file names, or None if the file is not ours.
+
+    We only ever write names with a valid UID (spec_path), so a name holding anything else is not ours,
+    and an odd name never flows back into a path or a lock name.
+    """
     prefix = f"{cdi_vendor(driver)}-{CDI_CLASS}_"
     if path.name.startswith(prefix) and path.name.endswith(SPEC_SUFFIX):
-        return path.name[len(prefix) : -len(SPEC_SUFFIX)] or None
+        uid = path.name[len(prefix) : -len(SPEC_SUFFIX)]
+        return uid if uid_problem(uid) is None else None
     return None
 
 

@@ -10,6 +10,7 @@ server. Backends are found through the `dra_driver.vendors` entry-point group
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -64,6 +65,19 @@ class DeviceNode:
     major: int | None = None
     minor: int | None = None
     permissions: str | None = None  # subset of "rwm"
+
+    @classmethod
+    def under(cls, path: str, dev_root: Path, type: str | None = None, permissions: str | None = None) -> DeviceNode:
+        """The node the container sees at `path` (/dev/...), found on the host under `dev_root`
+        (different from /dev when the plugin sees the host's /dev mounted elsewhere)."""
+        host = _host_device_path(path, dev_root)
+        return cls(path=path, host_path=None if host == path else host, type=type, permissions=permissions)
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_device_path(path: str, dev_root: Path) -> str:
+    # Cached: every prepare asks for the same few nodes, and a pathlib join costs more than the rest of edit building.
+    return str(dev_root / path.removeprefix("/dev/"))
 
 
 @dataclass(frozen=True)
@@ -142,9 +156,11 @@ class PreparedClaim:
     # Edits every container using any device of the claim gets (hooks, mounts).
     claim_edits: ContainerEdits = field(default_factory=ContainerEdits)
     # Edits that describe the devices of one request as a set, keyed by base request
-    # name (e.g. NVIDIA_VISIBLE_DEVICES / HABANA_VISIBLE_DEVICES listing that request's
-    # devices). The kubelet hands a container only the devices of the requests it names,
-    # so a list that spans requests would expose another container's devices.
+    # name (e.g. HABANA_VISIBLE_DEVICES listing that request's devices). The kubelet hands
+    # a container only the devices of the requests it names, so a list that spans requests
+    # would expose another container's devices. CDI keeps the last value of an env name,
+    # so a container naming two requests sees one request's list: prefer device nodes
+    # (NVIDIA lists no devices in env at all; docs/plugin.md).
     request_edits: dict[str, ContainerEdits] = field(default_factory=dict)
     # JSON-serialisable state the backend needs to undo the preparation
     # (e.g. MIG GPU/compute instance IDs); stored in the checkpoint and handed

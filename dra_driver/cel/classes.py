@@ -12,13 +12,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError as PydanticError
 
 from dra_driver.cel.device import CelDevice
 from dra_driver.cel.errors import CelError, CelRuntimeError
 from dra_driver.cel.selector import CompiledSelector, compile_selector
 from dra_driver.errors import FieldError, ValidationError
+from dra_driver.inputs import read_documents
 
 ENV_DIR = "DRA_DRIVER_DEVICECLASSES"
 MAX_SELECTORS = 32  # DeviceSelectorsMaxSize
@@ -111,8 +111,7 @@ def parse_device_class(obj: Mapping[str, Any], source: str = "") -> DeviceClass:
 
 def load_file(path: Path) -> list[DeviceClass]:
     """Every DeviceClass in a (multi-document) YAML file; other kinds are ignored."""
-    with path.open() as handle:
-        documents = [d for d in yaml.safe_load_all(handle) if d]
+    documents = [d.data for d in read_documents(path) if d.data]  # the input layer's limits and errors
     return [parse_device_class(d, f"{path}") for d in documents if isinstance(d, dict) and d.get("kind") == "DeviceClass"]
 
 
@@ -141,7 +140,7 @@ def load_device_classes(paths: Iterable[Path] | None = None) -> dict[str, Device
     files: list[Path] = []
     if paths is None:
         directory = shipped_classes_dir()
-        listed = yaml.safe_load((directory / "kustomization.yaml").read_text()).get("resources", [])
+        listed = (read_documents(directory / "kustomization.yaml")[0].data or {}).get("resources", [])
         files = [directory / name for name in listed]
     else:
         for path in paths:

@@ -19,12 +19,13 @@ from typing import Any
 
 import yaml
 
-from dra_driver.errors import DraError, ValidationError
-from dra_driver.explain import FleetSource, InputError
+from dra_driver.cli import failures
+from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
+from dra_driver.errors import DraError
 from dra_driver.usage import Filters, ViewRequest, fleet_view, vendor_filter
 from dra_driver.usage.render import to_data, to_table
 
-EXIT_OK, EXIT_INVALID = 0, 2
+EXIT_OK = 0
 
 
 def add_parser(subparsers: Any) -> None:
@@ -35,12 +36,12 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("device_class", nargs="?", metavar="CLASS", help="only devices this DeviceClass selects (shipped or in the fleet), and which of them are free")
-    source = parser.add_argument_group("fleet (one kind)")
-    source.add_argument("--fleet", action="append", default=[], metavar="DIR|FILE", help="ResourceSlices, ResourceClaims, Pods, DeviceClasses: kubectl List, multi-doc YAML, or a directory (repeatable)")
-    source.add_argument("--kubeconfig", help="read the cluster (read only)")
-    source.add_argument("--profile", help="simulate a hardware profile on --nodes identical nodes (nothing allocated)")
-    source.add_argument("--nodes", type=int, default=1, help="number of simulated nodes for --profile (default 1)")
-    source.add_argument("--partitioning", choices=("static", "dynamic"), default="static", help="MIG/partition publishing mode for --profile")
+    add_fleet_source(
+        parser,
+        "fleet (one kind)",
+        "ResourceSlices, ResourceClaims, Pods, DeviceClasses: kubectl List, multi-doc YAML, or a directory (repeatable)",
+        "read the cluster (read only: one paginated LIST each of slices, claims, pods, classes, nodes)",
+    )
     filters = parser.add_argument_group("filters (repeatable; devices must pass all kinds)")
     filters.add_argument("--node", action="append", default=[], metavar="NAME", help="node name or shell pattern (gpu-node-1*)")
     filters.add_argument("--vendor", action="append", default=[], metavar="VENDOR", help="nvidia, amd, gaudi (or intel)")
@@ -51,17 +52,10 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        source = FleetSource(paths=tuple(args.fleet), profile=args.profile, nodes=args.nodes, partitioning=args.partitioning, kubeconfig=args.kubeconfig)
         filters = Filters(nodes=tuple(args.node), vendors=vendor_filter(tuple(args.vendor)), namespaces=tuple(args.namespace))
-        view = fleet_view(ViewRequest(source, filters, args.device_class))
-    except InputError as exc:
-        print(f"invalid input ({len(exc.errors)} problem{'s' if len(exc.errors) != 1 else ''}):", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except (ValidationError, DraError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        view = fleet_view(ViewRequest(fleet_source(args), filters, args.device_class))
+    except DraError as exc:
+        return failures.report(exc)
     if args.output == "json":
         print(json.dumps(to_data(view), indent=2))
     elif args.output == "yaml":

@@ -21,6 +21,8 @@ COMMANDS: tuple[str, ...] = ("discover", "run", "demo", "explain", "migrate", "f
 # Top-level options that take a value (chosen_command skips the value too).
 _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
 EXIT_BAD_INPUT = 2
+# The daemon's crash goes to its log with the traceback: nobody reads its stderr line by line.
+_KEEP_TRACEBACK = frozenset({"run"})
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -127,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dra-driver {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:  # one line, not a traceback, unless -vv asks for it
-        if args.verbose >= 2:
+        if args.verbose >= 2 or args.command in _KEEP_TRACEBACK:
             raise
         print(f"dra-driver {args.command}: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} "
               "(run with -vv for the traceback, and please report it)", file=sys.stderr)

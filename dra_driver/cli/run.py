@@ -1,4 +1,11 @@
-"""`dra-driver run`: the kubelet plugin daemon of a node."""
+"""`dra-driver run`: the kubelet plugin daemon of a node.
+
+Start-up is on the kubelet's clock (a prepare it sends before the registration
+socket answers fails, and the pod is backed off for ~40 s), so this module
+imports only what serving the sockets needs; the kubernetes client, the slice
+publisher and the claim cache are loaded in `connect`, which the daemon calls
+once every driver serves (dra_driver.daemon).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,9 @@ import socket
 import sys
 from pathlib import Path
 
-from dra_driver.daemon import Daemon
+from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.kube.claims import ClaimReader
-from dra_driver.kube.client import load_configuration
+from dra_driver.kube.api_source import api_source
 from dra_driver.logs import fields
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
@@ -114,12 +119,21 @@ def _absolute(flag: str, value: str | Path | None) -> Path | None:
 
 
 def build_daemon(args: argparse.Namespace) -> Daemon:
-    """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
+    """Open the backends described by the arguments; raise DraError if nothing can run.
+
+    The API client is only located here (a missing kubeconfig fails now); the daemon builds it with
+    `connect_api` after the sockets serve.
+    """
     check_identity(args.node_name, args.pod_uid)
     writable_dir("--state-dir", args.state_dir)
     writable_dir("--cdi-dir", args.cdi_dir)
+    api_source(args.api_server, args.kubeconfig)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
-    profile = load_profile(args.profile) if args.profile else None
+    profile = None
+    if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
+        from dra_driver.hardware_profiles import load_profile
+
+        profile = load_profile(args.profile)
     backend_settings = BackendSettings(
         node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root,
         host_driver_root=_absolute("--host-driver-root", args.host_driver_root),
@@ -131,28 +145,33 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
     if not opened.backends:
         reasons = "; ".join(str(p) for p in opened.unavailable) or "no backend installed"
         raise DraError(f"no vendor backend can run on this node: {reasons}")
-    configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig)
-    configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
-    from kubernetes import client
-
-    api_client = client.ApiClient(configuration)
-    claims = ClaimReader(api_client)
     settings = PluginSettings(
         node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
     )
-    # Slice publishing (dra_driver.publisher): one SlicePublisher per backend, health events become taints.
-    from dra_driver.publisher.daemon_adapter import publisher_factory
+    return Daemon(opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args))
+
+
+def connect_api(args: argparse.Namespace) -> ApiWiring:
+    """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
+    from kubernetes import client
 
     from dra_driver.kube.claim_cache import ClaimCache
+    from dra_driver.kube.claims import ClaimReader
+    from dra_driver.kube.client import load_configuration
+    from dra_driver.publisher.daemon_adapter import publisher_factory
 
-    cache = ClaimCache(api_client) if args.claim_cache else None
-    return Daemon(
-        opened.backends,
-        claims,
-        settings,
-        metrics_port=args.metrics_port,
+    try:
+        configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig)
+    except DraError:
+        raise
+    except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
+        raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig).kind}): {exc}") from exc
+    configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
+    api_client = client.ApiClient(configuration)
+    return ApiWiring(
+        claims=ClaimReader(api_client),
         publisher_factory=publisher_factory(api_client, args.node_name),
-        claim_cache=cache,
+        claim_cache=ClaimCache(api_client) if args.claim_cache else None,
     )
 
 

@@ -24,12 +24,14 @@ import shlex
 import sys
 from typing import Any
 
-from dra_driver.authoring import Intent, Problems, TemplateError, TemplateRequest, TemplateResult, parse_fallback, parse_sharing, parse_want, template
+from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_sharing, parse_want, template
 from dra_driver.authoring.intent import GROUPINGS, VENDORS
-from dra_driver.errors import DraError, ValidationError
-from dra_driver.explain import FleetSource, InputError
+from dra_driver.cli import failures
+from dra_driver.cli.fleet_options import add_fleet_source, fleet_given, fleet_source
+from dra_driver.errors import DraError
+from dra_driver.explain import InputError
 
-EXIT_OK, EXIT_NO_NODE, EXIT_INVALID = 0, 1, 2
+EXIT_OK, EXIT_NO_NODE = 0, 1
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,12 +58,12 @@ def add_parser(subparsers: Any) -> None:
     out.add_argument("-n", "--namespace", help="namespace (default: none written)")
     out.add_argument("--request", default="accel", help="request name pods refer to in resources.claims[].request (default accel)")
     out.add_argument("--claim", action="store_true", help="write a ResourceClaim instead of a ResourceClaimTemplate")
-    source = parser.add_argument_group("check against a fleet (optional, one kind)")
-    source.add_argument("--fleet", action="append", default=[], metavar="DIR|FILE", help="ResourceSlices (and claims holding devices): kubectl List, multi-doc YAML, or a directory")
-    source.add_argument("--profile", help="simulate a hardware profile on --nodes identical nodes")
-    source.add_argument("--nodes", type=int, default=1, help="number of simulated nodes for --profile (default 1)")
-    source.add_argument("--partitioning", choices=("static", "dynamic"), default="static", help="MIG/partition publishing mode for --profile")
-    source.add_argument("--kubeconfig", help="read slices, classes, claims and nodes from a cluster (read only)")
+    add_fleet_source(
+        parser,
+        "check against a fleet (optional, one kind)",
+        "ResourceSlices (and claims holding devices): kubectl List, multi-doc YAML, or a directory",
+        "read slices, classes, claims and nodes from a cluster (read only)",
+    )
     parser.add_argument("--no-hardware-check", action="store_true", help="do not require that some shipped hardware profile could hold it (hardware newer than the profiles)")
     parser.set_defaults(func=run)
 
@@ -100,9 +102,7 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     if problems.errors:
         raise InputError(problems.errors)
     intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim, canonical_command(args))
-    chosen = args.fleet or args.profile or args.kubeconfig
-    source = FleetSource(paths=tuple(args.fleet), profile=args.profile, nodes=args.nodes, partitioning=args.partitioning, kubeconfig=args.kubeconfig) if chosen else None
-    return TemplateRequest(intent, source, hardware_check=not args.no_hardware_check)
+    return TemplateRequest(intent, fleet_source(args) if fleet_given(args) else None, hardware_check=not args.no_hardware_check)
 
 
 def _report(result: TemplateResult) -> int:
@@ -120,16 +120,7 @@ def _report(result: TemplateResult) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         result = template(request_from_args(args))
-    except InputError as exc:
-        print(f"invalid input ({len(exc.errors)} problem{'s' if len(exc.errors) != 1 else ''}):", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except TemplateError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    except (ValidationError, DraError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+    except DraError as exc:  # InputError, TemplateError (no known hardware fits), a fleet that cannot be read
+        return failures.report(exc)
     sys.stdout.write(result.text)
     return _report(result)

@@ -17,8 +17,8 @@ from dra_driver.inputs.errors import InputError
 from dra_driver.inputs.limits import JSON_NODES_FACTOR, Limits
 from dra_driver.inputs.text import decode, line_at
 
-_STRUCTURE = bytes(range(256)).translate(None, b'"\\[]{}')  # every byte but these is dropped
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+_STRUCTURE = bytes(range(256)).translate(None, b'"[]{}')  # every byte but these is dropped
+_STRING = re.compile(rb'"[^"]*"?')
 _POSITION = re.compile(r"at line (\d+) column (\d+)")
 
 
@@ -30,7 +30,14 @@ def _deeper_than(raw: bytes, limit: int) -> bool:
     """Whether brackets outside strings nest deeper than `limit` (linear; no recursion)."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
-    brackets = _STRING.sub(b"", raw.translate(None, _STRUCTURE)).translate(bytes.maketrans(b"{}", b"[]"))
+    if b"\\" in raw:  # escaped backslashes, then escaped quotes: what is left of a string is "..."
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # Only quotes and brackets are kept; dropping adjacent quotes ("" = an empty string, or the end
+    # of one string and the start of the next) leaves only strings holding brackets, which are rare.
+    structure = raw.translate(None, _STRUCTURE).replace(b'""', b"")
+    if b'"' in structure:
+        structure = _STRING.sub(b"", structure)
+    brackets = structure.translate(bytes.maketrans(b"{}", b"[]"))
     # Each pass drops the innermost pairs: a pair still left after `limit` passes
     # closed a subtree more than `limit` levels deep.
     for _ in range(limit):

@@ -82,6 +82,14 @@ def human_size(value: int) -> str:
     return f"{value} bytes"
 
 
+def flag_size(value: int) -> str:
+    """`value` as --max-input-size takes it (128Mi, or plain bytes)."""
+    for unit, factor in (("Gi", 1024**3), ("Mi", MIB), ("Ki", 1024)):
+        if value >= factor and value % factor == 0:
+            return f"{value // factor}{unit}"
+    return str(value)
+
+
 _active = Limits()
 
 

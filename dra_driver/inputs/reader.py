@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dra_driver.inputs.errors import InputError
-from dra_driver.inputs.limits import Limits, active, human_size
+from dra_driver.inputs.limits import Limits, active, flag_size, human_size
 
 STDIN = "-"
 _CHUNK = 1024 * 1024
@@ -32,7 +32,7 @@ def _too_big(name: str, limits: Limits) -> InputError:
     return InputError(
         name,
         f"is larger than the input limit of {human_size(limits.max_bytes)}, reading stopped there"
-        + limits.refusal("--max-input-size", human_size(limits.max_bytes * 4).replace(" ", "").replace("iB", "i")),
+        + limits.refusal("--max-input-size", flag_size(limits.max_bytes * 4)),
     )
 
 

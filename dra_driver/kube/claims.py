@@ -24,14 +24,16 @@ answer) is tried again, while time is left.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
-from kubernetes import client as k8s
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from dra_driver.errors import DraError
+
+if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
+    from kubernetes import client as k8s
 
 
 _MAX_RESERVED_FOR = 256  # the API's limit on status.reservedFor

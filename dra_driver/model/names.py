@@ -24,18 +24,19 @@ MAX_POOL_NAME = 253
 MAX_UID = 128
 SHOWN_CHARS = 80
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_UID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# Always used with fullmatch: `$` would also match before a trailing newline ("gpu-0\n").
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def is_dns_label(value: str) -> bool:
-    return isinstance(value, str) and len(value) <= MAX_DNS_LABEL and bool(_DNS_LABEL.match(value))
+    return isinstance(value, str) and len(value) <= MAX_DNS_LABEL and bool(_DNS_LABEL.fullmatch(value))
 
 
 def is_dns_subdomain(value: str) -> bool:
-    return isinstance(value, str) and len(value) <= MAX_DNS_SUBDOMAIN and bool(_DNS_SUBDOMAIN.match(value))
+    return isinstance(value, str) and len(value) <= MAX_DNS_SUBDOMAIN and bool(_DNS_SUBDOMAIN.fullmatch(value))
 
 
 def shown(value: Any) -> str:
@@ -55,28 +56,29 @@ def _string_problem(value: Any, limit: int) -> str | None:
     return None
 
 
+def _pattern_problem(value: Any, limit: int, pattern: re.Pattern[str], rule: str) -> str | None:
+    """Non-empty, at most `limit` characters, and matching `pattern`; `rule` says what it must be."""
+    problem = _string_problem(value, limit)
+    if problem is None and not pattern.fullmatch(value):
+        problem = f"{shown(value)} is not {rule}"
+    return problem
+
+
 def dns_label_problem(value: Any) -> str | None:
     """Namespaces, request names, device names: a DNS label."""
-    problem = _string_problem(value, MAX_DNS_LABEL)
-    if problem is None and not _DNS_LABEL.match(value):
-        problem = f"{shown(value)} is not a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)"
-    return problem
+    return _pattern_problem(value, MAX_DNS_LABEL, _DNS_LABEL, "a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)")
 
 
 def dns_subdomain_problem(value: Any) -> str | None:
     """Object names (claims): a DNS subdomain."""
-    problem = _string_problem(value, MAX_DNS_SUBDOMAIN)
-    if problem is None and not _DNS_SUBDOMAIN.match(value):
-        problem = f"{shown(value)} is not a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)"
-    return problem
+    return _pattern_problem(
+        value, MAX_DNS_SUBDOMAIN, _DNS_SUBDOMAIN, "a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)"
+    )
 
 
 def uid_problem(value: Any) -> str | None:
     """An object UID: letters, digits and '-' (the alphabet of the UUIDs Kubernetes writes)."""
-    problem = _string_problem(value, MAX_UID)
-    if problem is None and not _UID.match(value):
-        problem = f"{shown(value)} is not a Kubernetes UID (letters, digits and '-', such as 4d1c6e0a-7a0e-4a43-9b0e-3b8c5a1f0c11)"
-    return problem
+    return _pattern_problem(value, MAX_UID, _UID, "a Kubernetes UID (letters, digits and '-', such as 4d1c6e0a-7a0e-4a43-9b0e-3b8c5a1f0c11)")
 
 
 def request_name_problem(value: Any) -> str | None:
@@ -99,7 +101,7 @@ def pool_name_problem(value: Any) -> str | None:
 
 def share_id_problem(value: Any) -> str | None:
     """A consumable-capacity share ID: a lower-case RFC-4122 UUID (36 characters)."""
-    if not isinstance(value, str) or not _UUID.match(value):
+    if not isinstance(value, str) or not _UUID.fullmatch(value):
         return f"{shown(value)} is not a lower-case UUID such as 4f1c2d3e-0000-4000-8000-000000000001"
     return None
 

@@ -2,12 +2,16 @@
 
 Start order follows the kubelet contract: recover the checkpoint, serve the
 DRA socket (v1, v1beta1, health), and only then create the registration
-socket. Stop runs the other way round.
+socket. The slice publisher starts after that: the kubelet needs the sockets
+to run pods that are already scheduled, while publishing can follow a moment
+later (the daemon attaches publishers once its API client is built). Stop runs
+the other way round.
 
 The `publisher` seam: the ResourceSlice publisher (dra_driver.publisher, wired
 by the daemon) is an optional object with start(), stop() and
 set_device_health(event); backend health events go both to the kubelet health
-stream and to it (it turns them into device taints).
+stream and to it (it turns them into device taints). A publisher attached
+after start first gets the latest event of every device seen so far.
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ class DriverPlugin:
             pools=(settings.node_name,),  # the pool the publisher and the health stream name
         )
         self.hub: HealthHub | None = None
+        self._health_lock = threading.Lock()  # publisher attach vs. health events
+        self._last_health: dict[str, HealthEvent] = {}  # replayed to a publisher attached later
         self.health: HealthServicer | None = None
         self.registration = RegistrationServicer(self.driver, str(self.paths.dra_socket))
         self._dra_server: UnixServer | None = None
@@ -120,8 +126,6 @@ class DriverPlugin:
         self._dra_server = UnixServer(self.paths.dra_socket, register_dra, workers, f"dra-{self.driver}")
         self._dra_server.start()
         self._start_health_feed()
-        if self.publisher is not None:
-            self.publisher.start()
         self._reg_server = UnixServer(
             self.paths.registration_socket,
             lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
@@ -139,6 +143,26 @@ class DriverPlugin:
                 state=str(self.paths.state_root),
             ),
         )
+        if self.publisher is not None:
+            self._start_publisher(self.publisher)
+
+    def attach_publisher(self, publisher: Publisher) -> None:
+        """Publish this driver's slices from now on (after start): a failure stops the whole plugin, as in start."""
+        leased = LeasedPublisher(publisher, self.paths.publisher_lease, self.driver)
+        self.publisher = leased
+        try:
+            self._start_publisher(leased)
+        except BaseException:
+            log.error("slice publisher failed to start; stopping the driver plugin", extra=fields(driver=self.driver))
+            self._best_effort(leased.abort)
+            self.stop()
+            raise
+
+    def _start_publisher(self, publisher: LeasedPublisher) -> None:
+        with self._health_lock:  # no event slips between the replay and the first live one
+            for event in self._last_health.values():
+                publisher.set_device_health(event)
+            publisher.start()
 
     def stop(self) -> None:
         """Deregister first (remove the registration socket), then stop serving; each step best effort."""
@@ -215,7 +239,10 @@ class DriverPlugin:
                 "device health changed",
                 extra=fields(driver=self.driver, device=event.device, healthy=event.healthy, reason=event.reason),
             )
-        if self.publisher is not None:
+        with self._health_lock:
+            self._last_health[event.device] = event
+            if self.publisher is None:
+                return
             try:
                 self.publisher.set_device_health(event)
             except Exception as exc:

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 RESEND_INTERVAL_S = 10.0
 MAX_STREAMS = 4
+REFUSAL_LOG_INTERVAL_S = 60.0  # a client that keeps opening streams gets one warning a minute, not one per try
 # Two re-sends may be lost or late before the kubelet stops trusting a report
 # (its own default would be 30 s when the field is 0).
 TIMEOUT_RESENDS = 3
@@ -182,11 +183,14 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
         self._resend = resend_interval
         self._timeout_s = health_timeout_seconds(resend_interval)
         self.slots = StreamSlots(max_streams)
+        self._refusals = 0
+        self._refusal_logged = -REFUSAL_LOG_INTERVAL_S
+        self._refusal_lock = threading.Lock()
 
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         slot = self.slots.take()
         if slot is None:
-            log.warning("health stream refused: too many open", extra=fields(pool=self._hub.pool, limit=self.slots.limit))
+            self._log_refusal()
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {self.slots.limit} health streams may be open at once")
             return
 
@@ -199,6 +203,15 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
             yield from self._stream(context, slot)
         finally:
             self.slots.give_back(slot)
+
+    def _log_refusal(self) -> None:
+        with self._refusal_lock:  # streams arrive on several gRPC threads at once
+            self._refusals += 1
+            now = time.monotonic()
+            if now - self._refusal_logged < REFUSAL_LOG_INTERVAL_S:
+                return
+            self._refusal_logged = now
+        log.warning("health stream refused: too many open", extra=fields(pool=self._hub.pool, limit=self.slots.limit, refused=self._refusals))
 
     def _stream(self, context: grpc.ServicerContext, slot: threading.Event) -> Iterator[Any]:
         version, states = self._hub.snapshot()

@@ -32,12 +32,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dra_driver import cdi
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.errors import DraError
-from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
 from dra_driver.metrics import HeldClaim, Metrics
 from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
@@ -45,6 +44,9 @@ from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
 from dra_driver.plugin.recovery import Recovery, claim_file_data
 from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
+
+if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
+    from dra_driver.kube.claims import ResourceClaim
 
 log = logging.getLogger(__name__)
 
@@ -525,10 +527,11 @@ def _collect(futures: dict[str, Future[PrepareOutcome]], deadline: float | None,
     done, _ = wait(futures.values(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
     outcomes = {}
     for uid, future in futures.items():
-        if future in done:
+        cancelled = future not in done and future.cancel()
+        if future.done() and not cancelled:  # done, if only since the wait returned
             outcomes[uid] = future.result()
             continue
-        started = not future.cancel()
+        started = not cancelled
         log.warning("claim not done before the kubelet's deadline", extra=fields(operation=operation, uid=bounded(uid, 160), started=started))
         outcomes[uid] = PrepareOutcome(
             error=f"{operation} of claim {uid} did not finish before the kubelet's deadline"

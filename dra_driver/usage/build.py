@@ -9,13 +9,13 @@ for the scheduler.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from dra_driver.allocator import DeviceClassSpec, DeviceID, Matcher, SelectorRuntimeError, build_pools
+from dra_driver.allocator import CelMatcher, DeviceClassSpec, DeviceID, Matcher, SelectorRuntimeError, build_pools
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Pool, PoolDevice
 from dra_driver.fleet import Fleet
@@ -51,6 +51,7 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
     if skipped:
         view.notes.append(f"{skipped} malformed allocation results or claims were skipped")
     published: set[DeviceID] = set()
+    selects = _class_test(filters.device_class, matcher)
     selector_errors = 0
     for pool in build_pools(fleet.slices):
         if pool.invalid:
@@ -62,19 +63,18 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
             row = _device_row(pool, device, holders.get(device.id, []), used)
             if not _wanted(row, filters):
                 continue
-            if filters.device_class is not None:
-                try:
-                    if not all(matcher.evaluate(expr, device) for expr in filters.device_class.selectors):  # type: ignore[union-attr]
-                        continue
-                except SelectorRuntimeError:
-                    selector_errors += 1  # the scheduler would fail the claim: the device is not a match
+            try:
+                if not selects(device):
                     continue
+            except SelectorRuntimeError:
+                selector_errors += 1  # the scheduler would fail the claim: the device is not a match
+                continue
             view.devices.append(row)
             shown = True
         if shown:
             view.counters += _counter_rows(pool, used)
     if selector_errors:
-        view.notes.append(f"class {filters.device_class.name}: its selectors failed with a CEL error on {selector_errors} devices (counted as not matching)")  # type: ignore[union-attr]
+        view.notes.append(f"class {view.device_class}: its selectors failed with a CEL error on {selector_errors} devices (counted as not matching)")
     view.unpublished = [
         UnpublishedAllocation(device.driver, device.pool, device.device, holder)
         for device, device_holders in sorted(holders.items())
@@ -84,6 +84,14 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
     ]
     view.groups = _groups(view.devices)
     return view
+
+
+def _class_test(device_class: DeviceClassSpec | None, matcher: Matcher | None) -> Callable[[PoolDevice], bool]:
+    """Whether the class selects a device (all its selectors true); every device passes without a class."""
+    if device_class is None:
+        return lambda device: True
+    evaluator = matcher or CelMatcher()
+    return lambda device: all(evaluator.evaluate(expression, device) for expression in device_class.selectors)
 
 
 # -- holders --------------------------------------------------------------------------------------

@@ -96,6 +96,12 @@ def test_dgx_h100_whole_gpus(podman: Podman) -> None:
         assert {"NVIDIA_DRA_UUID_GPU_0", "NVIDIA_DRA_UUID_GPU_1", "NVIDIA_DRA_UUID_GPU_2"} <= set(both.env)
         assert both.env["NVIDIA_VISIBLE_DEVICES"] == "void"
 
+        # Two claims in one container: both specs mount the same driver files at the same paths.
+        node.prepare("infer", "gpu.nvidia.com", {"gpu": ["gpu-5"]})
+        two_claims = look_inside(podman, node, ("train", "a"), ("infer", None))
+        assert {"/dev/nvidia0", "/dev/nvidia5"} <= two_claims.nodes and "/dev/nvidia1" not in two_claims.nodes
+        assert_nvidia_driver_files(node, two_claims)
+
 
 def test_dgx_h100_mps_claim_gets_the_pipe_directory(podman: Podman) -> None:
     config = [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": {

@@ -266,3 +266,27 @@ def test_read_objects_expands_lists_and_names_the_item(tmp_path: Path) -> None:
         read_objects(path)
     path.write_text("kind: List\nitems:\n- {kind: Pod, metadata: {name: a}}\n---\nkind: Node\n")
     assert [(o.obj["kind"], o.line, o.label) for o in read_objects(path)] == [("Pod", 1, "document 1 items[0]"), ("Node", 5, "document 2")]
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+_bracket_text = st.text(alphabet='[]{}"\\ab', max_size=8)
+_nested = st.recursive(
+    st.one_of(st.integers(), _bracket_text),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_bracket_text, inner, max_size=3),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(value=_nested, limit=st.integers(1, 6))
+def test_json_depth_check_agrees_with_the_parsed_value(value: object, limit: int) -> None:
+    from dra_driver.inputs.json_loader import _deeper_than
+
+    assert _deeper_than(json.dumps(value).encode(), limit) == (_depth(value) > limit)

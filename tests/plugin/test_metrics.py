@@ -130,3 +130,53 @@ def test_failed_prepare_leaves_no_holder_series(short_tmp: Path, apiserver):
         conn.close()
     finally:
         daemon.stop()
+
+
+def test_deferred_metrics_keep_what_was_counted_before_load() -> None:
+    """The daemon counts requests before prometheus_client is loaded (its sockets serve first); nothing is lost."""
+    from prometheus_client import generate_latest
+
+    from dra_driver.metrics import Metrics
+
+    metrics = Metrics(load=False)
+    assert metrics.registry is None
+    with metrics.timed(DRIVER, "v1/NodePrepareResources"):
+        pass
+    metrics.claims.labels(DRIVER, "prepare", "ok").inc()
+    metrics.claims.labels(DRIVER, "prepare", "ok").inc(2)
+    metrics.prepared_devices.labels(DRIVER).set(5)
+    early = metrics.errors.labels(DRIVER, "prepare")  # a child taken before load, used after it
+    from dra_driver.metrics import HeldClaim
+
+    metrics.holders.note_pods(DRIVER, "uid-1", ["pod-a"])
+    metrics.holders.update(DRIVER, "uid-1", HeldClaim("uid-1", "default", "c1", [("node-a", "gpu-0")]))
+    metrics.holders.update(DRIVER, "uid-2", HeldClaim("uid-2", "default", "c2", [("node-a", "gpu-1")]))
+    metrics.holders.update(DRIVER, "uid-2", None)  # unprepared before load: never published
+    metrics.load()
+    early.inc()
+    metrics.load()  # idempotent
+    text = generate_latest(metrics.registry).decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", "prepare"), ("result", "ok")))] == 3
+    assert got[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 5
+    assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", "prepare")))] == 1
+    assert got[("dra_driver_requests_total", (("driver", DRIVER), ("method", "v1/NodePrepareResources"), ("result", "ok")))] == 1
+    assert got[("dra_driver_request_duration_seconds_count", (("driver", DRIVER), ("method", "v1/NodePrepareResources")))] == 1
+    held = {labels for (name, labels), value in got.items() if name == "dra_driver_device_claim" and value > 0}
+    assert held == {(("claim", "c1"), ("device", "gpu-0"), ("driver", DRIVER), ("namespace", "default"), ("pool", "node-a"))}
+    assert got[("dra_driver_claim_pod", (("claim", "c1"), ("driver", DRIVER), ("namespace", "default"), ("pod", "pod-a")))] == 1
+
+
+def test_every_family_counted_before_load_is_replayed_after_it():
+    """Deferred loading (the daemon loads prometheus_client after its sockets serve) must cover every family."""
+    from dra_driver.metrics import HeldClaim, Metrics
+
+    metrics = Metrics(load=False)
+    metrics.state_damage.labels(DRIVER, "record").inc()
+    metrics.errors.labels(DRIVER, "prepare").inc()
+    metrics.holders.update(DRIVER, "uid-1", HeldClaim("uid-1", "ns", "c", [("node-a", "gpu-0")]))
+    metrics.load()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in metrics.registry.collect() for s in family.samples}
+    assert got[("dra_driver_state_damage_total", (("driver", DRIVER), ("kind", "record")))] == 1
+    assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", "prepare")))] == 1
+    assert got[("dra_driver_device_claim", (("claim", "c"), ("device", "gpu-0"), ("driver", DRIVER), ("namespace", "ns"), ("pool", "node-a")))] == 1

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -26,7 +27,7 @@ def _servicer(node: Node) -> HealthServicer:
     return health
 
 
-def _wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
@@ -103,3 +104,17 @@ def test_streams_of_a_killed_client_are_freed_at_once(node: Node):
         if holder.poll() is None:
             holder.kill()
             holder.wait(10)
+
+
+def test_refusals_are_logged_once_a_minute_not_per_try(node: Node, caplog: pytest.LogCaptureFixture):
+    conn = node.connect()
+    streams = [conn.watch_health() for _ in range(node.settings.health_streams)]
+    for stream in streams:
+        next(stream)
+    with caplog.at_level("WARNING", logger="dra_driver.plugin.health"):
+        for _ in range(10):
+            with pytest.raises(grpc.RpcError):
+                next(conn.watch_health())
+    assert len([r for r in caplog.records if "health stream refused" in r.getMessage()]) == 1
+    for stream in streams:
+        stream.cancel()

@@ -97,3 +97,13 @@ def test_cli_reads_fleet_files_with_claims_and_pods(tmp_path: Path, capsys: pyte
     bad.write_text(yaml.safe_dump({"kind": "Secret", "metadata": {"name": "s"}}))
     assert main(["fleet", "--fleet", str(bad)]) == 2
     assert "'Secret'" in capsys.readouterr().err
+
+
+def test_class_from_the_fleet_whose_selector_fails_matches_nothing_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = fleets.simulated("l4", 1)
+    broken = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "broken.example.com"}, "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{NV}"].noSuchAttribute == "x"'}}]}}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([*fleet.slices, broken]))
+    assert main(["fleet", "broken.example.com", "--fleet", str(path), "-o", "json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["devices"] == [] and "CEL error on 1 devices" in view["notes"][0]

@@ -100,8 +100,17 @@ class NvidiaBackend(VendorBackend):
         if isinstance(fake_nvml.installed(), fake_nvml.FakeNvmlLibrary):
             fake_nvml.install(None)  # a simulated library left behind must not stand in for the host
         _start_nvml(settings.driver_root)
-        files = driver_files.discover(settings.driver_root, nvml.driver_version(), settings.host_driver_root)
-        return cls(settings, files=files)
+        try:
+            version = nvml.driver_version()
+        except NvmlError as exc:
+            # Devices still work; containers then need the driver files from elsewhere. Say so loudly.
+            log.warning("driver version unreadable; CDI specs get no driver files", extra=fields(error=str(exc)))
+            return cls(settings)
+        if settings.host_driver_root is None and settings.driver_root != Path("/"):
+            # Inside a pod the driver root is a mount (/driver-root) the host's runtime cannot see.
+            log.warning("--host-driver-root not set: CDI specs name driver files under --driver-root, which must then "
+                        "be the same path on the host", extra=fields(driver_root=str(settings.driver_root)))  # fmt: skip
+        return cls(settings, files=driver_files.discover(settings.driver_root, version, settings.host_driver_root))
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> NvidiaBackend:

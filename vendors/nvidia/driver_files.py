@@ -56,6 +56,7 @@ FIRMWARE_DIRS = ("lib/firmware", "usr/lib/firmware")
 SOCKETS = ("var/run/nvidia-persistenced/socket", "var/run/nvidia-fabricmanager/socket")
 MPS_PIPE_DIR = "tmp/nvidia-mps"
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
+_SONAME_LINK = re.compile(r"^lib.+\.so\.\d+$")
 _MAX_LINKS = 40  # like the kernel's ELOOP limit
 READ_ONLY = ("ro", "nosuid", "nodev", "bind")
 READ_WRITE = ("rw", "nosuid", "nodev", "bind")
@@ -141,7 +142,7 @@ def _libraries(root: Path, version: str) -> list[Library]:
             name = child.name
             if name.endswith(wanted) or LEGACY_LIBRARIES.match(name):
                 consider(None, f"/{directory}/{name}")
-            elif child.is_symlink() and re.match(r"^lib.+\.so\.\d+$", name):
+            elif child.is_symlink() and _SONAME_LINK.match(name):
                 consider(name, f"/{directory}/{name}")  # a soname link the cache did not list
     return [Library(path, tuple(sorted(names))) for path, names in sorted(sonames.items())]
 
