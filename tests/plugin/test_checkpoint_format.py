@@ -179,12 +179,12 @@ def test_every_change_is_one_appended_line(tmp_path: Path, boot: Path):
     assert [line["body"]["record"]["phase"] for line in lines] == [PREPARE_STARTED, PREPARE_STARTED, PREPARE_COMPLETED]
 
 
-def test_empty_record_file_is_no_record_and_is_left_alone(tmp_path: Path, boot: Path):
+def test_empty_record_file_is_no_record_and_is_removed(tmp_path: Path, boot: Path):
     path = tmp_path / "cp"
     Checkpoint(path, boot).put(record("a"))
-    (path / "b.json").write_bytes(b"")  # created, first line not written yet
+    (path / "b.json").write_bytes(b"")  # created, then killed before its first line
     assert sorted(loaded(path, boot)) == ["a"]
-    assert (path / "b.json").exists()
+    assert not (path / "b.json").exists()  # nothing left behind once its claim is gone
 
 
 def test_failed_append_to_an_existing_record_leaves_the_previous_state(tmp_path: Path, boot: Path, monkeypatch):
