@@ -324,8 +324,8 @@ class Allocator:
                     short = self.capacity.shortfall(device, self.capacity.demand(alternative, device), None)
                     if short:
                         blocked = Rejection("capacity", "requested capacity does not fit", short)
-            entry = _Entry(device, pool, selectable, blocked)
-            if not pool_problem:
+            entry = _Entry(device, pool, selectable, blocked) if selectable is not False else None  # most devices: not needed
+            if not pool_problem and entry is not None:
                 if selectable is True:
                     plan.everything.append(entry)
                 elif isinstance(selectable, str) and plan.first_error is None:
@@ -334,7 +334,7 @@ class Allocator:
             # The search only walks devices that can still be picked; a device whose
             # selector errs stays in, so the search reaches it in the scheduler's order.
             viable = selectable is not False and (blocked is None or blocked.code not in ("taint", "capacity"))
-            if not pool_problem and not in_use and viable:
+            if not pool_problem and not in_use and viable and entry is not None:
                 plan.candidates.append(entry)
                 plan.candidate_errors = plan.candidate_errors or isinstance(selectable, str)
             # What the report says: the first reason in the order the scheduler checks.
