@@ -59,22 +59,20 @@ def _fleet_yaml(directory: Path) -> Path:
 
 
 def _manifests(directory: Path) -> Path:
-    path = directory / "manifests-near-limit.yaml"
+    path = directory / "manifests-170-jobs.yaml"
     if not path.exists():
         one = (ROOT / "tests/migrate/corpus/training-job.yaml").read_text()
-        parts, index = [], 0
-        while sum(len(p) for p in parts) < 1_700_000 and index < 180:
-            parts.append(one.replace("name: ", f"name: n{index}-", 1))
-            index += 1
-        path.write_text("---\n".join(parts))
+        # ~14,000 values, under migrate's 15,000
+        path.write_text("---\n".join(one.replace("name: ", f"name: n{index}-", 1) for index in range(170)))
     return path
 
 
 def _big_profile(directory: Path) -> Path:
-    path = directory / "profile-30mb.yaml"
+    path = directory / "profile-30mb-description.yaml"
     if not path.exists():
         base = (ROOT / "vendors/nvidia/profiles/t4.yaml").read_text()
-        path.write_text(base.replace("name:", f"description: '{'x' * 30_000_000}'\nname:", 1))
+        head, _, rest = base.partition("\ndescription:")
+        path.write_text(head + f"\ndescription: '{'x' * 30_000_000}'\n" + rest.split("\n", 1)[1])
     return path
 
 
@@ -99,7 +97,7 @@ COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
 LARGE: tuple[tuple[str, Callable[[Path], Path], tuple[str, ...]], ...] = (
     ("10k-device JSON fleet (13.8 MB)", _fleet_json, ("explain --fleet",)),
     ("YAML fleet, 450 nodes, ~430k values (5.2 MB)", _fleet_yaml, ("explain --fleet",)),
-    ("manifests near migrate's limits", _manifests, ("migrate",)),
+    ("170 training jobs, ~14k values (184 KB)", _manifests, ("migrate",)),
     ("30 MB profile (one long description)", _big_profile, ("discover --profile",)),
 )
 

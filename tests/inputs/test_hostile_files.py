@@ -63,12 +63,12 @@ def test_endless_standard_input_stops_at_the_limit() -> None:
     with open("/dev/zero", "rb") as zero:
         outcome = run_process(["migrate", "-"], stdin=zero.fileno())
     assert_refused(outcome, "standard input")
-    assert "larger than the input limit of 2 MiB" in outcome.err
+    assert "larger than the input limit of 1 MiB" in outcome.err
 
 
 def test_the_limits_can_be_raised_with_global_flags(workdir: Path) -> None:
     many = workdir / "many-values.yaml"
-    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(10_001)))
+    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(7_501)))
     refused = run_in_process(["migrate", str(many), "--report", "none"])
     assert_refused(refused, str(many))
     assert "--max-input-nodes" in refused.err and "comment-keeping parser" in refused.err
