@@ -46,7 +46,7 @@ def test_the_default_value_limit(workdir: Path) -> None:
     path = next(c for c in CASES if c.name == "billion-laughs").make(workdir)
     claim, fleet = write_companions(workdir)
     outcome = run_in_process(COMMANDS["explain-fleet"](path, claim, fleet))
-    assert_refused(outcome, f"{path}:6: document 1: holds more than 500,000 values")
+    assert_refused(outcome, f"{path}:6: document 1: holds more than 250,000 values")
 
 
 def test_what_used_to_crash_a_process_ends_with_one_line(workdir: Path) -> None:
@@ -126,5 +126,5 @@ def test_a_hostile_kubeconfig_is_refused_before_the_kubernetes_client_reads_it(w
     claim, _ = write_companions(workdir)
     laughs = next(c for c in CASES if c.name == "billion-laughs").make(workdir)
     outcome = run_in_process(["explain", str(claim), "--kubeconfig", str(laughs)])
-    assert_refused(outcome, f"kubeconfig {laughs}:6: document 1: holds more than 500,000 values")
+    assert_refused(outcome, f"kubeconfig {laughs}:6: document 1: holds more than 250,000 values")
     assert_refused(run_in_process(["explain", str(claim), "--kubeconfig", "/dev/zero"]), "kubeconfig /dev/zero: is larger than the input limit")
