@@ -6,21 +6,30 @@ import os
 import tempfile
 from pathlib import Path
 
+TEMP_SUFFIX = ".tmp"
 
-def replace_file(path: Path, data: bytes, *, durable: bool, mode: int | None = None, temp_prefix: str | None = None) -> None:
+
+def temp_prefix(path: Path) -> str:
+    """The default temp-name prefix for `path`: a dot, its name, a dot (the random part and TEMP_SUFFIX follow)."""
+    return f".{path.name}."
+
+
+def replace_file(path: Path, data: bytes, *, durable: bool, mode: int | None = None) -> None:
     """Write `data` to a temp file in the same directory, optionally flush it, rename it over `path`.
 
     The temp name is random (mkstemp): two plugin instances in a rolling update both
-    run as PID 1 in their pods, so a pid-based name would be shared. It starts with a
-    dot and ends in `.tmp`, so neither CDI runtimes (*.json/*.yaml) nor our loaders
-    pick it up. The parent directory is created (0755) when missing.
+    run as PID 1 in their pods, so a pid-based name would be shared. It is
+    `.<name>.<random>.tmp`: a leading dot and no .json/.yaml ending, so neither CDI
+    runtimes (*.json/*.yaml only) nor our loaders pick it up, and the target's name
+    inside it lets start-up tell whose leftover (kill -9 mid-write) it is.
+    The parent directory is created (0755) when missing.
     """
-    prefix = temp_prefix or f".{path.name}."
+    prefix = temp_prefix(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
     except FileNotFoundError:
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         try:
             if mode is not None:

@@ -16,25 +16,48 @@ Layout (our convention, documented in docs/plugin.md):
   `containerEdits`, which CDI applies once when any device of the spec is
   injected: exactly "once per container that uses this claim".
 
-Files are written atomically (temp file in the same directory whose name does
-not end in .json, rename; see write_spec_atomic on durability) with the lowest `cdiVersion` the content needs,
-because runtimes embed older CDI libraries that reject newer version strings.
+Files are written atomically (temp file `.<spec name>.<random>.tmp` in the same
+directory, rename; see write_spec_atomic on durability) with the lowest
+`cdiVersion` the content needs, because runtimes embed older CDI libraries that
+reject newer version strings. Temp files a kill -9 left behind are removed at
+start (`leftover_temp_files`).
+
+A claim's spec also carries the claim's record (UID, namespace, name, devices
+with pool, request, shareID and CDI IDs, backend state) in the spec annotation
+`dra-driver.io/claim`, checksummed: the spec is the evidence that a claim is
+prepared, and start-up rebuilds a lost or damaged checkpoint record from it.
+Annotations need cdiVersion 0.6.0, so claim specs declare at least that.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.atomic_file import replace_file
+from dra_driver.atomic_file import TEMP_SUFFIX, replace_file
+from dra_driver.logs import fields
+from dra_driver.model.names import uid_problem
+from dra_driver.signed_json import SignedJsonError, sign, verified_body
 from dra_driver.vendor import ContainerEdits, DeviceNode, Hook, Mount
+
+log = logging.getLogger(__name__)
 
 CDI_CLASS = "device"
 SPEC_SUFFIX = ".json"
+CLAIM_ANNOTATION = "dra-driver.io/claim"
+# Temp files of older builds (`.spec.<random>.tmp`) name no claim: removed once this old, when no write can still be running.
+_UNNAMED_TEMP_PREFIX = ".spec."
+_UNNAMED_TEMP_AGE_S = 60.0
+
+
+class SpecUnreadable(ValueError):
+    """A spec file that is not a CDI spec we can read (not JSON, not an object, no devices list)."""
 _ENV_UNSAFE = re.compile(r"[^A-Za-z0-9]")
 
 
@@ -70,27 +93,73 @@ def qualified_id(driver: str, name: str) -> str:
 
 
 def spec_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
+    """The claim's spec file; refuses a UID that is not one (no path is ever built from it)."""
+    problem = uid_problem(claim_uid)
+    if problem is not None:
+        raise ValueError(f"claim UID {problem}: no CDI spec path is built from it")
     return cdi_dir / f"{cdi_vendor(driver)}-{CDI_CLASS}_{claim_uid}{SPEC_SUFFIX}"
 
 
 def claim_uid_of(path: Path, driver: str) -> str | None:
-    """The claim UID encoded in one of our spec file names, or None if the file is not ours."""
+    """The claim UID encoded in one of our spec file names, or None if the file is not ours.
+
+    We only ever write names with a valid UID (spec_path), so a name holding anything else is not ours,
+    and an odd name never flows back into a path or a lock name.
+    """
     prefix = f"{cdi_vendor(driver)}-{CDI_CLASS}_"
     if path.name.startswith(prefix) and path.name.endswith(SPEC_SUFFIX):
-        return path.name[len(prefix) : -len(SPEC_SUFFIX)] or None
+        uid = path.name[len(prefix) : -len(SPEC_SUFFIX)]
+        return uid if uid_problem(uid) is None else None
     return None
 
 
 def our_spec_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
     """Claim UID -> spec file, for every spec file of this driver in cdi_dir."""
-    if not cdi_dir.is_dir():
-        return {}
     found: dict[str, Path] = {}
-    for path in cdi_dir.iterdir():
+    for path in _entries(cdi_dir):
         uid = claim_uid_of(path, driver)
         if uid is not None:
             found[uid] = path
     return found
+
+
+def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str | None, Path]]:
+    """(claim UID or None, path) of the temp files our atomic writes left behind (a kill -9 mid-write).
+
+    A temp file is `.<spec file name>.<random>.tmp`, so it names its claim; the older
+    `.spec.<random>.tmp` names none and is listed only once it is old enough that no
+    write can still be filling it.
+    """
+    found: list[tuple[str | None, Path]] = []
+    for path in _entries(cdi_dir):
+        name = path.name
+        if not name.endswith(TEMP_SUFFIX):
+            continue
+        if name.startswith(_UNNAMED_TEMP_PREFIX):
+            try:
+                old = time.time() - path.lstat().st_mtime > _UNNAMED_TEMP_AGE_S
+            except OSError:
+                continue
+            if old:
+                found.append((None, path))
+            continue
+        if not name.startswith("."):
+            continue
+        spec_name = name[1 : -len(TEMP_SUFFIX)].rpartition(".")[0]  # drop mkstemp's random part (no dots in it)
+        uid = claim_uid_of(path.with_name(spec_name), driver) if spec_name else None
+        if uid is not None:
+            found.append((uid, path))
+    return found
+
+
+def _entries(cdi_dir: Path) -> list[Path]:
+    try:
+        return list(cdi_dir.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:  # unreadable: nothing can be listed, and that must not stop the driver
+        log.error("CDI directory unreadable", extra=fields(path=str(cdi_dir), error=str(exc)))
+        return []
 
 
 # --- rendering ---------------------------------------------------------------
@@ -152,8 +221,13 @@ class SpecDevice:
     edits: ContainerEdits
 
 
-def build_claim_spec(driver: str, devices: Sequence[SpecDevice], claim_edits: ContainerEdits) -> dict[str, Any]:
-    """The CDI spec dict of one claim, with the minimum cdiVersion for its content."""
+def build_claim_spec(
+    driver: str, devices: Sequence[SpecDevice], claim_edits: ContainerEdits, claim_data: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The CDI spec dict of one claim, with the minimum cdiVersion for its content.
+
+    `claim_data` (the claim's record) goes, checksummed, into the CLAIM_ANNOTATION spec annotation.
+    """
     names = [dev.name for dev in devices]
     if len(set(names)) != len(names):  # the runtime would reject the whole spec
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -165,8 +239,37 @@ def build_claim_spec(driver: str, devices: Sequence[SpecDevice], claim_edits: Co
     spec: dict[str, Any] = {"cdiVersion": "", "kind": cdi_kind(driver), "devices": rendered}
     if not claim_edits.is_empty():
         spec["containerEdits"] = render_edits(claim_edits)
+    if claim_data is not None:
+        spec["annotations"] = {CLAIM_ANNOTATION: json.dumps(sign(claim_data), sort_keys=True, separators=(",", ":"))}
     spec["cdiVersion"] = minimum_version(spec)
     return spec
+
+
+def parse_spec(data: bytes | str) -> dict[str, Any]:
+    """A spec file's content as a dict with a devices list, or SpecUnreadable."""
+    try:
+        spec = json.loads(data)
+    except ValueError as exc:
+        raise SpecUnreadable(f"not JSON: {exc}") from exc
+    if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list):
+        raise SpecUnreadable("not a CDI spec (no devices list)")
+    return spec
+
+
+def device_names(spec: dict[str, Any]) -> set[str]:
+    return {str(d.get("name")) for d in spec.get("devices", []) if isinstance(d, dict)}
+
+
+def claim_data(spec: dict[str, Any]) -> dict[str, Any]:
+    """The claim data a spec carries in CLAIM_ANNOTATION, checksum verified; SpecUnreadable if absent or damaged."""
+    annotations = spec.get("annotations")
+    raw = annotations.get(CLAIM_ANNOTATION) if isinstance(annotations, dict) else None
+    if not isinstance(raw, str):
+        raise SpecUnreadable(f"no {CLAIM_ANNOTATION} annotation (written by an older build, or edited)")
+    try:
+        return verified_body(raw)
+    except SignedJsonError as exc:
+        raise SpecUnreadable(f"{CLAIM_ANNOTATION} annotation: {exc}") from exc
 
 
 # --- version rules (reference section 5.2) --------------------------------------
@@ -206,7 +309,7 @@ def minimum_version(spec: dict[str, Any]) -> str:
 # --- files -------------------------------------------------------------------
 
 
-def write_spec_atomic(path: Path, spec: dict[str, Any]) -> None:
+def write_spec_atomic(path: Path, spec: dict[str, Any]) -> str:
     """Write so that readers see either no file or the complete file, never a partial one.
 
     Atomic (temp file, rename) but not flushed to the device: a spec matters
@@ -216,18 +319,30 @@ def write_spec_atomic(path: Path, spec: dict[str, Any]) -> None:
     every spec without a record. Durability is the checkpoint's job: the
     PrepareCompleted record naming this spec is flushed before the kubelet
     gets an answer.
+
+    Returns the text written (the checkpoint keeps it to rewrite a spec that went missing).
     """
     # Compact: runtimes parse it, and without indent json uses its C encoder.
-    data = json.dumps(spec, separators=(",", ":")).encode()
-    # The temp name must not end in .json/.yaml: runtimes watching the directory ignore it;
-    # 0644 because runtimes may read it as another user.
-    replace_file(path, data, durable=False, mode=0o644, temp_prefix=".spec.")
+    text = json.dumps(spec, separators=(",", ":"))
+    write_text_atomic(path, text)
+    return text
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """A spec's text, written as write_spec_atomic describes (also used to restore a lost spec)."""
+    # The temp name (see replace_file) does not end in .json/.yaml: runtimes watching the
+    # directory ignore it; 0644 because runtimes may read it as another user.
+    replace_file(path, text.encode(), durable=False, mode=0o644)
 
 
 def remove_spec(path: Path) -> bool:
-    """Delete a spec file; True if it existed. Not flushed, for the reason write_spec_atomic gives."""
+    """Delete a spec file; True if it existed. Not flushed, for the reason write_spec_atomic gives.
+
+    A CDI directory that is missing or not a directory holds no spec (False); any other
+    failure raises, so the caller keeps the claim's reservation.
+    """
     try:
         path.unlink()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     return True

@@ -11,10 +11,8 @@ of the UID; the record inside names its UID). Each change appends one line,
 boot ID, the format version and the claim's whole record; the last line with
 a valid checksum is the claim's state. A write therefore costs the same
 whatever the number of live claims, needs no temp file or rename, and two
-claims never wait for each other's write. A torn last line (a crash during
-the append) is ignored, so the claim falls back to its previous state; the
-file is then compacted. Every line starts with a newline so a torn line can
-never swallow the next.
+claims never wait for each other's write. Every line starts with a newline
+so a torn line can never swallow the next one appended after it.
 
 Every record carries the boot ID: after a reboot nothing that was prepared
 exists any more (CDI specs live on tmpfs, partitions are gone), so records
@@ -25,9 +23,20 @@ cannot lose; only a kernel crash or power loss can, and either one reboots
 the node, after which the record would be void anyway. Without a boot ID
 (non-Linux) records outlive reboots, so "durable" writes are flushed.
 
-A record file without any valid line is never fatal: it is logged, moved
-aside (`<file>.corrupt-<time>`, which is never loaded again) and ignored; the
-other claims' records are unaffected. A crash loop would block every pod on the node.
+Damage is never fatal and never silently frees a device. A record file whose
+last line fails its checksum (complete or cut short: a truncation long after
+the claim was answered looks the same as an append cut short by a crash), a
+symlink or a directory in a record's place, or a line naming another claim:
+the file is logged, moved aside
+(`<file>.corrupt-<time>`, never loaded again) and reported in `damaged` with
+what could be read from it (the claim UID from the file name, an earlier
+line whose checksum holds, the devices of the damaged line as far as it
+parses). Start-up recovery (dra_driver/plugin/recovery.py) turns that, with
+the claim's CDI spec and the backend's own records, back into a reservation.
+A checkpoint path
+that is not a directory is moved aside the same way; an unreadable one is
+reported and the driver keeps serving. A crash loop would block every pod on
+the node.
 
 Format 1 (one `checkpoint.json` holding every claim) is migrated on load: its
 records are written as format-2 files and the old file is removed.
@@ -35,11 +44,13 @@ records are written as format-2 files and the old file is removed.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +59,7 @@ from typing import Any, Literal
 
 from dra_driver import atomic_file
 from dra_driver.logs import fields
+from dra_driver.signed_json import SignedJsonError, canonical, verified_body
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +68,14 @@ LEGACY_FORMAT_VERSION = 1
 DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 PREPARE_STARTED = "PrepareStarted"
 PREPARE_COMPLETED = "PrepareCompleted"
-Phase = Literal["PrepareStarted", "PrepareCompleted"]
+# Written before unprepare touches anything: a crash from then on finishes the unprepare
+# (at the next start, or before the claim is prepared again) instead of answering from a
+# record whose backend state or spec is already gone.
+UNPREPARE_STARTED = "UnprepareStarted"
+Phase = Literal["PrepareStarted", "PrepareCompleted", "UnprepareStarted"]
 _RECORD_SUFFIX = ".json"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+_HASHED_NAME = re.compile(r"sha256-[0-9a-f]{64}")
 
 
 @dataclass
@@ -80,14 +97,20 @@ class ClaimRecord:
     devices: list[CheckpointDevice] = field(default_factory=list)
     backend_state: dict[str, Any] = field(default_factory=dict)
     cdi_spec: str | None = None  # path of the claim's spec file once written
+    spec_json: str | None = None  # the spec file's content as written, so a lost spec can be rewritten
+    recovered: str = ""  # rebuilt at start-up from evidence: what it was rebuilt from (empty: written by prepare)
 
     @property
     def completed(self) -> bool:
         return self.phase == PREPARE_COMPLETED
 
     def to_json(self) -> dict[str, Any]:
-        """The same content as dataclasses.asdict, without its deep copy (the result is only serialised)."""
-        return {
+        """The same content as dataclasses.asdict, without its deep copy (the result is only serialised).
+
+        The two later fields are written only when set, so records stay readable by older builds
+        (which ignore unknown keys) and small.
+        """
+        out = {
             "uid": self.uid,
             "namespace": self.namespace,
             "name": self.name,
@@ -96,6 +119,11 @@ class ClaimRecord:
             "backend_state": self.backend_state,
             "cdi_spec": self.cdi_spec,
         }
+        if self.spec_json is not None:
+            out["spec_json"] = self.spec_json
+        if self.recovered:
+            out["recovered"] = self.recovered
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClaimRecord:
@@ -108,11 +136,30 @@ class ClaimRecord:
             devices=devices,
             backend_state=dict(data.get("backend_state") or {}),
             cdi_spec=data.get("cdi_spec"),
+            spec_json=data.get("spec_json"),
+            recovered=str(data.get("recovered") or ""),
         )
 
 
 class CheckpointCorrupt(Exception):
     pass
+
+
+@dataclass
+class DamagedRecord:
+    """A record file (or the record directory) that could not be trusted; what could be read from it.
+
+    `last_good` passed its checksum (trusted, maybe not the claim's latest state);
+    `salvaged` is the damaged line as far as it parses: its devices may only add
+    reservations, nothing in it is ever acted on.
+    """
+
+    path: Path
+    reason: str
+    uid: str | None  # the claim it held (file name or a line naming it); None when unknowable
+    moved_to: Path | None  # where it was set aside; None if it could not be moved
+    last_good: ClaimRecord | None = None
+    salvaged: ClaimRecord | None = None
 
 
 def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
@@ -121,14 +168,6 @@ def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
     except OSError:
         # Without a boot ID (non-Linux, tests) state survives restarts; that is the safe side.
         return ""
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _checksum(body: dict[str, Any]) -> str:
-    return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
 class Checkpoint:
@@ -152,13 +191,14 @@ class Checkpoint:
         self._completed_devices = 0
         # (pool, device) -> uid -> (record, the record's entry for that device)
         self._holders: dict[tuple[str, str], dict[str, tuple[ClaimRecord, CheckpointDevice]]] = {}
+        self.damaged: list[DamagedRecord] = []  # found by loads, taken by recovery
 
     # --- loading -------------------------------------------------------------
 
     def load(self) -> None:
         """Read the record files (migrating a format-1 file first); bad or stale files are set aside.
 
-        Other processes must not write meanwhile (it may compact or set aside what
+        Other processes must not write meanwhile (it may set aside or remove what
         it reads): the plugin loads at start-up, or under the shared lock in
         rolling-update mode, where every write also happens under that lock.
         """
@@ -179,15 +219,25 @@ class Checkpoint:
 
     def _read_dir(self) -> dict[str, ClaimRecord]:
         try:
-            entries = [e for e in os.scandir(self.path) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".")]
+            entries = list(os.scandir(self.path))
         except FileNotFoundError:
             self._files = {}
+            return {}
+        except OSError as exc:  # a file in the directory's place, or unreadable: serve without, never stop
+            self._files = {}
+            self._directory_damaged(exc)
             return {}
         files: dict[str, tuple[tuple[int, int, int], ClaimRecord]] = {}
         stale_boot = 0
         for entry in entries:
+            if entry.name.startswith("."):
+                if entry.name.endswith(atomic_file.TEMP_SUFFIX):
+                    _unlink_quietly(Path(entry.path))  # an atomic rewrite killed half-way; loads run alone
+                continue
+            if not entry.name.endswith(_RECORD_SUFFIX):
+                continue
             try:
-                st = entry.stat()
+                st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:  # removed meanwhile (another instance)
                 continue
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -208,31 +258,76 @@ class Checkpoint:
         self._files = files
         return {rec.uid: rec for _, rec in files.values()}
 
+    def _directory_damaged(self, exc: OSError) -> None:
+        """The record directory cannot be listed: move a non-directory aside (and start a fresh one)."""
+        reason = f"checkpoint directory unusable: {exc.strerror or exc}"
+        moved = None
+        if exc.errno == errno.ENOTDIR:
+            moved = _set_aside(self.path, reason, "the claims it held are rebuilt from their CDI specs where possible")
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as mkdir_exc:
+                log.error("cannot create the checkpoint directory", extra=fields(path=str(self.path), error=str(mkdir_exc)))
+        else:
+            log.error(
+                "checkpoint directory %s is unreadable (%s); claims recorded there are unknown until it is fixed",
+                self.path, exc.strerror or exc, extra=fields(path=str(self.path), error=str(exc)),
+            )
+        self._report(DamagedRecord(self.path, reason, None, moved))
+
     def _read_record(self, path: Path) -> ClaimRecord | object | None:
-        """The record in `path`; _STALE (file removed) for another boot; None (file set aside) if corrupt."""
+        """The record in `path`; _STALE (file removed) for another boot; None for no record
+        (empty, gone, or damaged: then set aside and reported in `damaged`)."""
         try:
-            raw = path.read_bytes()
+            raw = _read_regular_file(path)
         except FileNotFoundError:
             return None
+        except (OSError, CheckpointCorrupt) as exc:  # a symlink, a directory, unreadable
+            return self._damaged(path, str(exc), [], None)
         lines = [line for line in raw.split(b"\n") if line]
         if not lines:
             # Created but its first line not yet written (a writer now, or a crash then, before
             # anything was done for the claim): no record, and nothing to set aside.
             return None
-        problem: CheckpointCorrupt = CheckpointCorrupt("no valid line")
-        for index in range(len(lines) - 1, -1, -1):  # the last valid line wins
+        try:
+            record = self._record_of_line(lines[-1], path)
+        except CheckpointCorrupt as exc:
+            # Even a last line cut short is damage, not "the append before the crash": the claim
+            # may have been answered long ago and the file truncated since. Recovery decides with
+            # the claim's spec in hand; an earlier valid line goes along as evidence.
+            torn = "" if raw.endswith(b"\n") else " (last line cut short)"
+            return self._damaged(path, f"{exc}{torn}", lines, self._last_valid_line(lines[:-1], path))
+        if record is _STALE:
+            _unlink(path)
+        return record
+
+    def _last_valid_line(self, lines: list[bytes], path: Path) -> ClaimRecord | None:
+        for line in reversed(lines):
             try:
-                record = self._record_of_line(lines[index], path)
-            except CheckpointCorrupt as exc:
-                problem = exc
+                record = self._record_of_line(line, path)
+            except CheckpointCorrupt:
                 continue
-            if record is _STALE:
-                _unlink(path)
-            elif index != len(lines) - 1:
-                self._compact(path, record, bad_lines=len(lines) - 1 - index, reason=problem)
-            return record
-        _set_aside(path, problem, "the claim it held is forgotten")
+            return record if isinstance(record, ClaimRecord) else None  # another boot's line proves nothing now
         return None
+
+    def _damaged(self, path: Path, reason: str, lines: list[bytes], last_good: ClaimRecord | None) -> None:
+        salvaged = _salvage_line(lines[-1], self.boot_id) if lines else None
+        if salvaged is not None and _file_name(salvaged.uid) != path.name:
+            salvaged = None  # another claim's content: says nothing about this claim's devices
+        uid = _uid_of_file_name(path.name) or (last_good.uid if last_good else None) or (salvaged.uid if salvaged else None)
+        moved = _set_aside(path, reason, "its devices stay reserved while its CDI spec or backend records prove it prepared")
+        self._report(DamagedRecord(path, reason, uid, moved, last_good, salvaged))
+        return None
+
+    def _report(self, damage: DamagedRecord) -> None:
+        with self._lock:
+            self.damaged.append(damage)
+
+    def take_damaged(self) -> list[DamagedRecord]:
+        """The damage found by loads since the last call (recovery turns it into reservations)."""
+        with self._lock:
+            found, self.damaged = self.damaged, []
+        return found
 
     def _record_of_line(self, line: bytes, path: Path) -> ClaimRecord | object:
         body = _parse_signed(line, FORMAT_VERSION)
@@ -240,22 +335,10 @@ class Checkpoint:
             raise CheckpointCorrupt("missing 'record' object")
         if body.get("boot_id") != self.boot_id:
             return _STALE
-        record = _record_from_json(body["record"])
+        record = record_from_json(body["record"])
         if path.name != _file_name(record.uid):
             raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
         return record
-
-    def _compact(self, path: Path, record: ClaimRecord | object, bad_lines: int, reason: CheckpointCorrupt) -> None:
-        """Rewrite a record file as its one current line (atomically), dropping the torn lines after it."""
-        assert isinstance(record, ClaimRecord)
-        log.warning(
-            "checkpoint record has a torn last write; using the previous state",
-            extra=fields(path=str(path), uid=record.uid, phase=record.phase, bad_lines=bad_lines, reason=str(reason)),
-        )
-        try:
-            atomic_file.replace_file(path, self._line(record), durable=True)
-        except OSError as exc:  # the file stays readable as it is
-            log.warning("could not compact checkpoint record", extra=fields(path=str(path), error=str(exc)))
 
     def _move_records(self, earlier: Path) -> None:
         """Move record files from an earlier checkpoint directory (another filesystem, so copy then delete).
@@ -265,8 +348,13 @@ class Checkpoint:
         the next load resolves the same way, never a lost record.
         """
         try:
-            entries = [e for e in os.scandir(earlier) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".") and e.is_file()]
+            entries = [
+                e for e in os.scandir(earlier) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".") and e.is_file(follow_symlinks=False)
+            ]
         except FileNotFoundError:
+            return
+        except OSError as exc:  # not a directory, unreadable: leave it, never fatal
+            log.error("earlier checkpoint directory unusable; not moved", extra=fields(path=str(earlier), error=str(exc)))
             return
         if not entries:
             return
@@ -285,12 +373,15 @@ class Checkpoint:
     def _migrate_legacy(self, legacy: Path) -> None:
         """Turn a format-1 checkpoint file into record files (durable), then remove it."""
         try:
-            raw = legacy.read_bytes()
+            raw = _read_regular_file(legacy)
         except FileNotFoundError:
+            return
+        except (OSError, CheckpointCorrupt) as exc:  # a directory or link in its place: never fatal
+            _set_aside(legacy, exc, "claims it held are rebuilt from their CDI specs where possible")
             return
         try:
             body = _parse_signed(raw, LEGACY_FORMAT_VERSION)
-            records = [_record_from_json(rec) for rec in (body.get("claims") or {}).values()]
+            records = [record_from_json(rec) for rec in (body.get("claims") or {}).values()]
         except CheckpointCorrupt as exc:
             _set_aside(legacy, exc, "claims prepared before are forgotten")
             return
@@ -357,9 +448,16 @@ class Checkpoint:
             return self._completed_devices
 
     def holders(self, pool: str, device: str) -> list[tuple[ClaimRecord, CheckpointDevice]]:
-        """The claims (any phase) whose records name this device, each with its entry for it."""
+        """The claims (any phase) whose records name this device, each with its entry for it.
+
+        An entry with an empty pool (rebuilt from backend records, which name devices but not
+        pools; no real pool is empty) holds the device name in every pool.
+        """
         with self._lock:
-            return list(self._holders.get((pool, device), {}).values())
+            found = list(self._holders.get((pool, device), {}).values())
+            if pool:
+                found += self._holders.get(("", device), {}).values()
+            return found
 
     def _account(self, record: ClaimRecord | None, sign: int) -> None:
         """Add (+1) or take out (-1) a record's share of the derived counters and the device index."""
@@ -378,9 +476,21 @@ class Checkpoint:
                     self._holders.pop(key, None)
 
     def remove(self, uid: str) -> None:
-        """Drop the record and delete its file (a stale file could only resurrect it until the next boot)."""
+        """Delete the record's file, then drop it (a stale file could only resurrect it until the next boot).
+
+        Something that is not a file in its place (a directory) is moved aside; a file that
+        cannot be deleted raises and the record stays: the reservation is kept.
+        """
+        path = self.path / _file_name(uid)
+        try:
+            _unlink(path)
+        except IsADirectoryError:
+            _set_aside(path, "a directory in a record's place", "nothing was read from it")
+        except OSError as exc:
+            if exc.errno != errno.EPERM or not path.is_dir():
+                raise
+            _set_aside(path, "a directory in a record's place", "nothing was read from it")
         self._drop(uid)
-        _unlink(self.path / _file_name(uid))
 
     def forget(self, uid: str) -> None:
         """Drop a staged record whose commit failed, and its file if one was written.
@@ -407,7 +517,7 @@ class Checkpoint:
 
     def _line(self, record: ClaimRecord) -> bytes:
         """One signed line: canonical body (keys sorted: boot_id < record < version) and its SHA-256."""
-        body = f'{{"boot_id":{json.dumps(self.boot_id)},"record":{_canonical(record.to_json())},"version":{FORMAT_VERSION}}}'.encode()
+        body = f'{{"boot_id":{json.dumps(self.boot_id)},"record":{canonical(record.to_json())},"version":{FORMAT_VERSION}}}'.encode()
         digest = hashlib.sha256(body).hexdigest().encode()
         return b'\n{"body":' + body + b',"checksum":"' + digest + b'"}\n'
 
@@ -422,7 +532,7 @@ def _file_name(uid: str) -> str:
     return "sha256-" + hashlib.sha256(uid.encode()).hexdigest() + _RECORD_SUFFIX
 
 
-def _record_from_json(data: Any) -> ClaimRecord:
+def record_from_json(data: Any) -> ClaimRecord:
     try:
         return ClaimRecord.from_json(data)
     except (KeyError, TypeError, AttributeError) as exc:
@@ -432,33 +542,88 @@ def _record_from_json(data: Any) -> ClaimRecord:
 def _parse_signed(raw: bytes, version: int) -> dict[str, Any]:
     """The checked body of a `{"body", "checksum"}` document of the given format version."""
     try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise CheckpointCorrupt(f"not JSON: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("body"), dict):
-        raise CheckpointCorrupt("missing 'body' object")
-    if doc.get("checksum") != _checksum(doc["body"]):
-        raise CheckpointCorrupt("checksum mismatch")
-    body: dict[str, Any] = doc["body"]
+        body = verified_body(raw)
+    except SignedJsonError as exc:
+        raise CheckpointCorrupt(str(exc)) from exc
     if body.get("version") != version:
         raise CheckpointCorrupt(f"unknown format version {body.get('version')!r} (expected {version})")
     return body
 
 
-def _set_aside(path: Path, exc: Exception, consequence: str) -> None:
+def _salvage_line(line: bytes, boot_id: str) -> ClaimRecord | None:
+    """A damaged line's claim as far as it parses (checksum ignored); devices with the wrong types are dropped."""
+    try:
+        doc = json.loads(line)
+        body = doc["body"]
+        data = body["record"]
+        if body.get("boot_id") != boot_id or not isinstance(data.get("uid"), str):
+            return None
+        devices = [
+            CheckpointDevice(str(d.get("request", "")), d["pool"], d["device"], d.get("admin_access") is True,
+                             d.get("share_id") if isinstance(d.get("share_id"), str) else None)
+            for d in data.get("devices") or []
+            if isinstance(d, dict) and isinstance(d.get("pool"), str) and isinstance(d.get("device"), str)
+        ]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    text = lambda key: data[key] if isinstance(data.get(key), str) else ""  # noqa: E731
+    return ClaimRecord(data["uid"], text("namespace"), text("name"), PREPARE_COMPLETED, devices)
+
+
+def _uid_of_file_name(name: str) -> str | None:
+    """The claim UID a record file name spells (None for hashed names: the UID is not recoverable)."""
+    if not name.endswith(_RECORD_SUFFIX):
+        return None
+    stem = name[: -len(_RECORD_SUFFIX)]
+    if _HASHED_NAME.fullmatch(stem) or not _PLAIN_NAME.fullmatch(stem):
+        return None
+    return stem
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of `path` if it is a regular file; never follows a symlink in its place."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointCorrupt("a symlink in a record's place (never followed)") from exc
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CheckpointCorrupt("not a regular file (a directory or a device in a record's place)")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _set_aside(path: Path, reason: object, consequence: str) -> Path | None:
+    """Rename a damaged file (or directory, or symlink: the entry itself) out of the loader's way.
+
+    Returns the new path, or None if it was gone or could not be moved (logged either way).
+    """
     aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
     try:
         os.replace(path, aside)
     except FileNotFoundError:
-        return
+        return None
+    except OSError as exc:
+        log.error(
+            "checkpoint file %s is damaged (%s) and cannot be moved aside (%s)", path, reason, exc,
+            extra=fields(path=str(path), reason=str(reason), error=str(exc)),
+        )
+        return None
     log.error(
         "checkpoint file %s is corrupt (%s); moved aside to %s: %s",
         path,
-        exc,
+        reason,
         aside,
         consequence,
-        extra=fields(path=str(path), moved_to=str(aside), reason=str(exc)),
+        extra=fields(path=str(path), moved_to=str(aside), reason=str(reason)),
     )
+    return aside
 
 
 def _unlink(path: Path) -> None:
@@ -468,9 +633,17 @@ def _unlink(path: Path) -> None:
         pass
 
 
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        log.warning("cannot remove a leftover temp file", extra=fields(path=str(path), error=str(exc)))
+
+
 def _append_file(path: Path, data: bytes, durable: bool) -> None:
     """Append one line (created if missing); flushed to the device before returning when durable."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    # Never through a symlink in the record's place: the write would land wherever it points.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o600)
     except FileNotFoundError:

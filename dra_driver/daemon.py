@@ -3,6 +3,15 @@
 Each driver is started and stopped on its own: a backend that fails to
 discover or to bind its sockets is logged and left out, the others keep
 serving. SIGTERM/SIGINT stop every driver cleanly (own sockets removed).
+
+Start-up is ordered for the kubelet: every driver first recovers and serves
+its sockets (registration last), then the daemon loads its metrics and
+connects to the API server
+(`connect`: importing and building the kubernetes client takes longer than
+everything before it) and only then attaches the slice publishers and the
+claim cache. A prepare that arrives in that gap waits for the client
+(PendingClaims) instead of failing: the kubelet backs a pod off for about 40 s
+after a failed prepare, while the wait is a few hundred milliseconds.
 """
 
 from __future__ import annotations
@@ -12,20 +21,32 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dra_driver.kube.claim_cache import CachedClaimReader, ClaimCache
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
 from dra_driver.plugin.driver import DriverPlugin, PluginSettings, Publisher
+from dra_driver.plugin.pending_claims import PendingClaims
 from dra_driver.plugin.prepare import ClaimSource
 from dra_driver.vendor import VendorBackend
+
+if TYPE_CHECKING:  # the claim cache imports the kubernetes client, which `connect` loads later
+    from dra_driver.kube.claim_cache import ClaimCache
 
 log = logging.getLogger(__name__)
 
 # Builds the slice publisher of one driver (wired by the publisher module); None = do not publish.
 PublisherFactory = Callable[[VendorBackend, Inventory], "Publisher | None"]
+
+
+@dataclass
+class ApiWiring:
+    """Everything that needs the API server, built by `Daemon(connect=...)` once the sockets serve."""
+
+    claims: ClaimSource
+    publisher_factory: PublisherFactory | None = None
+    claim_cache: ClaimCache | None = None
 
 
 @dataclass
@@ -38,54 +59,109 @@ class Daemon:
     def __init__(
         self,
         backends: Sequence[VendorBackend],
-        claims: ClaimSource,
+        claims: ClaimSource | None,
         settings: PluginSettings,
         metrics_port: int = 0,
         publisher_factory: PublisherFactory | None = None,
         claim_cache: ClaimCache | None = None,
+        connect: Callable[[], ApiWiring] | None = None,
     ) -> None:
+        """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
+        called once every driver serves, which returns them (`claims` is then None)."""
+        if (claims is None) == (connect is None):
+            raise ValueError("Daemon needs exactly one of claims and connect")
         self.backends = list(backends)
         self.settings = settings
-        self.metrics = Metrics()
-        # With a claim cache (--claim-cache), prepare reads claims from it when safe and GETs otherwise.
-        self.claim_cache = claim_cache
-        if claim_cache is not None:
-            claims = CachedClaimReader(claims, claim_cache)
-        self._claims = claims
+        self.metrics = Metrics(load=False)  # prometheus_client is loaded once the sockets serve
+        self._wiring = ApiWiring(claims, publisher_factory, claim_cache) if claims is not None else None
+        self._connect = connect
+        self._pending = PendingClaims() if connect is not None else None
         self._metrics_port = metrics_port
-        self._publisher_factory = publisher_factory
         self.plugins: dict[str, DriverPlugin] = {}
+        self._inventories: dict[str, Inventory] = {}
         self.status = DaemonStatus()
         self._metrics_server: Any = None
         self._stopped = threading.Event()
+        self.claim_cache: ClaimCache | None = claim_cache
 
     def start(self) -> DaemonStatus:
-        self._metrics_server = self.metrics.serve(self._metrics_port)
-        if self.claim_cache is not None:
-            self.claim_cache.start()
+        """Serve every driver's sockets, then connect to the API server and publish; DraError when connecting fails."""
+        claims = self._pending if self._pending is not None else self._claim_source(self._wiring)
         for backend in self.backends:
-            self._start_one(backend)
+            self._start_one(backend, claims)
+        self.metrics.load()
+        self._metrics_server = self.metrics.serve(self._metrics_port)
+        if self._connect is not None and self._pending is not None:
+            try:
+                self._wiring = self._connect()
+            except Exception as exc:
+                self._pending.fail(f"the API client could not be built: {exc}")
+                raise
+            self._pending.ready(self._claim_source(self._wiring))
+        self._start_api_users()
         return self.status
 
-    def _start_one(self, backend: VendorBackend) -> None:
+    def _claim_source(self, wiring: ApiWiring | None) -> ClaimSource:
+        """With a claim cache (--claim-cache), prepare reads claims from it when safe and GETs otherwise."""
+        assert wiring is not None
+        self.claim_cache = wiring.claim_cache
+        if wiring.claim_cache is None:
+            return wiring.claims
+        from dra_driver.kube.claim_cache import CachedClaimReader
+
+        return CachedClaimReader(wiring.claims, wiring.claim_cache)
+
+    def _start_api_users(self) -> None:
+        assert self._wiring is not None
+        if self.claim_cache is not None:
+            self.claim_cache.start()
+        factory = self._wiring.publisher_factory
+        if factory is None:
+            return
+        for driver, plugin in list(self.plugins.items()):
+            try:
+                publisher = factory(plugin.backend, self._inventories[driver])
+            except Exception as exc:
+                plugin.stop()
+                self._drop(driver, exc)
+                continue
+            if publisher is None:
+                continue
+            try:
+                plugin.attach_publisher(publisher)  # stops the plugin when it fails
+            except Exception as exc:
+                self._drop(driver, exc)
+
+    def _drop(self, driver: str, exc: Exception) -> None:
+        """A running driver that could not get its publisher is out, as at start; the others continue."""
+        self._driver_failed(driver, exc)
+        self.plugins.pop(driver, None)
+        self.status.running.remove(driver)
+
+    def _start_one(self, backend: VendorBackend, claims: ClaimSource) -> None:
         driver = backend.driver_name
         try:
             inventory = backend.discover()
-            publisher = self._publisher_factory(backend, inventory) if self._publisher_factory else None
-            plugin = DriverPlugin(backend, self._claims, self.settings, self.metrics, publisher, inventory)
+            plugin = DriverPlugin(backend, claims, self.settings, self.metrics, None, inventory)
             plugin.start()
         except Exception as exc:  # one vendor's failure must not stop the others
-            log.error("driver failed to start; other drivers continue", extra=fields(driver=driver, error=f"{type(exc).__name__}: {exc}"))
-            self.status.failed[driver] = str(exc)
-            self.metrics.errors.labels(driver, "start").inc()
+            self._driver_failed(driver, exc)
             return
         self.plugins[driver] = plugin
+        self._inventories[driver] = inventory
         self.status.running.append(driver)
+
+    def _driver_failed(self, driver: str, exc: Exception) -> None:
+        log.error("driver failed to start; other drivers continue", extra=fields(driver=driver, error=f"{type(exc).__name__}: {exc}"))
+        self.status.failed[driver] = str(exc)
+        self.metrics.errors.labels(driver, "start").inc()
 
     def stop(self) -> None:
         for plugin in self.plugins.values():
             plugin.stop()
         self.plugins.clear()
+        if self._pending is not None:
+            self._pending.fail("the driver is stopping")  # a no-op once the client was ready
         if self.claim_cache is not None:
             self.claim_cache.stop()
         if self._metrics_server is not None:

@@ -40,13 +40,17 @@ class Fleet:
     classes: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
+    pods: list[dict[str, Any]] = field(default_factory=list)  # only `dra-driver fleet` reads them (who holds a claim)
     sources: list[str] = field(default_factory=list)
+    taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
 
     def merge(self, other: Fleet) -> None:
         self.slices += other.slices
         self.classes += other.classes
         self.claims += other.claims
         self.nodes += other.nodes
+        self.taint_rules += other.taint_rules
+        self.pods += other.pods
         self.sources += other.sources
 
 
@@ -92,8 +96,12 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
             fleet.claims.append(dict(doc))
         elif kind == "Node":
             fleet.nodes.append(_node(doc))
+        elif kind == "DeviceTaintRule":
+            fleet.taint_rules.append(dict(doc))
+        elif kind == "Pod":
+            fleet.pods.append(dict(doc))
         else:
-            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim or Node)")
+            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node, DeviceTaintRule or Pod)")
     return fleet
 
 
@@ -119,8 +127,8 @@ def check_slices(slices: Sequence[Mapping[str, Any]]) -> None:
 # -- simulated fleet ------------------------------------------------------------------------------
 
 
-def simulated(profile_name: str, nodes: int, partitioning: str = "static") -> Fleet:
-    """The slices of `nodes` identical nodes running every vendor the profile describes.
+def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_prefix: str = "node-") -> Fleet:
+    """The slices of `nodes` identical nodes (`<node_prefix><index>`) running every vendor the profile describes.
 
     Backends discover once; the inventory is rendered per node (pool = node name),
     so attribute values that embed a node name keep node-0's.
@@ -147,15 +155,22 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static") -> Fl
     fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({partitioning})"])
     for index in range(nodes):
         for inventory in inventories:
-            fleet.slices += render_pool(inventory, f"node-{index}")
+            fleet.slices += render_pool(inventory, f"{node_prefix}{index}")
     return fleet
 
 
 # -- cluster --------------------------------------------------------------------------------------
 
 
-def from_cluster(kubeconfig: str) -> Fleet:
-    """Slices, classes, claims and nodes from the cluster `kubeconfig` points at (read only)."""
+LIST_PAGE = 500  # objects per page of a LIST (the API server's default chunk size for kubectl)
+
+
+def from_cluster(kubeconfig: str, with_pods: bool = False) -> Fleet:
+    """Slices, classes, claims and nodes (and pods when asked) from the cluster `kubeconfig` points at.
+
+    Read only: one paginated LIST per resource (limit/continue), so a big cluster is never asked
+    for everything in one response.
+    """
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
 
@@ -172,24 +187,46 @@ def from_cluster(kubeconfig: str) -> Fleet:
 
     def listed(call: Any) -> list[dict[str, Any]]:
         # Raw JSON, not the client's models: those drop fields they do not know.
-        try:
-            response = call(_preload_content=False)
-        except ApiException as exc:
-            raise FleetError(f"listing from {kubeconfig} failed: {exc.status} {exc.reason}") from exc
-        except Exception as exc:  # connection errors come in many types
-            raise FleetError(f"cannot reach the API server of {kubeconfig}: {exc}") from exc
-        return list(json.loads(response.data).get("items") or [])
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            try:
+                response = call(limit=LIST_PAGE, _continue=token, _preload_content=False) if token else call(limit=LIST_PAGE, _preload_content=False)
+                page = json.loads(response.data)
+            except ApiException as exc:
+                raise FleetError(f"listing from {kubeconfig} failed: {exc.status} {exc.reason}") from exc
+            except ValueError as exc:
+                raise FleetError(f"the API server of {kubeconfig} answered a LIST with something that is not JSON: {exc}") from exc
+            except Exception as exc:  # connection errors come in many types
+                raise FleetError(f"cannot reach the API server of {kubeconfig}: {exc}") from exc
+            items += [item for item in page.get("items") or [] if isinstance(item, dict)]
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
 
     fleet = Fleet(sources=[f"cluster ({kubeconfig})"])
     fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
     fleet.nodes = [_node(item) for item in listed(core.list_node)]
+    fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
+    if with_pods:
+        fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces)]
     try:
         api_client.close()
     except Exception:  # closing the pool is best effort
         pass
     return fleet
+
+
+def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
+    """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
+    try:
+        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule)]
+    except FleetError as exc:
+        if " 404 " in str(exc):  # the API version is not served: no rules
+            return []
+        raise
 
 
 # -- allocations ----------------------------------------------------------------------------------
@@ -210,6 +247,8 @@ def allocated_devices(claims: Iterable[Mapping[str, Any]], skip: Iterable[str] =
             continue
         allocation = (doc.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("shareID"):
+                continue  # a share of a multi-allocatable device: counted as consumed capacity, not held
             device = DeviceID(str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
             admin = bool(result.get("adminAccess"))
             if device not in out or out[device].admin_access:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dra_driver.errors import ProfileError
 from dra_driver.inputs import InputError, read_documents
-from dra_driver.registry import backend_profile_dirs
+from dra_driver.registry import backend_classes, backend_profile_dirs, profile_dir_hints
 from dra_driver.vendor import Profile
 
 __all__ = ["CORE_PROFILE_DIR", "Profile", "available_profiles", "load_profile", "load_profile_file"]
@@ -25,6 +25,18 @@ _META_KEYS = {"name", "description"}
 
 def _profile_dirs() -> list[Path]:
     return [CORE_PROFILE_DIR, *backend_profile_dirs()]
+
+
+def _find_by_hint(name: str) -> Path | None:
+    """A shipped profile `name` found by importing only the backend whose directory holds it (see load_profile)."""
+    for vendor, directory in sorted(profile_dir_hints().items()):
+        path = directory / f"{name}.yaml"
+        if not path.is_file():
+            continue
+        cls = backend_classes((vendor,)).get(vendor)
+        if cls is not None and cls.profile_dir() is not None and Path(cls.profile_dir()).resolve() == directory.resolve():
+            return path
+    return None
 
 
 def available_profiles(dirs: Iterable[Path] | None = None) -> dict[str, Path]:
@@ -65,6 +77,10 @@ def load_profile(name_or_path: str) -> Profile:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         return load_profile_file(path)  # the input layer says what is wrong with the path
+    core = CORE_PROFILE_DIR / f"{name_or_path}.yaml"
+    hinted = core if core.is_file() else _find_by_hint(name_or_path)  # most lookups: one backend imported, not all
+    if hinted is not None:
+        return load_profile_file(hinted)
     profiles = available_profiles()
     if name_or_path not in profiles:
         raise ProfileError(f"unknown profile {name_or_path!r}; choose one of: {', '.join(sorted(profiles)) or 'none installed'}, or give a path to a profile file")

@@ -2,17 +2,23 @@
 
 Each daemon owns its own CollectorRegistry (not the process-global one) so
 several daemons in one process (tests, demo) do not collide.
+
+prometheus_client is imported by load(), not by this module: with its HTTP
+server it costs a sizeable part of the daemon's start-up, which the kubelet
+waits for. The daemon creates Metrics(load=False) and loads them once its
+sockets serve; what is counted before that is kept and replayed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dra_driver.errors import DraError
 from dra_driver.logs import fields
@@ -28,65 +34,227 @@ class MetricsPortError(DraError):
     """The --metrics-port cannot be bound (in use, or not permitted)."""
 
 
+class _Recorder:
+    """A labelled child used before its family is loaded: its calls are kept and replayed on load."""
+
+    def __init__(self, family: _Family, values: tuple[str, ...]) -> None:
+        self._family = family
+        self._values = values
+
+    def _call(self, method: str, value: float) -> None:
+        self._family.record(self._values, method, value)
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._call("inc", amount)
+
+    def set(self, value: float) -> None:
+        self._call("set", value)
+
+    def observe(self, value: float) -> None:
+        self._call("observe", value)
+
+
 class _Family:
     """A labelled metric whose children are looked up once: `labels()` of prometheus_client
     validates and hashes on every call, which showed up at a few percent of a prepare's CPU."""
 
-    def __init__(self, metric: Any) -> None:
-        self.metric = metric
+    def __init__(self, build: Callable[[Any], Any]) -> None:
+        self._build = build  # registry -> the prometheus_client metric
+        self.metric: Any = None
         self._children: dict[tuple[str, ...], Any] = {}
+        self._pending: list[tuple[tuple[str, ...], str, float]] = []
+        self._lock = threading.Lock()  # only taken before load and by load itself
+
+    def load(self, registry: Any) -> None:
+        with self._lock:
+            self.metric = self._build(registry)
+            self._children = {values: self.metric.labels(*values) for values in self._children}
+            for values, method, value in self._pending:
+                getattr(self._children[values], method)(value)
+            self._pending.clear()
+
+    def record(self, values: tuple[str, ...], method: str, value: float) -> None:
+        with self._lock:
+            if self.metric is None:
+                self._pending.append((values, method, value))
+                return
+        getattr(self.labels(*values), method)(value)  # loaded meanwhile: straight to the real child
 
     def labels(self, *values: str) -> Any:
         child = self._children.get(values)
         if child is None:
-            child = self._children.setdefault(values, self.metric.labels(*values))
+            with self._lock:
+                made = self.metric.labels(*values) if self.metric is not None else _Recorder(self, values)
+                child = self._children.setdefault(values, made)
         return child
 
 
+@dataclass(frozen=True)
+class HeldClaim:
+    """A prepared claim as the holder metrics need it: identity and the (pool, device) of each result."""
+
+    uid: str
+    namespace: str
+    name: str
+    devices: Sequence[tuple[str, str]]
+
+
+class DeviceHolders:
+    """Who holds which device: `dra_driver_device_claim` (one series per prepared device and claim) and
+    `dra_driver_claim_pod` (one per pod in the claim's status.reservedFor, where prepare read the claim).
+
+    Labels are names, never UIDs, and a claim's series go when it is unprepared, so the number of
+    series stays bounded by what the node holds now. Claims are keyed by UID inside, so a claim
+    deleted and re-created under the same name never leaves the old series behind.
+    """
+
+    def __init__(self) -> None:
+        # The gauges come with load() (see Metrics); until then the series are only kept here.
+        self._devices: Any = None
+        self._pods: Any = None
+        self._lock = threading.Lock()
+        self._device_series: dict[tuple[str, str], dict[tuple[str, ...], int]] = {}  # (driver, uid) -> label values -> value
+        self._pod_series: dict[tuple[str, str], dict[tuple[str, ...], int]] = {}
+        self._pods_seen: dict[tuple[str, str], tuple[str, ...]] = {}  # from the claim GET, until the claim settles
+
+    def load(self, registry: Any) -> None:
+        """Create the gauges and publish every series kept so far."""
+        prometheus = _prometheus()
+        with self._lock:
+            self._devices = prometheus.Gauge(
+                "dra_driver_device_claim",
+                "Prepared device held by a claim (value: allocation results of the claim on that device, usually 1)",
+                ["driver", "pool", "device", "namespace", "claim"],
+                registry=registry,
+            )
+            self._pods = prometheus.Gauge(
+                "dra_driver_claim_pod",
+                "Pod a prepared claim is reserved for (status.reservedFor when prepare read the claim); value 1",
+                ["driver", "namespace", "claim", "pod"],
+                registry=registry,
+            )
+            for gauge, series in ((self._devices, self._device_series), (self._pods, self._pod_series)):
+                for values in series.values():
+                    for labels, value in values.items():
+                        gauge.labels(*labels).set(value)
+
+    def note_pods(self, driver: str, uid: str, pods: Sequence[str]) -> None:
+        """Remember the claim's pods; they are published once the claim is prepared (see `update`)."""
+        with self._lock:
+            self._pods_seen[(driver, uid)] = tuple(sorted(set(pods)))
+
+    def update(self, driver: str, uid: str, held: HeldClaim | None) -> None:
+        """Publish a prepared claim's series, or (None: unprepared, failed, rolled back) remove them."""
+        with self._lock:
+            self._set(driver, uid, held)
+
+    def sync(self, driver: str, held: Iterable[HeldClaim]) -> None:
+        """Publish exactly these claims for `driver` (start-up recovery: the checkpoint is the truth)."""
+        wanted = {claim.uid: claim for claim in held}
+        with self._lock:
+            for key in [k for k in self._device_series if k[0] == driver and k[1] not in wanted]:
+                self._set(driver, key[1], None)
+            for uid, claim in wanted.items():
+                self._set(driver, uid, claim)
+
+    def _set(self, driver: str, uid: str, held: HeldClaim | None) -> None:
+        key = (driver, uid)
+        pods = self._pods_seen.pop(key, None)
+        if held is None:
+            devices: dict[tuple[str, ...], int] = {}
+            pod_labels: set[tuple[str, ...]] = set()
+        else:
+            devices = dict(Tally((driver, pool, device, held.namespace, held.name) for pool, device in held.devices))
+            pod_labels = {(driver, held.namespace, held.name, pod) for pod in pods} if pods is not None else set(self._pod_series.get(key, {}))
+        self._replace(self._devices, self._device_series, key, devices)
+        self._replace(self._pods, self._pod_series, key, dict.fromkeys(pod_labels, 1))
+
+    @staticmethod
+    def _replace(gauge: Any, series: dict[tuple[str, str], dict[tuple[str, ...], int]], key: tuple[str, str], values: dict[tuple[str, ...], int]) -> None:
+        """Record the claim's series; with the gauge loaded (None before), publish the change too."""
+        if gauge is not None:
+            for gone in set(series.get(key, {})) - set(values):
+                # A claim re-created under the same name (new UID) may still hold the same series.
+                if not any(gone in other for k, other in series.items() if k != key):
+                    gauge.remove(*gone)
+            for labels, value in values.items():
+                gauge.labels(*labels).set(value)
+        if values:
+            series[key] = dict(values)
+        else:
+            series.pop(key, None)
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+    def __init__(self, registry: Any = None, load: bool = True) -> None:
+        """`load=False` defers importing prometheus_client to load() (the daemon: after its sockets serve)."""
+        self.registry = registry
+        self._loaded = False
+        self.holders = DeviceHolders()
         self.requests = _Family(
-            Counter(
+            lambda registry: _prometheus().Counter(
                 "dra_driver_requests",
                 "gRPC requests served, by driver, method and result (ok or error)",
                 ["driver", "method", "result"],
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.claims = _Family(
-            Counter(
+            lambda registry: _prometheus().Counter(
                 "dra_driver_claims",
                 "Claims handled inside prepare/unprepare requests, by result",
                 ["driver", "operation", "result"],
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.latency = _Family(
-            Histogram(
+            lambda registry: _prometheus().Histogram(
                 "dra_driver_request_duration_seconds",
                 "gRPC request latency by driver and method",
                 ["driver", "method"],
                 buckets=_BUCKETS,
-                registry=self.registry,
+                registry=registry,
             )
         )
         self.prepared_devices = _Family(
-            Gauge(
+            lambda registry: _prometheus().Gauge(
                 "dra_driver_prepared_devices",
                 "Devices currently prepared for claims",
                 ["driver"],
-                registry=self.registry,
+                registry=registry,
+            )
+        )
+        self.state_damage = _Family(
+            lambda registry: _prometheus().Counter(
+                "dra_driver_state_damage",
+                "Damaged or lost plugin state found (kind: record, checkpoint-dir, cdi-spec, rollback-failed) "
+                "and claims rebuilt from evidence (kind: rebuilt)",
+                ["driver", "kind"],
+                registry=registry,
             )
         )
         self.errors = _Family(
-            Counter(
+            lambda registry: _prometheus().Counter(
                 "dra_driver_errors",
                 "Errors by driver and operation (claim failures, backend failures, server failures)",
                 ["driver", "operation"],
-                registry=self.registry,
+                registry=registry,
             )
         )
+        if load:
+            self.load()
+
+    def load(self) -> None:
+        """Create the prometheus_client metrics (once) and replay what was counted before."""
+        if self._loaded:
+            return
+        self._loaded = True
+        if self.registry is None:
+            self.registry = _prometheus().CollectorRegistry()
+        # Every family declared above, so a new one cannot be left unloaded (its counts would be lost).
+        for family in [value for value in vars(self).values() if isinstance(value, _Family)]:
+            family.load(self.registry)
+        self.holders.load(self.registry)
 
     @contextmanager
     def timed(self, driver: str, method: str) -> Iterator[None]:
@@ -104,9 +272,16 @@ class Metrics:
         """Expose /metrics on the port (0 = off); returns the server or None."""
         if port <= 0:
             return None
+        self.load()
         try:
-            server, _thread = start_http_server(port, addr=address, registry=self.registry)
+            server, _thread = _prometheus().start_http_server(port, addr=address, registry=self.registry)
         except OSError as exc:
             raise MetricsPortError(f"cannot serve metrics on {address}:{port} (--metrics-port): {exc.strerror or exc}; choose a free port or 0 to turn metrics off") from exc
         log.info("serving metrics", extra=fields(port=port))
         return server
+
+
+def _prometheus() -> Any:
+    import prometheus_client
+
+    return prometheus_client

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -17,10 +18,16 @@ log = logging.getLogger(__name__)
 
 
 @functools.cache
-def backend_classes() -> dict[str, type[VendorBackend]]:
-    """Every installed backend class by vendor name; a broken plugin is logged and skipped (once)."""
+def backend_classes(only: tuple[str, ...] | None = None) -> dict[str, type[VendorBackend]]:
+    """Installed backend classes by vendor name; a broken plugin is logged and skipped (once).
+
+    With `only`, just those vendors are imported: a backend module costs tens of milliseconds to
+    import, and `run` on a single-vendor node (or with a profile) should not pay for the others.
+    """
     found: dict[str, type[VendorBackend]] = {}
     for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if only is not None and entry.name not in only:
+            continue
         try:
             cls = entry.load()
         except Exception as exc:  # a third-party plugin must not take the driver down
@@ -41,6 +48,20 @@ def backend_profile_dirs() -> list[Path]:
         if directory is not None:
             dirs.append(Path(directory))
     return dirs
+
+
+def profile_dir_hints() -> dict[str, Path]:
+    """Vendor -> the `profiles` directory beside its backend's package, found without importing it.
+
+    Only a hint for finding a profile by name (hardware_profiles confirms it with the backend's own
+    profile_dir()); the shipped vendors keep their profiles there.
+    """
+    hints: dict[str, Path] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        spec = importlib.util.find_spec(entry.value.split(":", 1)[0].split(".", 1)[0])
+        if spec is not None and spec.submodule_search_locations:
+            hints[entry.name] = Path(list(spec.submodule_search_locations)[0]) / "profiles"
+    return hints
 
 
 @dataclass
@@ -66,12 +87,18 @@ def open_backends(
     With a profile, only the vendors it describes are simulated; without one,
     each backend probes the host and reports plainly why it cannot run.
     """
-    classes = backend_classes()
+    if vendors:
+        classes = backend_classes(tuple(sorted(set(vendors))))
+    elif profile is not None:
+        classes = backend_classes(tuple(sorted(profile.sections)))  # only the vendors it describes are simulated
+    else:
+        classes = backend_classes()
     wanted = vendors or sorted(classes)
     unknown = sorted(set(wanted) - set(classes))
     result = OpenedBackends()
+    installed = ", ".join(sorted(backend_classes())) if unknown else ""  # every backend, for the message only
     for name in unknown:
-        result.unavailable.append(BackendUnavailable(name, f"no backend named {name!r} is installed (installed: {', '.join(sorted(classes)) or 'none'})"))
+        result.unavailable.append(BackendUnavailable(name, f"no backend named {name!r} is installed (installed: {installed or 'none'})"))
     for name in (n for n in wanted if n in classes):
         cls = classes[name]
         try:

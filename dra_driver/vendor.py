@@ -10,6 +10,7 @@ server. Backends are found through the `dra_driver.vendors` entry-point group
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,8 +46,13 @@ class BackendSettings:
     partitioning: Partitioning = "static"
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
-    # Where the vendor driver's files live on the host (NVIDIA driver root, ROCm root).
+    # Where this process sees the vendor driver's files (NVIDIA driver root, ROCm root).
     driver_root: Path = Path("/")
+    # The same root as the host's container runtime sees it, for paths written into CDI specs
+    # (the plugin container mounts the host's / or /run/nvidia/driver elsewhere); None: driver_root.
+    host_driver_root: Path | None = None
+    # Host path of NVIDIA's CDI hook binary (nvidia-cdi-hook or nvidia-ctk); None: no hooks in specs.
+    nvidia_cdi_hook_path: str | None = None
     # Directory a backend may use for its own on-disk state (the plugin data dir).
     state_dir: Path | None = None
 
@@ -59,6 +65,19 @@ class DeviceNode:
     major: int | None = None
     minor: int | None = None
     permissions: str | None = None  # subset of "rwm"
+
+    @classmethod
+    def under(cls, path: str, dev_root: Path, type: str | None = None, permissions: str | None = None) -> DeviceNode:
+        """The node the container sees at `path` (/dev/...), found on the host under `dev_root`
+        (different from /dev when the plugin sees the host's /dev mounted elsewhere)."""
+        host = _host_device_path(path, dev_root)
+        return cls(path=path, host_path=None if host == path else host, type=type, permissions=permissions)
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_device_path(path: str, dev_root: Path) -> str:
+    # Cached: every prepare asks for the same few nodes, and a pathlib join costs more than the rest of edit building.
+    return str(dev_root / path.removeprefix("/dev/"))
 
 
 @dataclass(frozen=True)
@@ -137,9 +156,11 @@ class PreparedClaim:
     # Edits every container using any device of the claim gets (hooks, mounts).
     claim_edits: ContainerEdits = field(default_factory=ContainerEdits)
     # Edits that describe the devices of one request as a set, keyed by base request
-    # name (e.g. NVIDIA_VISIBLE_DEVICES / HABANA_VISIBLE_DEVICES listing that request's
-    # devices). The kubelet hands a container only the devices of the requests it names,
-    # so a list that spans requests would expose another container's devices.
+    # name (e.g. HABANA_VISIBLE_DEVICES listing that request's devices). The kubelet hands
+    # a container only the devices of the requests it names, so a list that spans requests
+    # would expose another container's devices. CDI keeps the last value of an env name,
+    # so a container naming two requests sees one request's list: prefer device nodes
+    # (NVIDIA lists no devices in env at all; docs/plugin.md).
     request_edits: dict[str, ContainerEdits] = field(default_factory=dict)
     # JSON-serialisable state the backend needs to undo the preparation
     # (e.g. MIG GPU/compute instance IDs); stored in the checkpoint and handed
@@ -147,6 +168,15 @@ class PreparedClaim:
     # means "nothing to undo beyond unprepare(claim, {})": the plugin then skips
     # recording it before the CDI write.
     state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordedClaim:
+    """What a backend's own on-disk records say a claim holds (start-up evidence when the checkpoint lost it)."""
+
+    claim_uid: str
+    devices: tuple[str, ...]  # device names in the pool
+    state: dict[str, Any]  # a state unprepare() and reconcile() accept for this claim
 
 
 @dataclass(frozen=True)
@@ -196,6 +226,15 @@ class VendorBackend(ABC):
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
         """After a restart: destroy dynamic partitions that no live claim state lists."""
+
+    def recorded_claims(self) -> list[RecordedClaim]:
+        """Claims the backend's own records (kept under state_dir) show as holding devices.
+
+        Read at start-up before reconcile: a claim listed here whose checkpoint record is
+        lost or damaged keeps its devices reserved, and the state given here goes to
+        reconcile and unprepare as the claim's. Default: the backend keeps no records.
+        """
+        return []
 
     def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
         """Yield health changes until `stop` is set. Default: no health source."""

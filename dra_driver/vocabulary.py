@@ -25,6 +25,11 @@ INTERCONNECT_DOMAIN = f"{DOMAIN}/interconnectDomain"  # equal value = reachable 
 # NVIDIA NVLink links up, Gaudi in-box RoCE ports, AMD peers one XGMI hop away.
 INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"
 
+# The vendor value of each shipped driver (for slices of drivers that predate the vocabulary, or
+# foreign drivers with the same name), and the names people type for vendors.
+DRIVER_VENDORS = {"gpu.nvidia.com": "nvidia", "gpu.amd.com": "amd", "gaudi.intel.com": "intel"}
+VENDOR_ALIASES = {"nvidia": "nvidia", "amd": "amd", "gaudi": "intel", "intel": "intel"}
+
 # Kubernetes-standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"

@@ -127,6 +127,11 @@ def _outcome_lines(explanation: Explanation, verbose: bool) -> list[str]:
     return lines
 
 
+def node_summary(explanation: Explanation) -> list[str]:
+    """How many nodes could take the claims and the commonest reasons of the others (the concise "Nodes:" block)."""
+    return _outcome_lines(explanation, verbose=False)
+
+
 def to_text(explanation: Explanation, fleet_line: str, verbose: bool = False) -> str:
     chosen = explanation.chosen
     lines = [fleet_line, ""]

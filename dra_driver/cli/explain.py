@@ -12,10 +12,13 @@ import sys
 from typing import Any
 
 from dra_driver.allocator.report import to_json, to_text
-from dra_driver.errors import DraError, ValidationError
-from dra_driver.explain import ExplainRequest, FleetSource, InputError, explain
+from dra_driver.cli import failures
+from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
+from dra_driver.errors import DraError
+from dra_driver.explain import ExplainRequest, explain, parse_gates
+from dra_driver.explain.gates import GATES
 
-EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, 2
+EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVALID
 
 
 def add_parser(subparsers: Any) -> None:
@@ -26,47 +29,38 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, or a Pod with its templates (and optional DeviceClasses)")
-    source = parser.add_argument_group("fleet (one kind)")
-    source.add_argument("--fleet", action="append", default=[], metavar="DIR|FILE", help="ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)")
-    source.add_argument("--profile", help="simulate a hardware profile on --nodes identical nodes")
-    source.add_argument("--nodes", type=int, default=1, help="number of simulated nodes for --profile (default 1)")
-    source.add_argument("--partitioning", choices=("static", "dynamic"), default="static", help="MIG/partition publishing mode for --profile")
-    source.add_argument("--kubeconfig", help="read slices, classes, claims and nodes from a cluster")
+    add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
+    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="Kubernetes feature gates that change the answer (1.35 defaults otherwise): " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")
     parser.set_defaults(func=run)
 
 
 def request_from_args(args: argparse.Namespace) -> ExplainRequest:
-    source = FleetSource(paths=tuple(args.fleet), profile=args.profile, nodes=args.nodes, partitioning=args.partitioning, kubeconfig=args.kubeconfig)
-    return ExplainRequest(file=args.file, source=source, class_paths=tuple(args.classes))
+    return ExplainRequest(file=args.file, source=fleet_source(args), class_paths=tuple(args.classes), gates=parse_gates(args.feature_gates))
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         result = explain(request_from_args(args))
-    except InputError as exc:
-        for error in exc.errors:  # one line a problem, so each can be read (and grepped) alone
-            print(f"invalid input: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except ValidationError as exc:
-        print(f"invalid input: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    except DraError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+    except DraError as exc:  # InputError and ValidationError included
+        return failures.report(exc)
     explanation, summary, notes = result.explanation, result.summary, result.notes
     if args.output == "json":
         out = to_json(explanation, summary)
         out["notes"] = notes
+        out["warnings"] = result.warnings
         print(json.dumps(out, indent=2))
     else:
         line = f"Fleet: {', '.join(summary['sources'])}: {summary['devices']} devices in {summary['pools']} pools on {summary['nodes']} nodes"
         if summary["allocatedElsewhere"]:
             line += f"; {summary['allocatedElsewhere']} devices allocated to other claims"
+        line += f"\nCEL: selectors validated as {summary['celEnvironments']['validation']}, matched as {summary['celEnvironments']['matching']}"
         text = to_text(explanation, line, verbose=args.explain_all)
         if notes:
             text = "\n".join(f"Note: {n}" for n in notes) + "\n" + text
+        if result.warnings:
+            text += "".join(f"Warning: {w}\n" for w in result.warnings)
         sys.stdout.write(text)
     return EXIT_ALLOCATABLE if explanation.allocatable else EXIT_NOT_ALLOCATABLE

@@ -11,6 +11,8 @@ from typing import Any
 
 from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
+from dra_driver.migrate.helm import is_template_source
+from dra_driver.migrate.kustomize import migrate_directory
 
 EXIT_OK = 0
 EXIT_WOULD_CHANGE = 1
@@ -25,7 +27,9 @@ def add_parser(subparsers: Any) -> None:
         "ResourceClaimTemplates and pod resource claims, or emit extended-resource DeviceClasses. "
         "Everything it does not change is written back byte for byte.",
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="manifest files; '-' reads standard input")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="manifest files; '-' reads standard input; a directory with a kustomization.yaml is "
+                        "migrated with its resources and patches (needs -w or --check)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="claims",
                         help="claims: rewrite workloads to use ResourceClaimTemplates (default); extended-resource: "
                         "leave workloads unchanged and emit DeviceClasses with extendedResourceName (alpha gate)")
@@ -75,7 +79,8 @@ def read_checked(name: str) -> str:
     """
     limits = active().for_round_trip()
     text = read_text(name, limits)
-    checked_objects(build_documents(text.encode(), display_name(name), limits), display_name(name))
+    if not is_template_source(text):  # a Helm template is not YAML: migrate reports it ("render first"), never parses it
+        checked_objects(build_documents(text.encode(), display_name(name), limits), display_name(name))
     return text
 
 
@@ -86,8 +91,14 @@ def run(args: argparse.Namespace) -> int:
     if args.files.count("-") > 1:
         print("dra-driver migrate: '-' may be given once", file=sys.stderr)
         return EXIT_REFUSED
+    directories = [Path(name) for name in args.files if name != "-" and Path(name).is_dir()]
+    if directories and not (args.write or args.check):
+        print(f"dra-driver migrate: {directories[0]} is a directory: a kustomization is migrated in place, use -w "
+              "(or --check)", file=sys.stderr)
+        return EXIT_REFUSED
+    files = [name for name in args.files if name == "-" or not Path(name).is_dir()]
     try:
-        inputs = [(name, read_checked(name)) for name in args.files]
+        inputs = [(name, read_checked(name)) for name in files]
     except InputError as exc:
         print(f"migrate refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -95,7 +106,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-driver migrate: --deviceclasses {args.deviceclasses}: not a directory", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        results, report = migrate(inputs, Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses)))
+        options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses))
+        results, report = migrate(inputs, options)
+        for directory in directories:
+            more, more_report = migrate_directory(directory, options, read=lambda path: read_checked(str(path)))
+            results += more
+            report.merge(more_report)
+    except InputError as exc:
+        print(f"migrate refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except MigrationError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_REFUSED

@@ -1,4 +1,11 @@
-"""`dra-driver run`: the kubelet plugin daemon of a node."""
+"""`dra-driver run`: the kubelet plugin daemon of a node.
+
+Start-up is on the kubelet's clock (a prepare it sends before the registration
+socket answers fails, and the pod is backed off for ~40 s), so this module
+imports only what serving the sockets needs; the kubernetes client, the slice
+publisher and the claim cache are loaded in `connect`, which the daemon calls
+once every driver serves (dra_driver.daemon).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,11 @@ import socket
 import sys
 from pathlib import Path
 
-from dra_driver.daemon import Daemon
+from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.kube.claims import ClaimReader
-from dra_driver.kube.client import load_configuration
+from dra_driver.kube.api_source import api_source
 from dra_driver.logs import fields
+from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
 from dra_driver.registry import open_backends
@@ -52,6 +58,20 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the host's vendor driver files are mounted (default: $DRIVER_ROOT or /); the NVIDIA backend loads libnvidia-ml.so.1 from there",
     )
     parser.add_argument(
+        "--host-driver-root",
+        type=Path,
+        default=Path(os.environ["HOST_DRIVER_ROOT"]) if os.environ.get("HOST_DRIVER_ROOT") else None,
+        help="the driver root as the host's container runtime sees it, for paths in CDI specs: / or a GPU Operator root "
+        "such as /run/nvidia/driver (default: $HOST_DRIVER_ROOT, else the --driver-root value)",
+    )
+    parser.add_argument(
+        "--nvidia-cdi-hook-path",
+        default=os.environ.get("NVIDIA_CDI_HOOK_PATH") or None,
+        help="host path of NVIDIA's CDI hook (nvidia-cdi-hook, or nvidia-ctk): specs then create the soname links and update "
+        "the container's linker cache through it; without it each library is also mounted at its soname path "
+        "(default: $NVIDIA_CDI_HOOK_PATH, else none)",
+    )
+    parser.add_argument(
         "--claim-cache",
         action=argparse.BooleanOptionalAction,
         default=os.environ.get("CLAIM_CACHE", "").lower() in ("1", "true", "yes"),
@@ -77,43 +97,81 @@ def writable_dir(flag: str, path: Path) -> None:
         raise DraError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
 
 
+def check_identity(node_name: str, pod_uid: str | None) -> None:
+    """The node name becomes the pool name claims must match, the pod UID part of socket file names: both are
+    checked against the Kubernetes rules before use."""
+    problem = dns_subdomain_problem(node_name)
+    if problem is not None:
+        raise DraError(f"--node-name {problem}; pass the Kubernetes node name (spec.nodeName, through the downward API as $NODE_NAME)")
+    problem = uid_problem(pod_uid) if pod_uid is not None else None
+    if problem is not None:
+        raise DraError(f"--pod-uid {problem}; pass the driver pod's metadata.uid (through the downward API as $POD_UID)")
+
+
+def _absolute(flag: str, value: str | Path | None) -> Path | None:
+    """A host path for CDI specs: runtimes reject relative ones, so refuse them here, naming the flag."""
+    if value is None:
+        return None
+    path = Path(value)
+    if not path.is_absolute() or ".." in path.parts:
+        raise DraError(f"{flag} {value}: must be an absolute host path without '..' (CDI specs need absolute paths)")
+    return path
+
+
 def build_daemon(args: argparse.Namespace) -> Daemon:
-    """Open the backends and the API client described by the arguments; raise DraError if nothing can run."""
+    """Open the backends described by the arguments; raise DraError if nothing can run.
+
+    The API client is only located here (a missing kubeconfig fails now); the daemon builds it with
+    `connect_api` after the sockets serve.
+    """
+    check_identity(args.node_name, args.pod_uid)
     writable_dir("--state-dir", args.state_dir)
     writable_dir("--cdi-dir", args.cdi_dir)
+    api_source(args.api_server, args.kubeconfig)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
-    profile = load_profile(args.profile) if args.profile else None
+    profile = None
+    if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
+        from dra_driver.hardware_profiles import load_profile
+
+        profile = load_profile(args.profile)
     backend_settings = BackendSettings(
-        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root
-    )
+        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root,
+        host_driver_root=_absolute("--host-driver-root", args.host_driver_root),
+        nvidia_cdi_hook_path=str(_absolute("--nvidia-cdi-hook-path", args.nvidia_cdi_hook_path) or "") or None,
+    )  # fmt: skip
     opened = open_backends(backend_settings, profile, vendors)
     for problem in opened.unavailable:
         log.warning("vendor backend unavailable", extra=fields(vendor=problem.vendor, reason=problem.reason))
     if not opened.backends:
         reasons = "; ".join(str(p) for p in opened.unavailable) or "no backend installed"
         raise DraError(f"no vendor backend can run on this node: {reasons}")
-    configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig)
-    configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
-    from kubernetes import client
-
-    api_client = client.ApiClient(configuration)
-    claims = ClaimReader(api_client)
     settings = PluginSettings(
         node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
     )
-    # Slice publishing (dra_driver.publisher): one SlicePublisher per backend, health events become taints.
-    from dra_driver.publisher.daemon_adapter import publisher_factory
+    return Daemon(opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args))
+
+
+def connect_api(args: argparse.Namespace) -> ApiWiring:
+    """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
+    from kubernetes import client
 
     from dra_driver.kube.claim_cache import ClaimCache
+    from dra_driver.kube.claims import ClaimReader
+    from dra_driver.kube.client import load_configuration
+    from dra_driver.publisher.daemon_adapter import publisher_factory
 
-    cache = ClaimCache(api_client) if args.claim_cache else None
-    return Daemon(
-        opened.backends,
-        claims,
-        settings,
-        metrics_port=args.metrics_port,
+    try:
+        configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig)
+    except DraError:
+        raise
+    except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
+        raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig).kind}): {exc}") from exc
+    configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
+    api_client = client.ApiClient(configuration)
+    return ApiWiring(
+        claims=ClaimReader(api_client),
         publisher_factory=publisher_factory(api_client, args.node_name),
-        claim_cache=cache,
+        claim_cache=ClaimCache(api_client) if args.claim_cache else None,
     )
 
 

@@ -21,6 +21,7 @@ class FleetSource:
     nodes: int = 1
     partitioning: str = "static"
     kubeconfig: str | None = None
+    with_pods: bool = False  # also LIST Pods from the cluster (`dra-driver fleet` shows who holds a claim)
 
 
 def load_fleet(source: FleetSource) -> fleets.Fleet:
@@ -31,7 +32,7 @@ def load_fleet(source: FleetSource) -> fleets.Fleet:
         # Rendered by our own layout code, which keeps the API limits; checking
         # 10,000 generated devices again would cost seconds.
         return fleets.simulated(source.profile, source.nodes, source.partitioning)
-    fleet = fleets.load_paths(source.paths) if source.paths else fleets.from_cluster(str(source.kubeconfig))
+    fleet = fleets.load_paths(source.paths) if source.paths else fleets.from_cluster(str(source.kubeconfig), with_pods=source.with_pods)
     fleets.check_slices(fleet.slices)
     return fleet
 

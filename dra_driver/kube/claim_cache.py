@@ -191,7 +191,7 @@ class ClaimCache:
 
 
 class _LiveSource(Protocol):
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim: ...
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim: ...
 
 
 class CachedClaimReader:
@@ -203,13 +203,13 @@ class CachedClaimReader:
         self.hits = 0
         self.misses = 0
 
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim:
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim:
         cached = self.cache.lookup(namespace, name, uid)
         if cached is not None:
             self.hits += 1
             return cached
         self.misses += 1
-        return self.reader.get(namespace, name, uid)
+        return self.reader.get(namespace, name, uid, deadline)
 
 
 def _describe(exc: BaseException) -> str:

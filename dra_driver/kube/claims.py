@@ -8,22 +8,36 @@ every release and the plugin must keep working with newer servers. (Opaque
 backend.)
 
 The GET goes through the official kubernetes ApiClient (its host, auth, TLS
-and urllib3 pool and retries) but not through the generated ResourceV1Api
-method: that one validates its arguments with pydantic and would build typed
-models. The raw JSON is parsed straight into the models below; this is the
-hot path of every NodePrepareResources call.
+and urllib3 pool) but not through the generated ResourceV1Api method: that one
+validates its arguments with pydantic and would build typed models. The raw
+JSON is parsed straight into the models below; this is the hot path of every
+NodePrepareResources call.
+
+Deadlines: a GET made for a kubelet call must end before that call's deadline
+(the kubelet gives up after 45 s and ignores a late answer). So the request's
+timeout is the time left, and urllib3's own retries are off: they would repeat
+a slow GET with a fresh timeout each time (a 10 s server took 40 s). Only a
+request that reached no server (connection refused or dropped before an
+answer) is tried again, while time is left.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
+import urllib3
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from dra_driver.errors import DraError
+
+if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
+    from kubernetes import client as k8s
+
+
+_MAX_RESERVED_FOR = 256  # the API's limit on status.reservedFor
+_MAX_NAME = 253
 
 
 class _ApiModel(BaseModel):
@@ -68,6 +82,8 @@ class Allocation(_ApiModel):
 
 class ClaimStatus(_ApiModel):
     allocation: Allocation | None = None
+    # Read only for metrics (which pods hold the devices), so kept raw: an odd entry must never fail a prepare.
+    reserved_for: Any = Field(None, alias="reservedFor")
 
 
 class ResourceClaim(_ApiModel):
@@ -78,49 +94,81 @@ class ResourceClaim(_ApiModel):
     def allocation(self) -> Allocation | None:
         return self.status.allocation
 
+    @property
+    def reserved_pods(self) -> list[str]:
+        """Names of the pods status.reservedFor lists (core-group `pods` entries with a plausible name only)."""
+        entries = self.status.reserved_for if isinstance(self.status.reserved_for, list) else []
+        return [
+            str(ref["name"])
+            for ref in entries[:_MAX_RESERVED_FOR]
+            if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup") and isinstance(ref.get("name"), str) and 0 < len(ref["name"]) <= _MAX_NAME
+        ]
+
 
 class ClaimLookupError(DraError):
     """The claim could not be read; the message says why in terms of the claim."""
 
 
 class ClaimReader:
-    """GET a ResourceClaim by namespace/name."""
+    """GET a ResourceClaim by namespace/name, within the caller's deadline."""
 
     _PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
     _HEADERS = {"Accept": "application/json"}
+    _ATTEMPTS = 3  # for requests that reached no server; a slow answer is never repeated
 
     def __init__(self, api_client: k8s.ApiClient, timeout_s: float = 10.0) -> None:
         self._client = api_client
-        self._timeout_s = timeout_s
+        self._timeout_s = timeout_s  # per request when the caller has no deadline
 
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim:
-        """The claim as stored now. `uid` (what the kubelet asked for) is not needed for a GET: the caller compares."""
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim:
+        """The claim as stored now. `uid` (what the kubelet asked for) is not needed for a GET: the caller
+        compares. `deadline` (time.monotonic()) bounds the whole lookup, retries included."""
         where = f"ResourceClaim {namespace}/{name}"
         try:
-            method, url, headers, body, post = self._client.param_serialize(
+            _, url, headers, _, _ = self._client.param_serialize(
                 method="GET",
                 resource_path=self._PATH,
                 path_params={"namespace": namespace, "name": name},  # quoted by the client
                 header_params=dict(self._HEADERS),
                 auth_settings=["BearerToken"],
             )
-            response = self._client.call_api(method, url, headers, body, post, _request_timeout=self._timeout_s)
-            response.read()
-        except ApiException as exc:
-            if exc.status == 404:
-                raise ClaimLookupError(f"{where} not found (deleted or never created)") from exc
-            raise ClaimLookupError(f"reading {where} failed: HTTP {exc.status} {exc.reason}") from exc
-        except Exception as exc:  # connection refused, timeout: the claim fails, not the daemon
+        except Exception as exc:  # e.g. an auth hook that fails: the claim fails, not the daemon
             raise ClaimLookupError(f"reading {where} failed: {exc}") from exc
-        status = response.status
+        status, data = self._fetch(url, headers, where, deadline)
         if status >= 400:
             raise ClaimLookupError(
                 f"{where} not found (deleted or never created)" if status == 404 else f"reading {where} failed: HTTP {status}"
             )
         try:
-            return ResourceClaim.model_validate_json(response.data)
+            return ResourceClaim.model_validate_json(data)
         except PydanticValidationError as exc:
             raise ClaimLookupError(f"{where}: unexpected object from the API server: {exc.errors()[0]['msg']}") from exc
+
+    def _fetch(self, url: str, headers: dict[str, str], where: str, deadline: float | None) -> tuple[int, bytes]:
+        pool = self._client.rest_client.pool_manager
+        attempt = 1
+        while True:
+            timeout = self._timeout_s if deadline is None else deadline - time.monotonic()
+            if timeout <= 0:
+                raise ClaimLookupError(f"reading {where} did not start before the kubelet's deadline; the kubelet will retry")
+            try:
+                response = pool.request("GET", url, headers=headers, timeout=urllib3.Timeout(total=timeout), retries=False, preload_content=False)
+                try:
+                    return response.status, response.read()
+                finally:
+                    response.release_conn()
+            except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ProtocolError) as exc:
+                if attempt == self._ATTEMPTS:
+                    raise ClaimLookupError(f"reading {where} failed: {exc}") from exc
+            except urllib3.exceptions.TimeoutError as exc:
+                cause = f"the API server did not answer within {timeout:.1f} s"
+                if deadline is not None:
+                    raise ClaimLookupError(f"reading {where} did not finish before the kubelet's deadline: {cause}; the kubelet will retry") from exc
+                raise ClaimLookupError(f"reading {where} timed out: {cause}") from exc
+            except Exception as exc:  # TLS and other transport errors: the claim fails, not the daemon
+                raise ClaimLookupError(f"reading {where} failed: {exc}") from exc
+            time.sleep(0.05 * attempt)  # no server was reached: a short pause, then again while time is left
+            attempt += 1
 
 
 def allocated_claim_object(

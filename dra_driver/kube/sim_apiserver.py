@@ -8,7 +8,8 @@ layer we replace; everything above it is production code.
 Implemented semantics (what dra-driver uses, modelled on the real apiserver):
 - resources: resource.k8s.io/v1 ResourceSlices and DeviceClasses (cluster
   scoped), ResourceClaims (namespaced, with a status subresource), core v1
-  Nodes;
+  Nodes and Pods (read by `dra-driver fleet`); resource.k8s.io/v1alpha3
+  DeviceTaintRules (cluster scoped);
 - create with `generateName`, server-set `uid`, `creationTimestamp`,
   `generation` and a global `resourceVersion` counter; 409 AlreadyExists;
 - update (PUT) with optimistic concurrency (409 Conflict on a stale
@@ -33,7 +34,8 @@ Implemented semantics (what dra-driver uses, modelled on the real apiserver):
   `timeAdded` (seconds precision).
 
 Test hooks: `inject()` makes the next N matching requests fail (409, 429 with
-Retry-After, 500, 503, or a dropped connection), `drop_watches()` cuts every
+Retry-After, 500, 503, or a dropped connection), `slow()` delays the answer
+to the next N matching requests (a slow API server), `drop_watches()` cuts every
 open watch stream, `delete_as_other()` / `modify_as_other()` change objects
 behind the client's back, `store.put()` / `objects()` seed and read objects,
 and `requests` / `writes()` count requests by verb for benchmarks.
@@ -54,6 +56,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -103,6 +106,7 @@ RESOURCES: dict[str, ResourceType] = {
     r.plural: r
     for r in (
         ResourceType("", "v1", "nodes", "Node", namespaced=False, status_subresource=True),
+        ResourceType("", "v1", "pods", "Pod", namespaced=True, status_subresource=True, field_labels=("spec.nodeName",)),
         ResourceType(
             "resource.k8s.io",
             "v1",
@@ -114,6 +118,7 @@ RESOURCES: dict[str, ResourceType] = {
         ),
         ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True, status_subresource=True, immutable=("spec",)),
         ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False),
+        ResourceType("resource.k8s.io", "v1alpha3", "devicetaintrules", "DeviceTaintRule", namespaced=False, status_subresource=True),
     )
 }
 _BY_KIND = {r.kind: r for r in RESOURCES.values()}
@@ -663,10 +668,11 @@ def _without_rv(obj: Mapping[str, Any]) -> JsonObject:
 class Fault:
     verb: str | None  # get, list, watch, create, update, patch, delete, deletecollection; None = any
     resource: str | None  # plural; None = any
-    code: int  # 0 = close the connection without an answer
+    code: int | None  # 0 = close the connection without an answer; None = answer normally (after delay_s)
     remaining: int | None  # None = until cleared
     retry_after: int | None = None
     message: str = "injected fault"
+    delay_s: float = 0.0  # wait this long before answering (or failing)
 
     def matches(self, verb: str, resource: str) -> bool:
         return (self.verb in (None, verb)) and (self.resource in (None, resource))
@@ -803,8 +809,10 @@ class _Handler(BaseHTTPRequestHandler):
             sim._count(verb, route.rt.plural)
             sim.request_log.append(RequestRecord(verb, route.rt.plural, self.path, dict(self.headers.items()), body))
             fault = sim._take_fault(verb, route.rt.plural)
-            if fault is not None:
-                self._answer_fault(fault)
+            if fault is not None and fault.delay_s:
+                sim._stopping.wait(fault.delay_s)  # a stop() ends the wait: tests tear down promptly
+            if fault is not None and fault.code is not None:
+                self._answer_fault(fault, fault.code)
                 return
             if verb == "watch":
                 self._watch(route, query)
@@ -818,15 +826,15 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _answer_fault(self, fault: Fault) -> None:
-        if fault.code == 0:
+    def _answer_fault(self, fault: Fault, code: int) -> None:
+        if code == 0:
             self.close_connection = True
             try:
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             return
-        error = ApiError(fault.code, fault.message)
+        error = ApiError(code, fault.message)
         if fault.retry_after is not None:
             error.headers["Retry-After"] = str(fault.retry_after)
             error.details["retryAfterSeconds"] = fault.retry_after
@@ -1085,6 +1093,18 @@ class SimApiServer:
 
         return client.ApiClient(self.client_configuration())
 
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig file pointing at this server (no auth), for commands that take --kubeconfig."""
+        import yaml
+
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
+            "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "sim", "user": {}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+        }))  # fmt: skip
+        return path
+
     # ---- reading and seeding
 
     def objects(self, kind: str, **selectors: str) -> list[JsonObject]:
@@ -1134,6 +1154,15 @@ class SimApiServer:
         if resource is not None:
             resource = resource_for(resource).plural
         fault = Fault(verb, resource, code, count, retry_after, message or f"injected {code or 'connection drop'} for {verb or '*'} {resource or '*'}")
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def slow(self, verb: str | None, resource: str | None, seconds: float, count: int | None = None) -> Fault:
+        """Answer the next `count` requests matching (verb, resource) only after `seconds` (None: until clear_faults())."""
+        if resource is not None:
+            resource = resource_for(resource).plural
+        fault = Fault(verb, resource, None, count, message=f"{seconds} s latency for {verb or '*'} {resource or '*'}", delay_s=seconds)
         with self._lock:
             self._faults.append(fault)
         return fault

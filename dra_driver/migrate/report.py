@@ -58,6 +58,11 @@ class Report:
     def add(self, action: Action, where: Location, subject: str, reason: str) -> None:
         self.findings.append(Finding(action, where, subject, reason))
 
+    def merge(self, other: Report) -> None:
+        """Add another run's findings and changed files (several inputs migrated separately)."""
+        self.findings.extend(other.findings)
+        self.changed_files.extend(f for f in other.changed_files if f not in self.changed_files)
+
     def by_action(self, action: Action) -> list[Finding]:
         return [f for f in self.findings if f.action is action]
 

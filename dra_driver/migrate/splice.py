@@ -7,7 +7,7 @@ rewrite only what differs, at the smallest block-style level that can be
 replaced by whole lines:
 - a mapping key whose value changed (other than by changes inside a block
   collection we can descend into) has its lines replaced by a dump of `key: value`;
-- a key that disappeared has its lines deleted;
+- a key that disappeared has its lines deleted (full-line comments inside them stay, at the key's column);
 - keys that were added are dumped after the mapping's last line.
 Trailing comment and blank lines of a block stay in the text (ruamel files them
 under the block's last scalar, so they are cut from the dumped fragment again).
@@ -59,6 +59,11 @@ def _inserted(node: Any) -> bool:
     return isinstance(node, (CommentedMap, CommentedSeq)) and node.lc.line is None
 
 
+def _appended(old: CommentedSeq, new: CommentedSeq) -> bool:
+    """`new` is `old` with items added at the end (and none of the old ones changed)."""
+    return len(new) > len(old) and all(_plain(a) == _plain(b) for a, b in zip(old, new))
+
+
 def _anchored(node: Any) -> bool:
     """An anchor's text is shared by its aliases, so editing its lines would change them too."""
     return getattr(getattr(node, "anchor", None), "value", None) is not None
@@ -105,6 +110,12 @@ class _Splicer:
             end -= 1
         return end
 
+    def _kept_comments(self, start: int, end: int, column: int) -> str:
+        """Full-line comments inside a deleted block, moved to the deleted key's column (they describe what follows)."""
+        kept = [self.lines[i].strip() for i in range(start + 1, end) if i not in self.content
+                and self.lines[i].lstrip().startswith("#")]
+        return "".join(" " * column + comment + "\n" for comment in kept)
+
     def _fragment(self, key: Any, value: Any, parent: CommentedMap | None, column: int, first_prefix: str) -> str:
         """`key: value` dumped and indented to `column`; the first line starts with `first_prefix`."""
         holder = CommentedMap()
@@ -140,7 +151,8 @@ class _Splicer:
             if key not in new:
                 if self.lines[line][:column].strip():
                     raise _Unsplicable("removed first key of a sequence item")
-                self.ops.append(_Op(line, self._content_end(line, following), ""))
+                end = self._content_end(line, following)
+                self.ops.append(_Op(line, end, self._kept_comments(line, end, column)))
             elif _plain(old[key]) != _plain(new[key]) or type(old[key]) is not type(new[key]):
                 self.value(old, new, key, line, column, following)
         added = [key for key in new if key not in old]
@@ -155,8 +167,8 @@ class _Splicer:
         if isinstance(old, CommentedMap) and isinstance(new, CommentedMap) and not (_flow(old) or _flow(new)):
             self.mapping(old, new, bound)
             return
-        if (isinstance(old, CommentedSeq) and isinstance(new, CommentedSeq) and old
-                and len(new) - len(old) == sum(1 for item in new if _inserted(item)) and not (_flow(old) or _flow(new))):
+        if (isinstance(old, CommentedSeq) and isinstance(new, CommentedSeq) and old and not (_flow(old) or _flow(new))
+                and (len(new) - len(old) == sum(1 for item in new if _inserted(item)) or _appended(old, new))):
             self.sequence(old, new, bound)
             return
         end = self._content_end(line, bound)
@@ -166,6 +178,11 @@ class _Splicer:
         """Items changed in place are descended into; items the migration inserted are dumped before their successor."""
         if _anchored(old):
             raise _Unsplicable("a changed sequence is a YAML anchor")
+        if _appended(old, new):
+            at = self._content_end(old.lc.item(len(old) - 1)[0], bound)
+            column = self._dash_column(old)
+            self.ops.append(_Op(at, at, "".join(self._item_fragment(item, column) for item in new[len(old):])))
+            return
         kept = [item for item in new if not _inserted(item)]
         if len(kept) != len(old):
             raise _Unsplicable("sequence items removed or replaced")

@@ -14,6 +14,9 @@ from typing import Any
 
 from dra_driver.errors import FieldError, ValidationError
 from dra_driver.model import quantity
+from dra_driver.model.names import is_dns_label as is_dns_label  # re-exported: the name rules live in names
+from dra_driver.model.names import is_dns_subdomain as is_dns_subdomain
+from dra_driver.model.names import pool_name_problem
 
 MAX_DEVICES = 128
 MAX_DEVICES_ADVANCED = 64
@@ -22,7 +25,6 @@ MAX_VALUE_LENGTH = 64
 MAX_DOMAIN_LENGTH = 63
 MAX_ID_LENGTH = 32
 MAX_DRIVER_NAME_LENGTH = 63
-MAX_POOL_NAME_LENGTH = 253
 MAX_COUNTER_SETS = 8
 MAX_COUNTERS_PER_SET = 32
 MAX_CONSUMPTIONS_PER_DEVICE = 2
@@ -30,8 +32,7 @@ MAX_TAINTS = 16
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Used with fullmatch: `$` alone would also accept a trailing newline.
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -43,16 +44,8 @@ _SEMVER = re.compile(
 )
 
 
-def is_dns_label(value: str) -> bool:
-    return isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
-
-
-def is_dns_subdomain(value: str) -> bool:
-    return isinstance(value, str) and len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
-
-
 def is_semver(value: str) -> bool:
-    return isinstance(value, str) and bool(_SEMVER.match(value))
+    return isinstance(value, str) and bool(_SEMVER.fullmatch(value))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -89,7 +82,7 @@ def qualified_name_problem(name: Any, require_domain: bool = False) -> str | Non
         return "has an empty identifier after '/'"
     if len(identifier) > MAX_ID_LENGTH:
         return f"identifier {identifier!r} is {len(identifier)} characters long; at most {MAX_ID_LENGTH} are allowed"
-    if not _C_IDENTIFIER.match(identifier):
+    if not _C_IDENTIFIER.fullmatch(identifier):
         return f"identifier {identifier!r} must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)"
     return None
 
@@ -104,7 +97,7 @@ def label_key_problem(key: Any) -> str | None:
         return "may contain at most one '/'"
     if prefix and (len(prefix) > 253 or not is_dns_subdomain(prefix)):
         return f"prefix {prefix!r} must be a lower-case DNS subdomain"
-    if len(name) > 63 or not _LABEL_NAME.match(name):
+    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
         return f"name {name!r} must be at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
     return None
 
@@ -308,7 +301,7 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         if problem:
             out.add(f"{tpath}.key", problem)
         value = taint.get("value", "")
-        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             out.add(f"{tpath}.value", f"{value!r} must be a label value (at most 63 characters)")
         if taint.get("effect") not in TAINT_EFFECTS:
             out.add(f"{tpath}.effect", f"{taint.get('effect')!r} must be one of {', '.join(TAINT_EFFECTS)}")
@@ -318,11 +311,9 @@ def _check_pool_ref(out: _Collector, path: str, pool: Any) -> None:
     if not isinstance(pool, dict):
         out.add(path, "must be an object with name, generation and resourceSliceCount")
         return
-    name = pool.get("name")
-    if not isinstance(name, str) or not name or len(name) > MAX_POOL_NAME_LENGTH:
-        out.add(f"{path}.name", f"must be a non-empty string of at most {MAX_POOL_NAME_LENGTH} characters")
-    elif not all(is_dns_subdomain(segment) for segment in name.split("/")):
-        out.add(f"{path}.name", f"{name!r} must be DNS subdomains separated by '/'")
+    problem = pool_name_problem(pool.get("name"))
+    if problem is not None:
+        out.add(f"{path}.name", problem)
     generation = pool.get("generation", 0)
     if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
         out.add(f"{path}.generation", f"{generation!r} must be an integer >= 0")

@@ -10,12 +10,14 @@ an earlier one. Entries for other drivers are ignored.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from dra_driver.errors import ConfigError
-from dra_driver.kube.claims import AllocationConfig, AllocationResult
+
+if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
+    from dra_driver.kube.claims import AllocationConfig, AllocationResult
 
 
 def base_request(request: str) -> str:

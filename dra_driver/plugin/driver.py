@@ -2,12 +2,16 @@
 
 Start order follows the kubelet contract: recover the checkpoint, serve the
 DRA socket (v1, v1beta1, health), and only then create the registration
-socket. Stop runs the other way round.
+socket. The slice publisher starts after that: the kubelet needs the sockets
+to run pods that are already scheduled, while publishing can follow a moment
+later (the daemon attaches publishers once its API client is built). Stop runs
+the other way round.
 
 The `publisher` seam: the ResourceSlice publisher (dra_driver.publisher, wired
 by the daemon) is an optional object with start(), stop() and
 set_device_health(event); backend health events go both to the kubelet health
-stream and to it (it turns them into device taints).
+stream and to it (it turns them into device taints). A publisher attached
+after start first gets the latest event of every device seen so far.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dra_driver.checkpoint import DEFAULT_BOOT_ID_PATH, Checkpoint
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
-from dra_driver.plugin.health import HealthHub, HealthServicer
+from dra_driver.plugin.health import MAX_STREAMS, HealthHub, HealthServicer
 from dra_driver.plugin.lease import LeasedPublisher, Publisher
 from dra_driver.plugin.prepare import ClaimSource, PrepareService
 from dra_driver.plugin.registration import RegistrationServicer
@@ -47,8 +51,10 @@ class PluginSettings:
     state_dir: Path | None = None
     boot_id_path: Path = DEFAULT_BOOT_ID_PATH
     prepare_workers: int = 8
-    # gRPC threads of the DRA socket; health streams hold one each while open.
+    # gRPC threads of the DRA socket for claim calls; the socket gets health_streams more for the
+    # health streams (each holds a thread while open), so streams never take a claim call's thread.
     grpc_workers: int = 32
+    health_streams: int = MAX_STREAMS
 
 
 class DriverPlugin:
@@ -82,8 +88,12 @@ class DriverPlugin:
             workers=settings.prepare_workers,
             shared_lock=self.paths.serialize_lock,
             claim_locks=self.paths.claim_locks_dir,
+            pools=(settings.node_name,),  # the pool the publisher and the health stream name
         )
         self.hub: HealthHub | None = None
+        self._health_lock = threading.Lock()  # publisher attach vs. health events
+        self._last_health: dict[str, HealthEvent] = {}  # replayed to a publisher attached later
+        self.health: HealthServicer | None = None
         self.registration = RegistrationServicer(self.driver, str(self.paths.dra_socket))
         self._dra_server: UnixServer | None = None
         self._reg_server: UnixServer | None = None
@@ -106,17 +116,16 @@ class DriverPlugin:
         inventory = self._inventory or self.backend.discover()
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
         self.service.recover()
-        hub = self.hub
+        health = self.health = HealthServicer(self.hub, max_streams=self.settings.health_streams)
 
         def register_dra(server: grpc.Server) -> None:
             add_dra_servicers(server, self.service, self._metrics)
-            health_grpc.add_DRAResourceHealthServicer_to_server(HealthServicer(hub), server)
+            health_grpc.add_DRAResourceHealthServicer_to_server(health, server)
 
-        self._dra_server = UnixServer(self.paths.dra_socket, register_dra, self.settings.grpc_workers, f"dra-{self.driver}")
+        workers = self.settings.grpc_workers + self.settings.health_streams
+        self._dra_server = UnixServer(self.paths.dra_socket, register_dra, workers, f"dra-{self.driver}")
         self._dra_server.start()
         self._start_health_feed()
-        if self.publisher is not None:
-            self.publisher.start()
         self._reg_server = UnixServer(
             self.paths.registration_socket,
             lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
@@ -134,6 +143,26 @@ class DriverPlugin:
                 state=str(self.paths.state_root),
             ),
         )
+        if self.publisher is not None:
+            self._start_publisher(self.publisher)
+
+    def attach_publisher(self, publisher: Publisher) -> None:
+        """Publish this driver's slices from now on (after start): a failure stops the whole plugin, as in start."""
+        leased = LeasedPublisher(publisher, self.paths.publisher_lease, self.driver)
+        self.publisher = leased
+        try:
+            self._start_publisher(leased)
+        except BaseException:
+            log.error("slice publisher failed to start; stopping the driver plugin", extra=fields(driver=self.driver))
+            self._best_effort(leased.abort)
+            self.stop()
+            raise
+
+    def _start_publisher(self, publisher: LeasedPublisher) -> None:
+        with self._health_lock:  # no event slips between the replay and the first live one
+            for event in self._last_health.values():
+                publisher.set_device_health(event)
+            publisher.start()
 
     def stop(self) -> None:
         """Deregister first (remove the registration socket), then stop serving; each step best effort."""
@@ -210,7 +239,10 @@ class DriverPlugin:
                 "device health changed",
                 extra=fields(driver=self.driver, device=event.device, healthy=event.healthy, reason=event.reason),
             )
-        if self.publisher is not None:
+        with self._health_lock:
+            self._last_health[event.device] = event
+            if self.publisher is None:
+                return
             try:
                 self.publisher.set_device_health(event)
             except Exception as exc:

@@ -10,6 +10,15 @@ process, a wedged stream) the kubelet turns the devices Unknown on its own.
 When the backend's health source dies (its watcher raises or ends before the
 plugin stops), nothing observes the devices any more, so every device is
 reported UNKNOWN from then on instead of its last state.
+
+A stream holds a gRPC worker thread while it is open, and the DRA socket's
+threads also serve NodePrepareResources/NodeUnprepareResources. So at most
+MAX_STREAMS streams are open at once (the kubelet needs one per driver
+instance; it reopens a broken one every 5 s); a stream beyond that is refused
+at once with RESOURCE_EXHAUSTED, and the server gets that many threads on top
+of the ones for claims. A stream whose client is gone ends at once: the RPC's
+termination callback wakes it instead of leaving it asleep until the next
+re-send.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from dra_driver.logs import fields
 log = logging.getLogger(__name__)
 
 RESEND_INTERVAL_S = 10.0
+MAX_STREAMS = 4
+REFUSAL_LOG_INTERVAL_S = 60.0  # a client that keeps opening streams gets one warning a minute, not one per try
 # Two re-sends may be lost or late before the kubelet stops trusting a report
 # (its own default would be 30 s when the field is 0).
 TIMEOUT_RESENDS = 3
@@ -99,11 +110,17 @@ class HealthHub:
                 states = [replace(lost, device=s.device) for s in states]
             return self._version, states
 
-    def wait_change(self, seen: int, timeout: float) -> bool:
-        """Block until the version moves past `seen`, the hub closes, or the timeout; False when closed."""
+    def wait_change(self, seen: int, timeout: float, ended: threading.Event | None = None) -> bool:
+        """Block until the version moves past `seen`, the hub closes, `ended` is set (see wake), or the
+        timeout; False when closed or ended."""
         with self._changed:
-            self._changed.wait_for(lambda: self._version != seen or self._closed, timeout)
-            return not self._closed
+            self._changed.wait_for(lambda: self._version != seen or self._closed or (ended is not None and ended.is_set()), timeout)
+            return not (self._closed or (ended is not None and ended.is_set()))
+
+    def wake(self) -> None:
+        """Wake every waiter so that one whose stream ended can notice."""
+        with self._changed:
+            self._changed.notify_all()
 
     def close(self) -> None:
         with self._changed:
@@ -129,18 +146,79 @@ def _message(pool: str, states: Sequence[DeviceHealthState], timeout_s: int) -> 
     )
 
 
+class StreamSlots:
+    """A fixed number of open streams; a slot is given back once, whichever of its holders ends first."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"the number of health streams must be at least 1, got {limit}")
+        self.limit = limit
+        self._free = limit
+        self._lock = threading.Lock()
+
+    def take(self) -> threading.Event | None:
+        """A slot (an event that is set when it is given back), or None when all are taken."""
+        with self._lock:
+            if self._free == 0:
+                return None
+            self._free -= 1
+        return threading.Event()
+
+    def give_back(self, slot: threading.Event) -> None:
+        with self._lock:
+            if slot.is_set():
+                return
+            slot.set()
+            self._free += 1
+
+    @property
+    def open(self) -> int:
+        with self._lock:
+            return self.limit - self._free
+
+
 class HealthServicer(health_grpc.DRAResourceHealthServicer):
-    def __init__(self, hub: HealthHub, resend_interval: float = RESEND_INTERVAL_S) -> None:
+    def __init__(self, hub: HealthHub, resend_interval: float = RESEND_INTERVAL_S, max_streams: int = MAX_STREAMS) -> None:
         self._hub = hub
         self._resend = resend_interval
         self._timeout_s = health_timeout_seconds(resend_interval)
+        self.slots = StreamSlots(max_streams)
+        self._refusals = 0
+        self._refusal_logged = -REFUSAL_LOG_INTERVAL_S
+        self._refusal_lock = threading.Lock()
 
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        slot = self.slots.take()
+        if slot is None:
+            self._log_refusal()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {self.slots.limit} health streams may be open at once")
+            return
+
+        def ended() -> None:  # the client went away or the call finished: free the slot and the thread
+            self.slots.give_back(slot)
+            self._hub.wake()
+
+        context.add_callback(ended)
+        try:
+            yield from self._stream(context, slot)
+        finally:
+            self.slots.give_back(slot)
+
+    def _log_refusal(self) -> None:
+        with self._refusal_lock:  # streams arrive on several gRPC threads at once
+            self._refusals += 1
+            now = time.monotonic()
+            if now - self._refusal_logged < REFUSAL_LOG_INTERVAL_S:
+                return
+            self._refusal_logged = now
+        log.warning("health stream refused: too many open", extra=fields(pool=self._hub.pool, limit=self.slots.limit, refused=self._refusals))
+
+    def _stream(self, context: grpc.ServicerContext, slot: threading.Event) -> Iterator[Any]:
         version, states = self._hub.snapshot()
         yield _message(self._hub.pool, states, self._timeout_s)
         while context.is_active():
-            # Wakes on a change or after the re-send interval: either way the full list goes out.
-            if not self._hub.wait_change(version, self._resend):
+            # Wakes on a change, after the re-send interval or when the stream ended: a full list goes out unless it ended.
+            if not self._hub.wait_change(version, self._resend, slot):
                 return
             version, states = self._hub.snapshot()
             yield _message(self._hub.pool, states, self._timeout_s)

@@ -45,6 +45,7 @@ class LeasedPublisher:
         self._waiter: threading.Thread | None = None
         self._guard = threading.Lock()
         self.publishing = threading.Event()
+        self._inner_started = False
 
     def start(self) -> None:
         self._stop.clear()
@@ -66,6 +67,7 @@ class LeasedPublisher:
                 os.close(fd)
                 return False
             self._fd = fd
+            self._inner_started = True  # even if start raises below, it may have written slices: abort withdraws them
             try:
                 self.inner.start()
             except BaseException:
@@ -96,7 +98,7 @@ class LeasedPublisher:
 
     def abort(self) -> None:
         """Stop after a failed start: the slices this instance published are withdrawn (it is not registered)."""
-        was_publishing = self.publishing.is_set()
+        was_publishing = self.publishing.is_set() or self._inner_started
         self._stop.set()
         if self._waiter is not None:
             self._waiter.join(timeout=5)

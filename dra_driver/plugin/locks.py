@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ContextManager
+
+from dra_driver.logs import fields
+from dra_driver.model.names import file_stem
+
+log = logging.getLogger(__name__)
 
 
 class KeyedLocks:
@@ -51,6 +58,19 @@ def file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def open_lock_file(path: Path) -> int:
+    """Open (creating) a lock file. A directory in its place (damage) is moved aside, logged, and
+    replaced by a fresh file: a lock file holds no state, and a lock that cannot open stops the driver."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except IsADirectoryError:
+        aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+        os.replace(path, aside)
+        log.error("a directory stood where a lock file should be; moved aside", extra=fields(path=str(path), moved_to=str(aside)))
+        return os.open(path, flags, 0o600)
+
+
 def optional_file_lock(path: Path | None) -> ContextManager[None]:
     return file_lock(path) if path is not None else nullcontext()
 
@@ -64,7 +84,7 @@ def _open_locked(path: Path, blocking: bool) -> int | None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -95,7 +115,8 @@ class ClaimFileLocks:
         self.directory = directory
 
     def path(self, uid: str) -> Path:
-        return self.directory / f"{uid}.lock"
+        # Recovery locks UIDs read back from file names; an odd one is hashed, never joined as a path.
+        return self.directory / f"{file_stem(uid)}.lock"
 
     @contextmanager
     def hold(self, uid: str, drop_when: Callable[[], bool] = lambda: False) -> Iterator[None]:
@@ -195,7 +216,7 @@ class SharedSection:
 
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return open_lock_file(self.path)
 
     def _current_stamp(self) -> bytes:
         return f"{self._instance}:{self._count:015d}".encode()

@@ -21,27 +21,32 @@ Guarantees (dra-api-facts.md 2.3-2.5, 6.3):
 from __future__ import annotations
 
 import cProfile
+import functools
 import logging
 import os
 import pstats
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dra_driver import cdi
-from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.errors import DraError
-from dra_driver.kube.claims import ResourceClaim
 from dra_driver.logs import fields
-from dra_driver.metrics import Metrics
+from dra_driver.metrics import HeldClaim, Metrics
+from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
-from dra_driver.vendor import AllocatedDevice, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
+from dra_driver.plugin.recovery import Recovery, spec_claim_data
+from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
+
+if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
+    from dra_driver.kube.claims import ResourceClaim
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +61,15 @@ HOLD_POINTS = (
     "after-cdi",  # the CDI spec is written, PrepareCompleted is not recorded
     "after-completed",  # PrepareCompleted is recorded, the answer is not sent
     "during-unprepare",  # the backend unprepared, the spec and the record are still there
+    "after-spec-removed",  # unprepare removed the spec, the (UnprepareStarted) record is still there
 )
 # Profiling hook (benchmarks): when set to a file path, every claim operation runs
 # under cProfile and the summed stats are written there when the service closes.
 PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
 
-# Kubernetes limits of the identifying fields the kubelet sends.
-_MAX_NAME = 253
-_MAX_NAMESPACE = 63
-_MAX_UID = 128
-
-
 class ClaimSource(Protocol):
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim: ...  # uid lets a cache answer safely
-
-
-class ClaimError(DraError):
-    """A problem with one claim; its message becomes that claim's error string."""
+    # uid lets a cache answer safely; deadline (time.monotonic()) bounds the lookup, retries included
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim: ...
 
 
 @dataclass
@@ -92,9 +89,13 @@ class PrepareService:
         workers: int = 8,
         shared_lock: Path | None = None,
         claim_locks: Path | None = None,
+        pools: Collection[str] | None = None,
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
+        # The pools this driver publishes on this node (default: the node name, as the publisher does);
+        # a result naming any other pool is that claim's error.
+        self._pools = frozenset(pools) if pools is not None else frozenset({_node_name(backend)})
         self._claims = claims
         self._checkpoint = checkpoint
         self._cdi_dir = cdi_dir
@@ -102,9 +103,10 @@ class PrepareService:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"prepare-{self.driver}")
         self._uid_locks = KeyedLocks()
         self._devices_lock = KeyedLocks()  # one key: conflict check + PrepareStarted are atomic
-        self._section = SharedSection(shared_lock, checkpoint.load) if shared_lock is not None else None
+        self._section = SharedSection(shared_lock, self._reload) if shared_lock is not None else None
         locks_dir = claim_locks or (shared_lock.parent / "claims" if shared_lock is not None else None)
         self._claim_files = ClaimFileLocks(locks_dir) if locks_dir is not None else None
+        self._recovery = Recovery(backend, checkpoint, cdi_dir, self._try_claim, lambda r: self._undo(r, section_held=True), metrics)
         self._hold_dir = os.environ.get(HOLD_ENV)
         self._profiler = _CallProfiler(os.environ[PROFILE_ENV]) if os.environ.get(PROFILE_ENV) else None
 
@@ -117,14 +119,17 @@ class PrepareService:
 
     # --- batch entry points ---------------------------------------------------
 
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
-        return self._batch(claims, self._prepare_guarded, "prepare")
+    def prepare(self, claims: Sequence[ClaimRef], deadline: float | None = None) -> dict[str, PrepareOutcome]:
+        """`deadline` (time.monotonic()): when the answer must be ready; a claim not done by then gets an error."""
+        return self._batch(claims, functools.partial(self._prepare_guarded, deadline=deadline), "prepare", deadline)
 
-    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        outcomes = self._batch(claims, self._unprepare_guarded, "unprepare")
+    def unprepare(self, claims: Sequence[ClaimRef], deadline: float | None = None) -> dict[str, str]:
+        outcomes = self._batch(claims, functools.partial(self._unprepare_guarded, deadline=deadline), "unprepare", deadline)
         return {uid: outcome.error for uid, outcome in outcomes.items()}
 
-    def _batch(self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str) -> dict[str, PrepareOutcome]:
+    def _batch(
+        self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str, deadline: float | None
+    ) -> dict[str, PrepareOutcome]:
         unique = list({claim.uid: claim for claim in claims}.values())
         if self._profiler is not None:
             one = self._profiler.wrap(one)
@@ -132,13 +137,16 @@ class PrepareService:
             outcomes = {claim.uid: one(claim) for claim in unique}
         else:
             futures = {claim.uid: self._pool.submit(one, claim) for claim in unique}
-            outcomes = {uid: future.result() for uid, future in futures.items()}
+            outcomes = _collect(futures, deadline, operation)
+        _bound_errors(outcomes)
         if self._metrics is not None:
             for outcome in outcomes.values():
                 self._metrics.claims.labels(self.driver, operation, "error" if outcome.error else "ok").inc()
                 if outcome.error:
                     self._metrics.errors.labels(self.driver, operation).inc()
             self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+            for uid in outcomes:
+                self._metrics.holders.update(self.driver, uid, _held(self._checkpoint.get(uid)))
         return outcomes
 
     def checkpoint_record(self, uid: str) -> ClaimRecord | None:
@@ -152,30 +160,32 @@ class PrepareService:
     def prepared_device_count(self) -> int:
         return self._checkpoint.completed_device_count()
 
-    def _prepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+    def _prepare_guarded(self, claim: ClaimRef, deadline: float | None = None) -> PrepareOutcome:
         try:
-            _check_ref(claim)
+            check_ref(claim)
             with self._claim_lock(claim.uid):
-                return PrepareOutcome(devices=self._prepare_one(claim))
+                _check_time_left(deadline, "prepare")
+                return PrepareOutcome(devices=self._prepare_one(claim, deadline))
         except DraError as exc:
-            log.warning("prepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
-            return PrepareOutcome(error=str(exc))
+            log.warning("prepare failed", extra=fields(driver=self.driver, **_logged(claim), error=bounded(str(exc))))
+            return PrepareOutcome(error=bounded(str(exc)))
         except Exception as exc:  # a bug or backend crash fails this claim only
-            log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
-            return PrepareOutcome(error=f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+            log.exception("prepare failed unexpectedly", extra=fields(driver=self.driver, **_logged(claim)))
+            return PrepareOutcome(error=bounded(f"internal error preparing claim {_name(claim)}: {type(exc).__name__}: {exc}"))
 
-    def _unprepare_guarded(self, claim: ClaimRef) -> PrepareOutcome:
+    def _unprepare_guarded(self, claim: ClaimRef, deadline: float | None = None) -> PrepareOutcome:
         try:
-            _check_ref(claim)
+            check_ref(claim)  # before the UID reaches a lock file, a record or a CDI spec path
             with self._claim_lock(claim.uid):
+                _check_time_left(deadline, "unprepare")
                 self._unprepare_one(claim)
                 return PrepareOutcome()
         except DraError as exc:
-            log.warning("unprepare failed", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid, error=str(exc)))
-            return PrepareOutcome(error=str(exc))
+            log.warning("unprepare failed", extra=fields(driver=self.driver, **_logged(claim), error=bounded(str(exc))))
+            return PrepareOutcome(error=bounded(str(exc)))
         except Exception as exc:
-            log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, claim=_name(claim), uid=claim.uid))
-            return PrepareOutcome(error=f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}")
+            log.exception("unprepare failed unexpectedly", extra=fields(driver=self.driver, **_logged(claim)))
+            return PrepareOutcome(error=bounded(f"internal error unpreparing claim {_name(claim)}: {type(exc).__name__}: {exc}"))
 
     def _claim_lock(self, uid: str) -> ExitStack:
         """The claim's in-process lock, plus (rolling-update mode) its lock file across instances."""
@@ -195,14 +205,16 @@ class PrepareService:
 
     # --- prepare --------------------------------------------------------------
 
-    def _prepare_one(self, ref: ClaimRef) -> list[CheckpointDevice]:
+    def _prepare_one(self, ref: ClaimRef, deadline: float | None = None) -> list[CheckpointDevice]:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
         if record is not None and record.completed:
-            return record.devices
-        if record is not None:  # an earlier attempt failed half-way
+            return self._answer_again(ref, record)
+        if record is not None:  # an earlier attempt failed half-way, or an unprepare was interrupted
             self._undo(record)
-        claim = self._claims.get(ref.namespace, ref.name, ref.uid)
+        claim = self._claims.get(ref.namespace, ref.name, ref.uid, deadline=deadline)
+        if self._metrics is not None:
+            self._metrics.holders.note_pods(self.driver, ref.uid, claim.reserved_pods)
         allocated = self._our_devices(ref, claim)
         if not allocated:
             return []
@@ -233,11 +245,55 @@ class PrepareService:
             with self._checkpoint_section():
                 self._checkpoint.put(completed)
         except BaseException:
-            self._undo(started)
+            self._roll_back(started)
             raise
         self._hold_for_tests(ref.uid, "after-completed")
         log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
         return completed.devices
+
+    def _answer_again(self, ref: ClaimRef, record: ClaimRecord) -> list[CheckpointDevice]:
+        """A completed claim's devices again, but only once its spec is on disk and names every CDI ID answered.
+
+        A spec that went missing (or no longer names those IDs) is rewritten from the text the record
+        kept; a record without that text (rebuilt from evidence after its spec was lost) fails clearly.
+        """
+        path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
+        if not record.devices:  # rebuilt from a spec without claim data: which devices it holds is unknown
+            raise ClaimError(
+                f"ResourceClaim {_name(ref)}: its checkpoint record was lost and its CDI spec {path} does not say which "
+                "devices it holds; delete the pods using the claim so the kubelet unprepares it, then it can be prepared again"
+            )
+        wanted = {i.partition("=")[2] for d in record.devices for i in d.cdi_ids}
+        try:
+            missing = wanted - cdi.device_names(cdi.parse_spec(path.read_bytes()))
+        except (OSError, cdi.SpecUnreadable) as exc:
+            missing, problem = wanted or {"(spec)"}, str(exc)
+        else:
+            problem = f"it does not define {', '.join(sorted(missing))}"
+        if not missing:
+            return record.devices
+        if record.spec_json is None:
+            raise ClaimError(
+                f"ResourceClaim {_name(ref)} is prepared on this node but its CDI spec {path} is unusable ({problem}) and its "
+                f"checkpoint record {'was rebuilt from ' + record.recovered if record.recovered else 'has no copy of it'}; "
+                "its devices stay reserved: delete the pods using the claim so the kubelet unprepares it, then it can be prepared again"
+            )
+        log.error("CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
+                  extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
+        cdi.write_text_atomic(path, record.spec_json)
+        return record.devices
+
+    def _roll_back(self, record: ClaimRecord) -> None:
+        """Undo a prepare that failed; if that fails too, keep the record (the devices stay reserved)."""
+        try:
+            self._undo(record)
+        except Exception as exc:
+            if self._metrics is not None:
+                self._metrics.state_damage.labels(self.driver, "rollback-failed").inc()
+            log.error(
+                "rollback of a failed prepare failed; the claim's devices stay reserved until it is unprepared or prepared again",
+                extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid, error=f"{type(exc).__name__}: {exc}"),
+            )
 
     def _commit_started(self, ref: ClaimRef, staged: ClaimRecord) -> None:
         try:
@@ -253,7 +309,9 @@ class PrepareService:
         allocation = claim.allocation
         if allocation is None or allocation.devices is None:
             raise ClaimError(f"{where} is not allocated (status.allocation is empty); it must be allocated by the scheduler before the pod starts")
-        results = [r for r in allocation.devices.results if r.driver == self.driver]
+        ours = our_results(allocation.devices.results, self.driver)
+        check_results(where, ours, self._pools)
+        results = [item.result for item in ours]
         try:
             configs = resolve_configs(self.driver, allocation.devices.config, results, self.backend.validate_config)
         except DraError as exc:
@@ -312,8 +370,10 @@ class PrepareService:
             for dev in record.devices
         ]
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
-        cdi.write_spec_atomic(path, cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits))
-        return replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
+        completed = replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
+        # The spec carries the claim's record, so a lost or damaged record can be rebuilt from it (recovery.py).
+        spec = cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits, spec_claim_data(self._checkpoint.boot_id, completed))
+        return replace(completed, spec_json=cdi.write_spec_atomic(path, spec))
 
     def _hold_for_tests(self, uid: str, point: str) -> None:
         if not self._hold_dir:
@@ -331,9 +391,20 @@ class PrepareService:
     def _unprepare_one(self, ref: ClaimRef) -> None:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
+            if record is None:
+                # Unknown claim: success. A spec left for it is evidence of a record lost at run time:
+                # undo what it proves (backend state included), not just the file.
+                record = self._recovery.rebuild_from_spec(ref.uid)
+                if record is not None:
+                    log.error("unprepare of a claim whose record is gone; undoing what its CDI spec records",
+                              extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
+            if record is not None and record.completed:
+                # From here on a crash finishes this unprepare instead of answering from a record whose
+                # backend state or spec may already be gone.
+                record = replace(record, phase=UNPREPARE_STARTED)
+                self._checkpoint.put(record, durable=False)
         if record is None:
-            # Unknown claim: success, but drop a spec file a lost checkpoint may have left.
-            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
+            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))  # not a spec we can read: just the file
             return
         self._undo(record)
         log.info("claim unprepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
@@ -341,7 +412,9 @@ class PrepareService:
     def _undo(self, record: ClaimRecord, section_held: bool = False) -> None:
         """Release everything a (possibly partial) preparation holds; the record goes last.
 
-        The caller holds the claim's lock; `section_held` says it also holds the checkpoint section.
+        Backend first, then the spec, then the record: any step failing raises and keeps the
+        record, so the devices stay reserved until a retry gets through. The caller holds the
+        claim's lock; `section_held` says it also holds the checkpoint section.
         """
         ref = ClaimRef(record.namespace, record.name, record.uid)
         try:
@@ -350,26 +423,26 @@ class PrepareService:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
         self._hold_for_tests(record.uid, "during-unprepare")
         cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
+        self._hold_for_tests(record.uid, "after-spec-removed")
         with nullcontext() if section_held else self._checkpoint_section():
             self._checkpoint.remove(record.uid)
 
     # --- start-up -------------------------------------------------------------
 
     def recover(self) -> None:
-        """After a (re)start: roll back half-prepared claims, drop orphaned specs, reconcile the backend.
+        """After a (re)start: rebuild reservations from evidence, finish or roll back interrupted claims,
+        remove leftovers, reconcile the backend (recovery.py has the rules).
 
         All of it runs in the checkpoint section (the shared lock in rolling-update
         mode), so it sees a consistent file and no other instance records a claim
         meanwhile. A claim another live instance is working on (its lock file is
-        held) is neither rolled back nor has its spec removed, and the backend is
-        not reconciled while such a claim is in flight: reconcile would destroy
-        the partitions that instance is creating.
+        held) is left alone, and the backend is not reconciled while such a claim
+        is in flight: reconcile would destroy the partitions that instance is creating.
         """
         with self._checkpoint_section():
             if self._section is None:
                 self._checkpoint.load()
-            in_flight = self._roll_back_abandoned()
-            self._remove_orphaned_specs()
+            in_flight = self._recovery.run()
             if in_flight:
                 log.warning(
                     "another driver instance is preparing claims; backend reconcile skipped",
@@ -379,33 +452,15 @@ class PrepareService:
                 self.backend.reconcile([r.backend_state for r in self._checkpoint.records() if r.completed])
         if self._metrics is not None:
             self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
+            self._metrics.holders.sync(self.driver, [h for h in map(_held, self._checkpoint.records()) if h is not None])
 
-    def _roll_back_abandoned(self) -> set[str]:
-        """Undo half-prepared claims nobody works on; return the UIDs a live instance holds."""
-        in_flight: set[str] = set()
-        for record in self._checkpoint.records():
-            if record.completed:
-                continue
-            with self._try_claim(record.uid) as free:
-                if not free:
-                    in_flight.add(record.uid)
-                    continue
-                log.warning("rolling back half-prepared claim", extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid))
-                try:
-                    self._undo(record, section_held=True)
-                except Exception as exc:  # keep the record: the next unprepare retries
-                    log.error("rollback failed", extra=fields(driver=self.driver, uid=record.uid, error=str(exc)))
-        return in_flight
-
-    def _remove_orphaned_specs(self) -> None:
-        known = {r.uid for r in self._checkpoint.records()}
-        for uid, path in cdi.our_spec_files(self._cdi_dir, self.driver).items():
-            if uid in known:
-                continue
-            with self._try_claim(uid) as free:
-                if free:
-                    log.warning("removing orphaned CDI spec", extra=fields(driver=self.driver, path=str(path)))
-                    cdi.remove_spec(path)
+    def _reload(self) -> None:
+        """Rolling-update mode: re-read the records another instance changed; damage found then is
+        turned into reservations at once, as at start-up."""
+        self._checkpoint.load()
+        damaged = self._checkpoint.take_damaged()
+        if damaged:
+            self._recovery.rebuild(damaged)
 
     def _try_claim(self, uid: str) -> AbstractContextManager[bool]:
         if self._claim_files is None:
@@ -441,16 +496,55 @@ class _CallProfiler:
                 self._stats.dump_stats(self._path)
 
 
+def _held(record: ClaimRecord | None) -> HeldClaim | None:
+    """What the holder metrics publish for a claim: its devices once completed, else nothing."""
+    if record is None or not record.completed:
+        return None
+    return HeldClaim(record.uid, record.namespace, record.name, [(d.pool, d.device) for d in record.devices])
+
+
 def _name(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
 
 
-def _check_ref(ref: ClaimRef) -> None:
-    problems = []
-    for label, value, limit in (("namespace", ref.namespace, _MAX_NAMESPACE), ("name", ref.name, _MAX_NAME), ("uid", ref.uid, _MAX_UID)):
-        if not value:
-            problems.append(f"claim {label} is empty")
-        elif len(value) > limit:
-            problems.append(f"claim {label} is {len(value)} characters long (at most {limit})")
-    if problems:
-        raise ClaimError("invalid claim reference from the kubelet: " + "; ".join(problems))
+def _logged(ref: ClaimRef) -> dict[str, str]:
+    """The claim's identity for a log line, cut short: an invalid reference may be megabytes long."""
+    return {"claim": bounded(_name(ref), 300), "uid": bounded(ref.uid, 160)}
+
+
+def _check_time_left(deadline: float | None, operation: str) -> None:
+    """A claim that waited (for the worker pool or its lock) past the deadline does not start: nobody reads its answer."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise ClaimError(f"{operation} did not start before the kubelet's deadline (busy with other claims); the kubelet will retry")
+
+
+def _collect(futures: dict[str, Future[PrepareOutcome]], deadline: float | None, operation: str) -> dict[str, PrepareOutcome]:
+    """Each claim's outcome; one not done by the deadline gets its own error and finishes in the background
+    (a prepare then answers the kubelet's retry from the checkpoint)."""
+    done, _ = wait(futures.values(), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    outcomes = {}
+    for uid, future in futures.items():
+        cancelled = future not in done and future.cancel()
+        if future.done() and not cancelled:  # done, if only since the wait returned
+            outcomes[uid] = future.result()
+            continue
+        started = not cancelled
+        log.warning("claim not done before the kubelet's deadline", extra=fields(operation=operation, uid=bounded(uid, 160), started=started))
+        outcomes[uid] = PrepareOutcome(
+            error=f"{operation} of claim {uid} did not finish before the kubelet's deadline"
+            + ("; it goes on and the kubelet's retry gets its result" if started else " (not started: busy with other claims); the kubelet will retry")
+        )
+    return outcomes
+
+
+def _bound_errors(outcomes: dict[str, PrepareOutcome]) -> None:
+    """Shrink the error texts so that all of them together stay within the response budget."""
+    limit = error_limit(sum(1 for outcome in outcomes.values() if outcome.error))
+    for outcome in outcomes.values():
+        if outcome.error:
+            outcome.error = bounded(outcome.error, limit)
+
+
+def _node_name(backend: VendorBackend) -> str:
+    settings = getattr(backend, "settings", None)
+    return settings.node_name if isinstance(settings, BackendSettings) else ""

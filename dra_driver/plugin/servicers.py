@@ -2,10 +2,15 @@
 
 Both versions have the same messages except `Device.share_id` (v1 only), so
 one class serves both, parameterised by the generated module.
+
+Each call's deadline (the kubelet's 45 s) is handed down, less a margin for
+sending the answer: claims not done by then get their own error, so the
+kubelet always gets an answer it can use.
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
 from typing import Any
@@ -37,7 +42,7 @@ class DraServicer:
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._timed("NodePrepareResources"):
-            outcomes = self._service.prepare([_ref(c) for c in request.claims])
+            outcomes = self._service.prepare([_ref(c) for c in request.claims], answer_deadline(context))
             response = self._pb2.NodePrepareResourcesResponse()
             for uid, outcome in outcomes.items():
                 entry = response.claims[uid]
@@ -49,7 +54,7 @@ class DraServicer:
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._timed("NodeUnprepareResources"):
-            errors = self._service.unprepare([_ref(c) for c in request.claims])
+            errors = self._service.unprepare([_ref(c) for c in request.claims], answer_deadline(context))
             response = self._pb2.NodeUnprepareResourcesResponse()
             for uid, error in errors.items():
                 response.claims[uid].error = error  # touching the key creates the (empty) entry
@@ -65,6 +70,20 @@ class DraServicer:
         if device.share_id and self._has_share_id:
             message.share_id = device.share_id
         return message
+
+
+# Time kept back from the caller's deadline to build and send the answer: a tenth, at most a second.
+ANSWER_MARGIN_S = 1.0
+# grpc reports a call without a deadline as one centuries away; beyond a day there is no deadline to keep.
+_NO_DEADLINE_S = 86400.0
+
+
+def answer_deadline(context: grpc.ServicerContext) -> float | None:
+    """When (time.monotonic()) the answer must be ready for the caller to get it; None without a deadline."""
+    remaining = context.time_remaining()
+    if remaining is None or remaining > _NO_DEADLINE_S:
+        return None
+    return time.monotonic() + remaining - min(ANSWER_MARGIN_S, remaining / 10)
 
 
 def _ref(claim: Any) -> ClaimRef:

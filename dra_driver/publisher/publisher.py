@@ -76,7 +76,8 @@ class SlicePublisher:
         inventory_source: InventorySource,
         options: PublisherOptions | None = None,
     ) -> None:
-        api_client = api.api_client if isinstance(api, client.ResourceV1Api) else api
+        # Not isinstance(api, client.ResourceV1Api): that attribute access imports the whole generated API and its models.
+        api_client = api if isinstance(api, client.ApiClient) else api.api_client
         self.node_name = node_name
         self.driver = driver
         self.options = options or PublisherOptions()

@@ -34,3 +34,50 @@ def test_missing_directories_are_created(tmp_path: Path) -> None:
 
     writable_dir("--state-dir", tmp_path / "a" / "b")
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--node-name", "../node"), "--node-name"),
+        (("--node-name", "Node_A"), "--node-name"),
+        (("--node-name", ""), "--node-name"),
+        (("--node-name", "n", "--pod-uid", "../../x"), "--pod-uid"),
+        (("--node-name", "n", "--pod-uid", "a\x00b"), "--pod-uid"),
+    ],
+)
+def test_node_name_and_pod_uid_follow_the_kubernetes_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], named: str) -> None:
+    """The node name is the pool claims must match and the pod UID goes into socket file names: refused before use."""
+    args = parse("--profile", "dgx-h100", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), "--state-dir", str(tmp_path / "s"), *flags)
+    assert run(args) == 1
+    err = capsys.readouterr().err
+    assert named in err and "downward API" in err
+    assert not (tmp_path / "k").exists() and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("flag", ["--nvidia-cdi-hook-path", "--host-driver-root"])
+def test_relative_host_paths_for_cdi_specs_are_refused_with_the_flag(tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(
+        "--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"),
+        "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c"), flag, "usr/bin/nvidia-cdi-hook",
+    )  # fmt: skip
+    assert run(args) == 1
+    assert f"{flag} usr/bin/nvidia-cdi-hook: must be an absolute host path" in capsys.readouterr().err
+    assert not (tmp_path / "k").exists()
+
+
+def test_driver_file_flags_reach_the_backend_settings(tmp_path: Path) -> None:
+    from dra_driver.cli.run import build_daemon
+
+    args = parse(
+        "--profile", "dgx-h100", "--vendors", "nvidia", "--node-name", "n", "--api-server", "http://127.0.0.1:1",
+        "--kubelet-dir", str(tmp_path / "k"), "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c"),
+        "--host-driver-root", "/run/nvidia/driver", "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook",
+    )  # fmt: skip
+    daemon = build_daemon(args)
+    try:
+        settings = daemon.backends[0].settings
+        assert (settings.host_driver_root, settings.nvidia_cdi_hook_path) == (Path("/run/nvidia/driver"), "/usr/bin/nvidia-cdi-hook")
+    finally:
+        for backend in daemon.backends:
+            backend.close()

@@ -194,7 +194,7 @@ def test_dockerfile_is_multi_stage_on_glibc() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     stages = re.findall(r"^FROM\s+(\S+)", text, flags=re.MULTILINE)
     assert len(stages) >= 2
-    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.MULTILINE)
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)", text, flags=re.MULTILINE)
     assert base and "slim-bookworm" in base.group(1)
     assert not any("alpine" in image for image in [*stages, base.group(1)])  # google-re2 has no musl wheels
     assert 'ENTRYPOINT ["dra-driver"]' in text

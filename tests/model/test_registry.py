@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -95,3 +97,32 @@ def test_bad_profile_files(tmp_path: Path, text: str, fragment: str) -> None:
 def test_unknown_profile_name_lists_choices(fake_entry_points: None) -> None:
     with pytest.raises(ProfileError, match="unknown profile 'nope'"):
         hardware_profiles.load_profile("nope")
+
+
+def test_only_the_named_vendors_are_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded: list[str] = []
+
+    class _Counting(_EntryPoint):
+        def load(self) -> object:
+            loaded.append(self.name)
+            return super().load()
+
+    points = [_Counting("acme", _Backend), _Counting("broken", ImportError("boom"))]
+    monkeypatch.setattr(registry, "entry_points", lambda group: points if group == registry.ENTRY_POINT_GROUP else [])
+    registry.backend_classes.cache_clear()
+    try:
+        opened = registry.open_backends(BackendSettings(), vendors=["acme"])
+        assert loaded == ["acme"] and len(opened.unavailable) == 1  # acme's host probe; "broken" never imported
+    finally:
+        registry.backend_classes.cache_clear()
+
+
+def test_a_shipped_profile_by_name_imports_only_its_vendor() -> None:
+    code = (
+        "import sys\n"
+        "from dra_driver.hardware_profiles import load_profile\n"
+        "profile = load_profile('gaudi3-hls')\n"
+        "print(sorted(profile.sections), sorted(m for m in sys.modules if m.endswith('.backend') and m.startswith('dra_driver_')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['gaudi'] ['dra_driver_gaudi.backend']"

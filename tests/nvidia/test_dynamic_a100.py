@@ -55,7 +55,7 @@ def test_reviewer_repro_nothing_taken_over_or_destroyed(a100: NvidiaBackend) -> 
     # The name of the admin's own 1g.5gb device gives that device, as static MIG: no state, nothing to destroy.
     prepared = a100.prepare(CLAIM, [alloc("gpu-0-mig-1g5gb-19-0")])
     assert prepared.state == {"migInstances": []}
-    assert prepared.request_edits["gpu"].env == ["NVIDIA_VISIBLE_DEVICES=MIG-ec33f619-8b19-54da-8f59-d2d51a075fa3"]
+    assert prepared.devices[0].edits.env == ["NVIDIA_DRA_UUID_GPU_0_MIG_1G5GB_19_0=MIG-ec33f619-8b19-54da-8f59-d2d51a075fa3"]
     a100.unprepare(CLAIM, prepared.state)
     a100.reconcile([])
     assert sorted(fake.live_instances()) == before and fake.destroyed == []

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import DeviceError
-from dra_driver.vendor import AllocatedDevice, ClaimRef, DeviceNode
+from dra_driver.vendor import AllocatedDevice, ClaimRef, DeviceNode, PreparedClaim
 from dra_driver_nvidia.edits import MigMinors
 
 from .conftest import OpenBackend, profile_section
@@ -23,18 +23,27 @@ def node_paths(nodes: list[DeviceNode]) -> list[str]:
     return [n.path for n in nodes]
 
 
+def device_uuids(prepared: PreparedClaim) -> list[str]:
+    """The UUID each prepared device carries in its own NVIDIA_DRA_UUID_<DEVICE> variable."""
+    return [e.partition("=")[2] for d in prepared.devices for e in d.edits.env if e.startswith("NVIDIA_DRA_UUID_")]
+
+
 def test_full_gpu_edits(open_backend: OpenBackend) -> None:
     section = profile_section("dgx-h100")
     backend = open_backend(section)
     prepared = backend.prepare(CLAIM, [alloc("gpu-2"), alloc("gpu-5")])
     assert [d.device for d in prepared.devices] == ["gpu-2", "gpu-5"]
     assert node_paths(prepared.devices[0].edits.device_nodes) == ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
-    uuids = ",".join(section["gpus"][i]["uuid"] for i in (2, 5))
-    assert prepared.request_edits["gpu"].env == [f"NVIDIA_VISIBLE_DEVICES={uuids}"]
+    assert device_uuids(prepared) == [section["gpus"][i]["uuid"] for i in (2, 5)]
+    assert prepared.devices[0].edits.env == [f"NVIDIA_DRA_UUID_GPU_2={section['gpus'][2]['uuid']}"]
+    assert prepared.request_edits == {}  # no sharing configured: nothing per request
+    assert prepared.claim_edits.env == ["NVIDIA_VISIBLE_DEVICES=void"]
     assert prepared.state == {"migInstances": []}
 
 
-def test_visible_devices_are_listed_per_request(open_backend: OpenBackend) -> None:
+def test_two_requests_never_write_one_visibility_variable(open_backend: OpenBackend) -> None:
+    """CDI applies env in order, last value wins: a per-request NVIDIA_VISIBLE_DEVICES list would hide the
+    first request's GPUs from a container naming both. Nothing per request names devices; the claim says void."""
     section = profile_section("dgx-h100")
     backend = open_backend(section)
     devices = [
@@ -44,9 +53,11 @@ def test_visible_devices_are_listed_per_request(open_backend: OpenBackend) -> No
     ]
     prepared = backend.prepare(CLAIM, devices)
     uuid = [g["uuid"] for g in section["gpus"]]
-    assert prepared.request_edits["trainer"].env == [f"NVIDIA_VISIBLE_DEVICES={uuid[0]},{uuid[1]}"]
-    assert prepared.request_edits["sidecar"].env == [f"NVIDIA_VISIBLE_DEVICES={uuid[7]}"]
-    assert prepared.claim_edits.is_empty()
+    assert device_uuids(prepared) == [uuid[0], uuid[1], uuid[7]]
+    names = [e.partition("=")[0] for d in prepared.devices for e in d.edits.env]
+    assert len(set(names)) == len(names)  # one variable per device: none overwrites another
+    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for edits in prepared.request_edits.values() for e in edits.env)
+    assert "NVIDIA_VISIBLE_DEVICES=void" in prepared.claim_edits.env
 
 
 def test_dev_root_sets_host_paths(open_backend: OpenBackend, tmp_path: Path) -> None:
@@ -64,7 +75,7 @@ def test_static_mig_edits_include_capabilities(open_backend: OpenBackend) -> Non
     caps = [p for p in paths if p.startswith("/dev/nvidia-caps/nvidia-cap")]
     assert len(caps) == 2
     mig_uuid = next(m["uuid"] for m in section["gpus"][1]["migDevices"] if m["start"] == 4)
-    assert prepared.request_edits["gpu"].env == [f"NVIDIA_VISIBLE_DEVICES={mig_uuid}"]
+    assert device_uuids(prepared) == [mig_uuid]
     assert prepared.state == {"migInstances": []}  # static MIG devices are never created or destroyed
 
 
@@ -91,7 +102,7 @@ def test_dynamic_mig_create_and_destroy(open_backend: OpenBackend) -> None:
     assert {(e["device"], e["start"]) for e in entries} == {("gpu-3-mig-3g40gb-9-4", 4), ("gpu-3-mig-1g10gb-19-1", 1)}
     mig_uuids = [e["uuid"] for e in entries]
     assert all(u.startswith("MIG-") for u in mig_uuids)
-    assert prepared.request_edits["gpu"].env == [f"NVIDIA_VISIBLE_DEVICES={','.join(mig_uuids)}"]
+    assert device_uuids(prepared) == mig_uuids
     assert any(p.startswith("/dev/nvidia-caps/") for p in node_paths(prepared.devices[0].edits.device_nodes))
 
     backend.unprepare(CLAIM, prepared.state)

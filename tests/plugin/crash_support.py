@@ -27,12 +27,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_daemon(api_url: str, root: Path, hold: Path | None = None) -> subprocess.Popen[str]:
+def start_daemon(api_url: str, root: Path, hold: Path | None = None, devices: int = 8) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env.pop(HOLD_ENV, None)
     if hold is not None:
         env[HOLD_ENV] = str(hold)
-    return subprocess.Popen([sys.executable, str(DAEMON), api_url, str(root)], env=env, stderr=subprocess.DEVNULL, text=True)
+    return subprocess.Popen([sys.executable, str(DAEMON), api_url, str(root), str(devices)], env=env, stderr=subprocess.DEVNULL, text=True)
 
 
 def hold_at(hold: Path, uid: str, point: str) -> None:

@@ -1,6 +1,6 @@
 """Run the real Daemon with the example backend as a separate process (crash tests).
 
-usage: example_daemon.py API_URL ROOT
+usage: example_daemon.py API_URL ROOT [DEVICES]
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def main() -> int:
     settings = PluginSettings(
         node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", state_dir=root / "run", boot_id_path=root / "boot_id"
     )
-    backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=root / "state"))
+    devices = int(sys.argv[3]) if len(sys.argv) > 3 else 8
+    backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=root / "state"), devices)
     claims = ClaimReader(client.ApiClient(client.Configuration(host=api_url)))
     return Daemon([backend], claims, settings).run_until_signal()
 

@@ -138,18 +138,25 @@ def test_format_1_checkpoint_from_another_boot_or_corrupt_migrates_nothing(tmp_p
     assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1
 
 
-def test_torn_last_append_falls_back_to_the_previous_state_and_is_compacted(tmp_path: Path, boot: Path, caplog):
+@pytest.mark.parametrize("cut", ["mid-line", "newline-kept"])
+def test_torn_last_line_is_damage_reported_with_the_earlier_valid_line(tmp_path: Path, boot: Path, caplog, cut: str):
+    """A last line cut short looks the same whether a crash cut the append or the file was truncated
+    long after the claim was answered, so it is never silently "the previous state": the file is set
+    aside and reported, with the earlier valid line, for recovery to decide with the claim's spec."""
     path = tmp_path / "cp"
     ckpt = Checkpoint(path, boot)
     ckpt.put(record("a", PREPARE_STARTED))
-    ckpt.put(record("a"))  # PrepareCompleted appended...
+    ckpt.put(record("a"))
     data = (path / "a.json").read_bytes()
-    (path / "a.json").write_bytes(data[:-40])  # ...but cut short: never durable, never answered
-    got = loaded(path, boot)
-    assert got["a"].phase == PREPARE_STARTED  # rolled back by recovery, as if the crash came before the append
-    assert "torn last write" in caplog.text
-    assert len([line for line in (path / "a.json").read_bytes().split(b"\n") if line]) == 1  # compacted
-    assert loaded(path, boot)["a"].phase == PREPARE_STARTED
+    (path / "a.json").write_bytes(data[:-40] + (b"\n" if cut == "newline-kept" else b""))
+    again = Checkpoint(path, boot)
+    again.load()
+    assert again.records() == []
+    [damage] = again.take_damaged()
+    assert damage.uid == "a" and damage.last_good == record("a", PREPARE_STARTED) and damage.moved_to is not None
+    assert damage.moved_to.read_bytes() == data[:-40] + (b"\n" if cut == "newline-kept" else b"")
+    assert not (path / "a.json").exists() and "is corrupt" in caplog.text
+    assert again.take_damaged() == []  # taken once
 
 
 def test_append_after_a_torn_line_starts_a_fresh_line(tmp_path: Path, boot: Path):
@@ -201,3 +208,96 @@ def test_failed_append_to_an_existing_record_leaves_the_previous_state(tmp_path:
         ckpt.put(record("a"))
     monkeypatch.undo()
     assert (path / "a.json").read_bytes() == before  # the torn part was cut off again
+
+
+def _damaged_after_load(path: Path, boot: Path) -> tuple[dict[str, ClaimRecord], list]:
+    ckpt = Checkpoint(path, boot)
+    ckpt.load()
+    return {r.uid: r for r in ckpt.records()}, ckpt.take_damaged()
+
+
+@pytest.mark.parametrize("kind", ["symlink-to-valid-record", "symlink-dangling", "directory", "fifo"])
+def test_what_is_not_a_regular_file_is_never_read_and_never_fatal(tmp_path: Path, boot: Path, kind: str):
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    outside = tmp_path / "outside.json"
+    outside.write_bytes((path / "a.json").read_bytes())
+    target = path / "b.json"
+    if kind == "symlink-to-valid-record":
+        target.symlink_to(path / "a.json")
+    elif kind == "symlink-dangling":
+        target.symlink_to(tmp_path / "nowhere")
+    elif kind == "directory":
+        (target / "x").mkdir(parents=True)
+    else:
+        os.mkfifo(target)
+    records, damaged = _damaged_after_load(path, boot)
+    assert list(records) == ["a"]
+    assert [(d.uid, d.last_good, d.salvaged) for d in damaged] == [("b", None, None)]
+    assert not os.path.lexists(target) and damaged[0].moved_to is not None and os.path.lexists(damaged[0].moved_to)
+    assert outside.read_bytes() == (path / "a.json").read_bytes()  # nothing written through a link
+
+
+def test_flipped_byte_reports_what_the_line_still_says_and_an_earlier_valid_line(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    ckpt.put(record("a", PREPARE_STARTED))
+    ckpt.put(record("a"))
+    data = (path / "a.json").read_bytes()
+    at = data.rindex(b'"phase"') + 1
+    (path / "a.json").write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :])
+    records, [damage] = _damaged_after_load(path, boot)
+    assert records == {} and "checksum" in damage.reason
+    assert damage.last_good == record("a", PREPARE_STARTED)
+    assert damage.salvaged is not None and [(d.pool, d.device) for d in damage.salvaged.devices] == [("pool", "gpu-0")]
+
+
+def test_damaged_record_under_a_hashed_name_is_attributed_by_its_readable_content(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    odd = "../x"
+    Checkpoint(path, boot).put(record(odd))
+    [file] = list(path.iterdir())
+    file.write_bytes(file.read_bytes().replace(b'"checksum":"', b'"checksum":"0'))
+    _, [damage] = _damaged_after_load(path, boot)
+    assert damage.uid == odd and damage.salvaged is not None
+
+
+def test_record_directory_replaced_by_a_file_is_moved_aside_and_recreated(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    path.write_text("junk")
+    records, [damage] = _damaged_after_load(path, boot)
+    assert records == {} and damage.path == path and damage.uid is None
+    assert path.is_dir() and damage.moved_to is not None and damage.moved_to.read_text() == "junk"
+    Checkpoint(path, boot).put(record("a"))  # writable again
+
+
+def test_removing_a_record_whose_file_became_a_directory_moves_it_aside(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    ckpt = Checkpoint(path, boot)
+    ckpt.put(record("a"))
+    (path / "a.json").unlink()
+    (path / "a.json").mkdir()
+    ckpt.remove("a")
+    assert ckpt.get("a") is None and not (path / "a.json").exists()
+    assert len(list(path.glob("a.json.corrupt-*"))) == 1
+
+
+def test_leftover_temp_files_of_rewrites_are_removed_on_load(tmp_path: Path, boot: Path):
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    (path / ".a.json.k3j4.tmp").write_bytes(b"partial")
+    loaded(path, boot)
+    assert sorted(p.name for p in path.iterdir()) == ["a.json"]
+
+
+def test_a_directory_where_the_format_1_file_or_the_earlier_directory_should_be_is_never_fatal(tmp_path: Path, boot: Path):
+    legacy = tmp_path / "checkpoint.json"
+    (legacy / "x").mkdir(parents=True)
+    earlier = tmp_path / "earlier.d"
+    earlier.write_text("a file where a directory should be")
+    path = tmp_path / "cp"
+    Checkpoint(path, boot).put(record("a"))
+    ckpt = Checkpoint(path, boot, legacy_path=legacy, moved_from=earlier)
+    ckpt.load()
+    assert [r.uid for r in ckpt.records()] == ["a"]
+    assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1

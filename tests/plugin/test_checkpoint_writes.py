@@ -25,7 +25,7 @@ class Claims:
         self.objects[("default", name)] = ResourceClaim.model_validate(body)
         return ClaimRef("default", name, f"uid-{name}")
 
-    def get(self, namespace: str, name: str, uid: str = "") -> ResourceClaim:
+    def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim:
         return self.objects[(namespace, name)]
 
 

@@ -99,6 +99,9 @@ class _Context:
         self.left -= 1
         return self.left >= 0
 
+    def add_callback(self, callback: object) -> bool:
+        return True
+
 
 def test_stream_resends_the_full_list_without_changes():
     hub = HealthHub("node-a", ["gpu-0", "gpu-1"])

@@ -29,38 +29,61 @@ def driver_threads(before: set[threading.Thread]) -> list[str]:
     return [t.name for t in threading.enumerate() if DRIVER in t.name and t not in before]
 
 
-def test_driver_failing_after_publisher_start_is_fully_stopped(short_tmp: Path, apiserver):
-    """The registration socket cannot be created (a plain file is in the way): the last start step fails."""
+def test_driver_failing_to_register_never_publishes(short_tmp: Path, apiserver):
+    """The registration socket cannot be created (a plain file is in the way): publishing starts only after it."""
     apiserver.add_node("node-a")
     settings = make_settings(short_tmp)
     paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
     paths.registry_dir.mkdir(parents=True)
     paths.registration_socket.write_text("not a socket")
-    published = threading.Event()
     api = apiserver.api_client()
-    build = publisher_factory(api, "node-a")
+    built: list[str] = []
 
     def factory(backend, inventory):
-        publisher = build(backend, inventory)
-        real_stop = publisher.publisher.stop
-
-        def stop_after_first_publish(*args, **kwargs):
-            # Make the race deterministic: the slices were written before the failure is handled.
-            wait_for(lambda: len(apiserver.objects("ResourceSlice")) > 0)
-            published.set()
-            return real_stop(*args, **kwargs)
-
-        publisher.publisher.stop = stop_after_first_publish  # type: ignore[method-assign]
-        return publisher
+        built.append(backend.driver_name)
+        return publisher_factory(api, "node-a")(backend, inventory)
 
     daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(api), settings, publisher_factory=factory)
     before = set(threading.enumerate())
     status = daemon.start()
     try:
         assert status.running == [] and "not a socket" in status.failed[DRIVER]
-        assert published.is_set(), "publisher was not stopped"
-        assert apiserver.objects("ResourceSlice") == [], "a driver that is not registered still advertises devices"
+        assert built == [], "a publisher was built for a driver that never registered"
+        assert apiserver.objects("ResourceSlice") == []
         assert not paths.dra_socket.exists()
+        wait_for(lambda: driver_threads(before) == [])
+    finally:
+        daemon.stop()
+
+
+def test_publisher_failing_after_registration_stops_the_driver_and_withdraws(short_tmp: Path, apiserver):
+    """Slices were written, then the publisher's start fails: the driver deregisters and takes its slices back."""
+    apiserver.add_node("node-a")
+    settings = make_settings(short_tmp)
+    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
+    api = apiserver.api_client()
+    build = publisher_factory(api, "node-a")
+
+    def factory(backend, inventory):
+        assert paths.registration_socket.exists(), "publishing started before the driver registered"
+        publisher = build(backend, inventory)
+        real_start = publisher.publisher.start
+
+        def start_then_fail() -> None:
+            real_start()
+            wait_for(lambda: len(apiserver.objects("ResourceSlice")) > 0)
+            raise RuntimeError("publisher broke after its first write")
+
+        publisher.publisher.start = start_then_fail  # type: ignore[method-assign]
+        return publisher
+
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(api), settings, publisher_factory=factory)
+    before = set(threading.enumerate())
+    status = daemon.start()
+    try:
+        assert status.running == [] and "publisher broke" in status.failed[DRIVER]
+        assert apiserver.objects("ResourceSlice") == [], "a driver that is not registered still advertises devices"
+        assert not paths.registration_socket.exists() and not paths.dra_socket.exists()
         wait_for(lambda: driver_threads(before) == [])
         assert not paths.publisher_lease.exists() or _lease_free(paths.publisher_lease)
     finally:

@@ -68,3 +68,115 @@ def test_busy_metrics_port_is_a_clear_error(short_tmp: Path, apiserver):
         with pytest.raises(MetricsPortError, match=f"{port}.*--metrics-port"):
             daemon.start()
         daemon.stop()
+
+
+def holder_series(port: int) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]]:
+    got = samples(port)
+    devices = {tuple(v for _, v in labels) for (name, labels), value in got.items() if name == "dra_driver_device_claim" and value > 0}
+    pods = {tuple(v for _, v in labels) for (name, labels), value in got.items() if name == "dra_driver_claim_pod" and value > 0}
+    return devices, pods
+
+
+def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, apiserver):
+    """Per-device holder gauges (sorted labels: claim, device, driver, namespace, pool) and the claim->pod link."""
+    port = free_port()
+    settings = make_settings(short_tmp)
+    train = allocated_claim_object("train", "team-a", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]})
+    train["status"]["reservedFor"] = [{"resource": "pods", "name": "trainer-0", "uid": "p0"}, {"resource": "things", "apiGroup": "x.io", "name": "not-a-pod", "uid": "t"}]
+    train = apiserver.store.put(train)
+    infer = apiserver.store.put(allocated_claim_object("infer", "team-b", DRIVER, "node-a", {"gpu": ["gpu-2"]}))
+    refs = [ClaimRef(o["metadata"]["namespace"], o["metadata"]["name"], o["metadata"]["uid"]) for o in (train, infer)]
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    daemon.start()
+    try:
+        conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
+        assert all(not c.error for c in conn.prepare(refs).claims.values())
+        devices, pods = holder_series(port)
+        assert devices == {("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a"), ("infer", "gpu-2", DRIVER, "team-b", "node-a")}
+        assert pods == {("train", DRIVER, "team-a", "trainer-0")}
+        conn.unprepare(refs[1:])
+        assert holder_series(port) == ({("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a")}, {("train", DRIVER, "team-a", "trainer-0")})
+        conn.close()
+    finally:
+        daemon.stop()
+    # A restarted daemon republishes what the checkpoint holds (pods are unknown until the next claim read).
+    port = free_port()
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    daemon.start()
+    try:
+        assert holder_series(port) == ({("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a")}, set())
+        conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
+        conn.unprepare(refs[:1])
+        assert holder_series(port) == (set(), set())
+        conn.close()
+    finally:
+        daemon.stop()
+
+
+def test_failed_prepare_leaves_no_holder_series(short_tmp: Path, apiserver):
+    port = free_port()
+    settings = make_settings(short_tmp)
+    held = apiserver.store.put(allocated_claim_object("held", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
+    thief = apiserver.store.put(allocated_claim_object("thief", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
+    thief["status"]["reservedFor"] = "garbage"  # odd status from the server must not fail the claim for metrics' sake
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    daemon.start()
+    try:
+        conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
+        refs = [ClaimRef("default", o["metadata"]["name"], o["metadata"]["uid"]) for o in (held, thief)]
+        assert conn.prepare(refs[:1]).claims[refs[0].uid].error == ""
+        assert "already prepared" in conn.prepare(refs[1:]).claims[refs[1].uid].error
+        assert holder_series(port) == ({("held", "gpu-0", DRIVER, "default", "node-a")}, set())
+        conn.close()
+    finally:
+        daemon.stop()
+
+
+def test_deferred_metrics_keep_what_was_counted_before_load() -> None:
+    """The daemon counts requests before prometheus_client is loaded (its sockets serve first); nothing is lost."""
+    from prometheus_client import generate_latest
+
+    from dra_driver.metrics import Metrics
+
+    metrics = Metrics(load=False)
+    assert metrics.registry is None
+    with metrics.timed(DRIVER, "v1/NodePrepareResources"):
+        pass
+    metrics.claims.labels(DRIVER, "prepare", "ok").inc()
+    metrics.claims.labels(DRIVER, "prepare", "ok").inc(2)
+    metrics.prepared_devices.labels(DRIVER).set(5)
+    early = metrics.errors.labels(DRIVER, "prepare")  # a child taken before load, used after it
+    from dra_driver.metrics import HeldClaim
+
+    metrics.holders.note_pods(DRIVER, "uid-1", ["pod-a"])
+    metrics.holders.update(DRIVER, "uid-1", HeldClaim("uid-1", "default", "c1", [("node-a", "gpu-0")]))
+    metrics.holders.update(DRIVER, "uid-2", HeldClaim("uid-2", "default", "c2", [("node-a", "gpu-1")]))
+    metrics.holders.update(DRIVER, "uid-2", None)  # unprepared before load: never published
+    metrics.load()
+    early.inc()
+    metrics.load()  # idempotent
+    text = generate_latest(metrics.registry).decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", "prepare"), ("result", "ok")))] == 3
+    assert got[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 5
+    assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", "prepare")))] == 1
+    assert got[("dra_driver_requests_total", (("driver", DRIVER), ("method", "v1/NodePrepareResources"), ("result", "ok")))] == 1
+    assert got[("dra_driver_request_duration_seconds_count", (("driver", DRIVER), ("method", "v1/NodePrepareResources")))] == 1
+    held = {labels for (name, labels), value in got.items() if name == "dra_driver_device_claim" and value > 0}
+    assert held == {(("claim", "c1"), ("device", "gpu-0"), ("driver", DRIVER), ("namespace", "default"), ("pool", "node-a"))}
+    assert got[("dra_driver_claim_pod", (("claim", "c1"), ("driver", DRIVER), ("namespace", "default"), ("pod", "pod-a")))] == 1
+
+
+def test_every_family_counted_before_load_is_replayed_after_it():
+    """Deferred loading (the daemon loads prometheus_client after its sockets serve) must cover every family."""
+    from dra_driver.metrics import HeldClaim, Metrics
+
+    metrics = Metrics(load=False)
+    metrics.state_damage.labels(DRIVER, "record").inc()
+    metrics.errors.labels(DRIVER, "prepare").inc()
+    metrics.holders.update(DRIVER, "uid-1", HeldClaim("uid-1", "ns", "c", [("node-a", "gpu-0")]))
+    metrics.load()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in metrics.registry.collect() for s in family.samples}
+    assert got[("dra_driver_state_damage_total", (("driver", DRIVER), ("kind", "record")))] == 1
+    assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", "prepare")))] == 1
+    assert got[("dra_driver_device_claim", (("claim", "c"), ("device", "gpu-0"), ("driver", DRIVER), ("namespace", "ns"), ("pool", "node-a")))] == 1

@@ -36,7 +36,10 @@ def test_prepare_unprepare_with_nvidia_backend(short_tmp, apiserver):
         paths = [n["path"] for d in spec["devices"] for n in d["containerEdits"].get("deviceNodes", [])]
         assert "/dev/nvidia3" in paths
         env = spec.get("containerEdits", {}).get("env", []) + [e for d in spec["devices"] for e in d["containerEdits"].get("env", [])]
-        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=GPU-") for e in env)
+        assert "NVIDIA_VISIBLE_DEVICES=void" in spec["containerEdits"]["env"]  # claim-level: legacy runtimes inject nothing
+        assert any(e.startswith("NVIDIA_DRA_UUID_GPU_3=GPU-") for e in env)
+        mounts = {m["containerPath"] for m in spec["containerEdits"]["mounts"]}
+        assert "/usr/lib/x86_64-linux-gnu/libcuda.so.1" in mounts and "/usr/bin/nvidia-smi" in mounts
         assert conn.unprepare([ref]).claims[ref.uid].error == ""
         assert not any(settings.cdi_dir.iterdir())
         conn.close()

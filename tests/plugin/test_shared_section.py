@@ -99,11 +99,16 @@ def test_excludes_another_process(tmp_path: Path) -> None:
     child = (
         "import fcntl, os, sys, time\n"
         f"fd = os.open({str(path)!r}, os.O_RDWR)\n"
+        "print('ready', flush=True)\n"
         "start = time.monotonic(); fcntl.flock(fd, fcntl.LOCK_EX)\n"
         "print(time.monotonic() - start)\n"
     )
     with section.hold():
         proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        # Wait for the child to reach its flock: interpreter start-up on a loaded machine
+        # can take longer than any fixed sleep.
+        assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.3)
         assert proc.poll() is None  # still waiting for our lock
     out, _ = proc.communicate(timeout=10)

@@ -16,9 +16,7 @@ _DEFAULT_DEV = Path("/dev")
 
 
 def _node(dev_root: Path, relative: str) -> DeviceNode:
-    container_path = f"/dev/{relative}"
-    host_path = str(dev_root / relative)
-    return DeviceNode(path=container_path, host_path=None if host_path == container_path else host_path, permissions="rw")
+    return DeviceNode.under(f"/dev/{relative}", dev_root, permissions="rw")
 
 
 def device_edits(card: int, render: int, dev_root: Path = _DEFAULT_DEV) -> ContainerEdits:

@@ -8,7 +8,6 @@ modules the container sees), the habana-container-hook and gaudinet.json.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from dra_driver.vendor import BackendSettings, ContainerEdits, DeviceNode, Hook, Mount
 
@@ -21,19 +20,11 @@ GAUDINET = "etc/habanalabs/gaudinet.json"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 
 
-def _node(container_path: str, settings: BackendSettings) -> DeviceNode:
-    # The container always sees /dev/...; the host node lives under dev_root
-    # (different when the plugin sees the host's /dev mounted elsewhere).
-    relative = Path(container_path).relative_to("/dev")
-    host = str(settings.dev_root / relative)
-    return DeviceNode(path=container_path, host_path=None if host == container_path else host, type="c")
-
-
 def device_edits(device: GaudiDevice, settings: BackendSettings) -> ContainerEdits:
     paths = [f"/dev/accel/accel{device.accel_index}", f"/dev/accel/accel_controlD{device.accel_index}"]
     if device.uverbs_index is not None:
         paths.append(f"/dev/infiniband/uverbs{device.uverbs_index}")
-    return ContainerEdits(device_nodes=[_node(path, settings) for path in paths])
+    return ContainerEdits(device_nodes=[DeviceNode.under(path, settings.dev_root, type="c") for path in paths])
 
 
 def _joined(values: Sequence[object]) -> str:

@@ -22,9 +22,10 @@ from dra_driver.vendor import (
     HealthEvent,
     PreparedClaim,
     PreparedDevice,
+    RecordedClaim,
     VendorBackend,
 )
-from dra_driver_nvidia import attributes, edits, fake_nvml, mig, nvml
+from dra_driver_nvidia import attributes, driver_files, edits, fake_driver_root, fake_nvml, mig, nvml
 from dra_driver_nvidia.config import GpuConfig, MigDeviceConfig, NvidiaConfig, validate_config
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo, kubernetes_bus_id, read_gpus, system_info
 from dra_driver_nvidia.health import HealthWatcher, ignored_xids
@@ -70,8 +71,12 @@ class NvidiaBackend(VendorBackend):
         sysfs_root: Path | None = None,
         proc_root: Path | None = Path("/proc"),
         scratch: Path | None = None,
+        files: driver_files.DriverFiles | None = None,
     ) -> None:
         self.settings = settings
+        # The host driver's user-space files, found once at start (their version is the kernel driver's).
+        self._files = files
+        self._claim_edits_cache: dict[bool, ContainerEdits] = {}  # by "claim uses MPS"
         self.simulator = simulator
         self._sysfs_root = sysfs_root or settings.sysfs_root
         self._mig_minors = edits.MigMinors(proc_root)
@@ -95,7 +100,17 @@ class NvidiaBackend(VendorBackend):
         if isinstance(fake_nvml.installed(), fake_nvml.FakeNvmlLibrary):
             fake_nvml.install(None)  # a simulated library left behind must not stand in for the host
         _start_nvml(settings.driver_root)
-        return cls(settings)
+        try:
+            version = nvml.driver_version()
+        except NvmlError as exc:
+            # Devices still work; containers then need the driver files from elsewhere. Say so loudly.
+            log.warning("driver version unreadable; CDI specs get no driver files", extra=fields(error=str(exc)))
+            return cls(settings)
+        if settings.host_driver_root is None and settings.driver_root != Path("/"):
+            # Inside a pod the driver root is a mount (/driver-root) the host's runtime cannot see.
+            log.warning("--host-driver-root not set: CDI specs name driver files under --driver-root, which must then "
+                        "be the same path on the host", extra=fields(driver_root=str(settings.driver_root)))  # fmt: skip
+        return cls(settings, files=driver_files.discover(settings.driver_root, version, settings.host_driver_root))
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> NvidiaBackend:
@@ -107,9 +122,12 @@ class NvidiaBackend(VendorBackend):
         except BackendUnavailable:
             fake_nvml.install(None)
             raise
-        scratch = Path(tempfile.mkdtemp(prefix="dra-nvidia-sysfs-"))
+        scratch = Path(tempfile.mkdtemp(prefix="dra-nvidia-sim-"))
         _write_sysfs(scratch, parsed)
-        return cls(settings, simulator=simulator, sysfs_root=scratch, proc_root=None, scratch=scratch)
+        # A simulated driver root for the profile's driver version; the runtime on this host sees it where we do.
+        root = fake_driver_root.build(scratch / "driver-root", parsed.driverVersion)
+        files = driver_files.discover(root, parsed.driverVersion)
+        return cls(settings, simulator=simulator, sysfs_root=scratch, proc_root=None, scratch=scratch, files=files)
 
     @classmethod
     def profile_dir(cls) -> Path:
@@ -243,18 +261,31 @@ class NvidiaBackend(VendorBackend):
             index = self._index()
             created: list[dict[str, Any]] = []
             prepared: list[PreparedDevice] = []
-            uuids: list[str] = []
             try:
                 for allocated in devices:
                     device_edits, uuid = self._prepare_device(index, claim, allocated.device, created)
+                    device_edits.env.append(edits.uuid_env(allocated.device, uuid))
                     prepared.append(PreparedDevice(allocated.device, device_edits))
-                    uuids.append(uuid)
             except (NvmlError, DeviceError) as exc:
                 self._destroy(claim, created)  # leave nothing half-done behind
                 if isinstance(exc, DeviceError):
                     raise
                 raise DeviceError(allocated.device, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
-            return PreparedClaim(devices=prepared, request_edits=_request_env(devices, uuids), state={STATE_KEY: created})
+            return PreparedClaim(
+                devices=prepared, claim_edits=self._claim_edits(devices), request_edits=_request_env(devices), state={STATE_KEY: created}
+            )
+
+    def _claim_edits(self, devices: Sequence[AllocatedDevice]) -> ContainerEdits:
+        """Once per container using the claim: the driver's files, and the legacy-runtime switch-off."""
+        mps = any(isinstance(d.config, (GpuConfig, MigDeviceConfig)) and d.config.sharing is not None
+                  and d.config.sharing.strategy == "MPS" for d in devices)  # fmt: skip
+        cached = self._claim_edits_cache.get(mps)
+        if cached is None:
+            files = self._files or driver_files.DriverFiles(version="", host_root=Path("/"))
+            cached = driver_files.claim_edits(files, self.settings.nvidia_cdi_hook_path, mps=mps)
+            cached.env.insert(0, edits.VISIBLE_DEVICES_VOID)
+            self._claim_edits_cache[mps] = cached
+        return ContainerEdits(env=list(cached.env), mounts=list(cached.mounts), hooks=list(cached.hooks))
 
     def _prepare_device(
         self, index: _Published, claim: ClaimRef, name: str, created: list[dict[str, Any]]
@@ -383,6 +414,32 @@ class NvidiaBackend(VendorBackend):
         mig.destroy_gpu_instance_tree(gi)
         return True
 
+    def recorded_claims(self) -> list[RecordedClaim]:
+        """The claims the ownership journal names whose instance exists now, each with those instances as state.
+
+        An entry whose instance is gone proves nothing is in use (a destroy whose journal update failed);
+        it must not block the placement, so it is left to reconcile to drop.
+        """
+        with self._lock:
+            index = self._index()
+            by_claim: dict[str, list[OwnedInstance]] = {}
+            for entry in self._journal.all_entries():
+                gpu = index.by_uuid.get(entry.parent_uuid)
+                if gpu is None:
+                    continue  # a GPU not seen now: nothing of it can be handed out either
+                try:
+                    live = bool(nvml.mig_mode(gpu.handle)[0]) and mig.find_instance(gpu.handle, entry.profile_id, entry.start) is not None
+                except NvmlError as exc:  # cannot tell: keep the reservation
+                    log.warning("cannot check a journaled MIG instance; kept as in use", extra=fields(device=entry.device, error=str(exc)))
+                    live = True
+                if live:
+                    by_claim.setdefault(entry.claim_uid, []).append(entry)
+        return [
+            RecordedClaim(uid, tuple(sorted({e.device for e in entries})),
+                          {STATE_KEY: [_state_entry(e) for e in entries if e.gi_id is not None]})
+            for uid, entries in by_claim.items()
+        ]
+
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
         """Adopt the instances live claims list; destroy instances we created that no live claim lists.
 
@@ -400,7 +457,7 @@ class NvidiaBackend(VendorBackend):
             recorded = self._journal.all_entries()  # re-read: a rolling-update peer may have written since start
             self._owned |= {entry.key for entry in recorded}
             entries = [e for s in live_states for e in (s.get(STATE_KEY) or [])]
-            keep = {(str(e.get("parentUUID")), int(e.get("giId", -1))) for e in entries}
+            keep = {(str(e.get("parentUUID")), int(e["giId"])) for e in entries if e.get("giId") is not None}
             live_keys = {_entry_key(e) for e in entries}
             ours_before = set(self._owned)
             self._owned |= live_keys
@@ -413,7 +470,8 @@ class NvidiaBackend(VendorBackend):
                     continue
                 for gi, info in mig.live_instances(gpu.handle, profiles):
                     key = (gpu.uuid, info.profile_id, info.placement.start)
-                    if (gpu.uuid, info.id) in keep or key not in ours_before:
+                    # A live claim's placement is its instance even where its state has no GI ID yet.
+                    if (gpu.uuid, info.id) in keep or key in live_keys or key not in ours_before:
                         continue
                     self._owned.discard(key)
                     try:
@@ -506,15 +564,16 @@ def _write_sysfs(root: Path, section: NvidiaSection) -> None:
             link.symlink_to(Path("../../..") / "devices" / gpu.pcieRoot / bus_id)
 
 
-def _request_env(devices: Sequence[AllocatedDevice], uuids: Sequence[str]) -> dict[str, ContainerEdits]:
-    """NVIDIA_VISIBLE_DEVICES and sharing settings per request: a container that names one
-    request of the claim must see only that request's GPUs."""
-    by_request: dict[str, list[tuple[AllocatedDevice, str]]] = {}
-    for allocated, uuid in zip(devices, uuids):
-        by_request.setdefault(allocated.request, []).append((allocated, uuid))
+def _request_env(devices: Sequence[AllocatedDevice]) -> dict[str, ContainerEdits]:
+    """Sharing settings per request (they follow the request's configuration); no device list:
+    visibility comes from the device nodes (see dra_driver_nvidia.edits)."""
+    by_request: dict[str, list[AllocatedDevice]] = {}
+    for allocated in devices:
+        by_request.setdefault(allocated.request, []).append(allocated)
     result: dict[str, ContainerEdits] = {}
     for request, members in by_request.items():
-        configs = [d.config if isinstance(d.config, (GpuConfig, MigDeviceConfig)) else None for d, _ in members]
-        env = edits.visible_devices_env([uuid for _, uuid in members]) + edits.sharing_env(configs)
-        result[request] = ContainerEdits(env=env)
+        configs = [d.config if isinstance(d.config, (GpuConfig, MigDeviceConfig)) else None for d in members]
+        env = edits.sharing_env(configs)
+        if env:
+            result[request] = ContainerEdits(env=env)
     return result

@@ -1,10 +1,17 @@
 """Container edits for NVIDIA devices: device nodes, MIG capability nodes, environment.
 
 The CDI spec built from these gives a container exactly the allocated GPUs:
-/dev/nvidia<minor> per GPU, the shared control nodes, the MIG access
-capabilities for MIG devices, and NVIDIA_VISIBLE_DEVICES (a request-level edit:
-one list per request of the claim, so a container sees exactly the GPUs of the
-requests it names).
+/dev/nvidia<minor> per GPU, the shared control nodes and the MIG access
+capabilities for MIG devices. Which GPUs a container sees is decided by the
+device nodes alone, because they come with the CDI IDs of the requests the
+container names: a container naming two requests of a claim gets both sets.
+An env list cannot do that: CDI applies env edits in order and the last value
+of a name wins, so a per-request NVIDIA_VISIBLE_DEVICES would show only the
+last request's GPUs. The claim sets NVIDIA_VISIBLE_DEVICES=void instead, as
+NVIDIA's DRA driver does: on a node whose runtime is nvidia-container-runtime
+in legacy mode, the runtime then injects nothing on its own, even for images
+that set NVIDIA_VISIBLE_DEVICES=all. Each device carries its UUID in its own
+variable (NVIDIA_DRA_UUID_<DEVICE>), which cannot collide.
 """
 
 from __future__ import annotations
@@ -77,8 +84,14 @@ def mig_edits(parent_minor: int, gi_id: int, ci_id: int, dev_root: Path, minors:
     return edits
 
 
-def visible_devices_env(uuids: Sequence[str]) -> list[str]:
-    return [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}"] if uuids else []
+# Claim-level: turns off nvidia-container-runtime's own injection (legacy mode), whatever the image sets.
+VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
+_ENV_UNSAFE = re.compile(r"[^A-Za-z0-9]")
+
+
+def uuid_env(device: str, uuid: str) -> str:
+    """The device's UUID in a variable of its own: per-device values never overwrite each other."""
+    return f"NVIDIA_DRA_UUID_{_ENV_UNSAFE.sub('_', device).upper()}={uuid}"
 
 
 def sharing_env(configs: Sequence[GpuConfig | MigDeviceConfig | None]) -> list[str]:

@@ -1,0 +1,46 @@
+"""Checksummed JSON documents, `{"body": {...}, "checksum": sha256(canonical body)}`.
+
+Used wherever state on disk must prove it was written whole by us: checkpoint
+lines and the claim data carried in CDI spec annotations. The checksum catches
+torn writes, flipped bytes and hand edits; it is not a signature against an
+attacker who can write the file (root on the node can do anything anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+class SignedJsonError(ValueError):
+    """The document is not JSON, has no body, or its checksum does not match."""
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical(body).encode()).hexdigest()
+
+
+def sign(body: dict[str, Any]) -> dict[str, Any]:
+    return {"body": body, "checksum": checksum(body)}
+
+
+def verified_body(raw: bytes | str | dict[str, Any]) -> dict[str, Any]:
+    """The body of a signed document (raw JSON or already parsed), or SignedJsonError saying why not."""
+    if isinstance(raw, dict):
+        doc: Any = raw
+    else:
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:  # also bad UTF-8
+            raise SignedJsonError(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("body"), dict):
+        raise SignedJsonError("missing 'body' object")
+    if doc.get("checksum") != checksum(doc["body"]):
+        raise SignedJsonError("checksum mismatch")
+    body: dict[str, Any] = doc["body"]
+    return body

@@ -1,0 +1,47 @@
+"""`dra-driver fleet`'s library: what a fleet has, what is free, and who holds each device.
+
+    fleet_view(ViewRequest(FleetSource(kubeconfig=...), Filters(...), class_name)) -> FleetView
+
+`cli/fleet.py` only parses arguments and prints (dra_driver.usage.render).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from dra_driver.allocator import CelMatcher
+from dra_driver.errors import FieldError
+from dra_driver.explain import FleetSource, InputError, load_fleet, merge_classes, shipped_class_documents
+from dra_driver.usage.build import Filters, build_view, device_kind, device_vendor
+from dra_driver.usage.model import FleetView
+from dra_driver.vocabulary import VENDOR_ALIASES
+
+__all__ = ["Filters", "FleetView", "ViewRequest", "build_view", "device_kind", "device_vendor", "fleet_view", "vendor_filter"]
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    source: FleetSource
+    filters: Filters = Filters()
+    class_name: str | None = None  # show only devices this DeviceClass selects (shipped or from the fleet)
+
+
+def vendor_filter(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Vendor names as people type them (gaudi, NVIDIA) -> dra-driver.io/vendor values; InputError naming the choices."""
+    unknown = [n for n in names if n.lower() not in VENDOR_ALIASES]
+    if unknown:
+        raise InputError([FieldError("--vendor", f"unknown vendor {', '.join(map(repr, unknown))}; choose from {', '.join(sorted(VENDOR_ALIASES))}")])
+    return tuple(sorted({VENDOR_ALIASES[n.lower()] for n in names}))
+
+
+def fleet_view(request: ViewRequest) -> FleetView:
+    source = replace(request.source, with_pods=bool(request.source.kubeconfig))
+    fleet = load_fleet(source)
+    filters, matcher = request.filters, None
+    if request.class_name:
+        matcher = CelMatcher()
+        classes = merge_classes([("shipped", shipped_class_documents()), ("fleet", fleet.classes)], matcher)
+        if request.class_name not in classes:
+            raise InputError([FieldError("CLASS", f"DeviceClass {request.class_name!r} is neither shipped nor in the fleet; known: {', '.join(sorted(classes))}")])
+        filters = replace(filters, device_class=classes[request.class_name])
+    return build_view(fleet, filters, matcher, pods_listed=bool(source.kubeconfig))

@@ -1,0 +1,88 @@
+"""Helm chart sources are recognised and left alone with "render first"; Jinja text inside a manifest is not Helm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migrate_testlib import run
+from shared_corpus import require
+from dra_driver.cli.main import main
+from dra_driver.migrate import Action
+
+TEMPLATE = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "chart.fullname" . }}
+spec:
+  template:
+    spec:
+      containers:
+      - name: server
+        resources:
+          {{- toYaml .Values.resources | nindent 10 }}
+"""
+VALUES = """replicaCount: 1
+resources:
+  limits:
+    nvidia.com/gpu: 1
+"""
+JINJA_CONFIGMAP = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: chat-template
+data:
+  template.jinja: |
+    {{- bos_token }}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  containers:
+  - name: c
+    image: x
+    resources:
+      limits:
+        nvidia.com/gpu: 1
+"""
+
+
+def test_template_source_is_left_alone_with_render_first() -> None:
+    result, report = run(TEMPLATE, "templates/deployment.yaml")
+    assert result.output == TEMPLATE
+    [finding] = report.by_action(Action.NOT_CONVERTED)
+    assert "Helm template source" in finding.reason and "helm template" in finding.reason
+
+
+def test_values_file_is_reported_with_render_first() -> None:
+    result, report = run(VALUES, "values.yaml")
+    assert result.output == VALUES
+    [finding] = report.by_action(Action.NOT_CONVERTED)
+    assert finding.subject == "nvidia.com/gpu" and "Helm values file" in finding.reason and "helm template" in finding.reason
+
+
+def test_jinja_in_a_configmap_is_not_mistaken_for_helm() -> None:
+    result, report = run(JINJA_CONFIGMAP)
+    assert result.changed and "{{- bos_token }}" in result.output
+    assert len(report.by_action(Action.CONVERTED)) == 1
+
+
+def test_probe_chart_sources_from_the_corpus() -> None:
+    probe = require() / "probe"
+    for name, reason in (("gpu-operator-templates-operator.yaml", "Helm template source"),
+                         ("genaiinfra-tgi-gaudi-values.yaml", "Helm values file")):
+        text = (probe / name).read_text()
+        result, report = run(text, name)
+        assert result.output == text
+        assert any(reason in f.reason for f in report.by_action(Action.NOT_CONVERTED)), name
+
+
+def test_cli_reports_a_template_source_instead_of_refusing_it_as_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "deployment.yaml"
+    source.write_text(TEMPLATE)
+    assert main(["migrate", str(source)]) == 0  # not "invalid YAML": the input check skips Helm sources
+    out, err = capsys.readouterr()
+    assert out == TEMPLATE and "render first" in err

@@ -1,0 +1,64 @@
+"""bench/bench_kill_loop.py stays honest: a short run passes, and its checks catch each violation they name."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from dra_driver import cdi
+from dra_driver.checkpoint import PREPARE_COMPLETED, CheckpointDevice, ClaimRecord
+from dra_driver.plugin.recovery import spec_claim_data
+from dra_driver.vendor import ClaimRef, ContainerEdits
+
+BENCH = Path(__file__).parents[2] / "bench" / "bench_kill_loop.py"
+
+
+def bench_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_kill_loop", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_short_kill_loop_holds_every_invariant() -> None:
+    done = subprocess.run([sys.executable, str(BENCH), "--rounds", "2", "--seed", "7", "--concurrency", "4"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all invariants held" in done.stdout
+
+
+def write_spec(cdi_dir: Path, uid: str, devices: list[str]) -> list[str]:
+    names = [cdi.cdi_device_name(uid, "kill-node", d) for d in devices]
+    ids = [cdi.qualified_id("gpu.nvidia.com", n) for n in names]
+    record = ClaimRecord(uid, "kill", uid, PREPARE_COMPLETED, [CheckpointDevice("gpu", "kill-node", d, cdi_ids=[i]) for d, i in zip(devices, ids)])
+    spec = cdi.build_claim_spec("gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits(), spec_claim_data("b", record))
+    cdi.write_spec_atomic(cdi.spec_path(cdi_dir, "gpu.nvidia.com", uid), spec)
+    return ids
+
+
+@pytest.mark.parametrize("violation", ["spec-of-free-claim", "device-in-two-specs", "prepared-without-spec", "answer-not-in-spec"])
+def test_check_node_catches(tmp_path: Path, violation: str) -> None:
+    bench = bench_module()
+    node = SimpleNamespace(cdi_dir=tmp_path)
+    a = bench.Claim(ClaimRef("kill", "a", "uid-a"), ["gpu-0"])
+    b = bench.Claim(ClaimRef("kill", "b", "uid-b"), ["gpu-1"])
+    claims = {"uid-a": a, "uid-b": b}
+    a.status, a.answered = "prepared", [("gpu-0", write_spec(tmp_path, "uid-a", ["gpu-0"]))]
+    bench.check_node(node, claims)  # consistent so far
+    if violation == "spec-of-free-claim":
+        write_spec(tmp_path, "uid-b", ["gpu-1"])
+    elif violation == "device-in-two-specs":
+        b.status = "maybe"
+        write_spec(tmp_path, "uid-b", ["gpu-0"])
+    elif violation == "prepared-without-spec":
+        cdi.spec_path(tmp_path, "gpu.nvidia.com", "uid-a").unlink()
+    else:
+        a.answered = [("gpu-0", ["k8s.gpu.nvidia.com/device=uid-a-kill-node-gpu-7"])]
+    with pytest.raises(bench.Violation):
+        bench.check_node(node, claims)
