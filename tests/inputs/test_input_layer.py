@@ -190,6 +190,9 @@ def test_merge_keys_and_explicit_keys_win() -> None:
     ("a: *nothing\n", "refers to no anchor"),
     ("a: &r [*r]\n", "refers to no anchor"),
     ("a: !!int x\n", "is not a valid int"),
+    ("a: !!bool maybe\n", "is not a valid bool"),  # KeyError inside PyYAML's constructor
+    ("a: !!timestamp xx\n", "is not a valid timestamp"),  # AttributeError inside it
+    ("a: 2001-13-45\n", "is not a valid timestamp"),  # implicit: safe_load raises ValueError
 ])
 def test_unsafe_or_unsupported_yaml_is_refused(text: str, words: str) -> None:
     assert words in str(refusal(text))

@@ -50,6 +50,7 @@ _values = st.recursive(
 _snippets = st.sampled_from([
     "\n", ": ", "- ", "[", "]", "{", "}", ",", "&a ", "*a", "<<: *a\n", "!!binary ", "? ", "|\n", ">-\n", "\t", "#",
     "'", '"', "\\u0000", "---\n", "...\n", "%YAML 1.1\n", "\x00", "\xff", "\ufeff", "kind: {a: 1}\n", "metadata: [x]\n",
+    "!!bool ", "!!timestamp ", "!!int ", "!!float ", "2001-13-45", "!!set ", "!custom ",
 ])
 
 
