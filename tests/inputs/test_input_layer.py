@@ -229,6 +229,7 @@ def test_json_value_estimate_and_errors_with_line_and_column() -> None:
     assert "more than the 400 this command reads" in str(error) and "--max-input-nodes 63 " in str(error)
     error = refusal('{\n  "a": 1,\n  "b": ]\n}', as_json=True)
     assert error.line == 3 and "is not valid JSON" in str(error) and "column" in str(error)
+    assert "is not valid JSON" in str(refusal('{"a": NaN}', as_json=True))  # pydantic-core would accept it
 
 
 # -- envelope --------------------------------------------------------------------------------------
