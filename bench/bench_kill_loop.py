@@ -48,7 +48,6 @@ from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.plugin.kubelet_client import PluginConnection, register
 from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.signed_json import verified_body
 from dra_driver.vendor import ClaimRef
 
 DRIVER = "gpu.nvidia.com"
@@ -139,7 +138,7 @@ def spec_of(node: Node, uid: str) -> tuple[set[str], set[str]] | None:
         spec = cdi.parse_spec(cdi.spec_path(node.cdi_dir, DRIVER, uid).read_bytes())
     except FileNotFoundError:
         return None
-    record = verified_body(spec["annotations"][cdi.CLAIM_ANNOTATION])["record"]
+    record = cdi.claim_data(spec)["record"]
     return cdi.device_names(spec), {d["device"] for d in record["devices"]}
 
 

@@ -23,10 +23,15 @@ reject newer version strings. Temp files a kill -9 left behind are removed at
 start (`leftover_temp_files`).
 
 A claim's spec also carries the claim's record (UID, namespace, name, devices
-with pool, request, shareID and CDI IDs, backend state) in the spec annotation
-`dra-driver.io/claim`, checksummed: the spec is the evidence that a claim is
-prepared, and start-up rebuilds a lost or damaged checkpoint record from it.
-Annotations need cdiVersion 0.6.0, so claim specs declare at least that.
+with pool, request, shareID and CDI IDs, backend state), checksummed: the spec
+is the evidence that a claim is prepared, and start-up rebuilds a lost or
+damaged checkpoint record from it. The record rides in the env of an extra CDI
+device `<claimUID>-claim` whose ID is never handed to the kubelet, so no
+container gets it. Not in spec `annotations`: those need cdiVersion 0.6.0, and
+runtimes with an older CDI library (podman 4.3, containerd 1.7's) reject the
+whole spec ("unknown field annotations"), so no device of the claim would
+resolve (found by tests/container_runtime). Specs written with the annotation
+by an earlier build are still read.
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ log = logging.getLogger(__name__)
 
 CDI_CLASS = "device"
 SPEC_SUFFIX = ".json"
-CLAIM_ANNOTATION = "dra-driver.io/claim"
+CLAIM_ANNOTATION = "dra-driver.io/claim"  # where an earlier build put the claim record; still read
+CLAIM_RECORD_ENV = "DRA_DRIVER_CLAIM_RECORD"
+_RECORD_DEVICE_SUFFIX = "-claim"
 # Temp files of older builds (`.spec.<random>.tmp`) name no claim: removed once this old, when no write can still be running.
 _UNNAMED_TEMP_PREFIX = ".spec."
 _UNNAMED_TEMP_AGE_S = 60.0
@@ -221,13 +228,25 @@ class SpecDevice:
     edits: ContainerEdits
 
 
+def record_device_name(claim_uid: str) -> str:
+    """The CDI device holding the claim's record; `<claimUID>-<pool>-<device>` names never end like this."""
+    return f"{claim_uid}{_RECORD_DEVICE_SUFFIX}"
+
+
 def build_claim_spec(
-    driver: str, devices: Sequence[SpecDevice], claim_edits: ContainerEdits, claim_data: dict[str, Any] | None = None
+    driver: str,
+    devices: Sequence[SpecDevice],
+    claim_edits: ContainerEdits,
+    claim_data: dict[str, Any] | None = None,
+    claim_uid: str = "",
 ) -> dict[str, Any]:
     """The CDI spec dict of one claim, with the minimum cdiVersion for its content.
 
-    `claim_data` (the claim's record) goes, checksummed, into the CLAIM_ANNOTATION spec annotation.
+    `claim_data` (the claim's record) goes, checksummed, into the env of the device record_device_name(claim_uid).
     """
+    if claim_data is not None:
+        record = ContainerEdits(env=[f"{CLAIM_RECORD_ENV}={json.dumps(sign(claim_data), sort_keys=True, separators=(',', ':'))}"])
+        devices = [*devices, SpecDevice(name=record_device_name(claim_uid), device="claim", edits=record)]
     names = [dev.name for dev in devices]
     if len(set(names)) != len(names):  # the runtime would reject the whole spec
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -239,8 +258,6 @@ def build_claim_spec(
     spec: dict[str, Any] = {"cdiVersion": "", "kind": cdi_kind(driver), "devices": rendered}
     if not claim_edits.is_empty():
         spec["containerEdits"] = render_edits(claim_edits)
-    if claim_data is not None:
-        spec["annotations"] = {CLAIM_ANNOTATION: json.dumps(sign(claim_data), sort_keys=True, separators=(",", ":"))}
     spec["cdiVersion"] = minimum_version(spec)
     return spec
 
@@ -261,15 +278,32 @@ def device_names(spec: dict[str, Any]) -> set[str]:
 
 
 def claim_data(spec: dict[str, Any]) -> dict[str, Any]:
-    """The claim data a spec carries in CLAIM_ANNOTATION, checksum verified; SpecUnreadable if absent or damaged."""
-    annotations = spec.get("annotations")
-    raw = annotations.get(CLAIM_ANNOTATION) if isinstance(annotations, dict) else None
+    """The claim data a spec carries (its record device's env, or an earlier build's CLAIM_ANNOTATION),
+    checksum verified; SpecUnreadable if absent or damaged."""
+    raw = _record_env(spec)
+    where = f"{CLAIM_RECORD_ENV} of the *{_RECORD_DEVICE_SUFFIX} device"
+    if raw is None:
+        annotations = spec.get("annotations")
+        raw = annotations.get(CLAIM_ANNOTATION) if isinstance(annotations, dict) else None
+        where = f"{CLAIM_ANNOTATION} annotation"
     if not isinstance(raw, str):
-        raise SpecUnreadable(f"no {CLAIM_ANNOTATION} annotation (written by an older build, or edited)")
+        raise SpecUnreadable(f"no claim record (no {CLAIM_RECORD_ENV}: written by an older build, or edited)")
     try:
         return verified_body(raw)
     except SignedJsonError as exc:
-        raise SpecUnreadable(f"{CLAIM_ANNOTATION} annotation: {exc}") from exc
+        raise SpecUnreadable(f"{where}: {exc}") from exc
+
+
+def _record_env(spec: dict[str, Any]) -> str | None:
+    prefix = f"{CLAIM_RECORD_ENV}="
+    for device in spec.get("devices", []):
+        if not (isinstance(device, dict) and str(device.get("name", "")).endswith(_RECORD_DEVICE_SUFFIX)):
+            continue
+        env = (device.get("containerEdits") or {}).get("env") if isinstance(device.get("containerEdits"), dict) else None
+        for entry in env if isinstance(env, list) else []:
+            if isinstance(entry, str) and entry.startswith(prefix):
+                return entry[len(prefix) :]
+    return None
 
 
 # --- version rules (reference section 5.2) --------------------------------------

@@ -372,7 +372,9 @@ class PrepareService:
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
         completed = replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
         # The spec carries the claim's record, so a lost or damaged record can be rebuilt from it (recovery.py).
-        spec = cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits, spec_claim_data(self._checkpoint.boot_id, completed))
+        spec = cdi.build_claim_spec(
+            self.driver, spec_devices, prepared.claim_edits, spec_claim_data(self._checkpoint.boot_id, completed), claim_uid=ref.uid
+        )
         return replace(completed, spec_json=cdi.write_spec_atomic(path, spec))
 
     def _hold_for_tests(self, uid: str, point: str) -> None:

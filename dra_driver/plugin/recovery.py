@@ -6,8 +6,8 @@ keeps its devices reserved, and only evidence that a claim was *not* answered
 (UnprepareStarted) lets recovery undo anything. Evidence, strongest first:
 
 1. the claim's checkpoint record (checksummed; the checkpoint loads it);
-2. its CDI spec, which carries the claim's record, checksummed, in the
-   `dra-driver.io/claim` annotation (cdi.py): a record rebuilt from it is
+2. its CDI spec, which carries the claim's record, checksummed, in the env of
+   an extra CDI device no container gets (cdi.py): a record rebuilt from it is
    complete (devices, CDI IDs, backend state, the spec text itself);
 3. a damaged record the checkpoint set aside: an earlier line whose checksum
    holds, else the devices of the damaged line as far as it parses (these only
@@ -50,11 +50,11 @@ from dra_driver.vendor import RecordedClaim, VendorBackend
 
 log = logging.getLogger(__name__)
 
-SPEC_FORMAT = 1  # version of the claim data in the spec annotation
+SPEC_FORMAT = 1  # version of the claim data the spec carries
 
 
 def spec_claim_data(boot_id: str, record: ClaimRecord) -> dict[str, Any]:
-    """What a claim's spec carries about the claim (the body of its checksummed annotation)."""
+    """What a claim's spec carries about the claim (the body of its checksummed record)."""
     return {"boot_id": boot_id, "record": record.to_json(), "version": SPEC_FORMAT}
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dra_driver import cdi
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.vendor import ContainerEdits, DeviceNode, Mount
@@ -107,3 +109,21 @@ def test_concurrent_puts_are_all_on_disk(tmp_path: Path):
     again = Checkpoint(tmp_path / "cp.json", boot)
     again.load()
     assert sorted(r.uid for r in again.records()) == sorted(f"u{i}" for i in range(64) if i != 3)
+
+
+def test_the_claim_record_needs_no_newer_cdi_version_and_reaches_no_container():
+    """Older CDI libraries (v0.5: podman 4.3, containerd 1.7) reject a spec with `annotations` outright, so the
+    record rides in the env of a device whose ID the kubelet never gets."""
+    from dra_driver.signed_json import sign
+
+    data = {"boot_id": "b", "record": {"uid": "1f2e"}, "version": 1}
+    spec = cdi.build_claim_spec("gpu.nvidia.com", [cdi.SpecDevice("1f2e-pool-gpu-0", "gpu-0", ContainerEdits(env=["A=1"]))],
+                                ContainerEdits(), data, claim_uid="1f2e")  # fmt: skip
+    assert "annotations" not in spec and spec["cdiVersion"] == "0.5.0"
+    assert [d["name"] for d in spec["devices"]] == ["1f2e-pool-gpu-0", "1f2e-claim"]
+    assert cdi.claim_data(spec) == data
+    legacy = {"devices": [], "annotations": {cdi.CLAIM_ANNOTATION: json.dumps(sign(data))}}  # an earlier build's spec
+    assert cdi.claim_data(legacy) == data
+    spec["devices"][1]["containerEdits"]["env"][0] += "x"
+    with pytest.raises(cdi.SpecUnreadable, match="DRA_DRIVER_CLAIM_RECORD"):
+        cdi.claim_data(spec)

@@ -37,7 +37,7 @@ def write_spec(cdi_dir: Path, uid: str, devices: list[str]) -> list[str]:
     names = [cdi.cdi_device_name(uid, "kill-node", d) for d in devices]
     ids = [cdi.qualified_id("gpu.nvidia.com", n) for n in names]
     record = ClaimRecord(uid, "kill", uid, PREPARE_COMPLETED, [CheckpointDevice("gpu", "kill-node", d, cdi_ids=[i]) for d, i in zip(devices, ids)])
-    spec = cdi.build_claim_spec("gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits(), spec_claim_data("b", record))
+    spec = cdi.build_claim_spec("gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits(), spec_claim_data("b", record), claim_uid=uid)
     cdi.write_spec_atomic(cdi.spec_path(cdi_dir, "gpu.nvidia.com", uid), spec)
     return ids
 
