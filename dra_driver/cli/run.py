@@ -18,7 +18,6 @@ from pathlib import Path
 
 from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError
-from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube.api_source import api_source
 from dra_driver.logs import fields
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
@@ -130,7 +129,11 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
     writable_dir("--cdi-dir", args.cdi_dir)
     api_source(args.api_server, args.kubeconfig)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
-    profile = load_profile(args.profile) if args.profile else None
+    profile = None
+    if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
+        from dra_driver.hardware_profiles import load_profile
+
+        profile = load_profile(args.profile)
     backend_settings = BackendSettings(
         node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root,
         host_driver_root=_absolute("--host-driver-root", args.host_driver_root),

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dra_driver.errors import DraError
-from dra_driver.kube.claims import AllocationResult
 from dra_driver.model.names import (
     dns_label_problem,
     dns_subdomain_problem,
@@ -33,6 +33,9 @@ from dra_driver.model.names import (
     uid_problem,
 )
 from dra_driver.vendor import ClaimRef
+
+if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
+    from dra_driver.kube.claims import AllocationResult
 
 MAX_ERROR_BYTES = 1024
 # All error texts of one response together; well under the kubelet's 4 MiB receive limit.
