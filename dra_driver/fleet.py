@@ -42,12 +42,14 @@ class Fleet:
     nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
     pods: list[dict[str, Any]] = field(default_factory=list)  # only `dra-driver fleet` reads them (who holds a claim)
     sources: list[str] = field(default_factory=list)
+    taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
 
     def merge(self, other: Fleet) -> None:
         self.slices += other.slices
         self.classes += other.classes
         self.claims += other.claims
         self.nodes += other.nodes
+        self.taint_rules += other.taint_rules
         self.pods += other.pods
         self.sources += other.sources
 
@@ -94,10 +96,12 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
             fleet.claims.append(dict(doc))
         elif kind == "Node":
             fleet.nodes.append(_node(doc))
+        elif kind == "DeviceTaintRule":
+            fleet.taint_rules.append(dict(doc))
         elif kind == "Pod":
             fleet.pods.append(dict(doc))
         else:
-            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node or Pod)")
+            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node, DeviceTaintRule or Pod)")
     return fleet
 
 
@@ -205,6 +209,7 @@ def from_cluster(kubeconfig: str, with_pods: bool = False) -> Fleet:
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
     fleet.nodes = [_node(item) for item in listed(core.list_node)]
+    fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
     if with_pods:
         fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces)]
     try:
@@ -212,6 +217,16 @@ def from_cluster(kubeconfig: str, with_pods: bool = False) -> Fleet:
     except Exception:  # closing the pool is best effort
         pass
     return fleet
+
+
+def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
+    """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
+    try:
+        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule)]
+    except FleetError as exc:
+        if " 404 " in str(exc):  # the API version is not served: no rules
+            return []
+        raise
 
 
 # -- allocations ----------------------------------------------------------------------------------
@@ -232,6 +247,8 @@ def allocated_devices(claims: Iterable[Mapping[str, Any]], skip: Iterable[str] =
             continue
         allocation = (doc.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("shareID"):
+                continue  # a share of a multi-allocatable device: counted as consumed capacity, not held
             device = DeviceID(str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
             admin = bool(result.get("adminAccess"))
             if device not in out or out[device].admin_access:

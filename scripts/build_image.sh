@@ -15,7 +15,7 @@ SUITE=${SUITE:-bookworm}
 TAG=${TAG:-localhost/dra-driver:dev}
 EXTRAS=${EXTRAS:-}
 BASE_TAG="localhost/dra-driver-base:$SUITE"
-PODMAN=(podman --root "$WORK/storage" --runroot "$WORK/run" --storage-driver=vfs --cgroup-manager=cgroupfs)
+PODMAN=(podman --root "$WORK/storage" --runroot "$WORK/run" --tmpdir "$WORK/tmp" --storage-driver=vfs --cgroup-manager=cgroupfs)
 # crun refuses hybrid cgroup hierarchies; runc copes. Without a network, nothing can be pulled.
 RUN_FLAGS=(--rm --runtime runc --net=none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
 

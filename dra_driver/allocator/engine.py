@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from dra_driver.allocator.capacity import Amounts, ConsumableCapacity, format_amount, share_id
+from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.pools import device_node_target, target_matches
-from dra_driver.allocator.selectors import Matcher, SelectorRuntimeError, read_values
+from dra_driver.allocator.selectors import Matcher, SelectorRuntimeError
 from dra_driver.allocator.types import (
     Allocated,
     ClaimSpec,
@@ -79,6 +81,7 @@ class Choice:
     request: str  # result name: <request> or <request>/<subrequest>
     device: PoolDevice
     alternative: SubRequest
+    consumed: Amounts | None = None  # what it takes of a shared device (consumable capacity)
 
 
 @dataclass
@@ -221,6 +224,14 @@ class _Counters:
 # -- the allocator ---------------------------------------------------------------------------------
 
 
+def _pool_problem(pool: Pool) -> str | None:
+    if pool.invalid:
+        return f"pool {pool.driver}/{pool.name} is invalid: {pool.invalid}"
+    if pool.incomplete:
+        return f"pool {pool.driver}/{pool.name} is incomplete: {len(pool.slices)} of {pool.slice_count} slices at generation {pool.generation}"
+    return None
+
+
 class Allocator:
     """Explains and allocates claims against one fleet. Build once, call `explain`."""
 
@@ -231,13 +242,16 @@ class Allocator:
         matcher: Matcher,
         allocated: Mapping[DeviceID, Allocated] | None = None,
         step_limit: int = DEFAULT_STEP_LIMIT,
+        capacity: ConsumableCapacity | None = None,
     ) -> None:
         self.pools = list(pools)
+        self.capacity = capacity or ConsumableCapacity()
         self.classes = classes
         self.matcher = matcher
         self.allocated = dict(allocated or {})
         self.step_limit = step_limit
         self._available = available_counters(self.pools, self.allocated)
+        self._rejections: dict[tuple[str, int, str, str], Rejection] = {}
         self._by_node: dict[str, list[tuple[int, int, Pool, PoolDevice]]] = {}
         self._floating: list[tuple[int, int, Pool, PoolDevice]] = []
         for pool_index, pool in enumerate(self.pools):
@@ -274,9 +288,12 @@ class Allocator:
             except SelectorRuntimeError as exc:
                 message = f"{origin} selector #{index}: CEL runtime error: {exc}"
                 return message, Rejection("cel-error", message)
-            keys = self.matcher.keys_read(expression)
-            detail = ", ".join(read_values(device, keys)) if keys else ""
-            return False, Rejection("selector", f"{origin} selector #{index} is false: {expression}", detail)
+            detail = self.matcher.describe_reads(expression, device)
+            key = (origin, index, expression, detail)
+            rejection = self._rejections.get(key)  # identical for every device that read the same values
+            if rejection is None:
+                rejection = self._rejections[key] = Rejection("selector", f"{origin} selector #{index} is false: {expression}", detail)
+            return False, rejection
         return True, None
 
     # per node -------------------------------------------------------------------------------
@@ -287,33 +304,36 @@ class Allocator:
         """Classify every device for `alternative` (and say why for each one that does not fit)."""
         selectors = self._selectors(alternative)
         plan = _Plan([], [], None)
+        problems: dict[int, str | None] = {}  # per pool, not per device
         for pool, device in devices:
-            pool_problem = None
-            if pool.invalid:
-                pool_problem = f"pool {pool.driver}/{pool.name} is invalid: {pool.invalid}"
-            elif pool.incomplete:
-                pool_problem = f"pool {pool.driver}/{pool.name} is incomplete: {len(pool.slices)} of {pool.slice_count} slices at generation {pool.generation}"
-            holder = self.allocated.get(device.id)
+            if id(pool) not in problems:
+                problems[id(pool)] = _pool_problem(pool)
+            pool_problem = problems[id(pool)]
+            holder = self.allocated.get(device.id) if self.allocated else None
             selectable, rejection = self._select(selectors, device)
             blocked: Rejection | None = None
             if selectable is True:
-                taint = blocking_taint(device, alternative.tolerations)
+                taint = blocking_taint(device, alternative.tolerations) if device.taints else None
                 if taint is not None:
                     blocked = Rejection("taint", f"tainted {_taint_text(taint)} and not tolerated")
                 elif device.consumes and not alternative.admin_access:
                     short = counters.shortfall(pool, device)
                     if short:
                         blocked = Rejection("counters", "shared counters exhausted by allocated devices", short)
+                if blocked is None and self.capacity.enabled:
+                    short = self.capacity.shortfall(device, self.capacity.demand(alternative, device), None)
+                    if short:
+                        blocked = Rejection("capacity", "requested capacity does not fit", short)
             entry = _Entry(device, pool, selectable, blocked)
             if not pool_problem:
                 if selectable is True:
                     plan.everything.append(entry)
                 elif isinstance(selectable, str) and plan.first_error is None:
                     plan.first_error = selectable
-            in_use = holder is not None and not alternative.admin_access
+            in_use = holder is not None and not alternative.admin_access and not self.capacity.shareable(device)
             # The search only walks devices that can still be picked; a device whose
             # selector errs stays in, so the search reaches it in the scheduler's order.
-            viable = selectable is not False and (blocked is None or blocked.code != "taint")
+            viable = selectable is not False and (blocked is None or blocked.code not in ("taint", "capacity"))
             if not pool_problem and not in_use and viable:
                 plan.candidates.append(entry)
                 plan.candidate_errors = plan.candidate_errors or isinstance(selectable, str)
@@ -337,7 +357,8 @@ class Allocator:
                 for ai, alternative in enumerate(request.alternatives):
                     wants = "all" if alternative.all_devices else str(alternative.count)
                     reports[(ci, ri, ai)] = AlternativeReport(claim.label, request.name, request.result_name(alternative), alternative.class_name, wants)
-        outcomes = [self._explain_node(claims, node, reports) for node in nodes]
+        with collector_paused():  # per-device entries and reports all survive the call: nothing to collect
+            outcomes = [self._explain_node(claims, node, reports) for node in nodes]
         return Explanation(list(claims), list(reports.values()), outcomes)
 
     def _explain_node(self, claims: Sequence[ClaimSpec], node: Node, reports: dict[tuple[int, int, int], AlternativeReport]) -> NodeOutcome:
@@ -350,7 +371,7 @@ class Allocator:
             report.nodes[node.label] = matches
             plan[key] = self._entries(claims[ci], claims[ci].requests[ri].alternatives[ai], devices, counters, matches)
         outcome = NodeOutcome(node.label)
-        search = _Search(claims, plan, counters, self.allocated, self.step_limit)
+        search = _Search(claims, plan, counters, self.allocated, self.step_limit, self.capacity)
         try:
             search.check_all_mode(devices)
             outcome.allocated = search.run()
@@ -378,8 +399,11 @@ class _Search:
         counters: _Counters,
         allocated: Mapping[DeviceID, Allocated],
         step_limit: int,
+        capacity: ConsumableCapacity,
     ) -> None:
         self.claims = claims
+        self.capacity = capacity
+        self.taken: dict[DeviceID, Amounts] = {}  # shared-device capacity the choices so far consume
         self.plan = plan
         self.counters = counters
         self.allocated = allocated
@@ -466,10 +490,11 @@ class _Search:
         alternative = request.alternatives[ai]
         device = entry.device
         holders = self.allocating.get(device.id, set())
+        shared = self.capacity.shareable(device)
         if alternative.admin_access:
             if ci in holders:
                 return False
-        elif holders or device.id in self.allocated:
+        elif not shared and (holders or device.id in self.allocated):
             return False
         if isinstance(entry.selectable, str):
             raise _NodeError(f"claim {claim.label}, request {request.result_name(alternative)}: {entry.selectable}")
@@ -478,6 +503,12 @@ class _Search:
         consumes = bool(device.consumes) and not alternative.admin_access
         if consumes:
             short = self.counters.shortfall(entry.pool, device)
+            if short:
+                self._conflict(ci, request.result_name(alternative), device, f"{short} with the devices chosen so far")
+                return False
+        demand = self.capacity.demand(alternative, device) if self.capacity.enabled else {}
+        if demand:
+            short = self.capacity.shortfall(device, demand, self.taken.get(device.id))
             if short:
                 self._conflict(ci, request.result_name(alternative), device, f"{short} with the devices chosen so far")
                 return False
@@ -492,7 +523,11 @@ class _Search:
         if consumes:
             self.counters.take(entry.pool, device, +1)
         self.allocating.setdefault(device.id, set()).add(ci)
-        self.results[ci].append(Choice(request.result_name(alternative), device, alternative))
+        if shared:
+            taken = self.taken.setdefault(device.id, {})
+            for name, amount in demand.items():
+                taken[name] = taken.get(name, Decimal(0)) + amount
+        self.results[ci].append(Choice(request.result_name(alternative), device, alternative, demand if shared else None))
         return True
 
     def _release(self, ci: int, entry: _Entry) -> None:
@@ -503,6 +538,10 @@ class _Search:
                 self.constraint_values[ci][index].pop()
         if choice.device.consumes and not choice.alternative.admin_access:
             self.counters.take(entry.pool, entry.device, -1)
+        if choice.consumed is not None:
+            taken = self.taken[entry.device.id]
+            for name, amount in choice.consumed.items():
+                taken[name] -= amount
         self.allocating[entry.device.id].discard(ci)
 
     def _constraint_values(self, ci: int, request: str, sub: str | None, device: PoolDevice) -> list[tuple[int, Any]] | str:
@@ -560,6 +599,9 @@ def allocation_result(claim: ClaimSpec, choices: Sequence[Choice], classes: Mapp
             entry["adminAccess"] = True
         if choice.alternative.tolerations:
             entry["tolerations"] = [t.wire() for t in choice.alternative.tolerations]
+        if choice.consumed is not None:
+            entry["shareID"] = share_id(claim.label, choice.request, choice.device.id, len(results))
+            entry["consumedCapacity"] = {name.split("/", 1)[1] if name.startswith(f"{choice.device.id.driver}/") else name: format_amount(amount) for name, amount in choice.consumed.items()}
         results.append(entry)
     config: list[dict[str, Any]] = []
     class_entries: dict[str, list[dict[str, Any]]] = {}

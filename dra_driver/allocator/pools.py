@@ -9,6 +9,7 @@ devices in the same order.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from functools import lru_cache
@@ -30,9 +31,7 @@ def qualify(key: str, driver: str) -> str:
     return key if "/" in key else f"{driver}/{key}"
 
 
-def _attribute(value: Mapping[str, Any]) -> tuple[str, Any]:
-    """{"int": 4} -> ("int", 4); validation guarantees exactly one member."""
-    return next(iter(value.items()), ("unknown", None))
+_UNKNOWN = ("unknown", None)  # an attribute with no value member
 
 
 def _target(obj: Mapping[str, Any]) -> NodeTarget:
@@ -48,21 +47,38 @@ def _consumption(set_name: str, counters: tuple[tuple[str, str], ...]) -> tuple[
     return set_name, tuple(sorted((name, _quantity(value)) for name, value in counters))
 
 
-def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per_device: bool, names: dict[str, str]) -> PoolDevice:
-    """`names` maps each attribute/capacity key as published to its qualified name for `driver`
-    (shared by all devices of the driver: the same few keys repeat on every device)."""
-    attributes: dict[str, tuple[str, Any]] = {}
-    for key, value in (raw.get("attributes") or {}).items():
-        qualified = names.get(key)
-        if qualified is None:
-            qualified = names[key] = qualify(key, driver)
-        attributes[qualified] = _attribute(value)
+class QualifiedNames(dict[str, str]):
+    """Published attribute/capacity key -> qualified name for one driver, filled on first use
+    (the same few keys repeat on every device of a driver)."""
+
+    def __init__(self, driver: str) -> None:
+        super().__init__()
+        self.driver = driver
+
+    def __missing__(self, key: str) -> str:
+        value = self[key] = qualify(key, self.driver)
+        return value
+
+
+_FIRST = operator.itemgetter(0)
+
+
+def _attributes(raw: Mapping[str, Any], names: QualifiedNames) -> dict[str, tuple[str, Any]]:
+    """{"int": 4} -> ("int", 4) for every attribute, keyed by qualified name.
+
+    Built with map() over C functions: this runs for every attribute of every device of the
+    fleet. An attribute that is not a one-member dict (never after validation) takes the slow path."""
+    try:
+        return dict(zip(map(names.__getitem__, raw), map(_FIRST, map(tuple, map(dict.items, raw.values())))))
+    except (TypeError, IndexError):
+        return {names[key]: next(iter(value.items()), _UNKNOWN) if isinstance(value, Mapping) else _UNKNOWN for key, value in raw.items()}
+
+
+def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per_device: bool, names: QualifiedNames) -> PoolDevice:
+    attributes = _attributes(raw.get("attributes") or {}, names)
     capacity: dict[str, str] = {}
     for key, value in (raw.get("capacity") or {}).items():
-        qualified = names.get(key)
-        if qualified is None:
-            qualified = names[key] = qualify(key, driver)
-        capacity[qualified] = str((value or {}).get("value"))
+        capacity[names[key]] = str((value or {}).get("value"))
     consumes = tuple(
         _consumption(str(entry.get("counterSet")), tuple((name, str((counter or {}).get("value", "0"))) for name, counter in (entry.get("counters") or {}).items()))
         for entry in raw.get("consumesCounters") or ()
@@ -103,7 +119,7 @@ def build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
 
 
 def _build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
-    names_by_driver: dict[str, dict[str, str]] = {}
+    names_by_driver: dict[str, QualifiedNames] = {}
     grouped: dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]] = {}
     for index, obj in enumerate(slices):
         spec = obj.get("spec") or {}
@@ -121,7 +137,7 @@ def _build_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
             stale_slices=len(members) - len(current),
         )
         seen: dict[str, str] = {}
-        names = names_by_driver.setdefault(driver, {})
+        names = names_by_driver.get(driver) or names_by_driver.setdefault(driver, QualifiedNames(driver))
         for slice_name, spec in current:
             pool.slices.append(slice_name)
             per_device = bool(spec.get("perDeviceNodeSelection"))

@@ -112,6 +112,7 @@ def parse_want(values: dict[str, str], where: str, problems: Problems) -> Device
     if "count" in values:
         want = replace(want, count=_count(values["count"], f"{where} count", problems))
     vendor = values.get("vendor", "any").lower()
+    vendor = "gaudi" if vendor == "intel" else vendor  # the vendor attribute says intel; people say gaudi
     if vendor not in VENDORS:
         problems.add(f"{where} vendor", f"unknown vendor {vendor!r}; choose one of {', '.join(VENDORS)}")
     else:

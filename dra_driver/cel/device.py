@@ -9,7 +9,7 @@ identifier inside a domain is a runtime error (a plain map lookup failure).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -34,6 +34,9 @@ class CelDevice:
     driver: str
     name: str
     value: celtypes.MapType  # the `device` variable
+    # The same values by plain-str path ("driver"; ("attributes"|"capacity", domain, id)), for
+    # compiled selectors' direct reads: plain str keys hash and compare in C.
+    paths: Mapping[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def attribute(self, domain: str, name: str) -> Any:
         """The CEL value of one attribute, or None when absent (for grouping and explanations)."""
@@ -104,9 +107,16 @@ def cel_device(driver: str, device: Mapping[str, Any]) -> CelDevice:
             celtypes.StringType("driver"): celtypes.StringType(driver),
             celtypes.StringType("attributes"): _domain_map(attributes),
             celtypes.StringType("capacity"): _domain_map(capacity),
+            # Declared in the scheduler's environment whatever the gate; unset reads as false.
+            celtypes.StringType("allowMultipleAllocations"): celtypes.BoolType(device.get("allowMultipleAllocations") is True),
         }
     )
-    return CelDevice(driver=driver, name=name, value=value)
+    paths: dict[Any, Any] = {"driver": value["driver"], "allowMultipleAllocations": value["allowMultipleAllocations"]}
+    for kind, by_domain in (("attributes", attributes), ("capacity", capacity)):
+        for domain, values in by_domain.items():
+            for ident, item in values.items():
+                paths[(kind, domain, ident)] = item
+    return CelDevice(driver=driver, name=name, value=value, paths=paths)
 
 
 @lru_cache(maxsize=4096)

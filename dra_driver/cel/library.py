@@ -10,16 +10,17 @@ for a bad value; the evaluator turns both into CEL errors.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import re2
 from celpy import celtypes
 from celpy.evaluation import base_functions
 
-from dra_driver.cel.types import INT64_MAX, INT64_MIN, Quantity, Semver
+from dra_driver.cel.types import INT64_MAX, INT64_MIN, Quantity, Semver, cel_type_name
 
 CelFunction = Callable[..., Any]
 ReceiverT = TypeVar("ReceiverT")
@@ -30,7 +31,15 @@ ReceiverT = TypeVar("ReceiverT")
 
 def _require(value: Any, kinds: type | tuple[type, ...], what: str) -> None:
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _as_tuple(kinds)):
-        raise TypeError(f"{what}: unexpected argument type {type(value).__name__}")
+        raise TypeError(f"{what}: unexpected argument type {cel_type_name(value)}")
+
+
+_TRUE, _FALSE = celtypes.BoolType(True), celtypes.BoolType(False)
+
+
+def cel_bool(value: Any) -> celtypes.BoolType:
+    """A CEL bool; the two values are shared because building a BoolType is slow."""
+    return _TRUE if value else _FALSE
 
 
 def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -57,7 +66,7 @@ def _plain(value: Any) -> int | float:
 
 def _receiver(value: Any, kind: type[ReceiverT], what: str) -> ReceiverT:
     if not isinstance(value, kind):
-        raise TypeError(f"{what}: receiver must be a {kind.__name__}, got {type(value).__name__}")
+        raise TypeError(f"{what}: receiver must be a {kind.__name__}, got {cel_type_name(value)}")
     return value
 
 
@@ -66,8 +75,8 @@ def _parses(parse: Callable[[str], Any], text: str) -> celtypes.BoolType:
     try:
         parse(text)
     except ValueError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+        return cel_bool(False)
+    return cel_bool(True)
 
 
 _MISSING = object()
@@ -124,20 +133,20 @@ def map_has(mapping: dict[Any, Any], key: Any) -> bool:
 
 
 def _equals(left: Any, right: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(cel_equal(left, right))
+    return cel_bool(cel_equal(left, right))
 
 
 def _not_equals(left: Any, right: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(not cel_equal(left, right))
+    return cel_bool(not cel_equal(left, right))
 
 
 def _contains(item: Any, container: Any) -> celtypes.BoolType:
     """`item in list` (CEL equality on elements) and `key in map` (CEL key equality)."""
     if isinstance(container, list):
-        return celtypes.BoolType(any(cel_equal(item, element) for element in container))
+        return cel_bool(any(cel_equal(item, element) for element in container))
     if isinstance(container, dict):
-        return celtypes.BoolType(map_has(container, item))
-    raise TypeError(f"no such overload: in on {type(container).__name__}")
+        return cel_bool(map_has(container, item))
+    raise TypeError(f"no such overload: in on {cel_type_name(container)}")
 
 
 # ---------------------------------------------------------------- quantity library (1.28)
@@ -171,13 +180,13 @@ def sign(value: Any) -> celtypes.IntType:
 def is_integer(value: Any) -> celtypes.BoolType:
     q = _quantity(value, "isInteger")
     exact = q.value == q.value.to_integral_value()
-    return celtypes.BoolType(bool(exact and INT64_MIN <= q.value <= INT64_MAX))
+    return cel_bool(bool(exact and INT64_MIN <= q.value <= INT64_MAX))
 
 
 def as_integer(value: Any) -> celtypes.IntType:
     q = _quantity(value, "asInteger")
     if not is_integer(q):
-        raise ValueError(f"cannot convert quantity {q.text!r} to an int64 integer")
+        raise ValueError("cannot convert value to integer")  # Go's wording; the tests match it
     return celtypes.IntType(int(q.value))
 
 
@@ -190,7 +199,7 @@ def _quantity_operand(value: Any, what: str) -> Decimal:
         return value.value
     if _is_int(value):
         return Decimal(int(value))
-    raise TypeError(f"{what}: argument must be a Quantity or an int, got {type(value).__name__}")
+    raise TypeError(f"{what}: argument must be a Quantity or an int, got {cel_type_name(value)}")
 
 
 def _quantity_from(value: Decimal) -> Quantity:
@@ -244,19 +253,22 @@ def _compare(receiver: Any, other: Any, what: str) -> int:
         return receiver.compare(other)
     if isinstance(receiver, Semver) and isinstance(other, Semver):
         return receiver.compare(other)
-    raise TypeError(f"{what}: needs two Quantities or two Semvers, got {type(receiver).__name__}, {type(other).__name__}")
+    raise TypeError(f"{what}: needs two Quantities or two Semvers, got {cel_type_name(receiver)}, {cel_type_name(other)}")
+
+
+_SIGNS = {-1: celtypes.IntType(-1), 0: celtypes.IntType(0), 1: celtypes.IntType(1)}  # IntType() is slow to build
 
 
 def compare_to(receiver: Any, other: Any) -> celtypes.IntType:
-    return celtypes.IntType(_compare(receiver, other, "compareTo"))
+    return _SIGNS[_compare(receiver, other, "compareTo")]
 
 
 def is_greater_than(receiver: Any, other: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(_compare(receiver, other, "isGreaterThan") > 0)
+    return cel_bool(_compare(receiver, other, "isGreaterThan") > 0)
 
 
 def is_less_than(receiver: Any, other: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(_compare(receiver, other, "isLessThan") < 0)
+    return cel_bool(_compare(receiver, other, "isLessThan") < 0)
 
 
 # ---------------------------------------------------------------- ext.Strings (v2)
@@ -269,7 +281,7 @@ def _string(value: Any, what: str) -> str:
 
 def _int_arg(value: Any, what: str) -> int:
     if not _is_int(value):
-        raise TypeError(f"{what}: expected an int argument, got {type(value).__name__}")
+        raise TypeError(f"{what}: expected an int argument, got {cel_type_name(value)}")
     return int(value)
 
 
@@ -306,7 +318,7 @@ def _index_of(receiver: Any, value: Any, start: Any, last: bool, what: str) -> c
         return _string_index_of(str(receiver), value, start, last)
     if isinstance(receiver, list) and start is None:
         return _list_index_of(receiver, value, last)
-    raise TypeError(f"{what}: unsupported receiver {type(receiver).__name__}")
+    raise TypeError(f"{what}: unsupported receiver {cel_type_name(receiver)}")
 
 
 def index_of(receiver: Any, value: Any, start: Any = None) -> celtypes.IntType:
@@ -376,7 +388,7 @@ def join(receiver: Any, separator: Any = "") -> celtypes.StringType:
     sep = _string(separator, "join")
     for item in receiver:
         if not isinstance(item, str):
-            raise TypeError(f"join: list elements must be strings, got {type(item).__name__}")
+            raise TypeError(f"join: list elements must be strings, got {cel_type_name(item)}")
     return celtypes.StringType(sep.join(receiver))
 
 
@@ -432,11 +444,11 @@ def _format_one(verb: str, value: Any, precision: int | None) -> str:
         return _to_display(value)
     if verb == "d":
         if not _is_int(value):
-            raise TypeError(f"format: %d needs an integer, got {type(value).__name__}")
+            raise TypeError(f"format: %d needs an integer, got {cel_type_name(value)}")
         return str(int(value))
     if verb in "fe":
         if not _is_number(value):
-            raise TypeError(f"format: %{verb} needs a number, got {type(value).__name__}")
+            raise TypeError(f"format: %{verb} needs a number, got {cel_type_name(value)}")
         return f"{float(value):.{6 if precision is None else precision}{verb}}"
     if verb in "xXob":
         if isinstance(value, bool):
@@ -447,7 +459,7 @@ def _format_one(verb: str, value: Any, precision: int | None) -> str:
         if verb in "xX" and isinstance(value, (str, bytes)):
             raw = value.encode() if isinstance(value, str) else bytes(value)
             return raw.hex().upper() if verb == "X" else raw.hex()
-        raise TypeError(f"format: %{verb} cannot format {type(value).__name__}")
+        raise TypeError(f"format: %{verb} cannot format {cel_type_name(value)}")
     raise ValueError(f"format: unrecognized formatting clause %{verb}")
 
 
@@ -467,7 +479,7 @@ def _to_display(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_to_display(k)}: {_to_display(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (Quantity, Semver)):
-        raise TypeError(f"format: %s cannot format {type(value).__name__}")
+        raise TypeError(f"format: %s cannot format {cel_type_name(value)}")
     return str(value)
 
 
@@ -475,8 +487,13 @@ def _to_display(value: Any) -> str:
 
 
 def find(receiver: Any, pattern: Any) -> celtypes.StringType:
-    text, regex = _string(receiver, "find"), _compile_regex(pattern)
-    match = regex.search(text)
+    return _find(_string(receiver, "find"), _string(pattern, "find"))
+
+
+@lru_cache(maxsize=4096)
+def _find(text: str, pattern: str) -> celtypes.StringType:
+    """Pure, and selectors repeat it per device and per loop step: cached."""
+    match = _compile_regex(pattern).search(text)
     return celtypes.StringType(match.group(0) if match else "")
 
 
@@ -494,7 +511,7 @@ def find_all(receiver: Any, pattern: Any, limit: Any = None) -> celtypes.ListTyp
 def matches(receiver: Any, pattern: Any) -> celtypes.BoolType:
     """`s.matches(re)` / `matches(s, re)`: RE2 search anywhere in the string, as cel-go."""
     text, regex = _string(receiver, "matches"), _compile_regex(pattern)
-    return celtypes.BoolType(regex.search(text) is not None)
+    return cel_bool(regex.search(text) is not None)
 
 
 def _compile_regex(pattern: Any) -> Any:
@@ -546,7 +563,7 @@ def _ordered(items: list[Any], what: str) -> None:
 def is_sorted(receiver: Any) -> celtypes.BoolType:
     items = _list(receiver, "isSorted")
     _ordered(items, "isSorted")
-    return celtypes.BoolType(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
+    return cel_bool(all(items[i] <= items[i + 1] for i in range(len(items) - 1)))
 
 
 def sum_list(receiver: Any) -> Any:
@@ -586,17 +603,17 @@ def _contains_all(haystack: list[Any], needles: list[Any]) -> bool:
 
 
 def sets_contains(left: Any, right: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(_contains_all(_list(left, "sets.contains"), _list(right, "sets.contains")))
+    return cel_bool(_contains_all(_list(left, "sets.contains"), _list(right, "sets.contains")))
 
 
 def sets_equivalent(left: Any, right: Any) -> celtypes.BoolType:
     a, b = _list(left, "sets.equivalent"), _list(right, "sets.equivalent")
-    return celtypes.BoolType(_contains_all(a, b) and _contains_all(b, a))
+    return cel_bool(_contains_all(a, b) and _contains_all(b, a))
 
 
 def sets_intersects(left: Any, right: Any) -> celtypes.BoolType:
     a, b = _list(left, "sets.intersects"), _list(right, "sets.intersects")
-    return celtypes.BoolType(any(cel_equal(x, y) for x in a for y in b))
+    return cel_bool(any(cel_equal(x, y) for x in a for y in b))
 
 
 # ---------------------------------------------------------------- operators (cross-type numeric ordering)
@@ -617,15 +634,17 @@ def _ordering(op: Callable[[Any, Any], bool], name: str) -> CelFunction:
     mix (bool with int, Quantity, lists) is "no such overload", as in cel-go."""
 
     def compare(left: Any, right: Any) -> celtypes.BoolType:
+        if type(left) is celtypes.IntType and type(right) is celtypes.IntType:  # the common case, fast
+            return cel_bool(op(int(left), int(right)))
         if _is_number(left) and _is_number(right):
             # Plain Python int/float compare exactly across types; celtypes refuse mixing.
-            return celtypes.BoolType(op(_plain(left), _plain(right)))
+            return cel_bool(op(_plain(left), _plain(right)))
         kind = _order_kind(left)
         if kind is None or kind is not _order_kind(right):
             if isinstance(left, (Quantity, Semver)) or isinstance(right, (Quantity, Semver)):
                 raise TypeError(f"no such overload: {name} is not defined for Quantity/Semver (use compareTo)")
             raise TypeError(f"no such overload: {name}")
-        return celtypes.BoolType(op(left, right))
+        return cel_bool(op(left, right))
 
     compare.__name__ = f"ordering_{name.strip('_')}"
     return compare
@@ -676,7 +695,20 @@ _STANDARD_METHODS = (
     "getHours", "getMilliseconds", "getMinutes", "getSeconds",
 )  # fmt: skip
 
+_DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def to_int(value: Any) -> celtypes.IntType:
+    """int(x); strings of decimal digits take a fast path (celpy's IntType() is slow to construct)."""
+    if isinstance(value, str) and _DECIMAL_INT.fullmatch(value):
+        parsed = int(str.__str__(value))
+        if INT64_MIN <= parsed <= INT64_MAX:
+            return int.__new__(celtypes.IntType, parsed)
+    return base_functions["int"](value)
+
+
 GLOBALS: dict[str, CelFunction] = {name: base_functions[name] for name in _STANDARD_GLOBALS}
+GLOBALS["int"] = to_int
 GLOBALS.update(
     {
         "matches": matches,

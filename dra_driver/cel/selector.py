@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -25,14 +25,15 @@ import celpy.celparser
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError, CELParser
-from celpy.evaluation import Activation, CELEvalError
+from celpy.evaluation import CELEvalError
 
 from dra_driver.cel import analysis
 from dra_driver.cel.analysis import ReferencedKey
 from dra_driver.cel.device import CelDevice
+from dra_driver.cel.environment import SCHEDULER, CelEnvironment
 from dra_driver.cel.errors import CelCompileError, CelNotSupported, CelRuntimeError
-from dra_driver.cel.evaluator import BudgetEvaluator
-from dra_driver.cel.library import OPERATORS
+from dra_driver.cel.cost import estimate
+from dra_driver.cel.closures import Fn, Frame, compile_tree, kind_name
 from dra_driver.cel.literals import literal_values
 
 MAX_EXPRESSION_BYTES = 10240  # CELSelectorExpressionMaxLength
@@ -86,13 +87,6 @@ def _parse(expression: str) -> lark.Tree:
         return _parser.parse(expression)
 
 
-def _functions_activation() -> Activation:
-    return Activation(functions=dict(OPERATORS))
-
-
-_ACTIVATION = _functions_activation()
-
-
 @dataclass(frozen=True)
 class CompiledSelector:
     """A checked, parsed selector. `referenced_keys` is None when not statically known."""
@@ -102,26 +96,34 @@ class CompiledSelector:
     referenced_keys: frozenset[ReferencedKey] | None = field(compare=False)
     budget: int = field(default=DEFAULT_COST_BUDGET, compare=False)
     literals: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+    max_cost: int | None = field(default=None, compare=False)  # cel-go's worst-case estimate (cost.py)
+    program: Fn | None = field(default=None, repr=False, compare=False)  # closures.py
 
     def evaluate(self, device: CelDevice) -> bool:
         """True/False, or CelRuntimeError (runtime error, non-bool result, budget exceeded)."""
-        value = self.evaluate_value(device.value)
+        value = self.evaluate_value(device.value, device.paths)
         if not isinstance(value, celtypes.BoolType):
-            raise CelRuntimeError(self.expression, f"expression returned {type(value).__name__}, a selector must return bool")
+            raise CelRuntimeError(self.expression, f"expression returned {kind_name(value)}, a selector must return bool")
         return bool(value)
 
-    def evaluate_value(self, device_value: Any) -> Any:
-        """Evaluate with `device` bound to `device_value`; returns any CEL value."""
-        evaluator = BudgetEvaluator(
-            self.tree, _ACTIVATION, {"device": device_value}, self.budget, self.expression, self.literals
-        )
+    def evaluate_value(self, device_value: Any, paths: Mapping[Any, Any] | None = None) -> Any:
+        """Evaluate with `device` bound to `device_value`; returns any CEL value.
+
+        `paths` (CelDevice.paths) lets compiled device reads skip the CEL maps."""
+        program = self.program or compile_tree(self.tree, self.literals)
         try:
-            value = evaluator.run()
+            value = program(Frame({"device": device_value}, self.budget, self.expression, paths))
         except RecursionError as exc:
             raise CelRuntimeError(self.expression, "expression nested too deeply to evaluate") from exc
         if isinstance(value, CELEvalError):
             raise CelRuntimeError(self.expression, _error_text(value))
         return value
+
+    def cost_problem(self) -> str | None:
+        """The API server's refusal of a new selector whose estimated cost is over the limit, else None."""
+        if self.max_cost is None or self.max_cost <= DEFAULT_COST_BUDGET:
+            return None
+        return f"too complex, exceeds cost limit (estimated cost {self.max_cost:,} exceeds budget {DEFAULT_COST_BUDGET:,})"
 
     def group_key(self, device: CelDevice) -> Hashable | None:
         """Devices with equal group keys get the same result (or the same error) from evaluate.
@@ -152,11 +154,11 @@ def _sort_key(key: ReferencedKey) -> tuple[str, str, str]:
 def _error_text(error: CELEvalError) -> str:
     message = str(error.args[0]) if error.args else "evaluation error"
     if len(error.args) > 2 and error.args[2] and message in ("no such key",):
-        message = f"{message}: {error.args[2][0]!r}"
+        message = f"{message}: {str.__str__(error.args[2][0]) if isinstance(error.args[2][0], str) else error.args[2][0]}"
     return message
 
 
-def compile_selector(expression: str, budget: int = DEFAULT_COST_BUDGET) -> CompiledSelector:
+def compile_selector(expression: str, budget: int = DEFAULT_COST_BUDGET, environment: CelEnvironment = SCHEDULER) -> CompiledSelector:
     """Parse and check one selector (cached by source text).
 
     Raises CelCompileError (syntax, > 10240 bytes, undeclared names) or its subclass
@@ -164,11 +166,11 @@ def compile_selector(expression: str, budget: int = DEFAULT_COST_BUDGET) -> Comp
     """
     if not isinstance(expression, str):
         raise CelCompileError(str(expression), f"expression must be a string, got {type(expression).__name__}")
-    return _compile(expression, budget)
+    return _compile(expression, budget, environment)
 
 
 @lru_cache(maxsize=4096)
-def _compile(expression: str, budget: int) -> CompiledSelector:
+def _compile(expression: str, budget: int, environment: CelEnvironment) -> CompiledSelector:
     size = len(expression.encode())
     if size > MAX_EXPRESSION_BYTES:
         raise CelCompileError(expression, f"expression is {size} bytes, the limit is {MAX_EXPRESSION_BYTES}")
@@ -179,12 +181,12 @@ def _compile(expression: str, budget: int) -> CompiledSelector:
     except CELParseError as exc:
         if ".?" in expression or "[?" in expression:
             raise CelNotSupported(expression, "optional field/index syntax (.? and [?]) is not supported") from exc
-        raise CelCompileError(expression, f"syntax error: {_first_line(exc)}") from exc
+        raise CelCompileError(expression, f"Syntax error: {_first_line(exc)}") from exc
     if analysis.raw_depth(tree) > 12 * analysis.MAX_DEPTH:
         raise CelCompileError(expression, f"expression nesting is deeper than {analysis.MAX_DEPTH} levels")
     tree = analysis.collapse(tree)
     try:
-        analysis.check(tree)
+        analysis.check(tree, environment.device_fields)
     except analysis.AnalysisError as exc:
         error = CelCompileError if exc.supported else CelNotSupported
         raise error(expression, str(exc)) from exc
@@ -192,7 +194,8 @@ def _compile(expression: str, budget: int) -> CompiledSelector:
     for value in literals.values():
         if isinstance(value, CELEvalError):
             raise CelCompileError(expression, f"invalid literal: {value.args[0] if value.args else value}")
-    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals)
+    program = compile_tree(tree, literals)
+    return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals, estimate(tree), program)
 
 
 def _first_line(exc: Exception) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Union, cast
 
 import lark
 
-from dra_driver.cel.evaluator import ident_name, namespace_of
+from dra_driver.cel.nodes import ident_name, namespace_of
 from dra_driver.cel.library import NAMESPACES, regex_error
 from dra_driver.cel.literals import constant_string
 
@@ -26,7 +26,7 @@ DYN = "dyn"
 NUMBERS = frozenset({"int", "uint", "double"})
 _ORDERED = frozenset({"bool", "string", "bytes", "timestamp", "duration"}) | NUMBERS
 _DOMAINS: CelType = ("map", "string", ("map", "string", DYN))
-_DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _DOMAINS, "capacity": _DOMAINS}
+_DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _DOMAINS, "capacity": _DOMAINS, "allowMultipleAllocations": "bool"}
 _LITERALS = {
     "INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
     "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null",
@@ -67,7 +67,7 @@ def check_types(tree: lark.Tree) -> None:
     """Raise TypeCheckError when the expression does not type-check or is statically non-bool."""
     result = _Checker().infer(tree, {})
     if result not in (DYN, "bool"):
-        raise TypeCheckError(f"expression has type {_name(result)}, a selector must evaluate to bool")
+        raise TypeCheckError(f"must evaluate to bool or the unknown type, not {_name(result)}")
 
 
 def _name(kind: CelType) -> str:
@@ -120,7 +120,7 @@ class _Checker:
         if len(parts) == 1:
             return self.infer(parts[0], scope)
         condition, left, right = (self.infer(p, scope) for p in parts)
-        self._require_bool(condition, "?:")
+        self._require_bool(condition, "_?_:_")
         return _join(left, right) if compatible(left, right) else DYN
 
     def _conditionalor(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
@@ -134,13 +134,14 @@ class _Checker:
         if len(parts) == 1:
             return self.infer(parts[0], scope)
         for part in parts:
-            self._require_bool(self.infer(part, scope), symbol)
+            self._require_bool(self.infer(part, scope), f"_{symbol}_")
         return "bool"
 
     @staticmethod
-    def _require_bool(kind: CelType, symbol: str) -> None:
+    def _require_bool(kind: CelType, function: str) -> None:
+        """`function` is cel-go's name for the operator: _&&_, _||_, !_, _?_:_."""
         if kind not in (DYN, "bool"):
-            raise TypeCheckError(f"no matching overload for '{symbol}' applied to {_name(kind)} (an operand must be bool)")
+            raise TypeCheckError(f"found no matching overload for '{function}' applied to '({_name(kind)})' (an operand must be bool)")
 
     def _relation(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
         return self._binary(node, scope)
@@ -164,7 +165,8 @@ class _Checker:
                   "multiplication_mul": "*", "multiplication_div": "/", "multiplication_mod": "%"}[op]  # fmt: skip
         result = _operator_result(symbol, left, right)
         if result is None:
-            raise TypeCheckError(f"no matching overload for '{symbol}' applied to ({_name(left)}, {_name(right)})")
+            function = "@in" if symbol == "in" else f"_{symbol}_"  # cel-go's operator function names
+            raise TypeCheckError(f"found no matching overload for '{function}' applied to '({_name(left)}, {_name(right)})'")
         return result
 
     def _unary(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
@@ -174,10 +176,10 @@ class _Checker:
         op_tree, operand_tree = parts
         operand = self.infer(operand_tree, scope)
         if op_tree.data == "unary_not":
-            self._require_bool(operand, "!")
+            self._require_bool(operand, "!_")
             return "bool"
         if operand not in (DYN, "int", "double", "duration"):
-            raise TypeCheckError(f"no matching overload for '-' applied to {_name(operand)}")
+            raise TypeCheckError(f"found no matching overload for '-_' applied to '({_name(operand)})'")
         return operand
 
     # ------------------------------------------------------------ member access
@@ -201,18 +203,18 @@ class _Checker:
         target = self.infer(target_tree, scope)
         index = self.infer(index_tree, scope)
         if target == "device":
-            raise TypeCheckError("no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity")
+            raise TypeCheckError("found no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity")
         if isinstance(target, tuple) and target[0] == "list":
             if index not in (DYN, "int"):
-                raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+                raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
             return cast(CelType, target[1])
         if isinstance(target, tuple) and target[0] == "map":
             if not compatible(target[1], index):
-                raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+                raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
             return cast(CelType, target[2])
         if target in (DYN, "null"):
             return DYN
-        raise TypeCheckError(f"no matching overload for '_[_]' applied to ({_name(target)}, {_name(index)})")
+        raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
 
     # ------------------------------------------------------------ primaries
 
@@ -263,7 +265,7 @@ class _Checker:
         if name == "dyn":
             return DYN
         if name in _STRING_PARSERS and kinds and kinds[0] not in (DYN, "string"):
-            raise TypeCheckError(f"no matching overload for '{name}' applied to ({_name(kinds[0])})")
+            raise TypeCheckError(f"found no matching overload for '{name}' applied to '({_name(kinds[0])})'")
         if name == "matches" and len(args) == 2:
             _check_regex(args[1])
         return _GLOBAL_RESULTS.get(name, DYN)
@@ -283,16 +285,36 @@ class _Checker:
         receiver = self.infer(target_tree, scope)
         if name in _MACROS:
             return self._macro(name, receiver, args, scope)
+        if name == "format" and len(args) == 1 and _list_literal(args[0]) is not None:
+            self._check_format(target_tree, cast(lark.Tree, _list_literal(args[0])), scope)
+            return "string"
         kinds = [self.infer(a, scope) for a in args]
         if name in _STRING_METHODS and receiver not in (DYN, "string"):
-            raise TypeCheckError(f"no matching overload for '{name}' on a {_name(receiver)} receiver")
+            raise TypeCheckError(f"found no matching overload for '{name}' on a {_name(receiver)} receiver")
         if name in _STRING_ARGUMENTS and any(k not in (DYN, "string") for k in kinds[:1]):
-            raise TypeCheckError(f"no matching overload for '{name}' applied to (string, {_name(kinds[0])})")
+            raise TypeCheckError(f"found no matching overload for '{name}' applied to '(string, {_name(kinds[0])})'")
         if name in ("matches", "find", "findAll") and args:
             _check_regex(args[0])
         if name in ("sum", "min", "max"):
             return cast(CelType, receiver[1]) if isinstance(receiver, tuple) and receiver[0] == "list" else DYN
         return _METHOD_RESULTS.get(name, DYN)
+
+    def _check_format(self, template_tree: lark.Tree, arguments: lark.Tree, scope: dict[str, CelType]) -> None:
+        """`"%s-%d".format([...])`: the argument list is exempt from homogeneity (cel-go types it
+        list(dyn)); with a constant template, each clause must accept its argument's known type."""
+        kinds = [self.infer(a, scope) for a in _args(arguments, 0)]
+        template = constant_string(template_tree)
+        if template is None:
+            return
+        verbs = format_verbs(template)
+        if isinstance(verbs, str):
+            raise TypeCheckError(f"format: {verbs}")
+        if len(verbs) > len(kinds):
+            raise TypeCheckError(f"format: index {len(kinds)} out of range (the template has {len(verbs)} clauses, the list {len(kinds)} arguments)")
+        for position, (verb, kind) in enumerate(zip(verbs, kinds)):
+            allowed = _FORMAT_ACCEPTS.get(verb)
+            if allowed is not None and kind != DYN and _name(kind).split("(")[0] not in allowed:
+                raise TypeCheckError(f"format: %{verb} clause can only be used on {', '.join(sorted(allowed))}, was given {_name(kind)} (argument {position})")
 
     def _macro(self, name: str, receiver: CelType, args: list[lark.Tree], scope: dict[str, CelType]) -> CelType:
         two_vars = name == "transformList" or (name in ("all", "exists", "existsOne") and len(args) == 3)
@@ -346,6 +368,49 @@ def _arithmetic_result(symbol: str, left: CelType, right: CelType) -> CelType | 
     if symbol in ("*", "/"):
         return left if left == right and left in NUMBERS else None
     return left if left == right and left in ("int", "uint") else None  # %
+
+
+# What each format() clause accepts (cel-go strings extension); %s takes anything.
+_FORMAT_ACCEPTS: dict[str, frozenset[str]] = {
+    "d": frozenset({"int", "uint"}),
+    "f": frozenset({"int", "uint", "double", "string"}),  # strings only as "NaN"/"Infinity"
+    "e": frozenset({"int", "uint", "double", "string"}),
+    "x": frozenset({"int", "uint", "string", "bytes"}),
+    "X": frozenset({"int", "uint", "string", "bytes"}),
+    "o": frozenset({"int", "uint"}),
+    "b": frozenset({"int", "uint", "bool"}),
+}
+
+
+def format_verbs(template: str) -> list[str] | str:
+    """The clauses of a format() template in order (without %%), or why the template is invalid."""
+    verbs: list[str] = []
+    i = 0
+    while i < len(template):
+        if template[i] != "%":
+            i += 1
+            continue
+        j = i + 1
+        if j < len(template) and template[j] == ".":
+            j += 1
+            while j < len(template) and template[j].isdigit():
+                j += 1
+        if j >= len(template):
+            return "unterminated formatting clause"
+        verb = template[j]
+        if verb != "%":
+            if verb != "s" and verb not in _FORMAT_ACCEPTS:
+                return f"unrecognized formatting clause %{verb}"
+            verbs.append(verb)
+        i = j + 1
+    return verbs
+
+
+def _list_literal(tree: lark.Tree) -> lark.Tree | None:
+    node = tree
+    while node.data != "list_lit" and len(node.children) == 1 and isinstance(node.children[0], lark.Tree):
+        node = node.children[0]
+    return node if node.data == "list_lit" else None
 
 
 def _check_regex(pattern_tree: lark.Tree) -> None:

@@ -15,7 +15,8 @@ from dra_driver.allocator.report import to_json, to_text
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
 from dra_driver.errors import DraError
-from dra_driver.explain import ExplainRequest, explain
+from dra_driver.explain import ExplainRequest, explain, parse_gates
+from dra_driver.explain.gates import GATES
 
 EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVALID
 
@@ -30,13 +31,14 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, or a Pod with its templates (and optional DeviceClasses)")
     add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
+    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="Kubernetes feature gates that change the answer (1.35 defaults otherwise): " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")
     parser.set_defaults(func=run)
 
 
 def request_from_args(args: argparse.Namespace) -> ExplainRequest:
-    return ExplainRequest(file=args.file, source=fleet_source(args), class_paths=tuple(args.classes))
+    return ExplainRequest(file=args.file, source=fleet_source(args), class_paths=tuple(args.classes), gates=parse_gates(args.feature_gates))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,13 +50,17 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         out = to_json(explanation, summary)
         out["notes"] = notes
+        out["warnings"] = result.warnings
         print(json.dumps(out, indent=2))
     else:
         line = f"Fleet: {', '.join(summary['sources'])}: {summary['devices']} devices in {summary['pools']} pools on {summary['nodes']} nodes"
         if summary["allocatedElsewhere"]:
             line += f"; {summary['allocatedElsewhere']} devices allocated to other claims"
+        line += f"\nCEL: selectors validated as {summary['celEnvironments']['validation']}, matched as {summary['celEnvironments']['matching']}"
         text = to_text(explanation, line, verbose=args.explain_all)
         if notes:
             text = "\n".join(f"Note: {n}" for n in notes) + "\n" + text
+        if result.warnings:
+            text += "".join(f"Warning: {w}\n" for w in result.warnings)
         sys.stdout.write(text)
     return EXIT_ALLOCATABLE if explanation.allocatable else EXIT_NOT_ALLOCATABLE

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
+from dra_driver.explain.gates import FeatureGates, parse_gates
 from dra_driver.explain.run import ExplainRequest, ExplainResult, explain, explain_subject
 from dra_driver.explain.subject import ClaimInput, Subject, read_subject, validated_claims
 
@@ -18,6 +19,7 @@ __all__ = [
     "ClaimInput",
     "ExplainRequest",
     "ExplainResult",
+    "FeatureGates",
     "FleetSource",
     "InputError",
     "Subject",
@@ -26,6 +28,7 @@ __all__ = [
     "fleet_nodes",
     "load_fleet",
     "merge_classes",
+    "parse_gates",
     "read_subject",
     "shipped_class_documents",
     "validated_claims",

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver import fleet as fleets
-from dra_driver.allocator import Allocator, CelMatcher, Explanation, build_pools
+from dra_driver.allocator import Allocator, CelMatcher, Explanation, Node, NodeOutcome, build_pools
+from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
+from dra_driver.allocator.pools import node_selector_matches
 from dra_driver.errors import FieldError
+from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
+from dra_driver.explain.extended_resources import class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
+from dra_driver.explain.gates import FeatureGates
+from dra_driver.explain.search_size import timeout_warnings
 from dra_driver.explain.subject import Subject, read_subject, validated_claims
+from dra_driver.explain.taint_rules import apply_rules, parse_rules
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,7 @@ class ExplainRequest:
     file: str
     source: FleetSource
     class_paths: Sequence[str] = ()
+    gates: FeatureGates = FeatureGates()
 
 
 @dataclass
@@ -29,6 +37,24 @@ class ExplainResult:
     explanation: Explanation
     summary: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the scheduler will likely time out (search_size.py)
+
+
+def split_by_reused_claims(nodes: Sequence[Node], reused: Mapping[str, Mapping[str, Any] | None]) -> tuple[list[Node], list[NodeOutcome]]:
+    """Nodes where every already-allocated claim the pod reuses is available, and an outcome for the rest.
+
+    An allocated claim is usable only where its status.allocation.nodeSelector matches
+    (unset: everywhere); elsewhere the scheduler rejects the pod with its own words."""
+    usable: list[Node] = []
+    elsewhere: list[NodeOutcome] = []
+    for node in nodes:
+        missing = [label for label, selector in reused.items() if selector is not None and not node_selector_matches(selector, node)]
+        if missing:
+            reasons = [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
+            elsewhere.append(NodeOutcome(node.label, reasons=reasons))
+        else:
+            usable.append(node)
+    return usable, elsewhere
 
 
 def explain(request: ExplainRequest) -> ExplainResult:
@@ -38,18 +64,37 @@ def explain(request: ExplainRequest) -> ExplainResult:
     extra = fleets.load_paths(request.class_paths) if request.class_paths else fleets.Fleet()
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
-    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)])
+    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates)
 
 
-def explain_subject(fleet: fleets.Fleet, subject: Subject, class_layers: Sequence[tuple[str, list[dict[str, Any]]]] = ()) -> ExplainResult:
+def explain_subject(
+    fleet: fleets.Fleet,
+    subject: Subject,
+    class_layers: Sequence[tuple[str, list[dict[str, Any]]]] = (),
+    gates: FeatureGates = FeatureGates(),
+) -> ExplainResult:
     """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes."""
-    matcher = CelMatcher()
-    classes = merge_classes([("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers], matcher)
+    matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
+    layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers]
+    classes = merge_classes(layers, matcher)
+    _add_extended_resource_claims(subject, layers, set(classes), gates)
     claims = validated_claims(subject, classes, matcher)
+    admin_errors, admin_notes = admin_access_problems(subject.claims, subject.namespace_labels, gates)
+    if admin_errors:
+        raise InputError(admin_errors)
+    subject.notes += admin_notes
+    rules, rule_errors = parse_rules([*fleet.taint_rules, *subject.taint_rules], "DeviceTaintRules")
+    if rule_errors:
+        raise InputError(rule_errors)
     pools = build_pools(fleet.slices)
+    subject.notes += apply_rules(pools, rules, gates)
     nodes = fleet_nodes(pools, fleet.nodes)
-    allocated = fleets.allocated_devices(fleet.claims, skip=subject.own_claims)
-    explanation = Allocator(pools, classes, matcher, allocated).explain(claims, nodes)
+    others = [*fleet.claims, *subject.allocated_claims]
+    allocated = fleets.allocated_devices(others, skip=subject.own_claims)
+    capacity = ConsumableCapacity(gates.consumable_capacity, shared_consumption(others, skip=subject.own_claims))
+    usable, elsewhere = split_by_reused_claims(nodes, subject.reused)
+    explanation = Allocator(pools, classes, matcher, allocated, capacity=capacity).explain(claims, usable)
+    explanation.nodes += elsewhere
     summary = {
         "sources": fleet.sources,
         "nodes": len(nodes),
@@ -57,5 +102,18 @@ def explain_subject(fleet: fleets.Fleet, subject: Subject, class_layers: Sequenc
         "devices": sum(len(p.devices) for p in pools),
         "allocatedElsewhere": len(allocated),
         "celEvaluations": matcher.evaluations,
+        "featureGates": gates.describe(),
+        "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
-    return ExplainResult(explanation, summary, subject.notes)
+    return ExplainResult(explanation, summary, subject.notes, timeout_warnings(explanation, pools))
+
+
+def _add_extended_resource_claims(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> None:
+    """The claim the scheduler adds for the extended resources the file's Pods ask for (extended_resources.py)."""
+    extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
+    if not extended:
+        return
+    merged = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
+    claims, notes = extended_resource_claims(extended, class_for_resources(merged), known, gates)
+    subject.claims += claims
+    subject.notes += notes

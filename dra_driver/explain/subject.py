@@ -36,6 +36,14 @@ class Subject:
     classes: list[dict[str, Any]] = field(default_factory=list)
     own_claims: set[str] = field(default_factory=set)  # labels whose existing allocation is ignored
     notes: list[str] = field(default_factory=list)
+    # Allocated claims the pod reuses: label -> status.allocation.nodeSelector (None: usable on any node).
+    # The scheduler only places the pod where every one of them is available.
+    reused: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # Namespace objects in the file
+    pods: list[dict[str, Any]] = field(default_factory=list)  # the Pod documents (extended resources)
+    taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule documents in the file
+    # ResourceClaim documents in the file that are already allocated: their devices are in use.
+    allocated_claims: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _pod_claims(pod: Pod, templates: Mapping[str, ResourceClaimTemplate], claims: Mapping[str, ResourceClaim], path: str, subject: Subject) -> list[FieldError]:
@@ -55,8 +63,12 @@ def _pod_claims(pod: Pod, templates: Mapping[str, ResourceClaimTemplate], claims
             if claim is None:
                 errors.append(FieldError(f"{epath}.resourceClaimName", f"ResourceClaim {entry.resource_claim_name!r} is neither in the file nor in the cluster"))
                 continue
-            if (claim.status or {}).get("allocation"):
-                subject.notes.append(f"ResourceClaim {namespace}/{claim.metadata.name} is already allocated; its devices stay in use and it is not allocated again")
+            allocation = (claim.status or {}).get("allocation")
+            if allocation:
+                label = f"{claim.metadata.namespace or namespace}/{claim.metadata.name}"
+                subject.notes.append(f"ResourceClaim {label} is already allocated; its devices stay in use and it is not allocated again")
+                selector = allocation.get("nodeSelector") if isinstance(allocation, Mapping) else None
+                subject.reused[label] = selector if isinstance(selector, Mapping) else None
                 continue
             subject.claims.append(ClaimInput(f"ResourceClaim {claim.metadata.name}.spec", claim.spec, claim.metadata.name, claim.metadata.namespace or namespace))
         else:
@@ -74,6 +86,13 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     for index, doc in enumerate(docs):
         kind = str(doc.get("kind") or "")
         name = str((doc.get("metadata") or {}).get("name") or f"[{index}]")
+        if kind == "DeviceTaintRule":  # validated with the fleet's rules (taint_rules.py)
+            subject.taint_rules.append(dict(doc))
+            continue
+        if kind == "Namespace":  # only its labels matter (admin access)
+            labels = (doc.get("metadata") or {}).get("labels")
+            subject.namespace_labels[name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+            continue
         result = parse_object(doc, f"{path}:{found[index].line}: {kind or 'document'} {name}")
         if isinstance(result, list):
             errors += result
@@ -88,7 +107,9 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
         if isinstance(candidate, ResourceClaim):
             claims.setdefault(candidate.metadata.name, candidate)
     subject.classes = [doc for doc in docs if doc.get("kind") == "DeviceClass"]
+    subject.allocated_claims = [doc for doc in docs if doc.get("kind") == "ResourceClaim" and (doc.get("status") or {}).get("allocation")]
     pods = [(label, obj) for label, obj in parsed if isinstance(obj, Pod)]
+    subject.pods = [doc for doc in docs if doc.get("kind") == "Pod"]
     if pods:
         for label, pod in pods:
             errors += _pod_claims(pod, templates, claims, label, subject)
@@ -102,8 +123,8 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
                 subject.own_claims.add(f"{ns}/{obj.metadata.name}")
     if errors:
         raise InputError(errors)
-    if not subject.claims and not subject.notes:
-        raise InputError([FieldError(path, "holds no ResourceClaim, ResourceClaimTemplate or Pod with resourceClaims")])
+    if not subject.claims and not subject.notes and not subject.pods:
+        raise InputError([FieldError(path, "holds no ResourceClaim, ResourceClaimTemplate or Pod")])
     return subject
 
 

@@ -8,7 +8,8 @@ layer we replace; everything above it is production code.
 Implemented semantics (what dra-driver uses, modelled on the real apiserver):
 - resources: resource.k8s.io/v1 ResourceSlices and DeviceClasses (cluster
   scoped), ResourceClaims (namespaced, with a status subresource), core v1
-  Nodes and Pods (read by `dra-driver fleet`);
+  Nodes and Pods (read by `dra-driver fleet`); resource.k8s.io/v1alpha3
+  DeviceTaintRules (cluster scoped);
 - create with `generateName`, server-set `uid`, `creationTimestamp`,
   `generation` and a global `resourceVersion` counter; 409 AlreadyExists;
 - update (PUT) with optimistic concurrency (409 Conflict on a stale
@@ -117,6 +118,7 @@ RESOURCES: dict[str, ResourceType] = {
         ),
         ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True, status_subresource=True, immutable=("spec",)),
         ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False),
+        ResourceType("resource.k8s.io", "v1alpha3", "devicetaintrules", "DeviceTaintRule", namespaced=False, status_subresource=True),
     )
 }
 _BY_KIND = {r.kind: r for r in RESOURCES.values()}

@@ -23,7 +23,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from dra_driver.migrate.aliases import Key, Unaliaser, show_path
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count
-from dra_driver.migrate.edit import attach_trailing, remove_key, to_ruamel
+from dra_driver.migrate.edit import attach_trailing, eol_comment, remove_key, to_ruamel
 from dra_driver.migrate.names import dns_label, dns_subdomain, spec_digest
 from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
@@ -224,9 +224,13 @@ def _apply_container_edits(requests: list[Request]) -> None:
         for device in request.users:
             resources = device.container["resources"]
             orphans: list[str] = []  # comment lines that followed a removed entry and need a new home
+            remarks: list[str] = []  # end-of-line comments of the removed entries ("# Request 1 GPU")
             for part in ("limits", "requests"):
                 values = resources.get(part)
                 if isinstance(values, CommentedMap) and device.kind.resource in values:
+                    remark = eol_comment(values, device.kind.resource)
+                    if remark and remark not in remarks:
+                        remarks.append(remark)
                     orphans += remove_key(values, device.kind.resource)
                     if not values:
                         orphans += remove_key(resources, part)
@@ -237,6 +241,8 @@ def _apply_container_edits(requests: list[Request]) -> None:
             entry = to_ruamel({"name": POD_CLAIM, **({"request": request.name} if len(requests) > 1 else {})})
             if entry not in claims:
                 claims.append(entry)
+                if remarks:  # the comment described the device request, which this entry now is
+                    entry.yaml_add_eol_comment(" ".join(remarks), list(entry)[-1])
             attach_trailing(resources, orphans)
 
 

@@ -25,6 +25,15 @@ def _following_comments(cmap: CommentedMap, key: Any) -> list[str]:
     return [line for line in rest.splitlines() if line.strip().startswith("#")]
 
 
+def eol_comment(cmap: CommentedMap, key: Any) -> str | None:
+    """The end-of-line comment on `key`'s line (`# Request 1 GPU`), when its value is a scalar and it has one."""
+    tokens = cmap.ca.items.get(key)
+    if not tokens or len(tokens) < 3 or tokens[2] is None:
+        return None
+    first = tokens[2].value.partition("\n")[0].strip()
+    return first if first.startswith("#") else None
+
+
 def _deepest_comments(node: Any) -> list[str]:
     """Comment lines after the last scalar inside `node` (where ruamel files what follows a collection)."""
     if isinstance(node, CommentedMap) and node:

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.errors import FieldError
 from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
-from dra_driver.migrate.catalog import ClassCatalog
+from dra_driver.migrate.aliases import Unaliaser, show_path
+from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
 from dra_driver.migrate.claims import Generated, migrate_workload
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.report import Action, Location, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
-from dra_driver.migrate.operators import operator_kind
-from dra_driver.migrate.workloads import POD_SPEC_PATHS, find_resource_maps, is_list, metadata, workloads
+from dra_driver.migrate.counts import device_count
+from dra_driver.migrate.operators import RAY_GPUS, operator_kind, ray_group
+from dra_driver.migrate.workloads import POD_SPEC_PATHS, Workload, find_resource_maps, is_list, metadata, workloads
 
 STRATEGIES = ("claims", "extended-resource")
 _SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
@@ -26,7 +28,9 @@ _SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
 @dataclass
 class Options:
     strategy: str = "claims"
-    catalog: ClassCatalog = field(default_factory=ClassCatalog)
+    # The shipped classes unless told otherwise: with an empty catalog MIG profiles would lose their classes and
+    # extended-resource output could emit a class under a shipped class's name.
+    catalog: ClassCatalog = field(default_factory=load_catalog)
 
 
 @dataclass
@@ -133,6 +137,36 @@ def _existing_templates(stream: streams.Stream) -> set[tuple[str, str]]:
     return found
 
 
+def _ray_container_gpus(pod: Workload) -> int | None:
+    """nvidia.com/gpu of the Ray container (the first), which KubeRay turns into `ray start --num-gpus`."""
+    containers = pod.pod_spec.get("containers") or []
+    resources = containers[0].get("resources") if containers and isinstance(containers[0], Mapping) else None
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    return device_count(limits[GPU]) if isinstance(limits, Mapping) and GPU in limits else None
+
+
+def _keep_ray_gpu_count(ctx: Context, pod: Workload, gpus: int | None) -> None:
+    """Set rayStartParams num-gpus where KubeRay would have derived it from the limit the migration removed."""
+    if ray_group(pod.obj, pod.spec_keys) is None or not gpus:
+        return
+    prefix = pod.spec_path[: len(pod.spec_path) - len(show_path("", pod.spec_keys))]
+    # rayStartParams shared through a YAML alias (head and workers alike) gets a copy of its own first
+    if ctx.root is not None and not Unaliaser(ctx, ctx.root).own(pod.obj, prefix, (*pod.spec_keys[:-2], "rayStartParams")):
+        return
+    group = ray_group(pod.obj, pod.spec_keys)
+    assert group is not None
+    params = group.get("rayStartParams")
+    if isinstance(params, Mapping) and RAY_GPUS in params:
+        return
+    if isinstance(params, MutableMapping):
+        params[RAY_GPUS] = str(gpus)
+    else:
+        group["rayStartParams"] = to_ruamel({RAY_GPUS: str(gpus)})
+    at = pod.spec_path.removesuffix(".template.spec") + ".rayStartParams"
+    ctx.add(Action.NOTE, at, RAY_GPUS, f"set to {gpus!r}: KubeRay derived it from the nvidia.com/gpu limit this "
+            "migration removed (ray start --num-gpus, autoscaler group sizes)")
+
+
 def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pending]:
     pending: list[_Pending] = []
     for stream in all_streams:
@@ -154,9 +188,11 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
                     continue
                 converted = False
                 for pod in found:
+                    ray_gpus = _ray_container_gpus(pod)
                     generated = migrate_workload(ctx, pod)
                     if generated is None:
                         continue
+                    _keep_ray_gpu_count(ctx, pod, ray_gpus)
                     key = (generated.namespace or "", generated.template_name)
                     if key in taken:
                         ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated "

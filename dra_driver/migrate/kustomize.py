@@ -35,7 +35,7 @@ from dra_driver.migrate.claims import POD_CLAIM
 from dra_driver.migrate.edit import remove_key, to_ruamel
 from dra_driver.migrate.engine import FileResult, Options, migrate
 from dra_driver.migrate.report import Action, Location, MigrationError, Report
-from dra_driver.migrate.resources import classify
+from dra_driver.migrate.resources import VENDOR_DOMAINS, classify
 from dra_driver.migrate.workloads import Workload, metadata, objects, workloads
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -72,8 +72,11 @@ def _read_text(path: Path) -> str:
 
 
 def _entry_path(kustomization: Path, entry: Any, field_name: str) -> Path:
-    if not isinstance(entry, str) or not entry or "\n" in entry:
-        raise MigrationError([FieldError(f"{kustomization}: {field_name}", f"{entry!r} is not a relative path")])
+    """A file named by the kustomization: relative to it, as kustomize reads it (which may be outside it, `../base`)."""
+    if not isinstance(entry, str) or not entry or "\n" in entry or "\0" in entry or Path(entry).is_absolute():
+        raise MigrationError([FieldError(f"{kustomization}: {field_name}",
+                                         f"{entry!r} is not a relative path; kustomize entries are relative to the "
+                                         "kustomization's directory")])
     return (kustomization.parent / entry).resolve()
 
 
@@ -222,6 +225,10 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
     text = overlay.read(patch.path)
     stream = streams.split(text, str(patch.path))
     for index, document in enumerate(stream.documents):
+        if isinstance(document.data, list) and any(d.replace("~1", "/") in document.body for d in VENDOR_DOMAINS):
+            report.add(Action.NOT_CONVERTED, Location(str(patch.path), index), "patch",
+                       f"a JSON 6902 patch that names device resources; {RENDER_FIRST}")
+            continue
         for prefix, obj in objects(document.data):
             pods = workloads(obj, prefix) or []
             if not any(_device_entries(c) for pod in pods for _, c in _containers(pod.pod_spec)):

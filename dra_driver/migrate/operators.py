@@ -46,10 +46,10 @@ _KUBEFLOW_CHECK = (
     "GPUs from nvidia.com/gpu limits"
 )
 _RAY_CHECK = (
-    "KubeRay copies the pod template (resourceClaims included) into the Ray pods, but it passes ray start "
-    "--num-gpus, and the autoscaler sizes groups, from nvidia.com/gpu limits, which are gone now: set "
-    "rayStartParams num-gpus to each group's device count (without it Ray falls back to detecting the GPUs the "
-    "container sees)"
+    "KubeRay copies the pod template (resourceClaims included) into the Ray pods; it used to pass ray start "
+    "--num-gpus, and the autoscaler to size groups, from the Ray container's nvidia.com/gpu limit, which is gone: "
+    "this tool sets rayStartParams num-gpus to that count where it was not set; check groups whose GPUs are in "
+    "another container"
 )
 _POD_TEMPLATE_CHECK = "the {operator} controller copies the pod template, resourceClaims included, into its pods; check that your version does"
 
@@ -87,7 +87,7 @@ OPERATOR_KINDS: dict[str, OperatorKind] = {
         OperatorKind("LLMInferenceService", ("serving.kserve.io",),
                      (("spec", "template"), ("spec", "worker"), ("spec", "prefill", "template"), ("spec", "prefill", "worker")),
                      "KServe builds the LLMInferenceService pods from these PodSpecs (resourceClaims included); check "
-                     "your KServe version, and that its scheduler (the inference pool) does not count nvidia.com/gpu"),
+                     "your KServe version, and that nothing in its scheduling (the inference pool) counts device-plugin GPU limits"),
         OperatorKind("InferenceService", ("serving.kserve.io",), (), convert=False, check=(
             "KServe's predictor is its own copy of the pod spec fields and the Knative (serverless) mode rejects "
             "pod fields it does not allow, so resourceClaims may be dropped or refused; not converted. Use "
@@ -168,3 +168,17 @@ def _named_role(path: tuple[str, ...]) -> str:
             key = key.removesuffix(suffix)
         names.append(key.lower())
     return "-".join(names) or "main"
+
+
+RAY_KINDS = frozenset({"RayCluster", "RayJob", "RayService"})
+RAY_GPUS = "num-gpus"
+
+
+def ray_group(obj: Mapping[str, Any], keys: tuple[str | int, ...]) -> Any | None:
+    """The head or worker group spec holding the pod template at `keys` (its `rayStartParams`), else None."""
+    if obj.get("kind") not in RAY_KINDS or keys[-2:] != ("template", "spec") or "submitterPodTemplate" in keys:
+        return None
+    node: Any = obj
+    for key in keys[:-2]:
+        node = node[key]
+    return node if isinstance(node, Mapping) else None

@@ -7,7 +7,7 @@ rewrite only what differs, at the smallest block-style level that can be
 replaced by whole lines:
 - a mapping key whose value changed (other than by changes inside a block
   collection we can descend into) has its lines replaced by a dump of `key: value`;
-- a key that disappeared has its lines deleted;
+- a key that disappeared has its lines deleted (full-line comments inside them stay, at the key's column);
 - keys that were added are dumped after the mapping's last line.
 Trailing comment and blank lines of a block stay in the text (ruamel files them
 under the block's last scalar, so they are cut from the dumped fragment again).
@@ -110,6 +110,12 @@ class _Splicer:
             end -= 1
         return end
 
+    def _kept_comments(self, start: int, end: int, column: int) -> str:
+        """Full-line comments inside a deleted block, moved to the deleted key's column (they describe what follows)."""
+        kept = [self.lines[i].strip() for i in range(start + 1, end) if i not in self.content
+                and self.lines[i].lstrip().startswith("#")]
+        return "".join(" " * column + comment + "\n" for comment in kept)
+
     def _fragment(self, key: Any, value: Any, parent: CommentedMap | None, column: int, first_prefix: str) -> str:
         """`key: value` dumped and indented to `column`; the first line starts with `first_prefix`."""
         holder = CommentedMap()
@@ -145,7 +151,8 @@ class _Splicer:
             if key not in new:
                 if self.lines[line][:column].strip():
                     raise _Unsplicable("removed first key of a sequence item")
-                self.ops.append(_Op(line, self._content_end(line, following), ""))
+                end = self._content_end(line, following)
+                self.ops.append(_Op(line, end, self._kept_comments(line, end, column)))
             elif _plain(old[key]) != _plain(new[key]) or type(old[key]) is not type(new[key]):
                 self.value(old, new, key, line, column, following)
         added = [key for key in new if key not in old]

@@ -24,18 +24,19 @@ MAX_POOL_NAME = 253
 MAX_UID = 128
 SHOWN_CHARS = 80
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_UID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# Always used with fullmatch: `$` would also match before a trailing newline ("gpu-0\n").
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def is_dns_label(value: str) -> bool:
-    return isinstance(value, str) and len(value) <= MAX_DNS_LABEL and bool(_DNS_LABEL.match(value))
+    return isinstance(value, str) and len(value) <= MAX_DNS_LABEL and bool(_DNS_LABEL.fullmatch(value))
 
 
 def is_dns_subdomain(value: str) -> bool:
-    return isinstance(value, str) and len(value) <= MAX_DNS_SUBDOMAIN and bool(_DNS_SUBDOMAIN.match(value))
+    return isinstance(value, str) and len(value) <= MAX_DNS_SUBDOMAIN and bool(_DNS_SUBDOMAIN.fullmatch(value))
 
 
 def shown(value: Any) -> str:
@@ -58,7 +59,7 @@ def _string_problem(value: Any, limit: int) -> str | None:
 def _pattern_problem(value: Any, limit: int, pattern: re.Pattern[str], rule: str) -> str | None:
     """Non-empty, at most `limit` characters, and matching `pattern`; `rule` says what it must be."""
     problem = _string_problem(value, limit)
-    if problem is None and not pattern.match(value):
+    if problem is None and not pattern.fullmatch(value):
         problem = f"{shown(value)} is not {rule}"
     return problem
 
@@ -100,7 +101,7 @@ def pool_name_problem(value: Any) -> str | None:
 
 def share_id_problem(value: Any) -> str | None:
     """A consumable-capacity share ID: a lower-case RFC-4122 UUID (36 characters)."""
-    if not isinstance(value, str) or not _UUID.match(value):
+    if not isinstance(value, str) or not _UUID.fullmatch(value):
         return f"{shown(value)} is not a lower-case UUID such as 4f1c2d3e-0000-4000-8000-000000000001"
     return None
 

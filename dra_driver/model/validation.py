@@ -32,6 +32,7 @@ MAX_TAINTS = 16
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
+# Used with fullmatch: `$` alone would also accept a trailing newline.
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -44,7 +45,7 @@ _SEMVER = re.compile(
 
 
 def is_semver(value: str) -> bool:
-    return isinstance(value, str) and bool(_SEMVER.match(value))
+    return isinstance(value, str) and bool(_SEMVER.fullmatch(value))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,7 +82,7 @@ def qualified_name_problem(name: Any, require_domain: bool = False) -> str | Non
         return "has an empty identifier after '/'"
     if len(identifier) > MAX_ID_LENGTH:
         return f"identifier {identifier!r} is {len(identifier)} characters long; at most {MAX_ID_LENGTH} are allowed"
-    if not _C_IDENTIFIER.match(identifier):
+    if not _C_IDENTIFIER.fullmatch(identifier):
         return f"identifier {identifier!r} must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)"
     return None
 
@@ -96,7 +97,7 @@ def label_key_problem(key: Any) -> str | None:
         return "may contain at most one '/'"
     if prefix and (len(prefix) > 253 or not is_dns_subdomain(prefix)):
         return f"prefix {prefix!r} must be a lower-case DNS subdomain"
-    if len(name) > 63 or not _LABEL_NAME.match(name):
+    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
         return f"name {name!r} must be at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
     return None
 
@@ -300,7 +301,7 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         if problem:
             out.add(f"{tpath}.key", problem)
         value = taint.get("value", "")
-        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             out.add(f"{tpath}.value", f"{value!r} must be a label value (at most 63 characters)")
         if taint.get("effect") not in TAINT_EFFECTS:
             out.add(f"{tpath}.effect", f"{taint.get('effect')!r} must be one of {', '.join(TAINT_EFFECTS)}")

@@ -53,7 +53,7 @@ CASES = [
     (["--mig", "3g.20gb", "--count", "2"], "dgx-a100-mig", "mig-3g.20gb.nvidia.com", []),
     (["--partition", "cpx_nps4", "--count", "8", "--same", "numa"], "mi300x-cpx", "partition.gpu.amd.com", ['computePartition == "cpx"', 'memoryPartition == "nps4"']),
     (["--vendor", "amd", "--family", "cdna2", "--count", "4"], "mi210", "gpu.amd.com", ['family == "cdna2"']),
-    (["--vendor", "gaudi", "--count", "2", "--same", "pcie-root"], "gaudi2-hls", "gaudi.intel.com", []),
+    (["--vendor", "intel", "--count", "2", "--same", "pcie-root"], "gaudi2-hls", "gaudi.intel.com", []),
     (["--vendor", "gaudi", "--model", "gaudi3", "--count", "4", "--same", "interconnect"], "gaudi3-hls", "gaudi.intel.com", ['"gaudi.intel.com"].model.contains("Gaudi3")']),
     (["--vendor", "any", "--count", "1"], "l4", "accelerator.dra-driver.io", []),
 ]

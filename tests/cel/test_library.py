@@ -77,8 +77,8 @@ def test_function(expression: str) -> None:
         ('[].min() == 0', "empty"),
         ('[dyn(1), "a"].max() == 1', "max"),
         ('[dyn("a"), 1].join() == ""', "join"),
-        ('"%d".format(["x"]) == ""', "format"),
-        ('"%s %s".format(["x"]) == ""', "format"),
+        ('"%d".format([dyn("x")]) == ""', "format"),  # a dyn argument: only known at run time
+        ('"%s %s".format(dyn(["x"])) == ""', "format"),
         ('"abc".find(dyn("[")) == ""', "regular expression"),  # not a literal: checked at run time
         ('[dyn(true), 1].sum() == 1', "sum"),
     ],

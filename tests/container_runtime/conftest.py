@@ -70,8 +70,9 @@ class Podman:
 
     @property
     def base(self) -> list[str]:
+        # Own storage, run and libpod tmp dirs: runs from several checkouts at once never share state.
         return ["podman", "--root", str(self.root / "storage"), "--runroot", str(self.root / "run"),
-                "--storage-driver=vfs", "--cgroup-manager=cgroupfs"]  # fmt: skip
+                "--tmpdir", str(self.root / "tmp"), "--storage-driver=vfs", "--cgroup-manager=cgroupfs"]  # fmt: skip
 
     def import_image(self) -> None:
         tree = self.root / "image"

@@ -49,3 +49,15 @@ def test_unreachable_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu")])))
     assert main(["explain", str(claim), "--kubeconfig", str(tmp_path / "missing")]) == 2
     assert "kubeconfig" in capsys.readouterr().err
+
+
+def test_cluster_device_taint_rules(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server, kubeconfig = cluster
+    server.store.put(b.resource_slice("node-0", [b.device("gpu-0")]))
+    server.store.put(b.class_doc("any-gpu.example.com", [f'device.driver == "{b.NV}"']))
+    rule = {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": "drain"}, "spec": {"deviceSelector": {"pool": "node-0"}, "taint": {"key": "drain", "effect": "NoExecute"}}}
+    server.store.put(rule)
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "any-gpu.example.com")])))
+    code = main(["explain", str(claim), "--kubeconfig", str(kubeconfig), "--feature-gates", "DRADeviceTaintRules=true"])
+    assert code == 1 and "tainted drain:NoExecute" in capsys.readouterr().out

@@ -83,7 +83,7 @@ def test_operator_pod_templates_are_converted_with_a_note_on_what_to_check() -> 
     assert generated == {"bert-ddp-master-accelerators", "bert-ddp-worker-accelerators",
                          "ray-gpu-gpu-workers-accelerators", "nccl-tests-worker-accelerators"}
     notes = {f.subject: f.reason for f in report.by_action(Action.NOTE)}
-    assert set(notes) == {"PyTorchJob", "RayCluster", "MPIJob"}
+    assert set(notes) == {"PyTorchJob", "RayCluster", "MPIJob", "num-gpus"}
     assert "num-gpus" in notes["RayCluster"]  # KubeRay counts GPUs from limits: the user must set it
     jobs = {o["kind"]: o for o in objects(result.output)}
     master = jobs["PyTorchJob"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]

@@ -58,3 +58,11 @@ def test_a_shipped_class_name_is_never_reused_for_another_resource() -> None:
     assert "extended.gpu.nvidia.com" not in names
     assert any(f.subject == "nvidia.com/gpu" and "belongs to an existing DeviceClass" in f.reason
                for f in report.by_action(Action.NOT_CONVERTED))
+
+
+def test_default_options_know_the_shipped_classes() -> None:
+    """A library caller that passes no catalog must not get generated classes under shipped names."""
+    [result], report = migrate([("in.yaml", (CORPUS / "inference-deployment.yaml").read_text())],
+                               Options(strategy="extended-resource"))
+    assert "extended.gpu.nvidia.com" not in {c["metadata"]["name"] for c in by_kind(result.output, "DeviceClass")}
+    assert any("extended.gpu.nvidia.com" in f.reason for f in report.by_action(Action.NOTE))

@@ -136,3 +136,19 @@ def test_patches_it_cannot_follow_are_reported_with_render_first(overlay: Path) 
 def test_a_directory_without_kustomization_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MigrationError, match="kustomization.yaml"):
         migrate_directory(tmp_path, Options(catalog=load_catalog()))
+
+
+def test_an_absolute_path_entry_is_refused(overlay: Path) -> None:
+    (overlay / "kustomization.yaml").write_text("resources:\n- /etc/hostname\n")
+    with pytest.raises(MigrationError, match="not a relative path"):
+        migrate_directory(overlay, Options(catalog=load_catalog()))
+
+
+def test_a_json6902_patch_file_that_sets_devices_is_reported(overlay: Path) -> None:
+    (overlay / "patch.yaml").write_text("- op: replace\n  path: /spec/template/spec/containers/0/resources/limits/"
+                                        "nvidia.com~1gpu\n  value: 8\n")
+    (overlay / "kustomization.yaml").write_text(
+        "resources:\n- ../base\npatches:\n- path: patch.yaml\n  target: {kind: Deployment, name: trainer}\n")
+    results, report = migrate_directory(overlay, Options(catalog=load_catalog()))
+    assert any(f.subject == "patch" and "JSON 6902" in f.reason for f in report.by_action(Action.NOT_CONVERTED))
+    assert not [r for r in results if r.source.endswith("patch.yaml") and r.changed]

@@ -42,7 +42,7 @@ def test_convertible_kind(kind: str, api_version: str, spec: dict[str, Any], rol
     names = {base_name(o["metadata"]["name"]) for o in objects(result.output) if o["kind"] == "ResourceClaimTemplate"}
     assert names == {f"w-{role}-accelerators" for role in roles}
     assert "nvidia.com/gpu" not in result.output
-    assert [f.subject for f in report.by_action(Action.NOTE)] == [kind]
+    assert [f.subject for f in report.by_action(Action.NOTE) if f.subject != "num-gpus"] == [kind]
 
 
 def test_every_convertible_entry_is_covered_here() -> None:
@@ -56,3 +56,47 @@ def test_a_batch_v1_job_is_not_taken_for_a_volcano_job() -> None:
     result, report = run(text)
     assert len([o for o in objects(result.output) if o["kind"] == "ResourceClaimTemplate"]) == 1
     assert not report.by_action(Action.NOTE)
+
+
+def test_ray_groups_keep_their_gpu_count_in_ray_start_params() -> None:
+    spec = {"headGroupSpec": {"rayStartParams": {"num-gpus": "0"}, "template": TEMPLATE},
+            "workerGroupSpecs": [{"groupName": "gpu", "rayStartParams": {}, "template": TEMPLATE},
+                                 {"groupName": "bare", "template": TEMPLATE}]}
+    text = json.dumps({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"}, "spec": spec})
+    result, report = run(text)
+    [cluster] = [o for o in objects(result.output) if o["kind"] == "RayCluster"]
+    assert cluster["spec"]["headGroupSpec"]["rayStartParams"] == {"num-gpus": "0"}  # set by the user: kept
+    assert [g["rayStartParams"] for g in cluster["spec"]["workerGroupSpecs"]] == [{"num-gpus": "1"}, {"num-gpus": "1"}]
+    assert len([f for f in report.by_action(Action.NOTE) if f.subject == "num-gpus"]) == 2
+
+
+def test_ray_start_params_shared_through_an_alias_are_copied_before_the_gpu_count_is_added() -> None:
+    text = """apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: r
+spec:
+  headGroupSpec:
+    rayStartParams: &params
+      dashboard-host: 0.0.0.0
+    template:
+      spec:
+        containers:
+        - name: head
+          image: ray
+  workerGroupSpecs:
+  - groupName: gpu
+    rayStartParams: *params
+    template:
+      spec:
+        containers:
+        - name: worker
+          image: ray
+          resources:
+            limits:
+              nvidia.com/gpu: 2
+"""
+    result, _ = run(text)
+    [cluster] = [o for o in objects(result.output) if o["kind"] == "RayCluster"]
+    assert cluster["spec"]["headGroupSpec"]["rayStartParams"] == {"dashboard-host": "0.0.0.0"}  # the CPU head: no GPUs
+    assert cluster["spec"]["workerGroupSpecs"][0]["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-gpus": "2"}

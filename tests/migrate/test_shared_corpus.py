@@ -24,6 +24,7 @@ from shared_corpus import SKIP_REASON, manifests, require
 from dra_driver.migrate import Action, FileResult, MigrationError, Options, Report, load_catalog, migrate
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.resources import VENDOR_DOMAINS
+from dra_driver.migrate.operators import ray_group
 from dra_driver.migrate.workloads import objects as document_objects, workloads
 
 FILES = manifests()
@@ -164,13 +165,17 @@ def _block_lines(lines: list[str], mapping: Any, key: str) -> range:
 
 
 def _editable_lines(text: str) -> set[int]:
-    """Lines of the original the tool may change: containers' `resources` and the pod placement blocks."""
+    """Lines of the original the tool may change: containers' `resources`, the pod placement blocks, Ray's start params."""
     lines = text.splitlines()
     allowed: set[int] = set()
     for doc in YAML(typ="rt").load_all(text):
         for _, obj in document_objects(doc):
-            for spec in _pod_specs(obj):
+            for pod in workloads(obj, "") or []:
+                spec = pod.pod_spec
                 places = [(spec, key) for key in EDITED_POD_KEYS if key in spec]
+                group = ray_group(obj, pod.spec_keys)
+                if group is not None and "rayStartParams" in group:  # num-gpus, which KubeRay took from the limits
+                    places.append((group, "rayStartParams"))
                 for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
                     if isinstance(container, Mapping) and "resources" in container:
                         places.append((container, "resources"))

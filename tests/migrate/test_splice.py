@@ -53,3 +53,19 @@ def test_a_flow_style_resources_map_is_rewritten_as_one_line() -> None:
     pod = result.output.split("---\n")[-1]
     assert "    image:  x\n" in pod and "metadata: {name: p}\n" in pod
     assert "    resources: {claims: [{name: accelerators}]}\n" in pod
+
+
+def test_the_comment_on_a_removed_device_line_moves_to_its_claim_entry() -> None:
+    text = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: x\n"
+            "    resources:\n      limits:\n        amd.com/gpu: 2  # Request 2 AMD GPUs\n")
+    result, _ = run(text)
+    assert "      - name: accelerators  # Request 2 AMD GPUs\n" in result.output
+    again, _ = run(result.output)
+    assert again.output == result.output
+
+
+def test_a_comment_inside_an_emptied_limits_map_is_kept() -> None:
+    text = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: x\n"
+            "    resources:\n      limits:\n        # The number of GPUs per worker\n        nvidia.com/gpu: 1\n")
+    result, _ = run(text)
+    assert "    resources:\n      # The number of GPUs per worker\n      claims:\n" in result.output

@@ -258,3 +258,20 @@ def test_counter_set_defined_twice_in_pool() -> None:
         obj["spec"]["pool"]["resourceSliceCount"] = 2
     with pytest.raises(ValidationError, match="counter set 'cs' is defined twice"):
         validate_slices([first, second])
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda o: o["spec"]["devices"][0]["attributes"].update({"model\n": {"int": 1}}),
+        lambda o: o["spec"]["devices"][0]["attributes"].update({"driverVersion": {"version": "1.2.3\n"}}),
+        lambda o: o["spec"]["devices"][0].update({"name": "gpu-0\n"}),
+        lambda o: o["spec"]["pool"].update({"name": "node-a\n"}),
+        lambda o: o["spec"]["devices"][0].update({"taints": [{"key": "example.com/unhealthy\n", "effect": "NoSchedule"}]}),
+        lambda o: o["spec"]["devices"][0].update({"taints": [{"key": "example.com/unhealthy", "value": "yes\n", "effect": "NoSchedule"}]}),
+    ],
+)
+def test_a_trailing_newline_is_not_a_valid_name(mutate: Any) -> None:
+    obj = one_slice()
+    mutate(obj)
+    assert messages(obj)

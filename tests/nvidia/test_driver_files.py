@@ -145,3 +145,18 @@ def test_the_simulated_backend_mounts_its_profile_driver_version(open_backend: O
     edits = backend.prepare(ClaimRef("ns", "a", "u1"), [AllocatedDevice("gpu", "node-a", "gpu-0")]).claim_edits
     version = backend.simulator.section.driverVersion if backend.simulator else ""
     assert f"{LIB}/libcuda.so.{version}" in {m.container_path for m in edits.mounts}
+
+
+@pytest.mark.parametrize("layout", ["new", "old", "compat"])
+def test_a_library_only_the_cache_knows_is_found_in_every_layout(root: Path, layout: str) -> None:
+    """A driver installed outside the library dirs (here /opt/nvidia/lib) is found through ld.so.cache alone."""
+    extra = root / "opt/nvidia/lib"
+    extra.mkdir(parents=True)
+    (extra / f"libnvidia-extra.so.{VERSION}").write_text("x")
+    (extra / "libnvidia-extra.so.1").symlink_to(f"libnvidia-extra.so.{VERSION}")
+    cache = root / "etc/ld.so.cache"
+    entries = [*ldcache.parse(cache.read_bytes()), ldcache.CacheEntry("libnvidia-extra.so.1", "/opt/nvidia/lib/libnvidia-extra.so.1")]
+    cache.write_bytes(ldcache.render(entries, layout))
+    found = {lib.path: lib.sonames for lib in driver_files.discover(root, VERSION).libraries}
+    assert found[f"/opt/nvidia/lib/libnvidia-extra.so.{VERSION}"] == ("libnvidia-extra.so.1",)
+    assert found[f"{LIB}/libcuda.so.{VERSION}"] == ("libcuda.so.1",)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dra_driver import cdi
 from dra_driver.kube.claims import AllocationResult
@@ -34,6 +37,7 @@ HOSTILE = [
     "a/b",
     "a\x00b",
     "a\nb",
+    "gpu-0\n",  # `$` in a regex matches before a trailing newline
     "gpu-é",
     "ｇｐｕ",
     "",
@@ -127,7 +131,7 @@ def test_hostile_result_field_is_refused(field: str, value: str):
     assert len(message.encode()) < 1500
 
 
-@pytest.mark.parametrize("share", ["../../x", "", "not-a-uuid", SHARE.upper(), SHARE + "0", SHARE.replace("-", "_"), "\x00" * 36])
+@pytest.mark.parametrize("share", ["../../x", "", SHARE + "\n", "not-a-uuid", SHARE.upper(), SHARE + "0", SHARE.replace("-", "_"), "\x00" * 36])
 def test_malformed_share_id_is_refused(share: str):
     with pytest.raises(ClaimError, match=r"results\[0\]\.shareID"):
         _check(_result(shareID=share))
@@ -240,3 +244,37 @@ def test_spec_file_with_an_odd_uid_is_not_ours(tmp_path: Path, uid: str):
 
 def test_spec_file_with_a_valid_uid_is_ours(tmp_path: Path):
     assert cdi.claim_uid_of(cdi.spec_path(tmp_path, DRIVER, UID), DRIVER) == UID
+
+
+# --- property: no value that passes the rules can steer a path or a CDI name ----------------------
+
+_CDI_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*[A-Za-z0-9]$")
+# Text biased towards the characters that matter: separators, dots, NUL, case, digits, non-ASCII.
+_TEXT = st.text(alphabet=st.sampled_from(list("ab09-./_:\x00 Aé\n")) | st.characters(), max_size=80)
+_SETTINGS = settings(max_examples=300, derandomize=True, database=None, deadline=None)
+
+
+@_SETTINGS
+@given(uid=_TEXT)
+def test_an_accepted_uid_never_leaves_its_directory(uid: str):
+    base = Path("/cdi")
+    if names.uid_problem(uid) is not None:
+        with pytest.raises(ValueError):
+            cdi.spec_path(base, DRIVER, uid)
+        return
+    assert cdi.spec_path(base, DRIVER, uid).parent == base
+    assert ClaimFileLocks(base).path(uid).parent == base
+    assert _CDI_NAME.match(cdi.request_device_name(uid, "gpu"))
+
+
+@_SETTINGS
+@given(pool=_TEXT, device=_TEXT, request=_TEXT, share=st.none() | _TEXT | st.uuids().map(str))
+def test_accepted_results_make_valid_cdi_names(pool: str, device: str, request: str, share: str | None):
+    result = _result(pool=pool, device=device, request=request, shareID=share)
+    try:
+        _check(result, pools=(pool,))
+    except ClaimError:
+        return
+    name = cdi.cdi_device_name(UID, pool, device, share)
+    assert _CDI_NAME.match(name) and "/" not in name
+    assert _CDI_NAME.match(cdi.request_device_name(UID, request.split("/")[0]))

@@ -106,6 +106,10 @@ class NvidiaBackend(VendorBackend):
             # Devices still work; containers then need the driver files from elsewhere. Say so loudly.
             log.warning("driver version unreadable; CDI specs get no driver files", extra=fields(error=str(exc)))
             return cls(settings)
+        if settings.host_driver_root is None and settings.driver_root != Path("/"):
+            # Inside a pod the driver root is a mount (/driver-root) the host's runtime cannot see.
+            log.warning("--host-driver-root not set: CDI specs name driver files under --driver-root, which must then "
+                        "be the same path on the host", extra=fields(driver_root=str(settings.driver_root)))  # fmt: skip
         return cls(settings, files=driver_files.discover(settings.driver_root, version, settings.host_driver_root))
 
     @classmethod

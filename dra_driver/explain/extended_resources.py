@@ -1,0 +1,91 @@
+"""Extended resources served through DRA (DRAExtendedResource): `nvidia.com/gpu: 2` without a claim.
+
+With the gate on, kube-scheduler turns the extended resources a Pod's containers ask for
+into one extra claim for the Pod, allocated together with its other claims: each
+container's request for a resource that a DeviceClass names in `spec.extendedResourceName`
+(or `deviceclass.resource.kubernetes.io/<class>`, which names a class directly) becomes an
+ExactCount request of that class. A resource no class maps is left to a device plugin,
+which explain does not model; it says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.claims_input import ResourceClaimSpec
+from dra_driver.explain.gates import FeatureGates
+from dra_driver.explain.subject import ClaimInput
+
+CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+@dataclass(frozen=True)
+class ExtendedRequest:
+    """One container's request for one extended resource."""
+
+    pod: str  # namespace/name
+    container: int
+    resource: str
+    count: int
+
+
+def pod_extended_requests(pod: Mapping[str, Any]) -> list[ExtendedRequest]:
+    """The extended resources each container of a Pod asks for (limits, else requests)."""
+    meta = pod.get("metadata") or {}
+    label = f"{meta.get('namespace') or 'default'}/{meta.get('name') or 'pod'}"
+    out: list[ExtendedRequest] = []
+    for index, container in enumerate((pod.get("spec") or {}).get("containers") or []):
+        resources = (container or {}).get("resources") or {}
+        amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        for name, amount in sorted(amounts.items()):
+            if _is_extended(str(name)):
+                out.append(ExtendedRequest(label, index, str(name), _count(amount)))
+    return out
+
+
+def _is_extended(name: str) -> bool:
+    """Extended resources are domain-qualified names outside kubernetes.io (nvidia.com/gpu)."""
+    domain = name.split("/", 1)[0] if "/" in name else ""
+    return bool(domain) and (name.startswith(CLASS_PREFIX) or not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io")))
+
+
+def _count(amount: Any) -> int:
+    try:
+        return int(str(amount))
+    except ValueError:
+        return 0  # not a whole number: the API server rejects the Pod before scheduling
+
+
+def class_for_resources(class_docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """extendedResourceName -> DeviceClass name, from the merged classes (first by name on a tie)."""
+    mapping: dict[str, str] = {}
+    for doc in sorted(class_docs, key=lambda d: str((d.get("metadata") or {}).get("name"))):
+        resource = (doc.get("spec") or {}).get("extendedResourceName")
+        if resource:
+            mapping.setdefault(str(resource), str((doc.get("metadata") or {}).get("name")))
+    return mapping
+
+
+def extended_resource_claims(requests: Sequence[ExtendedRequest], classes: Mapping[str, str], known: set[str], gates: FeatureGates) -> tuple[list[ClaimInput], list[str]]:
+    """The claim the scheduler would add per Pod, and notes for what explain leaves to device plugins."""
+    notes: list[str] = []
+    by_pod: dict[str, list[dict[str, Any]]] = {}
+    for request in requests:
+        class_name = request.resource[len(CLASS_PREFIX):] if request.resource.startswith(CLASS_PREFIX) else classes.get(request.resource)
+        if not gates.extended_resource or class_name is None or class_name not in known:
+            why = "the DRAExtendedResource gate is off" if not gates.extended_resource else "no DeviceClass names it in extendedResourceName"
+            notes.append(f"Pod {request.pod} container {request.container}: {request.resource}: {request.count} is left to a device plugin ({why}); explain does not model device plugins")
+            continue
+        if request.count <= 0:
+            continue
+        by_pod.setdefault(request.pod, []).append(
+            {"name": f"container-{request.container}-request-{len(by_pod.get(request.pod, []))}", "exactly": {"deviceClassName": class_name, "allocationMode": "ExactCount", "count": request.count}}
+        )
+    claims: list[ClaimInput] = []
+    for pod, device_requests in by_pod.items():
+        namespace, name = pod.split("/", 1)
+        spec = ResourceClaimSpec.model_validate({"devices": {"requests": device_requests}})
+        claims.append(ClaimInput(f"Pod {pod} extended resources", spec, f"{name}-extended-resources", namespace))
+    return claims, notes

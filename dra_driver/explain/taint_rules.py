@@ -1,0 +1,88 @@
+"""DeviceTaintRules (resource.k8s.io/v1alpha3, gate DRADeviceTaintRules): taints put on devices from outside the slices.
+
+A rule selects devices by driver, pool and device name (all given criteria must match; an
+empty selector matches every device, a missing one none) and adds one taint to each. The
+allocator then treats the taint like one published in the slice: NoSchedule and NoExecute
+keep untolerating requests off the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
+
+from dra_driver.allocator.types import Pool, PoolDevice
+from dra_driver.claims_input import pydantic_errors
+from dra_driver.errors import FieldError
+from dra_driver.explain.gates import FeatureGates
+
+API_VERSION = "resource.k8s.io/v1alpha3"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class DeviceTaintSelector(_Model):
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+
+class DeviceTaint(_Model):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", "None"]
+    time_added: str | None = None
+
+
+class DeviceTaintRuleSpec(_Model):
+    device_selector: DeviceTaintSelector | None = None
+    taint: DeviceTaint
+
+
+class DeviceTaintRule(BaseModel):
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)  # metadata/status are not read
+
+    api_version: str
+    kind: Literal["DeviceTaintRule"]
+    spec: DeviceTaintRuleSpec
+
+
+def parse_rules(docs: Iterable[Mapping[str, Any]], source: str) -> tuple[list[DeviceTaintRule], list[FieldError]]:
+    rules: list[DeviceTaintRule] = []
+    errors: list[FieldError] = []
+    for index, doc in enumerate(docs):
+        name = str((doc.get("metadata") or {}).get("name") or f"[{index}]")
+        label = f"{source}: DeviceTaintRule {name}"
+        if doc.get("apiVersion") != API_VERSION:
+            errors.append(FieldError(f"{label}.apiVersion", f"must be {API_VERSION} (DeviceTaintRule exists only there in 1.35)"))
+            continue
+        try:
+            rules.append(DeviceTaintRule.model_validate(dict(doc)))
+        except ValidationError as exc:
+            errors += pydantic_errors(exc, label)
+    return rules, errors
+
+
+def _selects(selector: DeviceTaintSelector | None, pool: Pool, device: PoolDevice) -> bool:
+    if selector is None:
+        return False
+    return (selector.driver in (None, pool.driver)) and (selector.pool in (None, pool.name)) and (selector.device in (None, device.id.device))
+
+
+def apply_rules(pools: Sequence[Pool], rules: Sequence[DeviceTaintRule], gates: FeatureGates) -> list[str]:
+    """Add each rule's taint to the devices it selects; notes when the gate leaves them out."""
+    if not rules:
+        return []
+    if not gates.device_taint_rules:
+        return [f"{len(rules)} DeviceTaintRule(s) ignored: the DRADeviceTaintRules gate is off (give --feature-gates DRADeviceTaintRules=true)"]
+    for pool in pools:
+        for device in pool.devices:
+            added = tuple(rule.spec.taint.model_dump(by_alias=True, exclude_none=True) for rule in rules if _selects(rule.spec.device_selector, pool, device))
+            if added:
+                device.taints = device.taints + added
+    return []
