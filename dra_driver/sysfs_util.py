@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 
 # A lower-case PCI address as the kernel names devices: 0000:19:00.0.
-BDF_PATTERN = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+BDF_PATTERN = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 # A host bridge (root complex) directory: pci<domain>:<bus>, e.g. pci0000:17.
-PCIE_ROOT_PATTERN = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+PCIE_ROOT_PATTERN = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}\Z")
 
 
 def pci_device_dir(sysfs_root: Path, bdf: str) -> Path:

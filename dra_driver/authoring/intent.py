@@ -21,11 +21,11 @@ INTERVALS = ("Default", "Short", "Medium", "Long")
 MAX_COUNT = 1024  # far beyond any node; a typo guard, the API has no limit of its own
 MAX_FALLBACKS = 7  # firstAvailable holds at most 8 entries: the first choice and 7 fallbacks
 
-_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.+/()-]{0,63}$")
-_FAMILY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
-_MIG = re.compile(r"^[0-9]{1,2}g\.[0-9]{1,4}gb(\+[a-z0-9]{1,8})?$")
-_PARTITION = re.compile(r"^(spx|dpx|qpx|cpx)(?:[-_/]?(nps1|nps2|nps4))?$")
-_SHORT = re.compile(r"^([0-9]+)x(.+)$")
+_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.+/()-]{0,63}\Z")
+_FAMILY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
+_MIG = re.compile(r"^[0-9]{1,2}g\.[0-9]{1,4}gb(\+[a-z0-9]{1,8})?\Z")
+_PARTITION = re.compile(r"^(spx|dpx|qpx|cpx)(?:[-_/]?(nps1|nps2|nps4))?\Z")
+_SHORT = re.compile(r"^([0-9]+)x(.+)\Z")
 WANT_KEYS = ("count", "vendor", "model", "family", "memory", "mig", "partition")
 
 

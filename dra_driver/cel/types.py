@@ -31,7 +31,7 @@ INT64_MAX = (1 << 63) - 1
 _NANO = Decimal("1e-9")
 _BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _SUFFIXES = frozenset({"", "n", "u", "m", "k", "M", "G", "T", "P", "E", *_BINARY_SUFFIXES})
-_EXPONENT = re.compile(r"^[eE][-+]?[0-9]+$")
+_EXPONENT = re.compile(r"^[eE][-+]?[0-9]+\Z")
 # apimachinery resource.ErrFormatWrong, verbatim: Go's tests match this text.
 _QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 _QUANTITY_SHAPE = re.compile(_QUANTITY_PATTERN)
@@ -106,7 +106,7 @@ _SEMVER = re.compile(
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
 # The Kubernetes `normalize` mode: optional "v", missing minor/patch, leading zeros.
-_LOOSE = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?((?:[-+].*)?)$")
+_LOOSE = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?((?:[-+].*)?)\Z")
 
 
 @dataclass(frozen=True, eq=False)

@@ -62,7 +62,7 @@ def add_input_limit_flags(parser: argparse.ArgumentParser) -> None:
     """The limits of the input layer (dra_driver/inputs), for every command that reads files or stdin."""
     group = parser.add_argument_group("input limits (every file and standard input a command reads)")
     group.add_argument("--max-input-size", type=_size, default=None, metavar="SIZE",
-                       help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 2Mi)")
+                       help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 1Mi)")
     group.add_argument("--max-input-nodes", type=_positive, default=None, metavar="N",
                        help=f"most values read from one YAML input, an alias counting every value it repeats (default {input_limits.DEFAULT_MAX_NODES:,}; "
                        f"JSON {input_limits.JSON_NODES_FACTOR}x as many; migrate {input_limits.ROUND_TRIP_MAX_NODES:,})")

@@ -25,8 +25,8 @@ DNS_SUBDOMAIN_KINDS = frozenset({
     "Pod", "PodTemplate", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob",
     "ConfigMap", "Secret", "Node",
 })
-_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}\Z")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 
 
 def _type_name(value: Any) -> str:

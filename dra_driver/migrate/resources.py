@@ -17,8 +17,8 @@ GAUDI_DRIVER = "gaudi.intel.com"
 # Resource-name domains of the device plugins (and their node labellers) we know about.
 VENDOR_DOMAINS = ("nvidia.com", "amd.com", "habana.ai")
 
-_MIG = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)$")
-_AMD_PARTITION = re.compile(r"^amd\.com/(?P<compute>spx|dpx|tpx|qpx|cpx)_(?P<memory>nps1|nps2|nps4|nps8)$")
+_MIG = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)\Z")
+_AMD_PARTITION = re.compile(r"^amd\.com/(?P<compute>spx|dpx|tpx|qpx|cpx)_(?P<memory>nps1|nps2|nps4|nps8)\Z")
 
 
 def cel_string(value: str) -> str:

@@ -46,7 +46,7 @@ def test_the_default_value_limit(workdir: Path) -> None:
     path = next(c for c in CASES if c.name == "billion-laughs").make(workdir)
     claim, fleet = write_companions(workdir)
     outcome = run_in_process(COMMANDS["explain-fleet"](path, claim, fleet))
-    assert_refused(outcome, f"{path}:6: document 1: holds more than 500,000 values")
+    assert_refused(outcome, f"{path}:6: document 1: holds more than 250,000 values")
 
 
 def test_what_used_to_crash_a_process_ends_with_one_line(workdir: Path) -> None:
@@ -63,12 +63,12 @@ def test_endless_standard_input_stops_at_the_limit() -> None:
     with open("/dev/zero", "rb") as zero:
         outcome = run_process(["migrate", "-"], stdin=zero.fileno())
     assert_refused(outcome, "standard input")
-    assert "larger than the input limit of 2 MiB" in outcome.err
+    assert "larger than the input limit of 1 MiB" in outcome.err
 
 
 def test_the_limits_can_be_raised_with_global_flags(workdir: Path) -> None:
     many = workdir / "many-values.yaml"
-    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(10_001)))
+    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(7_501)))
     refused = run_in_process(["migrate", str(many), "--report", "none"])
     assert_refused(refused, str(many))
     assert "--max-input-nodes" in refused.err and "comment-keeping parser" in refused.err
@@ -126,5 +126,5 @@ def test_a_hostile_kubeconfig_is_refused_before_the_kubernetes_client_reads_it(w
     claim, _ = write_companions(workdir)
     laughs = next(c for c in CASES if c.name == "billion-laughs").make(workdir)
     outcome = run_in_process(["explain", str(claim), "--kubeconfig", str(laughs)])
-    assert_refused(outcome, f"kubeconfig {laughs}:6: document 1: holds more than 500,000 values")
+    assert_refused(outcome, f"kubeconfig {laughs}:6: document 1: holds more than 250,000 values")
     assert_refused(run_in_process(["explain", str(claim), "--kubeconfig", "/dev/zero"]), "kubeconfig /dev/zero: is larger than the input limit")

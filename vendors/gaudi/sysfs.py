@@ -14,8 +14,8 @@ from dra_driver.sysfs_util import BDF_PATTERN
 
 DRIVER_DIR = Path("bus/pci/drivers/habanalabs")
 VIRTUAL_ACCEL_DIR = Path("devices/virtual/accel")
-ACCEL_PATTERN = re.compile(r"^accel(\d+)$")
-UVERBS_PATTERN = re.compile(r"^uverbs(\d+)$")
+ACCEL_PATTERN = re.compile(r"^accel(\d+)\Z")
+UVERBS_PATTERN = re.compile(r"^uverbs(\d+)\Z")
 
 
 def numbered_entries(directory: Path, pattern: re.Pattern[str]) -> list[int]:

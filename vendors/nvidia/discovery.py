@@ -33,7 +33,7 @@ BRANDS = {
 }
 # NVML_NVLINK_VERSION_* -> NVLink generation as a version string.
 NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
-_ROOT_BUS = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+_ROOT_BUS = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}\Z")
 
 
 @dataclass(frozen=True)

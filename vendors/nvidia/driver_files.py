@@ -49,14 +49,14 @@ LIBRARY_DIRS = (
     "usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib64",
     "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "usr/lib", "lib",
 )  # fmt: skip
-LEGACY_LIBRARIES = re.compile(r"^libnvidia-nvvm70\.so\.\d+$")
+LEGACY_LIBRARIES = re.compile(r"^libnvidia-nvvm70\.so\.\d+\Z")
 BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 BINARY_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "usr/local/bin", "usr/local/sbin")
 FIRMWARE_DIRS = ("lib/firmware", "usr/lib/firmware")
 SOCKETS = ("var/run/nvidia-persistenced/socket", "var/run/nvidia-fabricmanager/socket")
 MPS_PIPE_DIR = "tmp/nvidia-mps"
-_VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
-_SONAME_LINK = re.compile(r"^lib.+\.so\.\d+$")
+_VERSION = re.compile(r"^\d+(\.\d+){1,3}\Z")
+_SONAME_LINK = re.compile(r"^lib.+\.so\.\d+\Z")
 _MAX_LINKS = 40  # like the kernel's ELOOP limit
 READ_ONLY = ("ro", "nosuid", "nodev", "bind")
 READ_WRITE = ("rw", "nosuid", "nodev", "bind")

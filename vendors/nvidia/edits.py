@@ -36,7 +36,7 @@ MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 # config=1, monitor=2, then per GPU 15 GIs x (1 GI access + 8 CI access) minors.
 _CAPS_PER_GI = 9
 _GIS_PER_GPU = 15
-_MIG_LINE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
+_MIG_LINE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)\Z")
 
 
 def _node(path: str, dev_root: Path) -> DeviceNode:
