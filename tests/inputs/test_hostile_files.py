@@ -21,6 +21,17 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hostile")
 
 
+_MADE: dict[tuple[Path, str], Path] = {}
+
+
+def made(case: Case, workdir: Path) -> Path:
+    """The case's input, written once per module (some are 20-50 MB)."""
+    key = (workdir, case.name)
+    if key not in _MADE:
+        _MADE[key] = case.make(workdir)
+    return _MADE[key]
+
+
 @pytest.fixture(autouse=True)
 def short_fifo_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reader, "FIFO_WAIT_SECONDS", 0.05)
@@ -31,7 +42,7 @@ def short_fifo_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_command_survives(workdir: Path, case: Case, command: str) -> None:
     if case.name == "unreadable" and running_as_root():
         pytest.skip("root reads any file")
-    path = case.make(workdir)
+    path = made(case, workdir)
     claim, fleet = write_companions(workdir)
     # A lower value limit keeps "many-values" fast; the default is tested once below.
     outcome = run_in_process(["--max-input-nodes", "50000", *COMMANDS[command](path, claim, fleet)])
