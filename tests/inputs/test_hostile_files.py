@@ -109,9 +109,9 @@ def test_internal_errors_are_one_line_and_a_traceback_only_with_vv(workdir: Path
         run_in_process(["-vv", "migrate", "x.yaml"])
 
 
-def test_vv_shows_the_traceback_in_a_real_process(workdir: Path) -> None:
+def test_input_errors_stay_one_line_even_with_vv_in_a_real_process(workdir: Path) -> None:
     # discover on a profile file whose vendor section the simulator cannot take is input, not a bug:
-    # it stays one line even with -vv; the traceback flag only matters for internal errors.
+    # it stays one line even with -vv; -vv only adds the traceback of internal errors (tested above).
     bad = workdir / "profile.yaml"
     bad.write_text("name: x\nnvidia: {gpus: 3}\n")
     outcome = run_process(["-vv", "discover", "--profile", str(bad)], timeout=60)
