@@ -79,7 +79,7 @@ def test_endless_standard_input_stops_at_the_limit() -> None:
 
 def test_the_limits_can_be_raised_with_global_flags(workdir: Path) -> None:
     many = workdir / "many-values.yaml"
-    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(7_501)))
+    many.write_text("kind: ConfigMap\nmetadata: {name: c}\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(3_751)))
     refused = run_in_process(["migrate", str(many), "--report", "none"])
     assert_refused(refused, str(many))
     assert "--max-input-nodes" in refused.err and "comment-keeping parser" in refused.err
