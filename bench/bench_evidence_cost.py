@@ -1,9 +1,10 @@
-"""CPU cost of the recovery evidence each prepare now writes: the claim's record in its CDI spec's annotation,
-and the spec's text in the PrepareCompleted record line (plus the UnprepareStarted line each unprepare appends).
+"""CPU cost of the recovery evidence each prepare now writes: the claim file beside the CDI spec (the claim's
+record, checksummed) and the spec's text in the PrepareCompleted record line (plus the UnprepareStarted line
+each unprepare appends).
 
 Measures CPU time (process_time, steadier than wall time on a shared machine) of building a claim's spec and
-its PrepareCompleted line with and without the evidence, for claims of 1 and 8 NVIDIA-like devices, and of
-one extra record append on a tmpfs.
+its PrepareCompleted line, and of writing the claim file (atomic, on a tmpfs), for claims of 1 and 8
+NVIDIA-like devices, and of one extra record append.
 
 usage: python bench/bench_evidence_cost.py [--iterations N]
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from dra_driver import cdi
 from dra_driver.checkpoint import PREPARE_COMPLETED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
-from dra_driver.plugin.recovery import spec_claim_data
+from dra_driver.plugin.recovery import claim_file_data
 from dra_driver.vendor import ContainerEdits, DeviceNode
 
 DRIVER = "gpu.nvidia.com"
@@ -61,7 +62,8 @@ def main() -> int:
         boot = Path(tmp) / "boot_id"
         boot.write_text("boot-1\n")
         checkpoint = Checkpoint(Path(tmp) / "ckpt", boot)
-        print(f"{'devices':>7} {'spec+line before us':>20} {'with evidence us':>17} {'line bytes before':>18} {'after':>6}")
+        print(f"{'devices':>7} {'spec+line before us':>20} {'with evidence us':>17} {'line bytes before':>18} {'after':>6} {'claim file bytes':>17}")
+        claim_file = Path(tmp) / ".claim"
         for devices in (1, 8):
             record, spec_devices, claim_edits = claim(devices)
 
@@ -70,10 +72,14 @@ def main() -> int:
                 return checkpoint._line(record)
 
             def after() -> bytes:
-                spec = cdi.build_claim_spec(DRIVER, spec_devices, claim_edits, spec_claim_data(checkpoint.boot_id, record))
-                return checkpoint._line(replace(record, spec_json=cdi.json.dumps(spec, separators=(",", ":"))))
+                text = cdi.json.dumps(cdi.build_claim_spec(DRIVER, spec_devices, claim_edits), separators=(",", ":"))
+                completed = replace(record, spec_json=text)
+                cdi.write_claim_file(claim_file, claim_file_data(checkpoint.boot_id, completed))
+                return checkpoint._line(completed)
 
-            print(f"{devices:>7} {cpu_us(before, args.iterations):>20.1f} {cpu_us(after, args.iterations):>17.1f} {len(before()):>18} {len(after()):>6}")
+            line = after()
+            size = claim_file.stat().st_size
+            print(f"{devices:>7} {cpu_us(before, args.iterations):>20.1f} {cpu_us(after, args.iterations):>17.1f} {len(before()):>18} {len(line):>6} {size:>17}")
         marker = replace(claim(1)[0], phase=UNPREPARE_STARTED)
         checkpoint.put(claim(1)[0])
         print(f"one UnprepareStarted append on {shm}: {cpu_us(lambda: checkpoint._write_record(marker, durable=False), args.iterations // 4):.1f} us CPU")

@@ -8,7 +8,7 @@ script plays the kubelet. Every round:
    before it would serve) and started again;
 2. measures restart-to-serving (process start until the registration socket answers GetInfo);
 3. checks the node: every claim whose last answer was a successful prepare has its CDI spec on disk,
-   defining every CDI ID answered and recording every device answered; no spec of a claim that is not
+   defining every CDI ID answered, and its claim file recording every device answered; no spec of a claim that is not
    prepared (or whose call was cut off by a kill); no device in two claims' specs; no device in two claims
    answered as prepared;
 4. sends a burst of concurrent prepares (new claims on random GPUs, so they collide, and retries of
@@ -48,7 +48,6 @@ from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.plugin.kubelet_client import PluginConnection, register
 from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.signed_json import verified_body
 from dra_driver.vendor import ClaimRef
 
 DRIVER = "gpu.nvidia.com"
@@ -134,12 +133,15 @@ class Node:
 
 
 def spec_of(node: Node, uid: str) -> tuple[set[str], set[str]] | None:
-    """(CDI device names, recorded devices) of a claim's spec on disk, or None without one."""
+    """(CDI device names, devices its claim file records) of a claim's spec on disk, or None without one."""
     try:
         spec = cdi.parse_spec(cdi.spec_path(node.cdi_dir, DRIVER, uid).read_bytes())
     except FileNotFoundError:
         return None
-    record = verified_body(spec["annotations"][cdi.CLAIM_ANNOTATION])["record"]
+    try:
+        record = cdi.read_claim_file(cdi.claim_file_path(node.cdi_dir, DRIVER, uid))["record"]
+    except FileNotFoundError:
+        raise Violation(f"claim {uid}: a CDI spec without its claim file") from None
     return cdi.device_names(spec), {d["device"] for d in record["devices"]}
 
 
@@ -282,7 +284,7 @@ def finish(node: Node, claims: dict[str, Claim], stats: Stats) -> None:
             unprepare(conn, claim, stats, lock)
     conn.close()
     node.stop()
-    leftovers = [p.name for p in node.cdi_dir.iterdir()] if node.cdi_dir.is_dir() else []
+    leftovers = [p.name for p in node.cdi_dir.iterdir()] if node.cdi_dir.is_dir() else []  # specs, claim files, temp files
     records = [p.name for p in node.paths.checkpoint.iterdir() if ".corrupt-" not in p.name] if node.paths.checkpoint.is_dir() else []
     locks_dir = node.paths.claim_locks_dir
     locks = [p.name for p in locks_dir.iterdir()] if locks_dir is not None and locks_dir.is_dir() else []

@@ -22,11 +22,14 @@ directory, rename; see write_spec_atomic on durability) with the lowest
 reject newer version strings. Temp files a kill -9 left behind are removed at
 start (`leftover_temp_files`).
 
-A claim's spec also carries the claim's record (UID, namespace, name, devices
-with pool, request, shareID and CDI IDs, backend state) in the spec annotation
-`dra-driver.io/claim`, checksummed: the spec is the evidence that a claim is
-prepared, and start-up rebuilds a lost or damaged checkpoint record from it.
-Annotations need cdiVersion 0.6.0, so claim specs declare at least that.
+Beside each claim's spec lies its claim file `.k8s.<driver>-device_<claimUID>.claim`:
+the claim's record (UID, namespace, name, devices with pool, request, shareID and
+CDI IDs, backend state, the spec's text), checksummed. The spec is the evidence
+that a claim is prepared; the claim file says what it holds, so start-up rebuilds
+a lost or damaged checkpoint record from it. It is not a spec annotation because
+annotations need cdiVersion 0.6.0, which the CDI library of podman 4.3 (and
+containerd 1.7-era runtimes) rejects (tests/container_runtime); its dot-name not
+ending in .json/.yaml keeps runtimes from reading it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,7 @@ log = logging.getLogger(__name__)
 
 CDI_CLASS = "device"
 SPEC_SUFFIX = ".json"
-CLAIM_ANNOTATION = "dra-driver.io/claim"
+CLAIM_FILE_SUFFIX = ".claim"
 # Temp files of older builds (`.spec.<random>.tmp`) name no claim: removed once this old, when no write can still be running.
 _UNNAMED_TEMP_PREFIX = ".spec."
 _UNNAMED_TEMP_AGE_S = 60.0
@@ -115,9 +118,13 @@ def claim_uid_of(path: Path, driver: str) -> str | None:
 
 def our_spec_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
     """Claim UID -> spec file, for every spec file of this driver in cdi_dir."""
+    return _by_claim(cdi_dir, lambda path: claim_uid_of(path, driver))
+
+
+def _by_claim(cdi_dir: Path, uid_of: Callable[[Path], str | None]) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for path in _entries(cdi_dir):
-        uid = claim_uid_of(path, driver)
+        uid = uid_of(path)
         if uid is not None:
             found[uid] = path
     return found
@@ -126,7 +133,7 @@ def our_spec_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
 def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str | None, Path]]:
     """(claim UID or None, path) of the temp files our atomic writes left behind (a kill -9 mid-write).
 
-    A temp file is `.<spec file name>.<random>.tmp`, so it names its claim; the older
+    A temp file is `.<spec or claim file name>.<random>.tmp`, so it names its claim; the older
     `.spec.<random>.tmp` names none and is listed only once it is old enough that no
     write can still be filling it.
     """
@@ -145,8 +152,8 @@ def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str | None, Pa
             continue
         if not name.startswith("."):
             continue
-        spec_name = name[1 : -len(TEMP_SUFFIX)].rpartition(".")[0]  # drop mkstemp's random part (no dots in it)
-        uid = claim_uid_of(path.with_name(spec_name), driver) if spec_name else None
+        target = name[1 : -len(TEMP_SUFFIX)].rpartition(".")[0]  # drop mkstemp's random part (no dots in it)
+        uid = (claim_uid_of(path.with_name(target), driver) or claim_uid_of_claim_file(path.with_name(target), driver)) if target else None
         if uid is not None:
             found.append((uid, path))
     return found
@@ -221,13 +228,8 @@ class SpecDevice:
     edits: ContainerEdits
 
 
-def build_claim_spec(
-    driver: str, devices: Sequence[SpecDevice], claim_edits: ContainerEdits, claim_data: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The CDI spec dict of one claim, with the minimum cdiVersion for its content.
-
-    `claim_data` (the claim's record) goes, checksummed, into the CLAIM_ANNOTATION spec annotation.
-    """
+def build_claim_spec(driver: str, devices: Sequence[SpecDevice], claim_edits: ContainerEdits) -> dict[str, Any]:
+    """The CDI spec dict of one claim, with the minimum cdiVersion for its content."""
     names = [dev.name for dev in devices]
     if len(set(names)) != len(names):  # the runtime would reject the whole spec
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -239,8 +241,6 @@ def build_claim_spec(
     spec: dict[str, Any] = {"cdiVersion": "", "kind": cdi_kind(driver), "devices": rendered}
     if not claim_edits.is_empty():
         spec["containerEdits"] = render_edits(claim_edits)
-    if claim_data is not None:
-        spec["annotations"] = {CLAIM_ANNOTATION: json.dumps(sign(claim_data), sort_keys=True, separators=(",", ":"))}
     spec["cdiVersion"] = minimum_version(spec)
     return spec
 
@@ -260,16 +260,36 @@ def device_names(spec: dict[str, Any]) -> set[str]:
     return {str(d.get("name")) for d in spec.get("devices", []) if isinstance(d, dict)}
 
 
-def claim_data(spec: dict[str, Any]) -> dict[str, Any]:
-    """The claim data a spec carries in CLAIM_ANNOTATION, checksum verified; SpecUnreadable if absent or damaged."""
-    annotations = spec.get("annotations")
-    raw = annotations.get(CLAIM_ANNOTATION) if isinstance(annotations, dict) else None
-    if not isinstance(raw, str):
-        raise SpecUnreadable(f"no {CLAIM_ANNOTATION} annotation (written by an older build, or edited)")
+def claim_file_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
+    """The claim file beside the claim's spec: a dot-name not ending in .json/.yaml, so runtimes skip it."""
+    spec = spec_path(cdi_dir, driver, claim_uid)
+    return spec.with_name(f".{spec.name[: -len(SPEC_SUFFIX)]}{CLAIM_FILE_SUFFIX}")
+
+
+def claim_uid_of_claim_file(path: Path, driver: str) -> str | None:
+    name = path.name
+    if not (name.startswith(".") and name.endswith(CLAIM_FILE_SUFFIX)):
+        return None
+    return claim_uid_of(path.with_name(name[1 : -len(CLAIM_FILE_SUFFIX)] + SPEC_SUFFIX), driver)
+
+
+def our_claim_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
+    """Claim UID -> claim file, for every claim file of this driver in cdi_dir."""
+    return _by_claim(cdi_dir, lambda path: claim_uid_of_claim_file(path, driver))
+
+
+def write_claim_file(path: Path, claim_data: dict[str, Any]) -> None:
+    """The claim's data, checksummed, written like a spec (atomic, not flushed)."""
+    replace_file(path, json.dumps(sign(claim_data), sort_keys=True, separators=(",", ":")).encode(), durable=False, mode=0o600)
+
+
+def read_claim_file(path: Path) -> dict[str, Any]:
+    """A claim file's data, checksum verified; FileNotFoundError without one, SpecUnreadable if damaged."""
+    raw = path.read_bytes()
     try:
         return verified_body(raw)
     except SignedJsonError as exc:
-        raise SpecUnreadable(f"{CLAIM_ANNOTATION} annotation: {exc}") from exc
+        raise SpecUnreadable(f"claim file {path.name}: {exc}") from exc
 
 
 # --- version rules (reference section 5.2) --------------------------------------
@@ -320,7 +340,7 @@ def write_spec_atomic(path: Path, spec: dict[str, Any]) -> str:
     PrepareCompleted record naming this spec is flushed before the kubelet
     gets an answer.
 
-    Returns the text written (the checkpoint keeps it to rewrite a spec that went missing).
+    Returns the text written (the checkpoint and the claim file keep it to rewrite a spec that went missing).
     """
     # Compact: runtimes parse it, and without indent json uses its C encoder.
     text = json.dumps(spec, separators=(",", ":"))

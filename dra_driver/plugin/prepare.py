@@ -42,7 +42,7 @@ from dra_driver.metrics import HeldClaim, Metrics
 from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
-from dra_driver.plugin.recovery import Recovery, spec_claim_data
+from dra_driver.plugin.recovery import Recovery, claim_file_data
 from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
@@ -370,10 +370,11 @@ class PrepareService:
             for dev in record.devices
         ]
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
-        completed = replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path))
-        # The spec carries the claim's record, so a lost or damaged record can be rebuilt from it (recovery.py).
-        spec = cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits, spec_claim_data(self._checkpoint.boot_id, completed))
-        return replace(completed, spec_json=cdi.write_spec_atomic(path, spec))
+        text = cdi.write_spec_atomic(path, cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits))
+        completed = replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path), spec_json=text)
+        # Beside the spec, so a lost or damaged record can be rebuilt from it (recovery.py).
+        cdi.write_claim_file(cdi.claim_file_path(self._cdi_dir, self.driver, ref.uid), claim_file_data(self._checkpoint.boot_id, completed))
+        return completed
 
     def _hold_for_tests(self, uid: str, point: str) -> None:
         if not self._hold_dir:
@@ -403,8 +404,9 @@ class PrepareService:
                 # backend state or spec may already be gone.
                 record = replace(record, phase=UNPREPARE_STARTED)
                 self._checkpoint.put(record, durable=False)
-        if record is None:
-            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))  # not a spec we can read: just the file
+        if record is None:  # nothing readable: just the files
+            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
+            cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, ref.uid))
             return
         self._undo(record)
         log.info("claim unprepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
@@ -423,6 +425,7 @@ class PrepareService:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
         self._hold_for_tests(record.uid, "during-unprepare")
         cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
+        cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, record.uid))  # after the spec: evidence to the last
         self._hold_for_tests(record.uid, "after-spec-removed")
         with nullcontext() if section_held else self._checkpoint_section():
             self._checkpoint.remove(record.uid)

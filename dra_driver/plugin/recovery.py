@@ -6,9 +6,10 @@ keeps its devices reserved, and only evidence that a claim was *not* answered
 (UnprepareStarted) lets recovery undo anything. Evidence, strongest first:
 
 1. the claim's checkpoint record (checksummed; the checkpoint loads it);
-2. its CDI spec, which carries the claim's record, checksummed, in the
-   `dra-driver.io/claim` annotation (cdi.py): a record rebuilt from it is
-   complete (devices, CDI IDs, backend state, the spec text itself);
+2. its CDI spec and the claim file beside it, which holds the claim's record,
+   checksummed (cdi.py): a record rebuilt from it is complete (devices, CDI
+   IDs, backend state, the spec text itself); a spec without a usable claim
+   file keeps the claim UID reserved until it is unprepared;
 3. a damaged record the checkpoint set aside: an earlier line whose checksum
    holds, else the devices of the damaged line as far as it parses (these only
    ever add reservations; nothing read from a failed checksum is acted on);
@@ -46,16 +47,17 @@ from dra_driver.checkpoint import (
 )
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
+from dra_driver.model.names import uid_problem
 from dra_driver.vendor import RecordedClaim, VendorBackend
 
 log = logging.getLogger(__name__)
 
-SPEC_FORMAT = 1  # version of the claim data in the spec annotation
+CLAIM_FILE_FORMAT = 1  # version of the data in a claim file
 
 
-def spec_claim_data(boot_id: str, record: ClaimRecord) -> dict[str, Any]:
-    """What a claim's spec carries about the claim (the body of its checksummed annotation)."""
-    return {"boot_id": boot_id, "record": record.to_json(), "version": SPEC_FORMAT}
+def claim_file_data(boot_id: str, record: ClaimRecord) -> dict[str, Any]:
+    """What a claim file holds: the claim's completed record (with its spec's text) and the boot it belongs to."""
+    return {"boot_id": boot_id, "record": record.to_json(), "version": CLAIM_FILE_FORMAT}
 
 
 @dataclass
@@ -73,39 +75,55 @@ class _Evidence:
 
 
 class SpecEvidence:
-    """Reads one claim's spec file as evidence; removes or sets aside what cannot be evidence."""
+    """Reads one claim's spec and claim file as evidence."""
 
-    def __init__(self, driver: str, boot_id: str) -> None:
+    def __init__(self, driver: str, boot_id: str, cdi_dir: Path) -> None:
         self.driver = driver
         self.boot_id = boot_id
+        self.cdi_dir = cdi_dir
 
-    def record(self, uid: str, path: Path) -> tuple[ClaimRecord | None, str]:
-        """(record rebuilt from the spec, verdict): verdict is "ok", "gone", "other-boot",
-        "unreadable" (not a CDI spec: useless to runtimes too) or "no-claim-data"."""
+    def record(self, uid: str) -> tuple[ClaimRecord | None, str]:
+        """(record rebuilt from the claim file, verdict): verdict is "ok", "gone" (neither file), "other-boot",
+        "unreadable" (a spec that is no CDI spec, and no claim file) or "no-claim-data" (a spec, no usable claim file)."""
+        spec = cdi.spec_path(self.cdi_dir, self.driver, uid)
+        claim_file = cdi.claim_file_path(self.cdi_dir, self.driver, uid)
+        record = self._from_claim_file(uid, claim_file)
+        if record == "other-boot":
+            return None, "other-boot"
+        if isinstance(record, ClaimRecord):
+            return replace(record, phase=PREPARE_COMPLETED, cdi_spec=str(spec)), "ok"
         try:
-            text = path.read_text()
+            cdi.parse_spec(spec.read_bytes())
         except FileNotFoundError:
             return None, "gone"
-        except (OSError, UnicodeDecodeError) as exc:
-            log.error("CDI spec unreadable; left in place", extra=fields(path=str(path), error=str(exc)))
-            return None, "no-claim-data"
-        try:
-            spec = cdi.parse_spec(text)
         except cdi.SpecUnreadable:
             return None, "unreadable"
+        except OSError as exc:
+            log.error("CDI spec unreadable; left in place", extra=fields(path=str(spec), error=str(exc)))
+        return None, "no-claim-data"
+
+    def _from_claim_file(self, uid: str, path: Path) -> ClaimRecord | str | None:
         try:
-            data = cdi.claim_data(spec)
-            if data.get("boot_id") != self.boot_id:
-                return None, "other-boot"
+            data = cdi.read_claim_file(path)
+        except FileNotFoundError:
+            return None
+        except (OSError, cdi.SpecUnreadable) as exc:
+            log.error("claim file unusable; set aside", extra=fields(path=str(path), reason=str(exc)))
+            _set_aside(path)
+            return None
+        if data.get("boot_id") != self.boot_id:
+            return "other-boot"
+        try:
             record = record_from_json(data.get("record"))
-        except (cdi.SpecUnreadable, CheckpointCorrupt) as exc:
-            log.error("CDI spec carries no usable claim data", extra=fields(path=str(path), reason=str(exc)))
-            return None, "no-claim-data"
-        ids = {i.partition("=")[2] for d in record.devices for i in d.cdi_ids}
-        if record.uid != uid or not ids <= cdi.device_names(spec):
-            log.error("CDI spec's claim data does not match the spec", extra=fields(path=str(path), recorded=record.uid))
-            return None, "no-claim-data"
-        return replace(record, phase=PREPARE_COMPLETED, cdi_spec=str(path), spec_json=text), "ok"
+        except CheckpointCorrupt as exc:
+            log.error("claim file holds no usable record; set aside", extra=fields(path=str(path), reason=str(exc)))
+            _set_aside(path)
+            return None
+        if record.uid != uid:
+            log.error("claim file names another claim; set aside", extra=fields(path=str(path), recorded=record.uid))
+            _set_aside(path)
+            return None
+        return record
 
 
 class Recovery:
@@ -127,7 +145,7 @@ class Recovery:
         self._try_claim = try_claim
         self._undo = undo
         self._metrics = metrics
-        self._specs = SpecEvidence(self.driver, checkpoint.boot_id)
+        self._specs = SpecEvidence(self.driver, checkpoint.boot_id, cdi_dir)
 
     def run(self) -> set[str]:
         """All of start-up recovery after the checkpoint was loaded; returns the UIDs another live
@@ -152,21 +170,23 @@ class Recovery:
             self._add_damage(evidence.setdefault(damage.uid, _Evidence(damage.uid)), damage)
         for claim in recorded:
             self._add_backend(evidence.setdefault(claim.claim_uid, _Evidence(claim.claim_uid)), claim)
-        specs = cdi.our_spec_files(self._cdi_dir, self.driver)
+        on_disk = set(cdi.our_spec_files(self._cdi_dir, self.driver)) | set(cdi.our_claim_files(self._cdi_dir, self.driver))
         known = {r.uid for r in self._checkpoint.records()}
-        for uid in sorted((set(evidence) | set(specs)) - known):
+        for uid in sorted((set(evidence) | on_disk) - known):
+            if uid_problem(uid) is not None:  # a file name no claim of ours can have: never a path of its own
+                log.error("file in the CDI directory names no valid claim UID; left alone", extra=fields(driver=self.driver, uid=uid))
+                continue
             with self._try_claim(uid) as free:
                 if not free:  # another live instance works on it: its record is on the way
                     continue
                 found = evidence.get(uid) or _Evidence(uid)
-                if uid in specs:
-                    self._add_spec(found, specs[uid])
+                if uid in on_disk:
+                    self._add_spec(found)
                 self._reserve(found)
 
     def rebuild_from_spec(self, uid: str) -> ClaimRecord | None:
-        """The record a claim's spec proves (unprepare of a claim whose record vanished at run time)."""
-        path = cdi.spec_path(self._cdi_dir, self.driver, uid)
-        record, _verdict = self._specs.record(uid, path)
+        """The record a claim's spec and claim file prove (unprepare of a claim whose record vanished at run time)."""
+        record, _verdict = self._specs.record(uid)
         return record
 
     def _add_damage(self, found: _Evidence, damage: DamagedRecord) -> None:
@@ -188,8 +208,9 @@ class Recovery:
         for key, value in claim.state.items():
             found.state.setdefault(key, value)
 
-    def _add_spec(self, found: _Evidence, path: Path) -> None:
-        record, verdict = self._specs.record(found.uid, path)
+    def _add_spec(self, found: _Evidence) -> None:
+        record, verdict = self._specs.record(found.uid)
+        path = cdi.spec_path(self._cdi_dir, self.driver, found.uid)
         if record is not None:
             found.sources.insert(0, "cdi-spec")
             state = {**found.state, **record.backend_state}
@@ -199,11 +220,12 @@ class Recovery:
             log.warning("removing CDI spec of another boot", extra=fields(driver=self.driver, path=str(path)))
             try:
                 cdi.remove_spec(path)
+                cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, found.uid))
             except OSError as exc:
                 log.error("cannot remove a CDI spec of another boot", extra=fields(driver=self.driver, path=str(path), error=str(exc)))
         elif verdict == "unreadable":
             self._count("cdi-spec")
-            _set_spec_aside(path)
+            _set_aside(path)
         elif verdict == "no-claim-data":
             self._count("cdi-spec")
             found.spec_kept = True
@@ -305,13 +327,13 @@ def _unique(devices: list[CheckpointDevice]) -> list[CheckpointDevice]:
     return out
 
 
-def _set_spec_aside(path: Path) -> None:
-    """A file under a spec's name that is not a CDI spec: runtimes fail on it, nothing reads it as evidence.
-    Renamed to a dot-name (no .json ending) so runtimes skip it and a human can still look."""
-    aside = path.with_name(f".{path.name}.corrupt")
+def _set_aside(path: Path) -> None:
+    """A spec that is no CDI spec, or a damaged claim file: renamed to a dot-name without .json/.yaml, so runtimes
+    and recovery skip it and a human can still look."""
+    aside = path.with_name(f".{path.name.lstrip('.')}.corrupt")
     try:
         path.replace(aside)
     except OSError as exc:
-        log.error("cannot move an unreadable CDI spec aside", extra=fields(path=str(path), error=str(exc)))
+        log.error("cannot move an unusable file in the CDI directory aside", extra=fields(path=str(path), error=str(exc)))
         return
-    log.error("CDI spec file is not a CDI spec; moved aside", extra=fields(path=str(path), moved_to=str(aside)))
+    log.error("file in the CDI directory is unusable; moved aside", extra=fields(path=str(path), moved_to=str(aside)))

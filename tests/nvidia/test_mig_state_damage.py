@@ -70,8 +70,9 @@ def test_damaged_record_never_destroys_the_instance_in_use(
         record.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :])
     else:
         record.unlink()
-    if damage == "record-and-spec-missing":
+    if damage == "record-and-spec-missing":  # only the MIG ownership journal is left
         spec.unlink()
+        cdi.claim_file_path(tmp_path / "cdi", DRIVER, a.uid).unlink()
 
     caplog.set_level(logging.ERROR)
     again = restarted(backend)

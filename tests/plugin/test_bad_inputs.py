@@ -40,7 +40,7 @@ def test_each_bad_claim_fails_alone(node: Node):
     assert "config[0]" in err and "mdoe" in err and "default/typo" in err
     assert all(not response.claims[u].devices for u in (missing.uid, unallocated.uid, replaced_old.uid, bad_config.uid))
     # Nothing of the failed claims is left behind.
-    assert sorted(p.name for p in node.cdi_dir.iterdir()) == [f"k8s.{DRIVER}-device_{good.uid}.json"]
+    assert sorted(p.name for p in node.cdi_dir.iterdir()) == [f".k8s.{DRIVER}-device_{good.uid}.claim", f"k8s.{DRIVER}-device_{good.uid}.json"]
 
 
 def test_wrong_type_in_config_names_field(node: Node):

@@ -62,7 +62,7 @@ def test_bad_result_fails_its_claim_and_nothing_is_written(node: Node, result: d
     error = response.claims[bad.uid].error
     assert f"status.allocation.devices.results[0].{field}" in error and "default/bad" in error
     assert not response.claims[bad.uid].devices
-    assert sorted(p.name for p in node.cdi_dir.iterdir()) == [f"k8s.{DRIVER}-device_{good.uid}.json"]
+    assert sorted(p.name for p in node.cdi_dir.iterdir()) == [f".k8s.{DRIVER}-device_{good.uid}.claim", f"k8s.{DRIVER}-device_{good.uid}.json"]
     assert _service(node).checkpoint_record(bad.uid) is None
     assert not [data for op, data in node.backend.calls if op == "prepare" and data["uid"] == bad.uid]
     assert not [p for p in node.root.rglob("*") if "victim" in p.name or p.name == "etc"]

@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver import cdi
 from dra_driver.checkpoint import PREPARE_COMPLETED, CheckpointDevice, ClaimRecord
-from dra_driver.plugin.recovery import spec_claim_data
+from dra_driver.plugin.recovery import claim_file_data
 from dra_driver.vendor import ClaimRef, ContainerEdits
 
 BENCH = Path(__file__).parents[2] / "bench" / "bench_kill_loop.py"
@@ -37,12 +37,13 @@ def write_spec(cdi_dir: Path, uid: str, devices: list[str]) -> list[str]:
     names = [cdi.cdi_device_name(uid, "kill-node", d) for d in devices]
     ids = [cdi.qualified_id("gpu.nvidia.com", n) for n in names]
     record = ClaimRecord(uid, "kill", uid, PREPARE_COMPLETED, [CheckpointDevice("gpu", "kill-node", d, cdi_ids=[i]) for d, i in zip(devices, ids)])
-    spec = cdi.build_claim_spec("gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits(), spec_claim_data("b", record))
+    spec = cdi.build_claim_spec("gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits())
     cdi.write_spec_atomic(cdi.spec_path(cdi_dir, "gpu.nvidia.com", uid), spec)
+    cdi.write_claim_file(cdi.claim_file_path(cdi_dir, "gpu.nvidia.com", uid), claim_file_data("b", record))
     return ids
 
 
-@pytest.mark.parametrize("violation", ["spec-of-free-claim", "device-in-two-specs", "prepared-without-spec", "answer-not-in-spec"])
+@pytest.mark.parametrize("violation", ["spec-of-free-claim", "device-in-two-specs", "prepared-without-spec", "answer-not-in-spec", "spec-without-claim-file"])
 def test_check_node_catches(tmp_path: Path, violation: str) -> None:
     bench = bench_module()
     node = SimpleNamespace(cdi_dir=tmp_path)
@@ -58,6 +59,8 @@ def test_check_node_catches(tmp_path: Path, violation: str) -> None:
         write_spec(tmp_path, "uid-b", ["gpu-0"])
     elif violation == "prepared-without-spec":
         cdi.spec_path(tmp_path, "gpu.nvidia.com", "uid-a").unlink()
+    elif violation == "spec-without-claim-file":
+        cdi.claim_file_path(tmp_path, "gpu.nvidia.com", "uid-a").unlink()
     else:
         a.answered = [("gpu-0", ["k8s.gpu.nvidia.com/device=uid-a-kill-node-gpu-7"])]
     with pytest.raises(bench.Violation):

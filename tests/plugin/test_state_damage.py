@@ -9,7 +9,6 @@ prepare whose CDI write fails (rolled back; a failing rollback keeps the reserva
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -116,19 +115,21 @@ def test_damaged_record_keeps_claim_reserved_answerable_and_unpreparable(node: N
     assert error_of(conn.unprepare([a]), a) == ""
     assert node.unprepares_of(a) == [{"uid": a.uid, "devices": ["gpu-0"]}]  # with the state the spec carried
     assert not node.spec(a).exists() and not os.path.lexists(node.record_file(a))
+    assert not cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).exists()
     assert error_of(conn.prepare([b]), b) == ""  # and now the device is free
 
 
 @pytest.mark.parametrize("kind", ["flipped-byte", "torn", "foreign-uid", "random-bytes"])
 def test_damaged_record_without_its_spec(node: Node, kind: str, caplog: pytest.LogCaptureFixture) -> None:
-    """Record damaged and spec gone: what the record still shows stays reserved, and the claim is never
-    answered with CDI IDs that do not resolve; where nothing shows the devices, that is logged loudly."""
+    """Record damaged, spec and claim file gone: what the record still shows stays reserved, and the claim is
+    never answered with CDI IDs that do not resolve; where nothing shows the devices, that is logged loudly."""
     conn = node.start()
     a, other = node.claim("a", "gpu-0", "gpu-2"), node.claim("other", "gpu-1")
     assert error_of(conn.prepare([a]), a) == "" and error_of(conn.prepare([other]), other) == ""
     node.stop()
     damage_record(node.paths.checkpoint, a.uid, kind, other.uid)
     node.spec(a).unlink()
+    cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
 
     caplog.set_level(logging.ERROR)
     conn = node.start()
@@ -144,6 +145,21 @@ def test_damaged_record_without_its_spec(node: Node, kind: str, caplog: pytest.L
     assert error_of(conn.unprepare([a]), a) == ""
     assert node.unprepares_of(a) and not os.path.lexists(node.record_file(a))
     assert error_of(conn.prepare([b]), b) == ""
+
+
+def test_damaged_record_and_lost_spec_are_both_rebuilt_from_the_claim_file(node: Node) -> None:
+    conn = node.start()
+    a = node.claim("a", "gpu-4")
+    first = conn.prepare([a])
+    node.stop()
+    spec_before = node.spec(a).read_bytes()
+    damage_record(node.paths.checkpoint, a.uid, "random-bytes", a.uid)
+    node.spec(a).unlink()
+    conn = node.start()
+    b = node.claim("b", "gpu-4")
+    assert a.uid in error_of(conn.prepare([b]), b)
+    assert conn.prepare([a]) == first and node.spec(a).read_bytes() == spec_before  # spec rewritten, same IDs
+    assert error_of(conn.unprepare([a]), a) == "" and error_of(conn.prepare([b]), b) == ""
 
 
 def test_checkpoint_directory_replaced_by_a_file_does_not_stop_the_driver(node: Node) -> None:
@@ -274,12 +290,11 @@ def test_spec_without_a_record_that_proves_nothing(node: Node, spec_kind: str) -
     conn.prepare([a])
     node.stop()
     spec = node.spec(a)
-    if spec_kind == "older-build":
-        data = json.loads(spec.read_text())
-        del data["annotations"]
-        spec.write_text(json.dumps(data))
+    if spec_kind == "older-build":  # a spec without its claim file
+        cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
     elif spec_kind == "not-a-spec":
         spec.write_text('{"half": ')
+        cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
     else:
         node.settings.boot_id_path.write_text("boot-2\n")  # a reboot: records and specs of boot-1 are void
     if spec_kind != "other-boot":

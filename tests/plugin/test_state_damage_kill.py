@@ -83,7 +83,7 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
         assert all(done.claims[r.uid].error == "" for r in refs.values())
         undone = {e["data"]["uid"]: e["data"]["state"] for e in journal(root / "state")[before + 1 :] if e["op"] == "unprepare"}
         assert undone == {r.uid: {"uid": r.uid, "devices": [d]} for r, d in ((r, f"gpu-{i}") for i, r in enumerate(refs.values()))}
-        assert cdi.our_spec_files(root / "cdi", DRIVER) == {}
+        assert cdi.our_spec_files(root / "cdi", DRIVER) == {} and cdi.our_claim_files(root / "cdi", DRIVER) == {}
         assert [p.name for p in paths.checkpoint.iterdir() if ".corrupt-" not in p.name] == []
         assert all(conn.prepare(list(rivals.values())).claims[r.uid].error == "" for r in rivals.values())
         conn.close()

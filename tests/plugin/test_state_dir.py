@@ -54,7 +54,7 @@ def test_records_prepared_beside_the_socket_are_moved_and_still_unprepared(short
     daemon.stop()
     old_record = paths.plugin_dir / "checkpoint.d" / f"{ref.uid}.json"
     assert old_record.exists()
-    spec = next(old_settings.cdi_dir.glob(f"*{ref.uid}*"))
+    spec = next(old_settings.cdi_dir.glob(f"k8s.*{ref.uid}.json"))
 
     new_settings = make_settings(short_tmp)
     daemon, backend = start(new_settings, apiserver)
