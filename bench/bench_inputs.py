@@ -7,7 +7,7 @@ Each run is a real process (`python -m dra_driver.cli.main ...`), timed from sta
 exit, with its peak resident memory from wait4(). Hostile cases come from
 bench/hostile_inputs.py; the large valid inputs sit just under each default limit:
 a 10,000-device JSON fleet, a YAML fleet near 250,000 values, manifests near
-migrate's 1 MiB / 15,000 values, and a 30 MB profile. --baseline DIR runs the
+migrate's 1 MiB / 7,500 values, and a 30 MB profile. --baseline DIR runs the
 same commands with PYTHONPATH=DIR (an exported older tree) to compare; those runs
 are capped at 30 s and 2 GiB of address space so a runaway old run cannot hurt
 the machine. Prints a Markdown table (median of --repeat runs).
@@ -59,11 +59,11 @@ def _fleet_yaml(directory: Path) -> Path:
 
 
 def _manifests(directory: Path) -> Path:
-    path = directory / "manifests-170-jobs.yaml"
+    path = directory / "manifests-85-jobs.yaml"
     if not path.exists():
         one = (ROOT / "tests/migrate/corpus/training-job.yaml").read_text()
-        # ~14,000 values, under migrate's 15,000
-        path.write_text("---\n".join(one.replace("name: ", f"name: n{index}-", 1) for index in range(170)))
+        # ~6,900 values, under migrate's 7,500
+        path.write_text("---\n".join(one.replace("name: ", f"name: n{index}-", 1) for index in range(85)))
     return path
 
 
@@ -97,7 +97,7 @@ COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
 LARGE: tuple[tuple[str, Callable[[Path], Path], tuple[str, ...]], ...] = (
     ("10k-device JSON fleet (13.8 MB)", _fleet_json, ("explain --fleet",)),
     ("YAML fleet, 250 nodes, ~238k values (2.9 MB)", _fleet_yaml, ("explain --fleet",)),
-    ("170 training jobs, ~14k values (184 KB)", _manifests, ("migrate",)),
+    ("85 training jobs, ~6,900 values (92 KB)", _manifests, ("migrate",)),
     ("30 MB profile (one long description)", _big_profile, ("discover --profile",)),
 )
 

@@ -25,9 +25,9 @@ DEFAULT_MAX_NODES = 250_000
 # inputs may hold this many times more values (a 10,000-device fleet is ~1.5 M).
 JSON_NODES_FACTOR = 8
 # migrate's round trip (ruamel keeps comments and layout: load, edit, dump) costs
-# ~100-150 us a value and ~1 us a byte on the 2-core machine; these keep it near
-# 2 s with the process start-up included (docs/performance.md, "Input limits").
-ROUND_TRIP_MAX_NODES = 15_000
+# ~170 us a value when every document changes and ~0.5 us a byte; with the process
+# start-up, 6,900 values took 1.9 s and 1 MiB 1.3 s (docs/performance.md, "Input limits").
+ROUND_TRIP_MAX_NODES = 7_500
 ROUND_TRIP_MAX_BYTES = 1 * MIB
 ROUND_TRIP_WHY = "migrate edits YAML with a comment-keeping parser about 50x slower than the others"
 
