@@ -6,8 +6,8 @@ Usage:
 Each run is a real process (`python -m dra_driver.cli.main ...`), timed from start to
 exit, with its peak resident memory from wait4(). Hostile cases come from
 bench/hostile_inputs.py; the large valid inputs sit just under each default limit:
-a 10,000-device JSON fleet, a YAML fleet near 500,000 values, manifests near
-migrate's 2 MiB / 20,000 values, and a 30 MB profile. --baseline DIR runs the
+a 10,000-device JSON fleet, a YAML fleet near 250,000 values, manifests near
+migrate's 1 MiB / 7,500 values, and a 30 MB profile. --baseline DIR runs the
 same commands with PYTHONPATH=DIR (an exported older tree) to compare; those runs
 are capped at 30 s and 2 GiB of address space so a runaway old run cannot hurt
 the machine. Prints a Markdown table (median of --repeat runs).
@@ -55,26 +55,24 @@ def _fleet_json(directory: Path) -> Path:
 
 
 def _fleet_yaml(directory: Path) -> Path:
-    return _fleet_file(directory, "fleet-450-nodes.yaml", "dgx-h100", 450, "static")  # ~430,000 values
+    return _fleet_file(directory, "fleet-250-nodes.yaml", "dgx-h100", 250, "static")  # ~238,000 values
 
 
 def _manifests(directory: Path) -> Path:
-    path = directory / "manifests-near-limit.yaml"
+    path = directory / "manifests-85-jobs.yaml"
     if not path.exists():
         one = (ROOT / "tests/migrate/corpus/training-job.yaml").read_text()
-        parts, index = [], 0
-        while sum(len(p) for p in parts) < 1_700_000 and index < 180:
-            parts.append(one.replace("name: ", f"name: n{index}-", 1))
-            index += 1
-        path.write_text("---\n".join(parts))
+        # ~6,900 values, under migrate's 7,500
+        path.write_text("---\n".join(one.replace("name: ", f"name: n{index}-", 1) for index in range(85)))
     return path
 
 
 def _big_profile(directory: Path) -> Path:
-    path = directory / "profile-30mb.yaml"
+    path = directory / "profile-30mb-description.yaml"
     if not path.exists():
         base = (ROOT / "vendors/nvidia/profiles/t4.yaml").read_text()
-        path.write_text(base.replace("name:", f"description: '{'x' * 30_000_000}'\nname:", 1))
+        head, _, rest = base.partition("\ndescription:")
+        path.write_text(head + f"\ndescription: '{'x' * 30_000_000}'\n" + rest.split("\n", 1)[1])
     return path
 
 
@@ -98,8 +96,8 @@ COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
 }
 LARGE: tuple[tuple[str, Callable[[Path], Path], tuple[str, ...]], ...] = (
     ("10k-device JSON fleet (13.8 MB)", _fleet_json, ("explain --fleet",)),
-    ("YAML fleet, 450 nodes, ~430k values (5.2 MB)", _fleet_yaml, ("explain --fleet",)),
-    ("manifests near migrate's limits", _manifests, ("migrate",)),
+    ("YAML fleet, 250 nodes, ~238k values (2.9 MB)", _fleet_yaml, ("explain --fleet",)),
+    ("85 training jobs, ~6,900 values (92 KB)", _manifests, ("migrate",)),
     ("30 MB profile (one long description)", _big_profile, ("discover --profile",)),
 )
 

@@ -91,11 +91,14 @@ class Daemon:
             self._start_one(backend, claims)
         self.metrics.load()
         self._metrics_server = self.metrics.serve(self._metrics_port)
+        if not self.plugins:  # nothing serves: no API client to build (run_until_signal exits 1)
+            return self.status
         if self._connect is not None and self._pending is not None:
             try:
                 self._wiring = self._connect()
-            except Exception as exc:
+            except Exception as exc:  # nothing can be prepared: deregister and say why, rather than hang on
                 self._pending.fail(f"the API client could not be built: {exc}")
+                self.stop()
                 raise
             self._pending.ready(self._claim_source(self._wiring))
         self._start_api_users()

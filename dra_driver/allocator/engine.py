@@ -224,6 +224,14 @@ class _Counters:
 # -- the allocator ---------------------------------------------------------------------------------
 
 
+def _single_node(pool: Pool) -> str | None:
+    """The node every device of the pool is on, when all its slices name the same node and no device has its own target."""
+    names = {target.node_name for target in pool.slice_targets.values()}
+    if len(names) != 1 or any(device.target is not None for device in pool.devices):
+        return None
+    return next(iter(names))
+
+
 def _pool_problem(pool: Pool) -> str | None:
     if pool.invalid:
         return f"pool {pool.driver}/{pool.name} is invalid: {pool.invalid}"
@@ -255,6 +263,10 @@ class Allocator:
         self._by_node: dict[str, list[tuple[int, int, Pool, PoolDevice]]] = {}
         self._floating: list[tuple[int, int, Pool, PoolDevice]] = []
         for pool_index, pool in enumerate(self.pools):
+            node = _single_node(pool)
+            if node:  # the common case: a node-local pool without per-device targets, in bulk
+                self._by_node.setdefault(node, []).extend((pool_index, device_index, pool, device) for device_index, device in enumerate(pool.devices))
+                continue
             for device_index, device in enumerate(pool.devices):
                 target = device_node_target(pool, device)
                 item = (pool_index, device_index, pool, device)
@@ -324,8 +336,8 @@ class Allocator:
                     short = self.capacity.shortfall(device, self.capacity.demand(alternative, device), None)
                     if short:
                         blocked = Rejection("capacity", "requested capacity does not fit", short)
-            entry = _Entry(device, pool, selectable, blocked)
-            if not pool_problem:
+            entry = _Entry(device, pool, selectable, blocked) if selectable is not False else None  # most devices: not needed
+            if not pool_problem and entry is not None:
                 if selectable is True:
                     plan.everything.append(entry)
                 elif isinstance(selectable, str) and plan.first_error is None:
@@ -334,7 +346,7 @@ class Allocator:
             # The search only walks devices that can still be picked; a device whose
             # selector errs stays in, so the search reaches it in the scheduler's order.
             viable = selectable is not False and (blocked is None or blocked.code not in ("taint", "capacity"))
-            if not pool_problem and not in_use and viable:
+            if not pool_problem and not in_use and viable and entry is not None:
                 plan.candidates.append(entry)
                 plan.candidate_errors = plan.candidate_errors or isinstance(selectable, str)
             # What the report says: the first reason in the order the scheduler checks.

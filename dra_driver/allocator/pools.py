@@ -76,12 +76,15 @@ def _attributes(raw: Mapping[str, Any], names: QualifiedNames) -> dict[str, tupl
 
 def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per_device: bool, names: QualifiedNames) -> PoolDevice:
     attributes = _attributes(raw.get("attributes") or {}, names)
-    capacity: dict[str, str] = {}
-    for key, value in (raw.get("capacity") or {}).items():
-        capacity[names[key]] = str((value or {}).get("value"))
-    consumes = tuple(
-        _consumption(str(entry.get("counterSet")), tuple((name, str((counter or {}).get("value", "0"))) for name, counter in (entry.get("counters") or {}).items()))
-        for entry in raw.get("consumesCounters") or ()
+    capacity = {names[key]: str((value or {}).get("value")) for key, value in (raw.get("capacity") or {}).items()}
+    consumed = raw.get("consumesCounters")
+    consumes = (
+        tuple(
+            _consumption(str(entry.get("counterSet")), tuple((name, str((counter or {}).get("value", "0"))) for name, counter in (entry.get("counters") or {}).items()))
+            for entry in consumed
+        )
+        if consumed
+        else ()
     )
     return PoolDevice(
         id=DeviceID(driver, pool, str(raw.get("name"))),

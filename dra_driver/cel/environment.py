@@ -31,9 +31,10 @@ class CelEnvironment:
         return BASE_DEVICE_FIELDS
 
     def describe(self) -> str:
+        if self.kind == "StoredExpressions":  # declares every field whatever the gates
+            return "StoredExpressions (kube-scheduler; device.allowMultipleAllocations always declared)"
         gate = "on" if self.consumable_capacity else "off"
-        role = "kube-scheduler" if self.kind == "StoredExpressions" else "API-server validation of new selectors"
-        return f"{self.kind} ({role}; DRAConsumableCapacity {gate})"
+        return f"NewExpressions (API-server validation of new selectors; DRAConsumableCapacity {gate})"
 
 
 SCHEDULER = CelEnvironment("StoredExpressions")

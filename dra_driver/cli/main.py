@@ -23,6 +23,8 @@ _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--ma
 EXIT_BAD_INPUT = 2
 # The daemon's crash goes to its log with the traceback: nobody reads its stderr line by line.
 _KEEP_TRACEBACK = frozenset({"run"})
+# Commands that load a whole fleet, answer once and exit (gcpause.one_shot_command).
+_FLEET_ONE_SHOT = frozenset({"explain", "fleet", "template"})
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -62,7 +64,7 @@ def add_input_limit_flags(parser: argparse.ArgumentParser) -> None:
     """The limits of the input layer (dra_driver/inputs), for every command that reads files or stdin."""
     group = parser.add_argument_group("input limits (every file and standard input a command reads)")
     group.add_argument("--max-input-size", type=_size, default=None, metavar="SIZE",
-                       help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 2Mi)")
+                       help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 1Mi)")
     group.add_argument("--max-input-nodes", type=_positive, default=None, metavar="N",
                        help=f"most values read from one YAML input, an alias counting every value it repeats (default {input_limits.DEFAULT_MAX_NODES:,}; "
                        f"JSON {input_limits.JSON_NODES_FACTOR}x as many; migrate {input_limits.ROUND_TRIP_MAX_NODES:,})")
@@ -120,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(verbosity=args.verbose, fmt=args.log_format)
     configure_inputs(args)
     try:
-        return int(args.func(args) or 0)
+        return _run_command(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -136,6 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     finally:
         logging.shutdown()
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if args.command not in _FLEET_ONE_SHOT:
+        return int(args.func(args) or 0)
+    from dra_driver.allocator.gcpause import one_shot_command  # these commands import the allocator anyway
+
+    with one_shot_command():
+        return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 A request with `adminAccess: true` is forbidden unless the claim's namespace carries
 `resource.kubernetes.io/admin-access: "true"` (dra-api-facts 3.7). explain knows a
-namespace's labels when the input file holds its Namespace object; otherwise it says it
-could not check. With the DRAAdminAccess gate off the API server drops the field.
+namespace's labels from `--kubeconfig` or from a Namespace object in the input file;
+otherwise it says it could not check. With the DRAAdminAccess gate off the API server drops the field.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def admin_access_problems(claims: list[ClaimInput], namespaces: Mapping[str, Map
                 continue
             labels = namespaces.get(claim.namespace)
             if labels is None:
-                notes.append(f"{path}: allowed only if namespace {claim.namespace!r} has the label {ADMIN_ACCESS_LABEL}=\"true\"; explain could not check (add the Namespace object to the file)")
+                notes.append(f"{path}: allowed only if namespace {claim.namespace!r} has the label {ADMIN_ACCESS_LABEL}=\"true\"; explain could not check (use --kubeconfig or add the Namespace object to the file)")
             elif labels.get(ADMIN_ACCESS_LABEL) != "true":
                 errors.append(FieldError(path, f"forbidden: admin access to devices requires the {ADMIN_ACCESS_LABEL}=\"true\" label on namespace {claim.namespace!r}; label the namespace or drop adminAccess"))
     return errors, notes

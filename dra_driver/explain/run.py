@@ -79,7 +79,7 @@ def explain_subject(
     classes = merge_classes(layers, matcher)
     _add_extended_resource_claims(subject, layers, set(classes), gates)
     claims = validated_claims(subject, classes, matcher)
-    admin_errors, admin_notes = admin_access_problems(subject.claims, subject.namespace_labels, gates)
+    admin_errors, admin_notes = admin_access_problems(subject.claims, {**fleet.namespace_labels, **subject.namespace_labels}, gates)
     if admin_errors:
         raise InputError(admin_errors)
     subject.notes += admin_notes

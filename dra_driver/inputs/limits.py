@@ -20,14 +20,15 @@ from dataclasses import dataclass, replace
 MIB = 1024 * 1024
 DEFAULT_MAX_BYTES = 32 * MIB
 DEFAULT_MAX_DEPTH = 100
-DEFAULT_MAX_NODES = 500_000
-# pydantic-core parses JSON ~20x faster than libyaml events become objects: JSON
+DEFAULT_MAX_NODES = 250_000
+# pydantic-core parses JSON ~10x faster than libyaml events become objects: JSON
 # inputs may hold this many times more values (a 10,000-device fleet is ~1.5 M).
-JSON_NODES_FACTOR = 4
-# ruamel's round-trip loader (migrate keeps comments and layout) costs ~100 us a
-# value and ~1 us a byte; this is what it reads in about 2 s (docs/performance.md).
-ROUND_TRIP_MAX_NODES = 20_000
-ROUND_TRIP_MAX_BYTES = 2 * MIB
+JSON_NODES_FACTOR = 8
+# migrate's round trip (ruamel keeps comments and layout: load, edit, dump) costs
+# ~170 us a value when every document changes and ~0.5 us a byte; with the process
+# start-up, 6,900 values took 1.9 s and 1 MiB 1.3 s (docs/performance.md, "Input limits").
+ROUND_TRIP_MAX_NODES = 7_500
+ROUND_TRIP_MAX_BYTES = 1 * MIB
 ROUND_TRIP_WHY = "migrate edits YAML with a comment-keeping parser about 50x slower than the others"
 
 _UNITS = {"": 1, "k": 1000, "ki": 1024, "m": 1000**2, "mi": MIB, "g": 1000**3, "gi": 1024**3}

@@ -69,7 +69,6 @@ class _Frame:
     line: int
     nodes_before: int  # the stream's node count when this collection started
     key: Any = _NO_KEY
-    key_line: int = 0
     merges: list[tuple[Any, int]] = field(default_factory=list)
 
 
@@ -117,7 +116,7 @@ class _Builder:
             return value
         if tag == _NULL:
             return None
-        if tag == _BOOL:
+        if tag == _BOOL and value.lower() in SafeConstructor.bool_values:
             return SafeConstructor.bool_values[value.lower()]
         if tag == _MERGE and self.stack and self.stack[-1].key is _NO_KEY and isinstance(self.stack[-1].container, dict):
             return _MERGE_KEY
@@ -125,7 +124,7 @@ class _Builder:
             raise self.fail(line, f"tag {tag!r} is not supported; Kubernetes objects hold only strings, numbers, booleans, null, lists and maps")
         try:
             return _construct(tag, value)
-        except (ValueError, yaml.YAMLError) as exc:
+        except Exception as exc:  # an explicit tag on bad text: PyYAML constructors raise any type (KeyError, AttributeError...)
             raise self.fail(line, f"{value[:40]!r} is not a valid {tag.removeprefix(_TAG)}: {exc}") from exc
 
     def open(self, container: dict[Any, Any] | list[Any], anchor: str | None, line: int) -> None:
@@ -169,7 +168,7 @@ class _Builder:
                 raise self.fail(line, "a map key must be a plain value (string or number), not a list or map")
             if value is not _MERGE_KEY and value in container:
                 raise self.fail(line, f"duplicate key {value!r} in the map starting at line {frame.line}; remove one")
-            frame.key, frame.key_line = value, line
+            frame.key = value
         else:
             if frame.key is _MERGE_KEY:
                 frame.merges.append((value, line))

@@ -35,6 +35,8 @@ def api_source(base_url: str | None = None, kubeconfig: str | None = None) -> Ap
             raise KubeConfigError(f"API server URL {base_url!r} must start with http:// or https://")
         return ApiSource("url", base_url)
     if kubeconfig:
+        if not Path(kubeconfig).is_file():
+            raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist or is not a file; pass an existing --kubeconfig")
         return ApiSource("kubeconfig", kubeconfig)
     if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
         return ApiSource("in-cluster")

@@ -8,7 +8,7 @@ layer we replace; everything above it is production code.
 Implemented semantics (what dra-driver uses, modelled on the real apiserver):
 - resources: resource.k8s.io/v1 ResourceSlices and DeviceClasses (cluster
   scoped), ResourceClaims (namespaced, with a status subresource), core v1
-  Nodes and Pods (read by `dra-driver fleet`); resource.k8s.io/v1alpha3
+  Nodes, Namespaces and Pods (read by `dra-driver fleet`); resource.k8s.io/v1alpha3
   DeviceTaintRules (cluster scoped);
 - create with `generateName`, server-set `uid`, `creationTimestamp`,
   `generation` and a global `resourceVersion` counter; 409 AlreadyExists;
@@ -106,6 +106,7 @@ RESOURCES: dict[str, ResourceType] = {
     r.plural: r
     for r in (
         ResourceType("", "v1", "nodes", "Node", namespaced=False, status_subresource=True),
+        ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
         ResourceType("", "v1", "pods", "Pod", namespaced=True, status_subresource=True, field_labels=("spec.nodeName",)),
         ResourceType(
             "resource.k8s.io",

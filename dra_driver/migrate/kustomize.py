@@ -117,6 +117,12 @@ def _collect(kustomization: Path, tree: Tree, seen: set[Path], read: Reader) -> 
             tree.skipped.append((kustomization, "patchesStrategicMerge", f"inline patch: {RENDER_FIRST}"))
             continue
         patches.append(Patch(_entry_path(kustomization, entry, "patchesStrategicMerge"), None, None))
+    for renaming in ("namePrefix", "nameSuffix"):
+        if spec.get(renaming):
+            tree.skipped.append((kustomization, renaming, (
+                f"{renaming} renames the ResourceClaimTemplates, but kustomize does not update resourceClaimTemplateName "
+                "references (it has no name reference for that field): add a `configurations:` file with a "
+                "nameReference for kind ResourceClaimTemplate (docs/migration.md, 'Kustomize and Helm')")))
     if spec.get("patchesJson6902"):
         tree.skipped.append((kustomization, "patchesJson6902",
                              f"JSON 6902 patches are not followed (they may set device resources); {RENDER_FIRST}"))
@@ -158,15 +164,13 @@ def _at(node: Any, keys: tuple[str | int, ...]) -> Any:
     return node
 
 
-def _merge_devices(base: CommentedMap, patch_pod: Workload) -> bool:
-    """Strategic merge of the patch's device entries into `base` (a copy); False when the patch sets none."""
+def _merge_devices(base: CommentedMap, patch_pod: Workload) -> None:
+    """Strategic merge of the patch's device entries into `base` (a copy)."""
     spec = _at(base, patch_pod.spec_keys)
-    touched = False
     for list_key, container in _containers(patch_pod.pod_spec):
         entries = _device_entries(container)
         if not entries:
             continue
-        touched = True
         targets = [c for c in spec.setdefault(list_key, []) if isinstance(c, Mapping) and c.get("name") == container.get("name")]
         if not targets:
             spec[list_key].append(copy.deepcopy(container))
@@ -179,7 +183,6 @@ def _merge_devices(base: CommentedMap, patch_pod: Workload) -> bool:
                     merged.pop(resource, None)  # `key: null` deletes in a strategic merge
                 else:
                     merged[resource] = value
-    return touched
 
 
 def _find_target(bases: list[Any], kind: str, name: str) -> Any | None:
@@ -190,17 +193,21 @@ def _find_target(bases: list[Any], kind: str, name: str) -> Any | None:
 
 
 def _rewrite_patch(patch_pod: Workload, migrated: Mapping[str, Any]) -> None:
-    """Device entries out of the patch; the migrated copy's claims in."""
+    """The device entries the migration converted out of the patch; the migrated copy's claims in.
+
+    An entry the migration left alone (`nvidia.com/gpu.shared`, a placeholder count) stays in the patch.
+    """
     migrated_spec = _at(migrated, patch_pod.spec_keys)
     by_name = {c.get("name"): c for _, c in _containers(migrated_spec)}
     for _, container in _containers(patch_pod.pod_spec):
         if not _device_entries(container):
             continue
         resources = container["resources"]
+        kept = (by_name.get(container.get("name")) or {}).get("resources") or {}
         for part in ("limits", "requests"):
             values = resources.get(part)
             if isinstance(values, CommentedMap):
-                for resource in [r for r in values if _is_device(r)]:
+                for resource in [r for r in values if _is_device(r) and r not in (kept.get(part) or {})]:
                     remove_key(values, resource)
                 if not values:
                     remove_key(resources, part)
@@ -255,14 +262,22 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
                 report.add(Action.GENERATED, where, finding.subject,
                            f"for this strategic-merge patch: {kind}/{name} as the overlay renders it (the patch's device "
                            f"counts), written to {TEMPLATES_FILE}; the patch now sets the claims instead")
+            for finding in sub_report.by_action(Action.NOT_CONVERTED):  # what stays in the patch, and why
+                report.add(Action.NOT_CONVERTED, where, finding.subject, f"{finding.reason} (with this patch applied)")
     changed = any(d.changed for d in stream.documents)
     overlay.results.append(FileResult(str(patch.path), text, streams.render(stream) if changed else text))
 
 
-def _templates_result(overlay: _Overlay) -> FileResult:
+def _names(texts: list[str], kind: str) -> set[str]:
+    return {metadata(o)[0] for text in texts for d in yaml.safe_load_all(text) for _, o in objects(d)
+            if isinstance(o, Mapping) and o.get("kind") == kind}
+
+
+def _templates_result(overlay: _Overlay, rendered: set[str]) -> FileResult:
+    """TEMPLATES_FILE with the overlay's templates that the render does not have yet (`rendered`: the bases')."""
     path = overlay.kustomization.parent / TEMPLATES_FILE
     original = overlay.read(path) if path.is_file() else ""
-    present = {metadata(o)[0] for d in yaml.safe_load_all(original) for _, o in objects(d) if o}
+    present = _names([original], "ResourceClaimTemplate") | rendered  # a second copy would fail the render
     text = original
     for template in overlay.templates:
         if metadata(template)[0] in present:
@@ -301,12 +316,14 @@ def migrate_directory(directory: Path, options: Options, read: Reader = _read_te
         return results, report
     bases = [obj for source, text in originals for d in streams.split(text, source).documents
              for _, obj in objects(d.data) if isinstance(obj, CommentedMap)]
+    from_bases = _names([result.output for result in results], "ResourceClaimTemplate")
     for kustomization, patches in tree.patches.items():
         overlay = _Overlay(kustomization, read)
         for patch in patches:
             _migrate_patch(patch, bases, options, report, overlay)
         results.extend(overlay.results)
-        if overlay.templates:
-            results += [_templates_result(overlay), _kustomization_result(overlay)]
+        templates = _templates_result(overlay, from_bases)
+        if templates.changed:
+            results += [templates, _kustomization_result(overlay)]
     report.changed_files = [r.source for r in results if r.changed]
     return results, report

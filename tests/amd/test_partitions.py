@@ -134,3 +134,25 @@ def test_rocm_before_6_4_1_dynamic_prepare_gets_the_partitions_own_render_node(o
     backend.discover()
     prepared = backend.prepare(ClaimRef("default", "a", "uid-a"), [AllocatedDevice("gpu", "node-a", "gpu-8-136-cpx-nps4-3")])
     assert [n.path for n in prepared.devices[0].edits.device_nodes][1:] == ["/dev/dri/renderD139", "/dev/dri/card11"]
+
+
+def test_looking_up_one_gpu_reads_only_its_partitions(open_backend, monkeypatch):
+    """Prepare looks a GPU up several times per claim; reading every partition of the node each time
+    made a dynamic 8-device claim cost ~14 ms of CPU (docs/performance.md)."""
+    from dra_driver_amd import discovery
+
+    backend = open_backend("mi300x-cpx", partitioning="dynamic")
+    everything = discovery.read_partitions(backend.smi)
+    gpu = sorted(everything)[3]
+    assert discovery.read_partitions(backend.smi, only=gpu) == {gpu: everything[gpu]}
+    reads: list[str] = []
+    real = discovery.read_partition
+
+    def counting(smi, handle):
+        partition = real(smi, handle)
+        reads.append(discovery.parent_bdf(partition.bdf))
+        return partition
+
+    monkeypatch.setattr(discovery, "read_partition", counting)
+    assert backend._partitioner.current(gpu) == (backend.smi.compute_partition(everything[gpu][0].handle), backend.smi.memory_partition(everything[gpu][0].handle))
+    assert set(reads) == {gpu} and len(reads) == len(everything[gpu])

@@ -15,6 +15,8 @@ from dra_driver.cli.main import chosen_command, main
         (["-v", "--log-format", "json", "discover"], "discover"),
         (["--log-format=json", "-vv", "migrate", "-"], "migrate"),
         (["--", "demo"], "demo"),
+        (["--max-input-size", "64Mi", "--max-input-nodes", "9", "--max-input-depth", "3", "explain", "c"], "explain"),
+        (["--max-input-size=64Mi", "migrate"], "migrate"),
         (["explian"], None),
         (["-v"], None),
         ([], None),

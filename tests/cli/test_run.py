@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,36 @@ def test_driver_file_flags_reach_the_backend_settings(tmp_path: Path) -> None:
     finally:
         for backend in daemon.backends:
             backend.close()
+
+
+def test_a_missing_kubeconfig_is_refused_before_any_socket(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The API client is built after the sockets serve; whether there is one to build is checked before."""
+    args = parse(
+        "--profile", "dgx-h100", "--node-name", "n", "--kubeconfig", str(tmp_path / "missing"), "--kubelet-dir", str(tmp_path / "k"),
+        "--state-dir", str(tmp_path / "state"), "--cdi-dir", str(tmp_path / "cdi"),
+    )  # fmt: skip
+    assert run(args) == 1
+    assert f"kubeconfig {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "k").exists()  # nothing was served
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """Unix socket paths are limited to 107 bytes: a short temp dir for a daemon that serves."""
+    path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_unreadable_kubeconfig_fails_after_start_with_a_clear_line(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kubeconfig that exists but cannot be loaded is found only when the client is built: the daemon
+    deregisters and exits 1 with the reason, no traceback."""
+    bad = short_tmp / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    args = parse(
+        "--profile", "dgx-h100", "--node-name", "n", "--kubeconfig", str(bad), "--kubelet-dir", str(short_tmp / "k"),
+        "--state-dir", str(short_tmp / "state"), "--cdi-dir", str(short_tmp / "cdi"),
+    )  # fmt: skip
+    assert run(args) == 1
+    assert "cannot load the API client configuration (kubeconfig)" in capsys.readouterr().err
+    assert not list((short_tmp / "k" / "plugins_registry").glob("*.sock"))  # deregistered

@@ -74,7 +74,7 @@ def nvidia_version(node: ProfileNode) -> str:
 def assert_nvidia_driver_files(node: ProfileNode, seen: Seen) -> None:
     version = nvidia_version(node)
     mounts = claim_mounts(node)
-    assert {f"/usr/bin/nvidia-smi", LIBCUDA, f"/lib/firmware/nvidia/{version}/gsp_ga10x.bin"} <= mounts
+    assert {"/usr/bin/nvidia-smi", LIBCUDA, f"/lib/firmware/nvidia/{version}/gsp_ga10x.bin"} <= mounts
     assert mounts <= seen.files, f"driver files missing in the container: {sorted(mounts - seen.files)}"
     assert f"driver {version}" in seen.smi  # the host's binary runs in an image that has none
     assert seen.libcuda == f"simulated libcuda {version}"  # the soname path is the versioned host file

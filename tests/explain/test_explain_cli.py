@@ -151,3 +151,22 @@ def test_output_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[s
     first = explain(capsys, *argv)
     second = explain(capsys, *argv)
     assert first == second
+
+
+def test_the_loaded_fleet_is_frozen_during_the_command_and_unfrozen_after(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from dra_driver import fleet as fleets
+
+    seen: list[int] = []
+    check = fleets.check_slices
+
+    def recording_check(slices: Any) -> None:  # runs right after the fleet file was read
+        seen.append(gc.get_freeze_count())
+        check(slices)
+
+    monkeypatch.setattr(fleets, "check_slices", recording_check)
+    code, out, _ = explain(capsys, claim_file(tmp_path, [b.exact("gpu", count=2)]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
+    assert code == 0 and json.loads(out)["node"] == "node-0"  # the same answer as without freezing
+    assert seen and seen[0] > 0  # the parsed fleet left the collector's generations
+    assert gc.isenabled() and gc.get_freeze_count() == 0

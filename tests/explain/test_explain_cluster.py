@@ -61,3 +61,16 @@ def test_cluster_device_taint_rules(cluster: tuple[SimApiServer, Path], tmp_path
     claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "any-gpu.example.com")])))
     code = main(["explain", str(claim), "--kubeconfig", str(kubeconfig), "--feature-gates", "DRADeviceTaintRules=true"])
     assert code == 1 and "tainted drain:NoExecute" in capsys.readouterr().out
+
+
+def test_cluster_namespace_labels_decide_admin_access(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server, kubeconfig = cluster
+    server.store.put(b.resource_slice("node-0", [b.device("gpu-0")]))
+    server.store.put(b.class_doc("any-gpu.example.com", [f'device.driver == "{b.NV}"']))
+    server.store.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {}}})
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "any-gpu.example.com", adminAccess=True)])))
+    assert main(["explain", str(claim), "--kubeconfig", str(kubeconfig)]) == 2
+    assert "resource.kubernetes.io/admin-access" in capsys.readouterr().err
+    server.store.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"resource.kubernetes.io/admin-access": "true"}}})
+    assert main(["explain", str(claim), "--kubeconfig", str(kubeconfig)]) == 0

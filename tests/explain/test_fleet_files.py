@@ -69,3 +69,15 @@ def test_the_collector_is_restored_after_parsing_and_after_a_failure(tmp_path: P
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_load_paths_restores_the_collector_after_a_fleet_and_after_a_refused_object(tmp_path: Path) -> None:
+    good, foreign = tmp_path / "good.json", tmp_path / "foreign.json"
+    good.write_text(json.dumps(LIST))
+    foreign.write_text(json.dumps({**SLICE, "kind": "ConfigMap"}))  # refused after parsing, while sorting
+    assert gc.isenabled()
+    assert [s["metadata"]["name"] for s in fleets.load_paths([good]).slices] == ["node-a-gpu"]
+    assert gc.isenabled()
+    with pytest.raises(fleets.FleetError, match="ConfigMap"):
+        fleets.load_paths([good, foreign])
+    assert gc.isenabled()

@@ -53,6 +53,7 @@ COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
     "explain-fleet": lambda path, claim, fleet: ["explain", str(claim), "--fleet", str(path)],
     "migrate": lambda path, claim, fleet: ["migrate", str(path), "--report", "none"],
     "discover-profile": lambda path, claim, fleet: ["discover", "--profile", str(path), "-o", "json"],
+    "fleet-fleet": lambda path, claim, fleet: ["fleet", "--fleet", str(path), "-o", "json"],
 }
 
 

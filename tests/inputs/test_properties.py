@@ -27,6 +27,7 @@ SEEDS: dict[str, tuple[str, str]] = {  # command -> (file suffix, seed text)
     "explain-fleet": (".json", json.dumps(FLEET)),
     "migrate": (".yaml", (ROOT / "tests/migrate/corpus/anchors.yaml").read_text() + "---\n" + (ROOT / "tests/migrate/corpus/mig.yaml").read_text()),
     "discover-profile": (".yaml", (ROOT / "vendors/nvidia/profiles/t4.yaml").read_text()),
+    "fleet-fleet": (".yaml", yaml.safe_dump(FLEET)),
 }
 PROFILE = settings(
     max_examples=20, derandomize=True, database=None, deadline=None,
@@ -49,6 +50,7 @@ _values = st.recursive(
 _snippets = st.sampled_from([
     "\n", ": ", "- ", "[", "]", "{", "}", ",", "&a ", "*a", "<<: *a\n", "!!binary ", "? ", "|\n", ">-\n", "\t", "#",
     "'", '"', "\\u0000", "---\n", "...\n", "%YAML 1.1\n", "\x00", "\xff", "\ufeff", "kind: {a: 1}\n", "metadata: [x]\n",
+    "!!bool ", "!!timestamp ", "!!int ", "!!float ", "2001-13-45", "!!set ", "!custom ",
 ])
 
 

@@ -152,3 +152,33 @@ def test_a_json6902_patch_file_that_sets_devices_is_reported(overlay: Path) -> N
     results, report = migrate_directory(overlay, Options(catalog=load_catalog()))
     assert any(f.subject == "patch" and "JSON 6902" in f.reason for f in report.by_action(Action.NOT_CONVERTED))
     assert not [r for r in results if r.source.endswith("patch.yaml") and r.changed]
+
+
+def test_a_patch_entry_the_migration_leaves_alone_stays_in_the_patch(overlay: Path) -> None:
+    (overlay / "patch.yaml").write_text(PATCH.replace("nvidia.com/gpu: 4   # the big variant", "nvidia.com/gpu.shared: 1"))
+    results, report = migrate_directory(overlay, Options(catalog=load_catalog()))
+    [patch] = [r for r in results if r.source.endswith("patch.yaml")]
+    assert "nvidia.com/gpu.shared: 1" in patch.output
+    assert any(f.subject == "nvidia.com/gpu.shared" and "with this patch applied" in f.reason
+               for f in report.by_action(Action.NOT_CONVERTED))
+
+
+def test_a_patch_with_the_base_count_adds_no_second_copy_of_the_template(overlay: Path) -> None:
+    (overlay / "patch.yaml").write_text(PATCH.replace("nvidia.com/gpu: 4", "nvidia.com/gpu: 2"))
+    assert main(["migrate", "-w", "--report", "none", str(overlay)]) == 0
+    rendered = _render(overlay)  # a duplicate ResourceClaimTemplate would make kustomize fail
+    assert _device_requests(rendered) == [] and _claim_counts(rendered, "Deployment", "trainer") == [2]
+    assert not (overlay / TEMPLATES_FILE).exists()
+
+
+def test_name_prefix_is_reported_and_the_documented_name_reference_fixes_the_render(overlay: Path) -> None:
+    kustomization = overlay / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text() + "namePrefix: big-\n")
+    assert main(["migrate", "-w", "--report", "none", str(overlay)]) == 0
+    _, report = migrate_directory(overlay, Options(catalog=load_catalog()))
+    assert any(f.subject == "namePrefix" and "nameReference" in f.reason for f in report.by_action(Action.NOT_CONVERTED))
+    (overlay / "dra-nameref.yaml").write_text(
+        "nameReference:\n- kind: ResourceClaimTemplate\n  fieldSpecs:\n"
+        "  - {kind: Deployment, path: spec/template/spec/resourceClaims/resourceClaimTemplateName}\n")
+    kustomization.write_text(kustomization.read_text() + "configurations:\n- dra-nameref.yaml\n")
+    assert _claim_counts(_render(overlay), "Deployment", "big-trainer") == [4]  # the reference follows the rename

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pynvml
 import pytest
 
 from dra_driver.errors import BackendUnavailable
-from dra_driver.vendor import BackendSettings
-from dra_driver_nvidia import nvml
+from dra_driver.hardware_profiles import load_profile
+from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, Mount
+from dra_driver_nvidia import fake_driver_root, fake_nvml, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
+from dra_driver_nvidia.profile import parse_section
 
 
 @pytest.fixture
@@ -44,3 +47,55 @@ def test_unloadable_library_is_a_plain_unavailable(tmp_path: Path, no_library_lo
 def test_default_root_leaves_loading_to_pynvml(no_library_loaded: None) -> None:
     nvml.load_library(Path("/"))
     assert pynvml.nvmlLib is None
+
+
+# ---- from_host with a driver root: the loaded library object is the simulated NVML --------------
+
+
+@pytest.fixture
+def host_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, fake_nvml.FakeNvmlLibrary]]:
+    """A driver root holding libnvidia-ml.so.1 whose load (ctypes.CDLL, the lowest layer) gives the simulated
+    NVML of dgx-h100, plus that profile's driver files."""
+    section = parse_section(load_profile("dgx-h100").sections["nvidia"])
+    library = fake_nvml.FakeNvmlLibrary(section)
+    root = fake_driver_root.build(tmp_path / "driver", section.driverVersion)
+    lib = root / "usr/lib64" / nvml.LIBRARY_NAME
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    lib.write_bytes(b"")
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(nvml.ctypes, "CDLL", lambda path: library)
+    yield root, library
+    fake_nvml.install(None)
+
+
+def _claim_mounts(backend: NvidiaBackend) -> list[Mount]:
+    node = backend.settings.node_name
+    prepared = backend.prepare(ClaimRef("ns", "c", "uid-1"), [AllocatedDevice(request="gpu", pool=node, device="gpu-0")])
+    backend.unprepare(ClaimRef("ns", "c", "uid-1"), prepared.state)
+    return prepared.claim_edits.mounts
+
+
+def _open_host(root: Path, tmp_path: Path) -> NvidiaBackend:
+    return NvidiaBackend.from_host(BackendSettings(driver_root=root, host_driver_root=Path("/run/nvidia/driver"), state_dir=tmp_path / "state"))
+
+
+def test_host_backend_finds_the_driver_files_of_the_version_nvml_reports(host_root: tuple[Path, fake_nvml.FakeNvmlLibrary], tmp_path: Path) -> None:
+    root, library = host_root
+    backend = _open_host(root, tmp_path)
+    try:
+        mounts = {m.container_path: m.host_path for m in _claim_mounts(backend)}
+    finally:
+        backend.close()
+    version = library.section.driverVersion
+    assert any(path.endswith(f".so.{version}") for path in mounts)
+    assert all(host.startswith("/run/nvidia/driver/") for host in mounts.values())  # host paths translated
+
+
+def test_unreadable_driver_version_is_a_plain_unavailable(host_root: tuple[Path, fake_nvml.FakeNvmlLibrary], tmp_path: Path) -> None:
+    """Discovery publishes driverVersion and every spec mounts files named by it: no version, no backend
+    (it used to start with no driver files and then fail in discovery)."""
+    root, library = host_root
+    library.fail("nvmlSystemGetDriverVersion", "NVML_ERROR_UNKNOWN")
+    with pytest.raises(BackendUnavailable, match="NVML reports no driver version") as info:
+        _open_host(root, tmp_path)
+    assert "nvidia-smi" in str(info.value)

@@ -85,8 +85,8 @@ def test_failing_connect_fails_waiting_prepares_with_the_reason_and_deregisters(
     error = pending.result(timeout=30).claims[claim.uid].error
     assert "API client could not be built" in error and "no current context" in error
     conn.close()
-    daemon.stop()
-    assert not paths.registration_socket.exists() and not paths.dra_socket.exists()
+    assert not paths.registration_socket.exists() and not paths.dra_socket.exists()  # start() cleaned up itself
+    daemon.stop()  # and stopping again is harmless
 
 
 def test_publisher_attached_after_start_gets_the_health_seen_before(short_tmp: Path, apiserver) -> None:
@@ -174,3 +174,20 @@ def test_serving_the_sockets_imports_neither_the_kubernetes_client_nor_prometheu
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_no_client_is_built_when_no_driver_serves(short_tmp: Path) -> None:
+    settings = make_settings(short_tmp)
+    paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
+    paths.registry_dir.mkdir(parents=True)
+    paths.registration_socket.write_text("not a socket")  # the only driver cannot register
+
+    def connect() -> ApiWiring:
+        raise AssertionError("connect called although no driver serves")
+
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], None, settings, connect=connect)
+    try:
+        status = daemon.start()
+        assert status.running == [] and DRIVER in status.failed
+    finally:
+        daemon.stop()

@@ -29,7 +29,7 @@ class Partitioner:
 
     def _partitions(self, gpu_bdf: str) -> list[PartitionInfo]:
         # Handles change with the mode: enumerate again every time.
-        partitions = read_partitions(self.smi).get(gpu_bdf)
+        partitions = read_partitions(self.smi, only=gpu_bdf).get(gpu_bdf)
         if not partitions:
             raise DeviceError(gpu_bdf, "GPU not found by amdsmi")
         return partitions

@@ -103,9 +103,13 @@ class NvidiaBackend(VendorBackend):
         try:
             version = nvml.driver_version()
         except NvmlError as exc:
-            # Devices still work; containers then need the driver files from elsewhere. Say so loudly.
-            log.warning("driver version unreadable; CDI specs get no driver files", extra=fields(error=str(exc)))
-            return cls(settings)
+            # Both the published driverVersion attribute and the driver files every claim's spec mounts are
+            # named by this version: without it no container could use CUDA, so the backend does not start.
+            nvml.shutdown()
+            raise BackendUnavailable(
+                "nvidia", f"NVML reports no driver version ({exc}); the driver files containers need are found by it: "
+                "check the driver installation (nvidia-smi should print the version)"
+            ) from exc
         if settings.host_driver_root is None and settings.driver_root != Path("/"):
             # Inside a pod the driver root is a mount (/driver-root) the host's runtime cannot see.
             log.warning("--host-driver-root not set: CDI specs name driver files under --driver-root, which must then "
