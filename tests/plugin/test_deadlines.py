@@ -63,10 +63,11 @@ def test_unprepare_waiting_behind_a_slow_prepare_of_its_claim_is_answered(node: 
     conn = node.connect()
     assert conn.prepare([other]).claims[other.uid].error == ""
     node.server.slow("get", "resourceclaims", SLOW_S, count=1)
+    gets_before = node.server.requests[("get", "resourceclaims")]  # other's prepare already sent one
     pending = threading.Thread(target=lambda: conn.prepare([slow_ref], timeout=30))
     pending.start()
     try:
-        assert _wait_for_request(node.server)
+        assert _wait_for_request(node.server, after=gets_before)  # the slow prepare holds its claim now
         response = conn.unprepare([slow_ref, other], timeout=SHORT_DEADLINE_S)
         assert response.claims[other.uid].error == ""
         assert "deadline" in response.claims[slow_ref.uid].error
@@ -74,10 +75,10 @@ def test_unprepare_waiting_behind_a_slow_prepare_of_its_claim_is_answered(node: 
         pending.join(30)
 
 
-def _wait_for_request(server: SimApiServer) -> bool:
+def _wait_for_request(server: SimApiServer, after: int = 0) -> bool:
     end = time.monotonic() + 10
     while time.monotonic() < end:
-        if server.requests[("get", "resourceclaims")] >= 1:
+        if server.requests[("get", "resourceclaims")] > after:
             return True
         time.sleep(0.01)
     return False
