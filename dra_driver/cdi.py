@@ -46,7 +46,7 @@ from typing import Any
 from dra_driver.atomic_file import TEMP_SUFFIX, replace_file
 from dra_driver.logs import fields
 from dra_driver.model.names import uid_problem
-from dra_driver.signed_json import SignedJsonError, sign, verified_body
+from dra_driver.signed_json import SignedJsonError, signed_text, verified_body
 from dra_driver.vendor import ContainerEdits, DeviceNode, Hook, Mount
 
 log = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ def our_claim_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
 
 def write_claim_file(path: Path, claim_data: dict[str, Any]) -> None:
     """The claim's data, checksummed, written like a spec (atomic, not flushed)."""
-    replace_file(path, json.dumps(sign(claim_data), sort_keys=True, separators=(",", ":")).encode(), durable=False, mode=0o600)
+    replace_file(path, signed_text(claim_data).encode(), durable=False, mode=0o600)
 
 
 def read_claim_file(path: Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Checksummed JSON documents, `{"body": {...}, "checksum": sha256(canonical body)}`.
 
 Used wherever state on disk must prove it was written whole by us: checkpoint
-lines and the claim data carried in CDI spec annotations. The checksum catches
+lines and the claim files beside CDI specs. The checksum catches
 torn writes, flipped bytes and hand edits; it is not a signature against an
 attacker who can write the file (root on the node can do anything anyway).
 """
@@ -25,8 +25,10 @@ def checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(body).encode()).hexdigest()
 
 
-def sign(body: dict[str, Any]) -> dict[str, Any]:
-    return {"body": body, "checksum": checksum(body)}
+def signed_text(body: dict[str, Any]) -> str:
+    """The signed document as canonical JSON text; the body is encoded once (it may hold a whole CDI spec)."""
+    text = canonical(body)
+    return f'{{"body":{text},"checksum":"{hashlib.sha256(text.encode()).hexdigest()}"}}'
 
 
 def verified_body(raw: bytes | str | dict[str, Any]) -> dict[str, Any]:
