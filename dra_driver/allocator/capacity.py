@@ -144,6 +144,8 @@ def policy_violation(amount: Decimal, policy: RequestPolicy | None) -> str | Non
 class ConsumableCapacity:
     enabled: bool = False
     external: Mapping[DeviceID, Amounts] = field(default_factory=dict)  # shared_consumption()
+    # Parsed once per device: demand() and shortfall() run for every try of the search.
+    _policy_cache: dict[DeviceID, dict[str, RequestPolicy]] = field(default_factory=dict, repr=False)
 
     def shareable(self, device: PoolDevice) -> bool:
         return self.enabled and device.wire.get("allowMultipleAllocations") is True
@@ -179,14 +181,17 @@ class ConsumableCapacity:
             used = external.get(name, Decimal(0)) + (taken or {}).get(name, Decimal(0))
             if used + amount > offered:
                 left = offered - used
-                return f"capacity {name}: needs {amount}, {left} of {offered} left"
+                return f"capacity {name}: needs {format_amount(amount)}, {format_amount(left)} of {format_amount(offered)} left"
         return None
 
-    @staticmethod
-    def _policies(device: PoolDevice) -> dict[str, RequestPolicy]:
-        driver = device.id.driver
-        raw = device.wire.get("capacity") or {}
-        return {_qualified(str(key), driver): policy for key, entry in raw.items() if isinstance(entry, Mapping) and (policy := _policy(entry.get("requestPolicy"))) is not None}
+    def _policies(self, device: PoolDevice) -> dict[str, RequestPolicy]:
+        cached = self._policy_cache.get(device.id)
+        if cached is None:
+            driver = device.id.driver
+            raw = device.wire.get("capacity") or {}
+            cached = {_qualified(str(key), driver): policy for key, entry in raw.items() if isinstance(entry, Mapping) and (policy := _policy(entry.get("requestPolicy"))) is not None}
+            self._policy_cache[device.id] = cached
+        return cached
 
 
 def format_amount(amount: Decimal) -> str:
