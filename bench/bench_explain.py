@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from dra_driver import fleet as fleets
@@ -26,6 +24,7 @@ from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, build_p
 from dra_driver.allocator.report import to_text
 from dra_driver.claims_input import ResourceClaim, to_claim
 from dra_driver.explain import fleet_nodes
+from timing import timed
 
 NV = "gpu.nvidia.com"
 CLASSES = {
@@ -54,18 +53,6 @@ CLAIM = {
         }
     },
 }
-
-
-def timed(label: str, repeat: int, action):  # type: ignore[no-untyped-def]
-    """Median wall and CPU time of `repeat` runs (CPU time is steadier on a shared machine)."""
-    walls, cpus, result = [], [], None
-    for _ in range(repeat):
-        wall, cpu = time.perf_counter(), time.process_time()
-        result = action()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    print(f"{label:<38} {statistics.median(walls) * 1000:8.1f} ms wall {statistics.median(cpus) * 1000:8.1f} ms cpu")
-    return result, statistics.median(cpus)
 
 
 def main() -> None:

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 from dra_driver import fleet as fleets
 from dra_driver import inputs
@@ -29,22 +27,7 @@ from dra_driver.allocator import CelMatcher
 from dra_driver.explain import merge_classes, shipped_class_documents
 from dra_driver.usage import Filters, build_view
 from dra_driver.usage.render import to_data, to_table
-
-T = TypeVar("T")
-
-
-def timed(label: str, repeat: int, action: Callable[[], T]) -> T:
-    """Run `action` `repeat` times; print the median wall and CPU time. On a shared machine the CPU
-    time (this process only) is the better estimate of the wall time on a quiet one."""
-    walls, cpus, result = [], [], None
-    for _ in range(repeat):
-        start, cpu = time.perf_counter(), time.process_time()
-        result = action()
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.process_time() - cpu)
-    print(f"{label:<46} wall {statistics.median(walls) * 1000:8.1f} ms   cpu {statistics.median(cpus) * 1000:8.1f} ms")
-    return result  # type: ignore[return-value]
-
+from timing import timed
 
 def claims_and_pods(slices: list[dict[str, Any]], share: float) -> list[dict[str, Any]]:
     """One claim per node holding its first `share` of devices, each reserved for one pod (and the pod)."""
@@ -86,9 +69,9 @@ def main() -> None:
         if args.write:
             print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB); time: dra-driver fleet --fleet {path}")
             return
-        loaded = timed("read fleet file (JSON List)", args.repeat, lambda: fleets.load_paths([path]))
+        loaded, _ = timed("read fleet file (JSON List)", args.repeat, lambda: fleets.load_paths([path]))
     timed("validate slices (API limits)", args.repeat, lambda: fleets.check_slices(loaded.slices))
-    view = timed("build view (pools, states, counters, holders)", args.repeat, lambda: build_view(loaded, Filters()))
+    view, _ = timed("build view (pools, states, counters, holders)", args.repeat, lambda: build_view(loaded, Filters()))
     timed("table", args.repeat, lambda: to_table(view))
     timed("JSON", args.repeat, lambda: json.dumps(to_data(view)))
 
