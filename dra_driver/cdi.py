@@ -152,7 +152,7 @@ def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str | None, Pa
             continue
         if not name.startswith("."):
             continue
-        target = name[1 : -len(TEMP_SUFFIX)].rpartition(".")[0]  # drop mkstemp's random part (no dots in it)
+        target = name[1 : -len(TEMP_SUFFIX)].rpartition(".")[0]  # drop the random part (no dots in it)
         uid = (claim_uid_of(path.with_name(target), driver) or claim_uid_of_claim_file(path.with_name(target), driver)) if target else None
         if uid is not None:
             found.append((uid, path))

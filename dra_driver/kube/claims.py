@@ -119,6 +119,26 @@ class ClaimReader:
     def __init__(self, api_client: k8s.ApiClient, timeout_s: float = 10.0) -> None:
         self._client = api_client
         self._timeout_s = timeout_s  # per request when the caller has no deadline
+        self._hosts: dict[str, urllib3.HTTPConnectionPool] = {}  # scheme://host:port -> the manager's pool for it
+
+    def _request(self, url: str, headers: dict[str, str], timeout: urllib3.Timeout) -> urllib3.BaseHTTPResponse:
+        """One GET on the client's pool for the API server's host; the body is read and the connection released.
+
+        The PoolManager is asked for that pool once per host, not per request (its URL parsing and pool-key
+        building cost as much as the rest of the client side of the GET); TLS and auth settings are the pool's
+        and the caller's headers, exactly as before. Through a proxy every request goes by the manager, which
+        rewrites it for the proxy.
+        """
+        manager = self._client.rest_client.pool_manager
+        if isinstance(manager, urllib3.ProxyManager):
+            return manager.request("GET", url, headers=headers, timeout=timeout, retries=False)
+        scheme, sep, rest = url.partition("://")
+        netloc, _, path = rest.partition("/")  # the host's path prefix (if any) stays in the request path
+        origin = f"{scheme}{sep}{netloc}"
+        pool = self._hosts.get(origin)
+        if pool is None:
+            pool = self._hosts[origin] = manager.connection_from_url(origin)
+        return pool.urlopen("GET", f"/{path}", headers=headers, timeout=timeout, retries=False, assert_same_host=False)
 
     def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim:
         """The claim as stored now. `uid` (what the kubelet asked for) is not needed for a GET: the caller
@@ -145,18 +165,14 @@ class ClaimReader:
             raise ClaimLookupError(f"{where}: unexpected object from the API server: {exc.errors()[0]['msg']}") from exc
 
     def _fetch(self, url: str, headers: dict[str, str], where: str, deadline: float | None) -> tuple[int, bytes]:
-        pool = self._client.rest_client.pool_manager
         attempt = 1
         while True:
             timeout = self._timeout_s if deadline is None else deadline - time.monotonic()
             if timeout <= 0:
                 raise ClaimLookupError(f"reading {where} did not start before the kubelet's deadline; the kubelet will retry")
             try:
-                response = pool.request("GET", url, headers=headers, timeout=urllib3.Timeout(total=timeout), retries=False, preload_content=False)
-                try:
-                    return response.status, response.read()
-                finally:
-                    response.release_conn()
+                response = self._request(url, headers, urllib3.Timeout(total=timeout))
+                return response.status, response.data
             except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ProtocolError) as exc:
                 if attempt == self._ATTEMPTS:
                     raise ClaimLookupError(f"reading {where} failed: {exc}") from exc

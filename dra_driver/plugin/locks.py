@@ -82,9 +82,12 @@ def _open_locked(path: Path, blocking: bool) -> int | None:
     after the flock succeeds the fd must still be the file at `path`; otherwise
     a later opener would lock a fresh file and two holders would coexist.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = open_lock_file(path)
+        try:
+            fd = open_lock_file(path)
+        except FileNotFoundError:  # the first lock in a new directory (not checked up front: this runs per claim)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:

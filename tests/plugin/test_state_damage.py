@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,7 +206,8 @@ def test_leftover_temp_files_are_removed_at_start_and_never_look_like_specs(node
     node.stop()
     cdi_dir = node.settings.cdi_dir
     # Named exactly as atomic_file.replace_file names its temp file for a's spec (a kill -9 mid-write).
-    fd, ours = tempfile.mkstemp(prefix=atomic_file.temp_prefix(node.spec(a)), suffix=atomic_file.TEMP_SUFFIX, dir=cdi_dir)
+    fd, name = atomic_file.create_temp(str(node.spec(a)))
+    ours = Path(name)
     os.close(fd)
     older_build = cdi_dir / ".spec.k2j3h4.tmp"
     older_build.write_text("{}")
