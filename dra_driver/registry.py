@@ -99,17 +99,24 @@ def open_backends(
     installed = ", ".join(sorted(backend_classes())) if unknown else ""  # every backend, for the message only
     for name in unknown:
         result.unavailable.append(BackendUnavailable(name, f"no backend named {name!r} is installed (installed: {installed or 'none'})"))
-    for name in (n for n in wanted if n in classes):
-        cls = classes[name]
-        try:
-            if profile is not None:
-                if name not in profile.sections:
-                    continue
-                backend = cls.from_profile(profile.sections[name], settings)
-            else:
-                backend = cls.from_host(settings)
-        except BackendUnavailable as exc:
-            result.unavailable.append(exc)
-            continue
-        result.backends.append(backend)
+    try:
+        for name in (n for n in wanted if n in classes):
+            _open_one(name, classes[name], settings, profile, result)
+    except BaseException:  # e.g. a bad profile section: the error is the caller's, the backends opened so far are ours to close
+        result.close()
+        raise
     return result
+
+
+def _open_one(name: str, cls: type[VendorBackend], settings: BackendSettings, profile: Profile | None, into: OpenedBackends) -> None:
+    try:
+        if profile is not None:
+            if name not in profile.sections:
+                return
+            backend = cls.from_profile(profile.sections[name], settings)
+        else:
+            backend = cls.from_host(settings)
+    except BackendUnavailable as exc:
+        into.unavailable.append(exc)
+        return
+    into.backends.append(backend)

@@ -23,7 +23,7 @@ from dra_driver.logs import fields
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
-from dra_driver.registry import open_backends
+from dra_driver.registry import OpenedBackends, open_backends
 from dra_driver.vendor import BackendSettings
 
 log = logging.getLogger(__name__)
@@ -145,10 +145,14 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
     if not opened.backends:
         reasons = "; ".join(str(p) for p in opened.unavailable) or "no backend installed"
         raise DraError(f"no vendor backend can run on this node: {reasons}")
-    settings = PluginSettings(
-        node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
-    )
-    return Daemon(opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args))
+    try:
+        settings = PluginSettings(
+            node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
+        )
+        return Daemon(opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args))
+    except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
+        opened.close()
+        raise
 
 
 def connect_api(args: argparse.Namespace) -> ApiWiring:
@@ -188,8 +192,4 @@ def run(args: argparse.Namespace) -> int:
         daemon.stop()
         return 1
     finally:
-        for backend in daemon.backends:
-            try:
-                backend.close()
-            except Exception as exc:
-                log.warning("closing backend failed", extra=fields(vendor=backend.vendor, error=str(exc)))
+        OpenedBackends(daemon.backends).close()

@@ -45,6 +45,7 @@ def test_prepare_unprepare_with_nvidia_backend(short_tmp, apiserver):
         conn.close()
     finally:
         daemon.stop()
+        backend.close()
 
 
 def test_demo_runs_without_root_or_cluster(short_tmp):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
-import tempfile
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from dra_driver import sim_scratch
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
@@ -65,7 +65,7 @@ class AmdBackend(VendorBackend):
     vendor = "amd"
     driver_name = "gpu.amd.com"
 
-    def __init__(self, smi: Smi, settings: BackendSettings, owned_dir: Path | None = None) -> None:
+    def __init__(self, smi: Smi, settings: BackendSettings, owned_dir: sim_scratch.ScratchDir | None = None) -> None:
         self.smi = smi
         self.settings = settings
         self.health_poll_s = 5.0
@@ -98,17 +98,21 @@ class AmdBackend(VendorBackend):
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> AmdBackend:
         profile = parse_profile(section)
-        owned: Path | None = None
-        sysfs_root = settings.sysfs_root
-        if sysfs_root == Path("/sys"):  # never write into the real /sys
-            owned = Path(tempfile.mkdtemp(prefix="dra-amd-sysfs-"))
-            sysfs_root = owned
-        build_pci_tree(sysfs_root, profile)
-        smi = Smi(FakeAmdSmi(profile))
-        smi.init()
-        if not profile.gpus:
-            raise BackendUnavailable(cls.vendor, "no AMD GPUs")
-        return cls(smi, dataclasses.replace(settings, sysfs_root=sysfs_root), owned_dir=owned)
+        with ExitStack() as undo:  # an error before the backend exists releases what was made so far
+            owned: sim_scratch.ScratchDir | None = None
+            sysfs_root = settings.sysfs_root
+            if sysfs_root == Path("/sys"):  # never write into the real /sys
+                owned = undo.enter_context(sim_scratch.create(cls.vendor))
+                sysfs_root = owned.path
+            build_pci_tree(sysfs_root, profile)
+            smi = Smi(FakeAmdSmi(profile))
+            smi.init()
+            undo.callback(smi.shutdown)
+            if not profile.gpus:
+                raise BackendUnavailable(cls.vendor, "no AMD GPUs")
+            backend = cls(smi, dataclasses.replace(settings, sysfs_root=sysfs_root), owned_dir=owned)
+            undo.pop_all()  # the backend's close releases them from now on
+            return backend
 
     @classmethod
     def profile_dir(cls) -> Path | None:
@@ -327,5 +331,5 @@ class AmdBackend(VendorBackend):
         except SmiError as exc:
             log.debug("amdsmi shutdown failed", extra=fields(error=str(exc)))
         if self._owned_dir is not None:
-            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir.close()
             self._owned_dir = None

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from dra_driver import sysfs_util
+from dra_driver import sim_scratch, sysfs_util
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import Device, Inventory
@@ -51,7 +51,7 @@ class GaudiBackend(VendorBackend):
         hlml: Hlml | None = None,
         fake: FakeSysfs | None = None,
         fake_hlml: FakeHlml | None = None,
-        workdir: tempfile.TemporaryDirectory[str] | None = None,
+        workdir: sim_scratch.ScratchDir | None = None,  # simulation only: removed by close
     ) -> None:
         self.settings = settings
         # Simulation handles (None on a real host): tests and the demo inject events through them.
@@ -77,18 +77,17 @@ class GaudiBackend(VendorBackend):
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> GaudiBackend:
-        workdir = tempfile.TemporaryDirectory(prefix="dra-gaudi-")
-        try:
-            fake = build_fake_sysfs(section, Path(workdir.name) / "sys")
-        except BaseException:
-            workdir.cleanup()
-            raise
-        serials = {device.bdf: device.serial for device in fake.section.devices if device.serial is not None}
-        # Serials come from HLML on real hardware, so a profile with serials gets a simulated HLML.
-        fake_hlml = FakeHlml(serials) if serials else None
-        hlml = open_hlml(serials, library=fake_hlml) if fake_hlml else None
-        simulated = dataclasses.replace(settings, sysfs_root=fake.root)
-        return cls(simulated, hlml=hlml, fake=fake, fake_hlml=fake_hlml, workdir=workdir)
+        with ExitStack() as undo:  # an error before the backend exists removes the scratch directory
+            workdir = undo.enter_context(sim_scratch.create(cls.vendor))
+            fake = build_fake_sysfs(section, workdir.path / "sys")
+            serials = {device.bdf: device.serial for device in fake.section.devices if device.serial is not None}
+            # Serials come from HLML on real hardware, so a profile with serials gets a simulated HLML.
+            fake_hlml = FakeHlml(serials) if serials else None
+            hlml = open_hlml(serials, library=fake_hlml) if fake_hlml else None
+            simulated = dataclasses.replace(settings, sysfs_root=fake.root)
+            backend = cls(simulated, hlml=hlml, fake=fake, fake_hlml=fake_hlml, workdir=workdir)
+            undo.pop_all()  # the backend's close removes it from now on
+            return backend
 
     @classmethod
     def profile_dir(cls) -> Path | None:
@@ -162,5 +161,5 @@ class GaudiBackend(VendorBackend):
             self._hlml.close()
             self._hlml = None
         if self._workdir is not None:
-            self._workdir.cleanup()
+            self._workdir.close()
             self._workdir = None

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dra_driver import sim_scratch
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import CounterSet, Device, Inventory
@@ -70,7 +70,7 @@ class NvidiaBackend(VendorBackend):
         simulator: fake_nvml.FakeNvmlLibrary | None = None,
         sysfs_root: Path | None = None,
         proc_root: Path | None = Path("/proc"),
-        scratch: Path | None = None,
+        scratch: sim_scratch.ScratchDir | None = None,  # simulation only: removed by close
         files: driver_files.DriverFiles | None = None,
     ) -> None:
         self.settings = settings
@@ -126,26 +126,28 @@ class NvidiaBackend(VendorBackend):
         except BackendUnavailable:
             fake_nvml.install(None)
             raise
-        scratch = Path(tempfile.mkdtemp(prefix="dra-nvidia-sim-"))
-        _write_sysfs(scratch, parsed)
-        # A simulated driver root for the profile's driver version; the runtime on this host sees it where we do.
-        root = fake_driver_root.build(scratch / "driver-root", parsed.driverVersion)
-        files = driver_files.discover(root, parsed.driverVersion)
-        return cls(settings, simulator=simulator, sysfs_root=scratch, proc_root=None, scratch=scratch, files=files)
+        with ExitStack() as undo:  # an error before the backend exists releases what was made so far
+            undo.callback(_stop_simulated_nvml, simulator)
+            scratch = undo.enter_context(sim_scratch.create(cls.vendor))
+            _write_sysfs(scratch.path, parsed)
+            # A simulated driver root for the profile's driver version; the runtime on this host sees it where we do.
+            root = fake_driver_root.build(scratch.path / "driver-root", parsed.driverVersion)
+            files = driver_files.discover(root, parsed.driverVersion)
+            backend = cls(settings, simulator=simulator, sysfs_root=scratch.path, proc_root=None, scratch=scratch, files=files)
+            undo.pop_all()  # the backend's close releases both from now on
+            return backend
 
     @classmethod
     def profile_dir(cls) -> Path:
         return PROFILE_DIR
 
     def close(self) -> None:
-        try:
-            nvml.shutdown()
-        except NvmlError as exc:
-            log.debug("nvmlShutdown failed", extra=fields(error=str(exc)))
-        if self.simulator is not None and fake_nvml.installed() is self.simulator:
-            fake_nvml.install(None)
+        if self.simulator is not None:
+            _stop_simulated_nvml(self.simulator)
+        else:
+            _shutdown_nvml()
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch.close()
 
     # ---- discovery ----------------------------------------------------------------
 
@@ -552,6 +554,20 @@ def _start_nvml(driver_root: Path = Path("/")) -> None:
     if count == 0:
         nvml.shutdown()
         raise BackendUnavailable("nvidia", "NVML found no NVIDIA GPUs on this node")
+
+
+def _shutdown_nvml() -> None:
+    try:
+        nvml.shutdown()
+    except NvmlError as exc:
+        log.debug("nvmlShutdown failed", extra=fields(error=str(exc)))
+
+
+def _stop_simulated_nvml(simulator: fake_nvml.FakeNvmlLibrary) -> None:
+    """Shut NVML down and uninstall `simulator`, unless another simulated backend has replaced it since."""
+    _shutdown_nvml()
+    if fake_nvml.installed() is simulator:
+        fake_nvml.install(None)
 
 
 def _write_sysfs(root: Path, section: NvidiaSection) -> None:

@@ -1,0 +1,41 @@
+"""Checks every test gets: simulated backends are closed by the test (or its fixtures) that opened them."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver import sim_scratch
+
+_reported: set[Path] = set()  # leaks already blamed on a test, not blamed again when collected later
+
+
+@pytest.fixture(autouse=True)
+def _simulated_backends_are_closed() -> Iterator[None]:
+    """A simulated backend's scratch directory left open, or removed only by the garbage collector,
+    means a missing close(): in a daemon or a CLI command that is a directory left in $TMPDIR."""
+    open_before = sim_scratch.open_dirs()
+    abandoned_before = len(sim_scratch.abandoned_dirs())
+    yield
+    left_open = sim_scratch.open_dirs() - open_before - _reported
+    collected = set(sim_scratch.abandoned_dirs()[abandoned_before:]) - _reported
+    _reported.update(left_open | collected)
+    if left_open or collected:
+        pytest.fail(
+            "simulated backend not closed (call close(), or open it through a fixture that does): "
+            f"still open: {sorted(map(str, left_open))}; removed only by the garbage collector: {sorted(map(str, collected))}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def empty_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty directory this process's tempfile (and so every simulated backend) uses; $TMPDIR too, for child processes."""
+    directory = tmp_path / "t"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    monkeypatch.setenv("TMPDIR", str(directory))
+    return directory
