@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dra_driver.kube.client import make_api_client
@@ -26,21 +27,28 @@ from dra_driver.vendor import Partitioning
 NODE = "bench-node"
 
 
-def backend_source(profile: str, partitioning: Partitioning) -> tuple[Callable[[Partitioning], Inventory], str, str]:
-    """(inventory source, driver name, where the inventory comes from)."""
+@contextmanager
+def backend_source(profile: str, partitioning: Partitioning) -> Iterator[tuple[Callable[[Partitioning], Inventory], str, str]]:
+    """(inventory source, driver name, where the inventory comes from); the simulated backend is closed on exit."""
+    opened = None
     try:
         from dra_driver.hardware_profiles import load_profile
         from dra_driver.registry import open_backends
         from dra_driver.vendor import BackendSettings
 
         opened = open_backends(BackendSettings(node_name=NODE, partitioning=partitioning), load_profile(profile), ["nvidia"])
-        if opened.backends:
-            backend = opened.backends[0]
-            return (lambda _mode: backend.discover()), backend.driver_name, f"NVIDIA backend, profile {profile}"
         reason = "; ".join(str(p) for p in opened.unavailable) or "profile has no nvidia section"
     except Exception as exc:  # the backend is another helper's work; fall back rather than fail
         reason = f"{type(exc).__name__}: {exc}"
-    return (lambda mode: synthetic(mode)), "gpu.nvidia.com", f"SYNTHETIC inventory shaped like dgx-h100 (backend unavailable: {reason})"
+    try:
+        if opened is not None and opened.backends:
+            backend = opened.backends[0]
+            yield (lambda _mode: backend.discover()), backend.driver_name, f"NVIDIA backend, profile {profile}"
+        else:
+            yield (lambda mode: synthetic(mode)), "gpu.nvidia.com", f"SYNTHETIC inventory shaped like dgx-h100 (backend unavailable: {reason})"
+    finally:
+        if opened is not None:
+            opened.close()
 
 
 def synthetic(partitioning: Partitioning) -> Inventory:
@@ -63,32 +71,32 @@ def consistent(server: SimApiServer, driver: str, expected: int) -> bool:
 
 
 def run_mode(profile: str, partitioning: Partitioning, repeat: int) -> dict[str, Any]:
-    source, driver, origin = backend_source(profile, partitioning)
-    cold, writes, slices, devices = [], 0, 0, 0
-    health_writes, repair = [], []
-    for _ in range(repeat):
-        with SimApiServer() as server:
-            server.add_node(NODE)
-            publisher = SlicePublisher(make_api_client(server.url), NODE, driver, source, PublisherOptions(partitioning=partitioning, debounce=0.0))
-            started = time.perf_counter()
-            publisher.sync_once()  # discovery + list + writes, as at daemon start
-            cold.append(time.perf_counter() - started)
-            objs = server.objects("ResourceSlice")
-            writes, slices = server.writes(), len(objs)
-            devices = sum(len(o["spec"].get("devices") or []) for o in objs)
-            target = next(o["spec"]["devices"][0]["name"] for o in objs if o["spec"].get("devices"))
-            before = server.writes()
-            publisher.set_device_health(target, healthy=False)
-            publisher.sync_once()
-            health_writes.append(server.writes() - before)
-            publisher.start()
-            publisher.wait_synced(after=publisher.sync_count)
-            server.delete_collection_as_other("ResourceSlice", spec__nodeName=NODE)  # kubelet start
-            wiped = time.perf_counter()
-            while not consistent(server, driver, slices):
-                time.sleep(0.005)  # polling copies every slice; keep it from competing with the publisher
-            repair.append(time.perf_counter() - wiped)
-            publisher.stop()
+    with backend_source(profile, partitioning) as (source, driver, origin):
+        cold, writes, slices, devices = [], 0, 0, 0
+        health_writes, repair = [], []
+        for _ in range(repeat):
+            with SimApiServer() as server:
+                server.add_node(NODE)
+                publisher = SlicePublisher(make_api_client(server.url), NODE, driver, source, PublisherOptions(partitioning=partitioning, debounce=0.0))
+                started = time.perf_counter()
+                publisher.sync_once()  # discovery + list + writes, as at daemon start
+                cold.append(time.perf_counter() - started)
+                objs = server.objects("ResourceSlice")
+                writes, slices = server.writes(), len(objs)
+                devices = sum(len(o["spec"].get("devices") or []) for o in objs)
+                target = next(o["spec"]["devices"][0]["name"] for o in objs if o["spec"].get("devices"))
+                before = server.writes()
+                publisher.set_device_health(target, healthy=False)
+                publisher.sync_once()
+                health_writes.append(server.writes() - before)
+                publisher.start()
+                publisher.wait_synced(after=publisher.sync_count)
+                server.delete_collection_as_other("ResourceSlice", spec__nodeName=NODE)  # kubelet start
+                wiped = time.perf_counter()
+                while not consistent(server, driver, slices):
+                    time.sleep(0.005)  # polling copies every slice; keep it from competing with the publisher
+                repair.append(time.perf_counter() - wiped)
+                publisher.stop()
     return {
         "mode": partitioning,
         "origin": origin,

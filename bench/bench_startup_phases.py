@@ -21,8 +21,14 @@ STARTED = time.perf_counter()  # before any other import: the imports are what i
 
 import argparse  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from dra_driver.daemon import Daemon
 
 MARKS: list[tuple[str, float, float]] = []
 
@@ -31,11 +37,12 @@ def mark(phase: str) -> None:
     MARKS.append((phase, time.perf_counter() - STARTED, time.process_time()))
 
 
-def report_and_exit() -> None:
+def report_and_exit(cleanup: Callable[[], None]) -> None:
     print(f"{'phase':<28} {'wall ms':>8} {'cpu ms':>8}  (wall from this script's first line, cpu from process start)")
     for phase, wall, cpu in MARKS:
         print(f"{phase:<28} {wall * 1000:>8.1f} {cpu * 1000:>8.1f}")
     sys.stdout.flush()
+    cleanup()  # os._exit runs no finally: remove the work dir and the simulated backends' scratch dirs here
     os._exit(0)  # the daemon is not meant to stop cleanly here: only the start-up is measured
 
 
@@ -59,14 +66,28 @@ def main() -> None:
     from dra_driver.plugin import driver
 
     started = driver.DriverPlugin._start
+    build_daemon = run.build_daemon
+    daemons: list[Daemon] = []
+
+    def built(args: argparse.Namespace) -> Daemon:
+        daemons.append(build_daemon(args))
+        return daemons[-1]
+
+    def cleanup() -> None:
+        from dra_driver.registry import OpenedBackends
+
+        for daemon in daemons:
+            OpenedBackends(daemon.backends).close()
+        shutil.rmtree(work, ignore_errors=True)
 
     def registered(plugin: driver.DriverPlugin) -> None:
         mark("profile, backends, discovery")
         started(plugin)
         mark("first driver registered")
-        report_and_exit()
+        report_and_exit(cleanup)
 
     driver.DriverPlugin._start = registered  # type: ignore[method-assign]
+    run.build_daemon = built
     assert run  # imported above on purpose, as `dra-driver run` does before parsing
     cli.main(argv)
 
