@@ -179,19 +179,23 @@ class Daemon:
         return self._stopped.wait(timeout)
 
     def run_until_signal(self) -> int:
-        """Serve until SIGTERM/SIGINT; exit code 1 when no driver could start."""
-        status = self.start()
-        if not status.running:
-            log.error("no driver is running", extra=fields(failed=status.failed))
-            self.stop()
-            return 1
+        """Serve until SIGTERM/SIGINT; exit code 1 when no driver could start.
+
+        The handlers are in place before start: a SIGTERM during start-up stops the daemon once start
+        returns, through the same clean path (sockets, and a simulated backend's scratch dir, removed),
+        where the default action would kill it half-way.
+        """
         previous = {sig: signal.signal(sig, lambda *_: self.request_stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            status = self.start()
+            if not status.running:
+                log.error("no driver is running", extra=fields(failed=status.failed))
+                return 1
             while not self._stopped.wait(1.0):
                 pass
+            log.info("shutting down")
+            return 0
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            log.info("shutting down")
             self.stop()
-        return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,3 +40,11 @@ def empty_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(tempfile, "tempdir", str(directory))
     monkeypatch.setenv("TMPDIR", str(directory))
     return directory
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temp dir with a short path for daemons that serve: unix socket paths are limited to 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

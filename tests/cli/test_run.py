@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,14 +92,6 @@ def test_a_missing_kubeconfig_is_refused_before_any_socket(tmp_path: Path, capsy
     assert run(args) == 1
     assert f"kubeconfig {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "k").exists()  # nothing was served
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: a short temp dir for a daemon that serves."""
-    path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_an_unreadable_kubeconfig_fails_after_start_with_a_clear_line(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,9 +8,6 @@ equal what deploy/ grants.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +25,6 @@ from tests.publisher.conftest import FAST, NODE, device_names, eventually, slice
 from tests.publisher.test_daemon_wiring import ToyBackend
 
 DRIVER = "gpu.example.com"
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="dra-rbac-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _slice(name: str, pool: str) -> dict[str, object]:

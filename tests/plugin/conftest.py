@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +22,6 @@ from dra_driver.plugin.kubelet_client import PluginConnection, register  # noqa:
 from dra_driver.plugin.sockets import PluginPaths  # noqa: E402
 from dra_driver.vendor import BackendSettings, ClaimRef  # noqa: E402
 
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A temp dir with a short path: unix socket paths are limited to 107 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import queue
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -65,13 +63,6 @@ class ToyBackend(VendorBackend):
                 yield self.health.get(timeout=0.05)
             except queue.Empty:
                 continue
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="dra-pub-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def make_daemon(root: Path, server: SimApiServer, backends: list[VendorBackend]) -> Daemon:
