@@ -136,3 +136,24 @@ def test_only_our_own_pattern_is_reaped_and_no_link_is_followed(tmp_path: Path, 
 def test_this_process_own_dirs_are_left_alone(empty_tmpdir: Path) -> None:
     with sim_scratch.create("nvidia") as mine:
         assert sim_scratch.reap_stale(empty_tmpdir) == [] and mine.path.is_dir()
+
+
+def test_a_forked_child_leaves_its_parent_dir_alone(empty_tmpdir: Path) -> None:
+    """A child inherits the finalizer and the backend: neither its exit nor its close removes the parent's dir."""
+    code = (
+        "import os, sys\n"
+        "from dra_driver import sim_scratch\n"
+        "held = sim_scratch.create('nvidia')\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    held.close()\n"
+        "    sys.exit(0)\n"  # a normal exit: atexit finalizers run in the child too
+        "os.waitpid(child, 0)\n"
+        "assert held.path.is_dir() and (held.path / sim_scratch.LOCK_NAME).exists(), 'the child removed it'\n"
+        "held.close()\n"
+        "assert not held.path.exists()\n"
+    )
+    child = _python(code)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert not list(empty_tmpdir.iterdir())
