@@ -187,6 +187,8 @@ class Daemon:
         """
         previous = {sig: signal.signal(sig, lambda *_: self.request_stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            if self._stopped.is_set():  # asked to stop before start (dra_driver.cli.run): nothing to start
+                return 0
             status = self.start()
             if not status.running:
                 log.error("no driver is running", extra=fields(failed=status.failed))

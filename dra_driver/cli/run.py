@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from dra_driver.daemon import ApiWiring, Daemon
@@ -180,11 +183,27 @@ def connect_api(args: argparse.Namespace) -> ApiWiring:
 
 
 def run(args: argparse.Namespace) -> int:
+    # A SIGTERM/SIGINT while the backends open (a simulated one makes its scratch dir then) is held until
+    # the daemon exists, which then stops before starting; from start on the daemon's own handlers answer.
+    requested = threading.Event()
+    deliver: list[Callable[[], None]] = [requested.set]
+    previous = {sig: signal.signal(sig, lambda *_: deliver[0]()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _build_and_run(args, requested, deliver)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _build_and_run(args: argparse.Namespace, requested: threading.Event, deliver: list[Callable[[], None]]) -> int:
     try:
         daemon = build_daemon(args)
     except DraError as exc:
         print(f"dra-driver run: {exc}", file=sys.stderr)
         return 1
+    deliver[0] = daemon.request_stop
+    if requested.is_set():
+        daemon.request_stop()
     try:
         return daemon.run_until_signal()
     except DraError as exc:  # e.g. a busy --metrics-port: a clear line, not a traceback

@@ -23,13 +23,17 @@ def apiserver() -> Iterator[SimApiServer]:
         yield server
 
 
-def start(server: SimApiServer, work: Path, serving: int = DRIVERS) -> subprocess.Popen[str]:
-    """The daemon, once `serving` drivers' registration sockets exist (the first one: start-up is still going on)."""
+def spawn(server: SimApiServer, work: Path) -> subprocess.Popen[str]:
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "mixed-node", "--node-name", "n", "--api-server", server.url,
         "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"),
     ]  # fmt: skip
-    daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # $TMPDIR: empty_tmpdir
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # $TMPDIR: empty_tmpdir
+
+
+def start(server: SimApiServer, work: Path, serving: int = DRIVERS) -> subprocess.Popen[str]:
+    """The daemon, once `serving` drivers' registration sockets exist (the first one: start-up is still going on)."""
+    daemon = spawn(server, work)
     deadline = time.monotonic() + 60
     while len(list((work / "k" / "plugins_registry").glob("*.sock"))) < serving:
         if daemon.poll() is not None or time.monotonic() > deadline:
@@ -58,3 +62,16 @@ def test_sigkill_leaves_dirs_the_next_daemon_reaps_and_sigterm_in_start_up_leave
         _, err = survivor.communicate(timeout=60)
     assert survivor.returncode == 0, err
     assert not list(empty_tmpdir.iterdir())
+
+
+def test_sigterm_while_the_backends_open_stops_before_serving_and_leaves_nothing(empty_tmpdir: Path, short_tmp: Path, apiserver: SimApiServer) -> None:
+    daemon = spawn(apiserver, short_tmp)
+    deadline = time.monotonic() + 60
+    while not any(empty_tmpdir.iterdir()):  # the first simulated backend is opening
+        assert daemon.poll() is None and time.monotonic() < deadline, "no scratch dir appeared"
+        time.sleep(0.001)
+    daemon.send_signal(signal.SIGTERM)
+    _, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 0, err
+    assert not list(empty_tmpdir.iterdir())
+    assert not list((short_tmp / "k").rglob("*.sock"))  # it never served
