@@ -93,6 +93,8 @@ class Daemon:
         self._metrics_server = self.metrics.serve(self._metrics_port)
         if not self.plugins:  # nothing serves: no API client to build (run_until_signal exits 1)
             return self.status
+        if self._stopped.is_set():  # SIGTERM during start-up: stopping, so no client to build nor slices to publish
+            return self.status
         if self._connect is not None and self._pending is not None:
             try:
                 self._wiring = self._connect()

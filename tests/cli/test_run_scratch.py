@@ -7,14 +7,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube.sim_apiserver import SimApiServer
 
-DRIVERS = 2  # mixed-node: gpu.amd.com and gpu.nvidia.com
+DRIVERS = 2  # gpu.nvidia.com and gaudi.intel.com: both simulated backends make a scratch dir
 
 
 @pytest.fixture
@@ -23,55 +25,69 @@ def apiserver() -> Iterator[SimApiServer]:
         yield server
 
 
-def spawn(server: SimApiServer, work: Path) -> subprocess.Popen[str]:
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    """An NVIDIA T4 and a Gaudi 2 board on one node (AMD's simulated health poll would hold each stop 5 s)."""
+    sections = {vendor: dict(load_profile(name).sections[vendor]) for vendor, name in (("nvidia", "t4"), ("gaudi", "gaudi2-hls"))}
+    path = tmp_path / "nvidia-gaudi.yaml"
+    path.write_text(yaml.safe_dump({"name": "nvidia-gaudi", **sections}))
+    return path
+
+
+def spawn(server: SimApiServer, work: Path, profile: Path) -> subprocess.Popen[str]:
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "mixed-node", "--node-name", "n", "--api-server", server.url,
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", str(profile), "--node-name", "n", "--api-server", server.url,
         "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"),
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # $TMPDIR: empty_tmpdir
 
 
-def start(server: SimApiServer, work: Path, serving: int = DRIVERS) -> subprocess.Popen[str]:
+def start(server: SimApiServer, work: Path, profile: Path, serving: int = DRIVERS) -> subprocess.Popen[str]:
     """The daemon, once `serving` drivers' registration sockets exist (the first one: start-up is still going on)."""
-    daemon = spawn(server, work)
-    deadline = time.monotonic() + 60
-    while len(list((work / "k" / "plugins_registry").glob("*.sock"))) < serving:
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            daemon.kill()
-            pytest.fail(f"daemon did not serve: {daemon.communicate()[1]}")
-        time.sleep(0.02)
+    daemon = spawn(server, work, profile)
+    wait_for(lambda: len(list((work / "k" / "plugins_registry").glob("*.sock"))) >= serving, daemon)
     return daemon
 
 
+def wait_for(condition: Callable[[], bool], daemon: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            pytest.fail(f"the daemon never got there: {daemon.communicate()[1]}")
+        time.sleep(0.001)
+
+
 def scratch_pids(directory: Path) -> list[str]:
-    return sorted(path.name.split("-")[3] for path in directory.iterdir())  # dra-<vendor>-sim-<pid>-<random>
+    """The PIDs in the scratch dirs' names (dra-<vendor>-sim-<pid>-<random>); other files (lark's grammar cache) aside."""
+    return sorted(path.name.split("-")[3] for path in directory.glob("dra-*"))
 
 
 def test_sigkill_leaves_dirs_the_next_daemon_reaps_and_sigterm_in_start_up_leaves_none(
-    empty_tmpdir: Path, short_tmp: Path, apiserver: SimApiServer
+    empty_tmpdir: Path, short_tmp: Path, apiserver: SimApiServer, profile: Path
 ) -> None:
-    killed = start(apiserver, short_tmp / "a")
+    killed = spawn(apiserver, short_tmp / "a", profile)
+    wait_for(lambda: len(scratch_pids(empty_tmpdir)) == DRIVERS, killed)  # both simulated backends are open
     killed.send_signal(signal.SIGKILL)
     killed.wait(30)
     assert scratch_pids(empty_tmpdir) == [str(killed.pid)] * DRIVERS  # nothing could clean up after SIGKILL
-    survivor = start(apiserver, short_tmp / "b", serving=1)
+    survivor = start(apiserver, short_tmp / "b", profile, serving=1)
     try:
         assert scratch_pids(empty_tmpdir) == [str(survivor.pid)] * DRIVERS  # the dead daemon's dirs are gone
     finally:
         survivor.send_signal(signal.SIGTERM)
         _, err = survivor.communicate(timeout=60)
     assert survivor.returncode == 0, err
-    assert not list(empty_tmpdir.iterdir())
+    assert scratch_pids(empty_tmpdir) == []
 
 
-def test_sigterm_while_the_backends_open_stops_before_serving_and_leaves_nothing(empty_tmpdir: Path, short_tmp: Path, apiserver: SimApiServer) -> None:
-    daemon = spawn(apiserver, short_tmp)
-    deadline = time.monotonic() + 60
-    while not any(empty_tmpdir.iterdir()):  # the first simulated backend is opening
-        assert daemon.poll() is None and time.monotonic() < deadline, "no scratch dir appeared"
-        time.sleep(0.001)
+def test_sigterm_while_the_backends_open_stops_before_serving_and_leaves_nothing(
+    empty_tmpdir: Path, short_tmp: Path, apiserver: SimApiServer, profile: Path
+) -> None:
+    daemon = spawn(apiserver, short_tmp, profile)
+    wait_for(lambda: bool(scratch_pids(empty_tmpdir)), daemon)  # the first simulated backend is opening
     daemon.send_signal(signal.SIGTERM)
     _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 0, err
-    assert not list(empty_tmpdir.iterdir())
+    assert scratch_pids(empty_tmpdir) == []
     assert not list((short_tmp / "k").rglob("*.sock"))  # it never served
