@@ -13,8 +13,9 @@ directory is made findable and safe to reap by a later simulated backend:
 `reap_stale` removes a directory only if all of these hold: the name matches the pattern exactly,
 it is a real directory (not a symlink) owned by our user, its PID is not a live process here, and its
 lock can be taken (or, for a directory whose owner died before creating the lock, it is older than
-`LOCKLESS_GRACE_S`). Removal follows no symlinks (shutil.rmtree's fd-based walk). Real-hardware
-backends never create or reap anything here.
+`LOCKLESS_GRACE_S`). Removal follows no symlinks (shutil.rmtree's fd-based walk). `close_all` is for a
+process about to die of a signal. The demo's work dir is one of these too (`dra-demo-sim-*`, under /tmp
+for short socket paths). Real-hardware backends never create or reap anything here.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ LOCKLESS_GRACE_S = 60.0
 
 _reaped_in: set[str] = set()  # temp dirs this process has swept already (one sweep per process each)
 _reaped_lock = threading.Lock()
-_open: set[Path] = set()
+_live: dict[Path, weakref.ref[ScratchDir]] = {}  # this process's scratch dirs not yet removed
 _abandoned: list[Path] = []
+_used: set[Path] = set()  # the directories this process made scratch dirs in
 
 
 class ScratchDir:
@@ -60,7 +62,7 @@ class ScratchDir:
 
     def __init__(self, path: Path, lock_fd: int) -> None:
         self.path = path
-        _open.add(path)
+        _live[path] = weakref.ref(self)
         self._finalizer = weakref.finalize(self, _abandon, path, lock_fd, os.getpid())
 
     def close(self) -> None:
@@ -81,7 +83,29 @@ class ScratchDir:
 
 def open_dirs() -> set[Path]:
     """Scratch directories of this process not yet removed."""
-    return set(_open)
+    return set(_live)
+
+
+def close_all() -> None:
+    """Remove every scratch directory of this process: for a process about to die of a signal, whose
+    finally blocks will not run (dra_driver.cli.main).
+
+    Also one `create` had made but not finished when the signal came (the handler runs between two
+    bytecodes of the main thread, maybe right after mkdtemp): a dir of our name and PID that no one holds.
+    """
+    for ref in list(_live.values()):
+        scratch = ref()
+        if scratch is not None:
+            scratch.close()
+    own = str(os.getpid())
+    for directory in list(_used):
+        for entry in _entries(directory):
+            match = _NAME.fullmatch(entry.name)
+            if match is not None and match["pid"] == own and Path(entry.path) not in _live:
+                try:
+                    _remove_unheld(Path(entry.path), lockless_grace_s=0.0)
+                except OSError as exc:
+                    log.debug("scratch directory left in place", extra=fields(path=entry.path, error=str(exc)))
 
 
 def abandoned_dirs() -> list[Path]:
@@ -89,36 +113,33 @@ def abandoned_dirs() -> list[Path]:
     return list(_abandoned)
 
 
-def create(vendor: str) -> ScratchDir:
-    """A new scratch directory for `vendor`'s simulated backend, after sweeping dead processes' ones."""
+def create(vendor: str, directory: Path | None = None) -> ScratchDir:
+    """A new scratch directory for `vendor`'s simulated backend (or the demo) under `directory` (default
+    $TMPDIR), after sweeping the dead processes' ones there."""
     if not _VENDOR.fullmatch(vendor):
         raise ValueError(f"vendor {vendor!r}: scratch directory names take 1-16 characters of [a-z0-9]")
-    directory = Path(tempfile.gettempdir())
+    directory = directory if directory is not None else Path(tempfile.gettempdir())
+    _used.add(directory)
     _reap_once(directory)
     path = Path(tempfile.mkdtemp(prefix=f"dra-{vendor}-sim-{os.getpid()}-", dir=directory))
-    try:
+    try:  # BaseException: an interrupt (Ctrl-C) here must not strand the directory either
         fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else can hold a lock on a file we just made
+            return ScratchDir(path, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+    except BaseException:
+        _live.pop(path, None)
         shutil.rmtree(path, ignore_errors=True)
         raise
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else can hold a lock on a file we just made
-    except OSError:
-        os.close(fd)
-        shutil.rmtree(path, ignore_errors=True)
-        raise
-    return ScratchDir(path, fd)
 
 
 def reap_stale(directory: Path) -> list[Path]:
     """Remove the scratch directories under `directory` whose owner is gone; return what was removed."""
     removed: list[Path] = []
-    try:
-        entries = list(os.scandir(directory))
-    except OSError as exc:
-        log.debug("cannot list the temp directory", extra=fields(directory=str(directory), error=str(exc)))
-        return removed
-    for entry in entries:
+    for entry in _entries(directory):
         match = _NAME.fullmatch(entry.name)
         if match is None or int(match["pid"]) == os.getpid():
             continue
@@ -133,6 +154,14 @@ def reap_stale(directory: Path) -> list[Path]:
     return removed
 
 
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        return list(os.scandir(directory))
+    except OSError as exc:
+        log.debug("cannot list the temp directory", extra=fields(directory=str(directory), error=str(exc)))
+        return []
+
+
 def _reap_once(directory: Path) -> None:
     key = str(directory)
     with _reaped_lock:
@@ -143,13 +172,19 @@ def _reap_once(directory: Path) -> None:
 
 
 def _reap_if_dead(path: Path, pid: int) -> bool:
+    return not _pid_alive(pid) and _remove_unheld(path, LOCKLESS_GRACE_S)
+
+
+def _remove_unheld(path: Path, lockless_grace_s: float) -> bool:
+    """Remove `path` if it is a real directory of our user whose lock nobody holds (or, lacking its lock file,
+    older than `lockless_grace_s`); whether it was removed."""
     info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or _pid_alive(pid):
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         return False
     try:
         fd = os.open(path / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        if time.time() - info.st_mtime < LOCKLESS_GRACE_S:
+        if time.time() - info.st_mtime < lockless_grace_s:
             return False
         shutil.rmtree(path)
         return True
@@ -186,7 +221,7 @@ def _abandon(path: Path, lock_fd: int, owner_pid: int) -> None:
 def _remove(path: Path, lock_fd: int, owner_pid: int) -> None:
     if os.getpid() != owner_pid:
         return  # a forked child closing what it inherited: the directory is its parent's
-    _open.discard(path)
+    _live.pop(path, None)
     try:
         shutil.rmtree(path, ignore_errors=True)
     finally:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any, TextIO
 
 from kubernetes import client
 
+from dra_driver import sim_scratch
 from dra_driver.daemon import Daemon
 from dra_driver.errors import DraError
 from dra_driver.hardware_profiles import load_profile
@@ -52,12 +51,10 @@ def _work_dir(given: Path | None) -> Iterator[Path]:
         given.mkdir(parents=True, exist_ok=True)
         yield given
         return
-    # Short path on purpose: unix socket paths are limited to 107 bytes.
-    path = Path(tempfile.mkdtemp(prefix="dra-demo-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    # Short path on purpose: unix socket paths are limited to 107 bytes. A scratch dir like the simulated
+    # backends' (dra-demo-sim-<pid>-*): removed on SIGTERM too, and reaped by a later demo after SIGKILL.
+    with sim_scratch.create("demo", Path("/tmp")) as scratch:
+        yield scratch.path
 
 
 def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:

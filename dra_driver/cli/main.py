@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from dra_driver import __version__
 from dra_driver.inputs import errors as input_errors
@@ -121,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(verbosity=args.verbose, fmt=args.log_format)
     configure_inputs(args)
+    previous = _clean_up_on_sigterm(args.command)
     try:
         return _run_command(args)
     except KeyboardInterrupt:
@@ -137,7 +142,30 @@ def main(argv: Sequence[str] | None = None) -> int:
               "(run with -vv for the traceback, and please report it)", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         logging.shutdown()
+
+
+def _remove_scratch_and_die(signum: int, _frame: object) -> None:
+    """SIGTERM to a one-shot command: remove the simulated backends' (and the demo's) scratch dirs, which no
+    finally block will, then die of the signal as without this handler. Not an exception raised wherever the
+    command was: unwinding through gRPC's internals can deadlock in a channel's __del__."""
+    from dra_driver import sim_scratch
+
+    sim_scratch.close_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _clean_up_on_sigterm(command: str) -> signal.Handlers | Callable[..., Any] | int | None:
+    """Install the SIGTERM handler for a one-shot command; the previous handler, or None when none was installed.
+
+    `run` answers SIGTERM itself (a clean daemon stop); signal handlers can only be set from the main thread.
+    """
+    if command == "run" or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _remove_scratch_and_die)
 
 
 def _run_command(args: argparse.Namespace) -> int:

@@ -157,3 +157,18 @@ def test_a_forked_child_leaves_its_parent_dir_alone(empty_tmpdir: Path) -> None:
     _, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     assert not list(empty_tmpdir.iterdir())
+
+
+def test_close_all_removes_this_process_dirs_and_a_half_made_one_but_not_a_held_one(empty_tmpdir: Path) -> None:
+    """What a dying process's SIGTERM handler calls (dra_driver.cli.main)."""
+    held = sim_scratch.create("nvidia")
+    half_made = _fake_dir(empty_tmpdir, f"dra-gaudi-sim-{os.getpid()}-halfmade", lock=False)  # the signal came right after mkdtemp
+    other = _fake_dir(empty_tmpdir, f"dra-amd-sim-{os.getpid()}-othernsx")  # our PID number, in another PID namespace
+    fd = os.open(other / sim_scratch.LOCK_NAME, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        sim_scratch.close_all()
+    finally:
+        os.close(fd)
+    assert held.closed and not held.path.exists() and not half_made.exists()
+    assert other.is_dir()

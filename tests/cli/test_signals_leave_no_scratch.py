@@ -1,5 +1,6 @@
-"""`dra-driver run --profile`: a daemon stopped by SIGTERM, even during start-up, leaves $TMPDIR as it found it;
-one killed with SIGKILL leaves scratch dirs the next simulated daemon reaps."""
+"""Signals and simulated backends' scratch dirs: `run --profile` stopped by SIGTERM, even during start-up, and a
+one-shot command (`demo`) stopped by SIGTERM leave $TMPDIR as they found it; a daemon killed with SIGKILL
+leaves scratch dirs the next simulated daemon reaps."""
 
 from __future__ import annotations
 
@@ -49,12 +50,12 @@ def start(server: SimApiServer, work: Path, profile: Path, serving: int = DRIVER
     return daemon
 
 
-def wait_for(condition: Callable[[], bool], daemon: subprocess.Popen[str]) -> None:
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     while not condition():
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            daemon.kill()
-            pytest.fail(f"the daemon never got there: {daemon.communicate()[1]}")
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the process never got there: {process.communicate()[1]}")
         time.sleep(0.001)
 
 
@@ -91,3 +92,15 @@ def test_sigterm_while_the_backends_open_stops_before_serving_and_leaves_nothing
     assert daemon.returncode == 0, err
     assert scratch_pids(empty_tmpdir) == []
     assert not list((short_tmp / "k").rglob("*.sock"))  # it never served
+
+
+@pytest.mark.parametrize("after_s", [0.0, 1.0])  # while its backends open; while its daemon serves (gRPC threads)
+def test_sigterm_to_a_one_shot_command_removes_its_scratch_dirs(empty_tmpdir: Path, profile: Path, after_s: float) -> None:
+    demo = subprocess.Popen([sys.executable, "-m", "dra_driver.cli.main", "demo", "--profile", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: bool(scratch_pids(empty_tmpdir)), demo)
+    time.sleep(after_s)
+    demo.send_signal(signal.SIGTERM)
+    _, err = demo.communicate(timeout=60)
+    assert demo.returncode in (-signal.SIGTERM, 0), err  # 0: it had finished
+    assert scratch_pids(empty_tmpdir) == []
+    assert not list(Path("/tmp").glob(f"dra-demo-sim-{demo.pid}-*"))  # its work dir (sockets: kept short, under /tmp)
