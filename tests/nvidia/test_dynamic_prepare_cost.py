@@ -2,7 +2,8 @@
 
 Issue #17: an 8-device claim rewrote its ownership journal file twice per instance and read the
 compute-instance profiles from NVML on every create and destroy. Now the journal is written twice per
-claim and the profiles are read once per (GPU, GI profile) until that GPU's MIG mode changes.
+claim (and removed once by unprepare) and the profiles are read once per (GPU, GI profile) until that
+GPU's MIG mode changes.
 """
 
 from __future__ import annotations
@@ -66,6 +67,16 @@ def test_eight_instances_cost_two_journal_writes(backend: NvidiaBackend, tmp_pat
     assert all((e.gi_id, e.ci_id) == (by_device[e.device]["giId"], by_device[e.device]["ciId"]) for e in recorded)
     assert [d.device for d in prepared.devices] == EIGHT  # in the claim's order, each with its own UUID
     assert [d.edits.env[-1].split("=", 1)[1] for d in prepared.devices] == [by_device[name]["uuid"] for name in EIGHT]
+
+
+def test_unprepare_drops_the_journal_file_without_rewriting_it(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    written = count_journal_writes(monkeypatch)
+    backend.unprepare(claim("uid-8"), prepared.state)
+    assert written == []  # was one rewrite per destroyed instance but the last
+    assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
 
 
 def test_journal_takes_one_claim_per_write(tmp_path: Path) -> None:

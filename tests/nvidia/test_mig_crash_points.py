@@ -1,4 +1,5 @@
-"""kill -9 at every step of a dynamic MIG prepare: every instance that exists has a recorded owner or is reconciled away.
+"""kill -9 at every step of a dynamic MIG prepare or unprepare: every instance that exists has a recorded owner
+or is reconciled away, and a completed claim's instances are never touched.
 
 The kill is modelled in process: the step raises an exception nothing in the backend catches (as a killed
 process runs no rollback), before or after the step took effect. Steps are every NVML call that changes
@@ -7,7 +8,9 @@ daemon is a fresh NvidiaBackend over the same simulated GPUs and state dir, doin
 does: roll the half-prepared claim back with no recorded state (`unprepare(claim, {})`), then
 `reconcile` with the live claims' states. A second variant loses the claim's checkpoint record too,
 so only `reconcile` runs. Either way the completed claim keeps its instances (same GI IDs), an admin's
-instance is untouched, and nothing else is left, in the journal or on the GPUs.
+instance is untouched, and nothing else is left, in the journal or on the GPUs. An unprepare killed
+at any step is finished by the restart (`unprepare` with the recorded state, as recovery does after
+`UnprepareStarted`).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ def install(switch: KillSwitch, fake: FakeNvmlLibrary, monkeypatch: pytest.Monke
         intercept(monkeypatch, fake, symbol, lambda original, *args: switch.step(lambda: original(*args)))
     real = atomic_file.replace_file
     monkeypatch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: real(*args, **kw)))
+    unlink = OwnershipJournal._unlink  # the journal's other change: a claim's file removed with its last entry
+    monkeypatch.setattr(OwnershipJournal, "_unlink", lambda self, path: switch.step(lambda: unlink(self, path)))
 
 
 def alloc(devices: tuple[str, ...]) -> list[AllocatedDevice]:
@@ -131,41 +136,78 @@ def node(open_backend: OpenBackend, tmp_path: Path) -> Iterator[Callable[[], Nod
     yield _node
 
 
-def steps_of_a_prepare(node: Callable[[], Node], monkeypatch: pytest.MonkeyPatch) -> int:
+def steps_of(operation: Callable[[Node], Any], node: Callable[[], Node], monkeypatch: pytest.MonkeyPatch) -> int:
     with monkeypatch.context() as patch:
         first = node()
         switch = KillSwitch()
         install(switch, first.fake, patch)
-        first.backend.prepare(KILLED, alloc(KILLED_DEVICES))
+        operation(first)
     return switch.steps
+
+
+def kill_points(total: int) -> Iterator[tuple[int, bool, str]]:
+    for at in range(total):
+        for after in (False, True):
+            yield at, after, f"kill {'after' if after else 'before'} step {at} of {total}"
+
+
+def restart(n: Node) -> NvidiaBackend:
+    """The backend the restarted daemon builds: fresh memory, the same GPUs (simulated library) and state dir."""
+    return NvidiaBackend(n.backend.settings, simulator=n.fake, sysfs_root=n.backend._sysfs_root, proc_root=None)
+
+
+def assert_only_the_completed_claim_left(n: Node, restarted: NvidiaBackend, before: set[Any], where: str) -> None:
+    assert live(n.fake) == before, where  # same GI and CI IDs: nothing destroyed or recreated
+    left = OwnershipJournal.under(n.state_dir).all_entries()
+    assert {(e.claim_uid, e.device) for e in left} == {(COMPLETED.uid, COMPLETED_DEVICES[0])}, where
+    assert [(c.claim_uid, c.devices) for c in restarted.recorded_claims()] == [(COMPLETED.uid, COMPLETED_DEVICES)], where
 
 
 @pytest.mark.parametrize("record_lost", [False, True], ids=["rollback", "record-lost"])
 def test_kill_at_every_step_of_a_dynamic_prepare(
     node: Callable[[], Node], monkeypatch: pytest.MonkeyPatch, record_lost: bool
 ) -> None:
-    total = steps_of_a_prepare(node, monkeypatch)
+    total = steps_of(lambda n: n.backend.prepare(KILLED, alloc(KILLED_DEVICES)), node, monkeypatch)
     assert total >= 2 + 2 * len(KILLED_DEVICES)  # both journal writes, and a GI and a CI per device
-    for at in range(total):
-        for after in (False, True):
-            where = f"kill {'after' if after else 'before'} step {at} of {total}"
-            n = node()
-            before = live(n.fake)  # the completed claim's instance and the admin's
-            with monkeypatch.context() as patch:
-                install(KillSwitch(at, after), n.fake, patch)
-                with pytest.raises(Killed):
-                    n.backend.prepare(KILLED, alloc(KILLED_DEVICES))
-            # Right after the kill: each instance that exists is the admin's or has a recorded owner.
-            recorded = {entry.key for entry in OwnershipJournal.under(n.state_dir).all_entries()}
-            assert keys(n.fake) - {n.admin} <= recorded, where
-            restarted = NvidiaBackend(n.backend.settings, simulator=n.fake, sysfs_root=n.backend._sysfs_root, proc_root=None)
-            if not record_lost:
-                restarted.unprepare(KILLED, {})  # recovery's rollback of PrepareStarted without backend state
-            restarted.reconcile([n.completed_state])
-            assert live(n.fake) == before, where  # same GI and CI IDs: nothing destroyed or recreated
-            left = OwnershipJournal.under(n.state_dir).all_entries()
-            assert {(e.claim_uid, e.device) for e in left} == {(COMPLETED.uid, COMPLETED_DEVICES[0])}, where
-            assert [(c.claim_uid, c.devices) for c in restarted.recorded_claims()] == [(COMPLETED.uid, COMPLETED_DEVICES)], where
-            # The kubelet's retry prepares the claim afresh on the same placements.
-            retried = restarted.prepare(KILLED, alloc(KILLED_DEVICES))
-            assert sorted(e["device"] for e in retried.state["migInstances"]) == sorted(KILLED_DEVICES), where
+    for at, after, where in kill_points(total):
+        n = node()
+        before = live(n.fake)  # the completed claim's instance and the admin's
+        with monkeypatch.context() as patch:
+            install(KillSwitch(at, after), n.fake, patch)
+            with pytest.raises(Killed):
+                n.backend.prepare(KILLED, alloc(KILLED_DEVICES))
+        # Right after the kill: each instance that exists is the admin's or has a recorded owner.
+        recorded = {entry.key for entry in OwnershipJournal.under(n.state_dir).all_entries()}
+        assert keys(n.fake) - {n.admin} <= recorded, where
+        restarted = restart(n)
+        if not record_lost:
+            restarted.unprepare(KILLED, {})  # recovery's rollback of PrepareStarted without backend state
+        restarted.reconcile([n.completed_state])
+        assert_only_the_completed_claim_left(n, restarted, before, where)
+        # The kubelet's retry prepares the claim afresh on the same placements.
+        retried = restarted.prepare(KILLED, alloc(KILLED_DEVICES))
+        assert sorted(e["device"] for e in retried.state["migInstances"]) == sorted(KILLED_DEVICES), where
+
+
+def test_kill_at_every_step_of_a_dynamic_unprepare(node: Callable[[], Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restart finishes the unprepare from the recorded state; until then every instance left is still recorded."""
+
+    def prepared(n: Node) -> dict[str, Any]:
+        return dict(n.backend.prepare(KILLED, alloc(KILLED_DEVICES)).state)
+
+    total = steps_of(lambda n: n.backend.unprepare(KILLED, prepared(n)), node, monkeypatch) - steps_of(prepared, node, monkeypatch)
+    assert total >= 2 * len(KILLED_DEVICES)  # a CI and a GI destroyed per device
+    for at, after, where in kill_points(total):
+        n = node()
+        before = live(n.fake)
+        state = prepared(n)
+        with monkeypatch.context() as patch:
+            install(KillSwitch(at, after), n.fake, patch)
+            with pytest.raises(Killed):
+                n.backend.unprepare(KILLED, state)
+        recorded = {entry.key for entry in OwnershipJournal.under(n.state_dir).all_entries()}
+        assert keys(n.fake) - {n.admin} <= recorded, where
+        restarted = restart(n)
+        restarted.unprepare(KILLED, state)  # recovery finishes an unprepare after UnprepareStarted
+        restarted.reconcile([n.completed_state])
+        assert_only_the_completed_claim_left(n, restarted, before, where)

@@ -436,25 +436,36 @@ class NvidiaBackend(VendorBackend):
             self._journal_remove(claim.uid)  # also drops a corrupt record; entries on unknown GPUs stay
 
     def _destroy(self, claim: ClaimRef, instances: Sequence[StateEntry], strict: bool = False) -> None:
+        """Destroy the instances, then drop the journal entries of those now gone in one write.
+
+        An entry outliving its instance (kill -9 before that write) is what a destroy whose journal
+        update failed leaves too: unprepare and reconcile find the instance gone and drop the entry,
+        and the claim's checkpoint record keeps its devices reserved until its unprepare completes.
+        """
         index = self._index()
-        for entry in instances:
-            gpu = index.by_uuid.get(str(entry.get("parentUUID")))
-            if gpu is None:
-                log.warning("MIG instance of an unknown GPU left alone", extra=fields(**dict(entry)))
-                continue
-            key = _entry_key(entry)
-            try:
-                gone = self._destroy_entry(gpu, entry)
-            except NvmlError as exc:
-                if strict:
-                    raise DeviceError(str(entry.get("device")), f"cannot destroy its MIG instance: {exc}") from exc
-                log.warning("rollback of a MIG instance failed", extra=fields(device=entry.get("device"), error=str(exc)))
-                continue
-            if entry.get("giId") is not None:
-                self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
-            self._owned.discard(key)
-            self._journal_remove(claim.uid, key)
-            log.info("destroyed MIG device" if gone else "MIG device already gone", extra=fields(device=entry.get("device")))
+        gone_keys: list[GiKey] = []
+        try:
+            for entry in instances:
+                gpu = index.by_uuid.get(str(entry.get("parentUUID")))
+                if gpu is None:
+                    log.warning("MIG instance of an unknown GPU left alone", extra=fields(**dict(entry)))
+                    continue
+                key = _entry_key(entry)
+                try:
+                    gone = self._destroy_entry(gpu, entry)
+                except NvmlError as exc:
+                    if strict:
+                        raise DeviceError(str(entry.get("device")), f"cannot destroy its MIG instance: {exc}") from exc
+                    log.warning("rollback of a MIG instance failed", extra=fields(device=entry.get("device"), error=str(exc)))
+                    continue
+                if entry.get("giId") is not None:
+                    self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
+                self._owned.discard(key)
+                gone_keys.append(key)
+                log.info("destroyed MIG device" if gone else "MIG device already gone", extra=fields(device=entry.get("device")))
+        finally:
+            if gone_keys:
+                self._journal_remove(claim.uid, *gone_keys)
 
     def _destroy_entry(self, gpu: GpuInfo, entry: StateEntry) -> bool:
         """Destroy one recorded instance; an intent (no GI ID yet) by profile and placement, if one exists there."""
