@@ -18,6 +18,7 @@ import pytest
 from dra_driver import atomic_file
 from dra_driver.errors import DeviceError
 from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver_nvidia import mig
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.ownership import SUBDIR, OwnedInstance, OwnershipJournal
 
@@ -98,6 +99,20 @@ def test_compute_profiles_read_once_per_gpu_and_gi_profile(backend: NvidiaBacken
     assert list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
 
 
+def test_each_placement_is_looked_up_once(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check that no one else's instance is at a placement also tells the creation whether to make a GI."""
+    looked_up: list[tuple[int, int]] = []
+    real = mig.find_instance
+
+    def spy(handle: Any, profile_id: int, start: int) -> Any:
+        looked_up.append((profile_id, start))
+        return real(handle, profile_id, start)
+
+    monkeypatch.setattr(mig, "find_instance", spy)
+    backend.prepare(claim("uid-a"), alloc(*EIGHT))
+    assert sorted(looked_up) == sorted((19, int(name.rsplit("-", 1)[1])) for name in EIGHT)  # was twice each
+
+
 def test_compute_profiles_read_again_after_a_mig_mode_switch(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = count(monkeypatch, backend.simulator, CI_PROFILE_INFO)  # type: ignore[arg-type]
     mig_claim = backend.prepare(claim("uid-a"), alloc(EIGHT[0]))
@@ -133,3 +148,26 @@ def test_failed_compute_instance_leaves_nothing_behind(
     monkeypatch.undo()
     retried = backend.prepare(claim("uid-a"), alloc(*devices))
     assert len(retried.state["migInstances"]) == 3
+
+
+def test_gpu_instance_that_cannot_be_undone_is_left_alone_and_logged(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CI creation fails and so does destroying the GI just made: nothing records it as ours any more, so it counts
+    as someone else's (its placement withdrawn) and no later start destroys it by placement; the error says how to
+    remove it."""
+    fake = backend.simulator
+    assert fake is not None
+    intercept(monkeypatch, fake, "nvmlGpuInstanceCreateComputeInstance", lambda original, *args: pynvml.NVML_ERROR_UNKNOWN)
+    intercept(monkeypatch, fake, "nvmlGpuInstanceDestroy", lambda original, *args: pynvml.NVML_ERROR_UNKNOWN)
+    with pytest.raises(DeviceError, match=EIGHT[0]):
+        backend.prepare(claim("uid-a"), alloc(EIGHT[0]))
+    assert [start for _, _, start in fake.live_instances()] == [0]
+    assert "nvidia-smi mig -dci/-dgi" in caplog.text
+    assert list((tmp_path / SUBDIR).glob("*")) == []
+    monkeypatch.undo()
+    restarted = NvidiaBackend(backend.settings, simulator=fake, sysfs_root=backend._sysfs_root, proc_root=None)
+    restarted.reconcile([])
+    assert [start for _, _, start in fake.live_instances()] == [0]
+    offered = {device.name for device in restarted.discover().devices}
+    assert EIGHT[0] not in offered and "gpu-0" not in offered and EIGHT[1] in offered

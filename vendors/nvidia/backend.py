@@ -69,6 +69,7 @@ class _PlannedInstance:
     profile: MigProfile
     placement: Placement
     intent: OwnedInstance
+    existing: nvml.Handle | None  # the GI already at the placement (ours: idempotent prepare), as looked up
 
     @property
     def key(self) -> GiKey:
@@ -329,11 +330,12 @@ class NvidiaBackend(VendorBackend):
         if name in index.placements:
             gpu, profile, placement = index.placements[name]
             self._set_mig_mode(gpu, enabled=True)
-            key = (gpu.uuid, profile.info.id, placement.start)
-            if key not in self._owned and mig.find_instance(gpu.handle, profile.info.id, placement.start) is not None:
+            existing = mig.find_instance(gpu.handle, profile.info.id, placement.start)
+            if existing is not None and (gpu.uuid, profile.info.id, placement.start) not in self._owned:
                 raise DeviceError(name, "its placement holds a MIG device this driver did not create (admin-created?); "
                                         "it is never taken over: run discovery again, or destroy it with nvidia-smi mig -dci/-dgi")
-            return _PlannedInstance(gpu, profile, placement, OwnedInstance(claim.uid, name, gpu.uuid, profile.info.id, placement.start))
+            intent = OwnedInstance(claim.uid, name, gpu.uuid, profile.info.id, placement.start)
+            return _PlannedInstance(gpu, profile, placement, intent, existing)
         raise DeviceError(name, f"is not a device of this node's {self.driver_name} pool (was it removed? run discovery again)")
 
     def _create_instances(
@@ -355,12 +357,12 @@ class NvidiaBackend(VendorBackend):
         for number, item in enumerate(planned):
             gpu, profile, placement, name = item.gpu, item.profile, item.placement, item.intent.device
             try:
-                instance = mig.create_instance(gpu.handle, profile, placement, partial(self._compute_profiles.of, gpu.uuid))
+                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, partial(self._compute_profiles.of, gpu.uuid))
             except NvmlError as exc:
                 self._compute_profiles.forget(gpu.uuid)  # in case what NVML answered before is stale now
-                # A GI whose CI could not be made is at this placement and ours; the later intents made nothing.
-                self._destroy(claim, [_state_entry(item.intent)])
-                self._forget_intents(claim, planned[number + 1 :])
+                # create_instance_in undid its own GI; this and the later intents made nothing. Whatever is at
+                # the placement now is not destroyed by placement: it may have appeared behind our back.
+                self._forget_intents(claim, planned[number:])
                 raise DeviceError(name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
             created.append(
                 {"device": name, "parentUUID": gpu.uuid, "giId": instance.gi_id, "ciId": instance.ci_id,
@@ -374,11 +376,10 @@ class NvidiaBackend(VendorBackend):
         return made
 
     def _forget_intents(self, claim: ClaimRef, planned: Sequence[_PlannedInstance]) -> None:
-        """Intents of instances never created: their placements are not ours."""
-        keys = [item.key for item in planned]
-        self._owned.difference_update(keys)
-        if keys:
-            self._journal_remove(claim.uid, *keys)
+        """Intents of instances never created: those placements are not ours (unless their GI was before)."""
+        self._owned.difference_update(item.key for item in planned if item.existing is None)
+        if planned:
+            self._journal_remove(claim.uid, *(item.key for item in planned))
 
     def _set_mig_mode(self, gpu: GpuInfo, enabled: bool) -> None:
         """Switch MIG mode for a dynamic claim (logged as a warning: it changes what the GPU offers).

@@ -190,15 +190,41 @@ def create_instance(
     handle: Handle, profile: MigProfile, placement: Placement, compute_profiles: ComputeProfilesOf = read_compute_profiles
 ) -> CreatedInstance:
     """Create (or reuse, for idempotent prepare) the GI at `placement` and one full-size CI in it."""
-    gi = find_instance(handle, profile.info.id, placement.start)
+    existing = find_instance(handle, profile.info.id, placement.start)
+    return create_instance_in(handle, profile, placement, existing, compute_profiles)
+
+
+def create_instance_in(
+    handle: Handle, profile: MigProfile, placement: Placement, gi: Handle | None, compute_profiles: ComputeProfilesOf
+) -> CreatedInstance:
+    """`create_instance` with the GI at the placement already looked up (None: there is none, create it).
+
+    A GI created here whose compute instance then fails is destroyed again before the error is
+    raised, so a failure leaves the placement as it was.
+    """
+    made = gi is None
     if gi is None:
         gi = nvml.create_gpu_instance(handle, profile.info.id, placement)
-    gi_id = nvml.gpu_instance_info(gi).id
-    ci_profile = _full_compute_profile(compute_profiles(gi, profile.info.id), profile.info.slice_count)
-    existing = nvml.compute_instances(gi, ci_profile)
-    ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
-    ci_id = nvml.compute_instance_id_of(ci)
-    return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id))
+    try:
+        gi_id = nvml.gpu_instance_info(gi).id
+        ci_profile = _full_compute_profile(compute_profiles(gi, profile.info.id), profile.info.slice_count)
+        existing = nvml.compute_instances(gi, ci_profile)
+        ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
+        ci_id = nvml.compute_instance_id_of(ci)
+        return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id))
+    except NvmlError:
+        if made:
+            _destroy_quietly(gi, profile.info.id, compute_profiles)
+        raise
+
+
+def _destroy_quietly(gi: Handle, gi_profile_id: int, compute_profiles: ComputeProfilesOf) -> None:
+    try:
+        destroy_gpu_instance_tree(gi, gi_profile_id, compute_profiles)
+    except NvmlError as exc:
+        # Nothing records it as ours now: it stays, published as someone else's, until an admin removes it.
+        log.error("cannot destroy the GPU instance of a failed MIG creation; remove it with nvidia-smi mig -dci/-dgi",
+                  extra=fields(profile=gi_profile_id, error=str(exc)))  # fmt: skip
 
 
 def destroy_instance(
