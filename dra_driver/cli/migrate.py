@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from dra_driver.atomic_file import replace_file
 from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
 from dra_driver.migrate.helm import is_template_source
@@ -57,16 +56,9 @@ def _join(results: list[FileResult]) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Rewrite a manifest in place (atomic); it keeps its mode."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    replace_file(path, text.encode(), durable=False, mode=mode)
 
 
 def read_checked(name: str) -> str:

@@ -138,7 +138,7 @@ class ClaimReader:
         pool = self._hosts.get(origin)
         if pool is None:
             pool = self._hosts[origin] = manager.connection_from_url(origin)
-        return pool.urlopen("GET", f"/{path}", headers=headers, timeout=timeout, retries=False, assert_same_host=False)
+        return pool.urlopen("GET", f"/{path}", headers=headers, timeout=timeout, retries=False)
 
     def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim:
         """The claim as stored now. `uid` (what the kubelet asked for) is not needed for a GET: the caller
