@@ -45,7 +45,7 @@ STEPS = (
     ("dra_driver.checkpoint", "Checkpoint.put", "    checkpoint record written (any put)"),
     ("dra_driver_nvidia.backend", "NvidiaBackend.prepare", "    NVIDIA backend prepare"),
     ("dra_driver_nvidia.backend", "NvidiaBackend._create_instances", "      dynamic MIG instances of the claim"),
-    ("dra_driver_nvidia.mig", "create_instance", "        one MIG instance created (NVML)"),
+    ("dra_driver_nvidia.mig", "create_instance_in", "        one MIG instance created (NVML)"),
     ("dra_driver_nvidia.ownership", "OwnershipJournal.record", "        MIG ownership journal write"),
     ("dra_driver.plugin.servicers", "DraServicer.NodeUnprepareResources", "daemon: NodeUnprepareResources handler"),
     ("dra_driver.plugin.prepare", "PrepareService._unprepare_one", "  unprepare of one claim"),
