@@ -357,7 +357,8 @@ class NvidiaBackend(VendorBackend):
         for number, item in enumerate(planned):
             gpu, profile, placement, name = item.gpu, item.profile, item.placement, item.intent.device
             try:
-                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, partial(self._compute_profiles.of, gpu.uuid))
+                compute_profiles = partial(self._compute_profiles.of, gpu.uuid)
+                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, compute_profiles)
             except NvmlError as exc:
                 self._compute_profiles.forget(gpu.uuid)  # in case what NVML answered before is stale now
                 # create_instance_in undid its own GI; this and the later intents made nothing. Whatever is at
@@ -371,7 +372,8 @@ class NvidiaBackend(VendorBackend):
             results.append(item.intent.created(instance.gi_id, instance.ci_id))
             self._dynamic_by_gi[(gpu.uuid, instance.gi_id)] = name
             log.info("created MIG device", extra=fields(device=name, gi=instance.gi_id, ci=instance.ci_id, uuid=instance.uuid))
-            made.append((edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors), instance.uuid))
+            mig_edits = edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors)
+            made.append((mig_edits, instance.uuid))
         self._journal_record(*results)  # failing: rolled back via `created` (the intents still name every instance)
         return made
 
