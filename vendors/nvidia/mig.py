@@ -133,6 +133,7 @@ class ComputeProfiles:
     same list, and creating or destroying instances does not change it. Only a MIG mode change (or a
     driver that answers differently after a GPU reset) could, so the owner drops a GPU's entries when it
     switches that GPU's MIG mode, when an NVML call that used them fails, and on every discovery.
+    Not locked: the backend uses it under its own lock.
     """
 
     def __init__(self) -> None:
