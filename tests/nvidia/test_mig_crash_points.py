@@ -6,8 +6,9 @@ process runs no rollback), before or after the step took effect. Steps are every
 the GPUs (MIG mode, GPU and compute instances) and every write of the ownership journal. The restarted
 daemon is a fresh NvidiaBackend over the same simulated GPUs and state dir, doing what plugin recovery
 does: roll the half-prepared claim back with no recorded state (`unprepare(claim, {})`), then
-`reconcile` with the live claims' states. A second variant loses the claim's checkpoint record too,
-so only `reconcile` runs. Either way the completed claim keeps its instances (same GI IDs), an admin's
+`reconcile` with the live claims' states. A second variant loses the claim's checkpoint record too:
+start-up then rebuilds the claim from `recorded_claims` (reserved), `reconcile` gets that state too,
+and the kubelet's unprepare releases it. Either way the completed claim keeps its instances (same GI IDs), an admin's
 instance is untouched, and nothing else is left, in the journal or on the GPUs. An unprepare killed
 at any step is finished by the restart (`unprepare` with the recorded state, as recovery does after
 `UnprepareStarted`).
@@ -107,6 +108,12 @@ def keys(fake: FakeNvmlLibrary) -> set[tuple[str, int, int]]:
     return found
 
 
+def key_of(fake: FakeNvmlLibrary, device: str) -> tuple[str, int, int]:
+    """(GPU uuid, GI profile, placement start) a placement's device name stands for: gpu-<i>-mig-<profile>-<id>-<start>."""
+    parts = device.split("-")
+    return fake.gpus[int(parts[1])].spec.uuid, int(parts[-2]), int(parts[-1])
+
+
 @dataclass
 class Node:
     backend: NvidiaBackend
@@ -169,6 +176,7 @@ def test_kill_at_every_step_of_a_dynamic_prepare(
 ) -> None:
     total = steps_of(lambda n: n.backend.prepare(KILLED, alloc(KILLED_DEVICES)), node, monkeypatch)
     assert total >= 2 + 2 * len(KILLED_DEVICES)  # both journal writes, and a GI and a CI per device
+    kills_with_instances = 0
     for at, after, where in kill_points(total):
         n = node()
         before = live(n.fake)  # the completed claim's instance and the admin's
@@ -180,13 +188,25 @@ def test_kill_at_every_step_of_a_dynamic_prepare(
         recorded = {entry.key for entry in OwnershipJournal.under(n.state_dir).all_entries()}
         assert keys(n.fake) - {n.admin} <= recorded, where
         restarted = restart(n)
-        if not record_lost:
+        # Even with no checkpoint record, the journal reserves every device of the claim whose instance exists.
+        existing = {name for name in KILLED_DEVICES if key_of(n.fake, name) in keys(n.fake)}
+        reserved = {c.claim_uid: set(c.devices) for c in restarted.recorded_claims()}
+        assert existing <= reserved.get(KILLED.uid, set()), where
+        kills_with_instances += bool(existing)
+        if record_lost:
+            # Start-up rebuilds the claim from the journal as a completed one (reserved) with the state the journal
+            # gives, reconcile gets that state with the others, and the kubelet's unprepare releases it later.
+            journal_states = {c.claim_uid: c.state for c in restarted.recorded_claims()}
+            restarted.reconcile([n.completed_state, journal_states.get(KILLED.uid, {})])
+            restarted.unprepare(KILLED, journal_states.get(KILLED.uid, {}))
+        else:
             restarted.unprepare(KILLED, {})  # recovery's rollback of PrepareStarted without backend state
-        restarted.reconcile([n.completed_state])
+            restarted.reconcile([n.completed_state])
         assert_only_the_completed_claim_left(n, restarted, before, where)
         # The kubelet's retry prepares the claim afresh on the same placements.
         retried = restarted.prepare(KILLED, alloc(KILLED_DEVICES))
         assert sorted(e["device"] for e in retried.state["migInstances"]) == sorted(KILLED_DEVICES), where
+    assert kills_with_instances >= len(KILLED_DEVICES)  # the checks above saw instances the kill left behind
 
 
 def test_kill_at_every_step_of_a_dynamic_unprepare(node: Callable[[], Node], monkeypatch: pytest.MonkeyPatch) -> None:
