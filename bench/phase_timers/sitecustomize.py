@@ -43,8 +43,14 @@ STEPS = (
     ("dra_driver.cdi", "write_spec_atomic", "      spec encoded and written"),
     ("dra_driver.cdi", "write_claim_file", "      claim file written"),
     ("dra_driver.checkpoint", "Checkpoint.put", "    checkpoint record written (any put)"),
+    ("dra_driver_nvidia.backend", "NvidiaBackend.prepare", "    NVIDIA backend prepare"),
+    ("dra_driver_nvidia.backend", "NvidiaBackend._create_instances", "      dynamic MIG instances of the claim"),
+    ("dra_driver_nvidia.mig", "create_instance_in", "        one MIG instance created (NVML)"),
+    ("dra_driver_nvidia.ownership", "OwnershipJournal.record", "        MIG ownership journal write"),
     ("dra_driver.plugin.servicers", "DraServicer.NodeUnprepareResources", "daemon: NodeUnprepareResources handler"),
     ("dra_driver.plugin.prepare", "PrepareService._unprepare_one", "  unprepare of one claim"),
+    ("dra_driver_nvidia.backend", "NvidiaBackend.unprepare", "    NVIDIA backend unprepare"),
+    ("dra_driver_nvidia.ownership", "OwnershipJournal.remove", "      MIG ownership journal removal"),
 )
 
 

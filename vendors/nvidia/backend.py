@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,6 +61,21 @@ class _Published:
         self.per_gpu.setdefault(gpu.uuid, []).append(name)
 
 
+@dataclass(frozen=True)
+class _PlannedInstance:
+    """A MIG instance a claim needs, checked free and not yet created."""
+
+    gpu: GpuInfo
+    profile: MigProfile
+    placement: Placement
+    intent: OwnedInstance
+    existing: nvml.Handle | None  # the GI already at the placement (ours: idempotent prepare), as looked up
+
+    @property
+    def key(self) -> GiKey:
+        return self.intent.key
+
+
 class NvidiaBackend(VendorBackend):
     vendor: ClassVar[str] = "nvidia"
     driver_name: ClassVar[str] = "gpu.nvidia.com"
@@ -92,6 +108,7 @@ class NvidiaBackend(VendorBackend):
         self._journal = OwnershipJournal.under(settings.state_dir)
         self._owned: set[GiKey] = {entry.key for entry in self._journal.all_entries()}
         self._needs_reset: set[str] = set()  # GPU uuids seen to answer RESET_REQUIRED
+        self._compute_profiles = mig.ComputeProfiles()  # read once per (GPU, GI profile), not per lookup
 
     # ---- opening ------------------------------------------------------------------
 
@@ -153,6 +170,7 @@ class NvidiaBackend(VendorBackend):
 
     def discover(self) -> Inventory:
         with self._lock:
+            self._compute_profiles.forget()  # discovery re-reads the GPUs: so does the next lookup
             published = _Published(system=system_info())
             inventory = Inventory(driver=self.driver_name)
             for gpu in read_gpus(self._sysfs_root):
@@ -266,20 +284,27 @@ class NvidiaBackend(VendorBackend):
         with self._lock:
             index = self._index()
             created: list[dict[str, Any]] = []
-            prepared: list[PreparedDevice] = []
+            prepared: dict[int, PreparedDevice] = {}
+            planned: dict[int, _PlannedInstance] = {}
             try:
-                for allocated in devices:
-                    device_edits, uuid = self._prepare_device(index, claim, allocated.device, created)
-                    device_edits.env.append(edits.uuid_env(allocated.device, uuid))
-                    prepared.append(PreparedDevice(allocated.device, device_edits))
+                for slot, allocated in enumerate(devices):
+                    ready = self._prepare_device(index, claim, allocated.device)
+                    if isinstance(ready, _PlannedInstance):
+                        planned[slot] = ready
+                    else:
+                        prepared[slot] = _prepared_device(allocated.device, *ready)
+                made = self._create_instances(claim, list(planned.values()), created)
+                for slot, (device_edits, uuid) in zip(planned, made, strict=True):
+                    prepared[slot] = _prepared_device(devices[slot].device, device_edits, uuid)
             except (NvmlError, DeviceError) as exc:
                 self._destroy(claim, created)  # leave nothing half-done behind
                 if isinstance(exc, DeviceError):
                     raise
                 raise DeviceError(allocated.device, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
             return PreparedClaim(
-                devices=prepared, claim_edits=self._claim_edits(devices), request_edits=_request_env(devices), state={STATE_KEY: created}
-            )
+                devices=[prepared[slot] for slot in range(len(devices))], claim_edits=self._claim_edits(devices),
+                request_edits=_request_env(devices), state={STATE_KEY: created},
+            )  # fmt: skip
 
     def _claim_edits(self, devices: Sequence[AllocatedDevice]) -> ContainerEdits:
         """Once per container using the claim: the driver's files, and the legacy-runtime switch-off."""
@@ -293,9 +318,8 @@ class NvidiaBackend(VendorBackend):
             self._claim_edits_cache[mps] = cached
         return ContainerEdits(env=list(cached.env), mounts=list(cached.mounts), hooks=list(cached.hooks))
 
-    def _prepare_device(
-        self, index: _Published, claim: ClaimRef, name: str, created: list[dict[str, Any]]
-    ) -> tuple[ContainerEdits, str]:
+    def _prepare_device(self, index: _Published, claim: ClaimRef, name: str) -> tuple[ContainerEdits, str] | _PlannedInstance:
+        """(edits, uuid) of a device that exists; a placement is checked free and returned for `_create_instances`."""
         dev_root = self.settings.dev_root
         if name in index.gpus:
             gpu = index.gpus[name]
@@ -308,28 +332,58 @@ class NvidiaBackend(VendorBackend):
         if name in index.placements:
             gpu, profile, placement = index.placements[name]
             self._set_mig_mode(gpu, enabled=True)
-            key = (gpu.uuid, profile.info.id, placement.start)
-            if key not in self._owned and mig.find_instance(gpu.handle, profile.info.id, placement.start) is not None:
+            existing = mig.find_instance(gpu.handle, profile.info.id, placement.start)
+            if existing is not None and (gpu.uuid, profile.info.id, placement.start) not in self._owned:
                 raise DeviceError(name, "its placement holds a MIG device this driver did not create (admin-created?); "
                                         "it is never taken over: run discovery again, or destroy it with nvidia-smi mig -dci/-dgi")
             intent = OwnedInstance(claim.uid, name, gpu.uuid, profile.info.id, placement.start)
-            self._journal_record(intent)  # before creating: a crash from here on still leaves our mark
-            self._owned.add(key)
+            return _PlannedInstance(gpu, profile, placement, intent, existing)
+        raise DeviceError(name, f"is not a device of this node's {self.driver_name} pool (was it removed? run discovery again)")
+
+    def _create_instances(
+        self, claim: ClaimRef, planned: Sequence[_PlannedInstance], created: list[dict[str, Any]]
+    ) -> list[tuple[ContainerEdits, str]]:
+        """Create a claim's MIG instances: one journal write naming all of them before the first, one after the last.
+
+        A kill -9 anywhere leaves each instance that exists named in the journal: before the first
+        write nothing was created; between the writes every placement is an intent (rollback and
+        reconcile destroy what is at it, and drop an intent with nothing there); after the second
+        every entry has its IDs. Each instance appended to `created` is rolled back by the caller.
+        """
+        if not planned:
+            return []
+        self._journal_record(*(item.intent for item in planned))  # before creating: a crash from here on still leaves our mark
+        self._owned.update(item.key for item in planned)
+        made: list[tuple[ContainerEdits, str]] = []
+        results: list[OwnedInstance] = []
+        for number, item in enumerate(planned):
+            gpu, profile, placement, name = item.gpu, item.profile, item.placement, item.intent.device
             try:
-                instance = mig.create_instance(gpu.handle, profile, placement)
-            except NvmlError:
-                self._owned.discard(key)
-                self._journal_remove(claim.uid, key)
-                raise
+                compute_profiles = partial(self._compute_profiles.of, gpu.uuid)
+                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, compute_profiles)
+            except NvmlError as exc:
+                self._compute_profiles.forget(gpu.uuid)  # in case what NVML answered before is stale now
+                # create_instance_in undid its own GI; this and the later intents made nothing. Whatever is at
+                # the placement now is not destroyed by placement: it may have appeared behind our back.
+                self._forget_intents(claim, planned[number:])
+                raise DeviceError(name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
             created.append(
                 {"device": name, "parentUUID": gpu.uuid, "giId": instance.gi_id, "ciId": instance.ci_id,
                  "profileId": profile.info.id, "start": placement.start, "uuid": instance.uuid}
-            )
-            self._journal_record(intent.created(instance.gi_id, instance.ci_id))  # failing: rolled back via `created`
+            )  # fmt: skip
+            results.append(item.intent.created(instance.gi_id, instance.ci_id))
             self._dynamic_by_gi[(gpu.uuid, instance.gi_id)] = name
             log.info("created MIG device", extra=fields(device=name, gi=instance.gi_id, ci=instance.ci_id, uuid=instance.uuid))
-            return edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, dev_root, self._mig_minors), instance.uuid
-        raise DeviceError(name, f"is not a device of this node's {self.driver_name} pool (was it removed? run discovery again)")
+            mig_edits = edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors)
+            made.append((mig_edits, instance.uuid))
+        self._journal_record(*results)  # failing: rolled back via `created` (the intents still name every instance)
+        return made
+
+    def _forget_intents(self, claim: ClaimRef, planned: Sequence[_PlannedInstance]) -> None:
+        """Intents of instances never created: those placements are not ours (unless their GI was before)."""
+        self._owned.difference_update(item.key for item in planned if item.existing is None)
+        if planned:
+            self._journal_remove(claim.uid, *(item.key for item in planned))
 
     def _set_mig_mode(self, gpu: GpuInfo, enabled: bool) -> None:
         """Switch MIG mode for a dynamic claim (logged as a warning: it changes what the GPU offers).
@@ -356,14 +410,15 @@ class NvidiaBackend(VendorBackend):
                                         f"(activation status {nvml.error_name(activation)}); run discovery again: "
                                         "the GPU is now published in its current mode only")
         gpu.mig_enabled = gpu.mig_pending = enabled
+        self._compute_profiles.forget(gpu.uuid)
         log.warning("switched MIG mode for a claim", extra=fields(gpu=gpu.name, enabled=enabled))
 
-    def _journal_record(self, entry: OwnedInstance) -> None:
+    def _journal_record(self, *entries: OwnedInstance) -> None:
         try:
-            self._journal.record(entry)
+            self._journal.record(*entries)
         except OSError as exc:
             # Creating an instance we could not prove ours after a crash would risk a leak: refuse.
-            raise DeviceError(entry.device, f"cannot record MIG instance ownership in {self._journal.directory}: {exc}") from exc
+            raise DeviceError(entries[0].device, f"cannot record MIG instance ownership in {self._journal.directory}: {exc}") from exc
 
     def _journal_remove(self, claim_uid: str, *keys: GiKey) -> None:
         try:
@@ -386,38 +441,53 @@ class NvidiaBackend(VendorBackend):
             self._journal_remove(claim.uid)  # also drops a corrupt record; entries on unknown GPUs stay
 
     def _destroy(self, claim: ClaimRef, instances: Sequence[StateEntry], strict: bool = False) -> None:
-        index = self._index()
-        for entry in instances:
-            gpu = index.by_uuid.get(str(entry.get("parentUUID")))
-            if gpu is None:
-                log.warning("MIG instance of an unknown GPU left alone", extra=fields(**dict(entry)))
-                continue
-            key = _entry_key(entry)
-            try:
-                gone = self._destroy_entry(gpu, entry)
-            except NvmlError as exc:
-                if strict:
-                    raise DeviceError(str(entry.get("device")), f"cannot destroy its MIG instance: {exc}") from exc
-                log.warning("rollback of a MIG instance failed", extra=fields(device=entry.get("device"), error=str(exc)))
-                continue
-            if entry.get("giId") is not None:
-                self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
-            self._owned.discard(key)
-            self._journal_remove(claim.uid, key)
-            log.info("destroyed MIG device" if gone else "MIG device already gone", extra=fields(device=entry.get("device")))
+        """Destroy the instances, then drop the journal entries of those now gone in one write.
 
-    @staticmethod
-    def _destroy_entry(gpu: GpuInfo, entry: StateEntry) -> bool:
+        An entry outliving its instance (kill -9 before that write) is what a destroy whose journal
+        update failed leaves too: unprepare and reconcile find the instance gone and drop the entry,
+        and the claim's checkpoint record keeps its devices reserved until its unprepare completes.
+        """
+        index = self._index()
+        gone_keys: list[GiKey] = []
+        try:
+            for entry in instances:
+                gpu = index.by_uuid.get(str(entry.get("parentUUID")))
+                if gpu is None:
+                    log.warning("MIG instance of an unknown GPU left alone", extra=fields(**dict(entry)))
+                    continue
+                key = _entry_key(entry)
+                try:
+                    gone = self._destroy_entry(gpu, entry)
+                except NvmlError as exc:
+                    if strict:
+                        raise DeviceError(str(entry.get("device")), f"cannot destroy its MIG instance: {exc}") from exc
+                    log.warning("rollback of a MIG instance failed", extra=fields(device=entry.get("device"), error=str(exc)))
+                    continue
+                if entry.get("giId") is not None:
+                    self._dynamic_by_gi.pop((gpu.uuid, int(entry["giId"])), None)
+                self._owned.discard(key)
+                gone_keys.append(key)
+                log.info("destroyed MIG device" if gone else "MIG device already gone", extra=fields(device=entry.get("device")))
+        finally:
+            if gone_keys:
+                self._journal_remove(claim.uid, *gone_keys)
+
+    def _destroy_entry(self, gpu: GpuInfo, entry: StateEntry) -> bool:
         """Destroy one recorded instance; an intent (no GI ID yet) by profile and placement, if one exists there."""
         profile_id, start = int(entry["profileId"]), int(entry["start"])
-        if entry.get("giId") is not None:
-            return mig.destroy_instance(gpu.handle, int(entry["giId"]), profile_id, start)
-        if not nvml.mig_mode(gpu.handle)[0]:
-            return False
-        gi = mig.find_instance(gpu.handle, profile_id, start)
-        if gi is None:
-            return False  # the crash came before the creation
-        mig.destroy_gpu_instance_tree(gi)
+        compute_profiles = partial(self._compute_profiles.of, gpu.uuid)
+        try:
+            if entry.get("giId") is not None:
+                return mig.destroy_instance(gpu.handle, int(entry["giId"]), profile_id, start, compute_profiles)
+            if not nvml.mig_mode(gpu.handle)[0]:
+                return False
+            gi = mig.find_instance(gpu.handle, profile_id, start)
+            if gi is None:
+                return False  # the crash came before the creation
+            mig.destroy_gpu_instance_tree(gi, profile_id, compute_profiles)
+        except NvmlError:
+            self._compute_profiles.forget(gpu.uuid)  # in case what NVML answered before is stale now
+            raise
         return True
 
     def recorded_claims(self) -> list[RecordedClaim]:
@@ -481,9 +551,10 @@ class NvidiaBackend(VendorBackend):
                         continue
                     self._owned.discard(key)
                     try:
-                        mig.destroy_gpu_instance_tree(gi)
+                        mig.destroy_gpu_instance_tree(gi, info.profile_id, partial(self._compute_profiles.of, gpu.uuid))
                         log.info("destroyed MIG instance no live claim lists", extra=fields(gpu=gpu.name, gi=info.id))
                     except NvmlError as exc:
+                        self._compute_profiles.forget(gpu.uuid)
                         failed.add(key)  # its journal entry stays, so the next start tries again
                         log.warning("cannot destroy unknown MIG instance", extra=fields(gpu=gpu.name, gi=info.id, error=str(exc)))
             self._drop_stale_records(recorded, live_keys | failed, examined)
@@ -522,6 +593,11 @@ class NvidiaBackend(VendorBackend):
                 return [name]
         name = self._dynamic_by_gi.get((gpu_uuid, gi_id))
         return [name] if name else []
+
+
+def _prepared_device(name: str, device_edits: ContainerEdits, uuid: str) -> PreparedDevice:
+    device_edits.env.append(edits.uuid_env(name, uuid))
+    return PreparedDevice(name, device_edits)
 
 
 def _entry_key(entry: StateEntry) -> GiKey:

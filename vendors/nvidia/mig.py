@@ -8,7 +8,7 @@ from tables in code, so a new board or driver works without a code change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pynvml
@@ -106,20 +106,58 @@ def _read_mig_device(handle: Handle, mig: Handle, profiles: dict[int, GpuInstanc
     )
 
 
-def _compute_profiles(gi: Handle) -> Iterator[nvml.ComputeInstanceProfileInfo]:
-    """The compute-instance profiles this GPU instance supports (the others answer NOT_SUPPORTED/NOT_FOUND)."""
+def read_compute_profiles(gi: Handle, _gi_profile_id: int = -1) -> tuple[nvml.ComputeInstanceProfileInfo, ...]:
+    """The compute-instance profiles this GPU instance supports (the others answer NOT_SUPPORTED/NOT_FOUND).
+
+    NVML is asked through the GPU instance; the unused GI profile ID makes this a `ComputeProfilesOf`.
+    """
+    found = []
     for enum in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
         try:
-            yield nvml.compute_instance_profile_info(gi, enum)
+            found.append(nvml.compute_instance_profile_info(gi, enum))
         except NvmlError as exc:
             if not (exc.not_supported or exc.not_found):
                 raise
+    return tuple(found)
 
 
-def _full_compute_profile(gi: Handle, slice_count: int) -> int:
+# (GPU instance, its GI profile ID) -> the compute-instance profiles it supports
+ComputeProfilesOf = Callable[[Handle, int], Sequence[nvml.ComputeInstanceProfileInfo]]
+
+
+class ComputeProfiles:
+    """Compute-instance profiles per (GPU, GI profile), read from NVML once instead of on every lookup.
+
+    NVML answers them per GPU instance, but what it answers (IDs, slice counts, instance counts,
+    shared engines) describes the GI *profile*: every GPU instance of one profile on one GPU gets the
+    same list, and creating or destroying instances does not change it. Only a MIG mode change (or a
+    driver that answers differently after a GPU reset) could, so the owner drops a GPU's entries when it
+    switches that GPU's MIG mode, when an NVML call that used them fails, and on every discovery.
+    Not locked: the backend uses it under its own lock.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int], tuple[nvml.ComputeInstanceProfileInfo, ...]] = {}
+
+    def of(self, gpu_uuid: str, gi: Handle, gi_profile_id: int) -> tuple[nvml.ComputeInstanceProfileInfo, ...]:
+        key = (gpu_uuid, gi_profile_id)
+        known = self._known.get(key)
+        if known is None:
+            known = self._known[key] = read_compute_profiles(gi)
+        return known
+
+    def forget(self, gpu_uuid: str | None = None) -> None:
+        """Drop one GPU's entries, or every entry."""
+        if gpu_uuid is None:
+            self._known.clear()
+        else:
+            self._known = {key: value for key, value in self._known.items() if key[0] != gpu_uuid}
+
+
+def _full_compute_profile(profiles: Sequence[nvml.ComputeInstanceProfileInfo], slice_count: int) -> int:
     """The compute-instance profile that spans the whole GPU instance (what `nvidia-smi mig -C` creates)."""
     best: nvml.ComputeInstanceProfileInfo | None = None
-    for info in _compute_profiles(gi):
+    for info in profiles:
         if info.slice_count <= slice_count and (best is None or info.slice_count > best.slice_count):
             best = info
     if best is None:
@@ -149,20 +187,50 @@ def mig_uuid(handle: Handle, gi_id: int, ci_id: int) -> str:
     raise NvmlError("nvmlDeviceGetMigDeviceHandleByIndex", pynvml.NVML_ERROR_NOT_FOUND, f"no MIG device for GI {gi_id} CI {ci_id}")
 
 
-def create_instance(handle: Handle, profile: MigProfile, placement: Placement) -> CreatedInstance:
+def create_instance(
+    handle: Handle, profile: MigProfile, placement: Placement, compute_profiles: ComputeProfilesOf = read_compute_profiles
+) -> CreatedInstance:
     """Create (or reuse, for idempotent prepare) the GI at `placement` and one full-size CI in it."""
-    gi = find_instance(handle, profile.info.id, placement.start)
+    existing = find_instance(handle, profile.info.id, placement.start)
+    return create_instance_in(handle, profile, placement, existing, compute_profiles)
+
+
+def create_instance_in(
+    handle: Handle, profile: MigProfile, placement: Placement, gi: Handle | None, compute_profiles: ComputeProfilesOf
+) -> CreatedInstance:
+    """`create_instance` with the GI at the placement already looked up (None: there is none, create it).
+
+    A GI created here whose compute instance then fails is destroyed again before the error is
+    raised, so a failure leaves the placement as it was.
+    """
+    made = gi is None
     if gi is None:
         gi = nvml.create_gpu_instance(handle, profile.info.id, placement)
-    gi_id = nvml.gpu_instance_info(gi).id
-    ci_profile = _full_compute_profile(gi, profile.info.slice_count)
-    existing = nvml.compute_instances(gi, ci_profile)
-    ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
-    ci_id = nvml.compute_instance_id_of(ci)
-    return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id))
+    try:
+        gi_id = nvml.gpu_instance_info(gi).id
+        ci_profile = _full_compute_profile(compute_profiles(gi, profile.info.id), profile.info.slice_count)
+        existing = nvml.compute_instances(gi, ci_profile)
+        ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
+        ci_id = nvml.compute_instance_id_of(ci)
+        return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id))
+    except NvmlError:
+        if made:
+            _destroy_quietly(gi, profile.info.id, compute_profiles)
+        raise
 
 
-def destroy_instance(handle: Handle, gi_id: int, profile_id: int, start: int) -> bool:
+def _destroy_quietly(gi: Handle, gi_profile_id: int, compute_profiles: ComputeProfilesOf) -> None:
+    try:
+        destroy_gpu_instance_tree(gi, gi_profile_id, compute_profiles)
+    except NvmlError as exc:
+        # Nothing records it as ours now: it stays, published as someone else's, until an admin removes it.
+        log.error("cannot destroy the GPU instance of a failed MIG creation; remove it with nvidia-smi mig -dci/-dgi",
+                  extra=fields(profile=gi_profile_id, error=str(exc)))  # fmt: skip
+
+
+def destroy_instance(
+    handle: Handle, gi_id: int, profile_id: int, start: int, compute_profiles: ComputeProfilesOf = read_compute_profiles
+) -> bool:
     """Destroy a GI (and its CIs) if it is still the one we created; False when already gone."""
     try:
         gi = nvml.gpu_instance_by_id(handle, gi_id)
@@ -174,12 +242,12 @@ def destroy_instance(handle: Handle, gi_id: int, profile_id: int, start: int) ->
     if info.profile_id != profile_id or info.placement.start != start:
         # The ID was reused for another instance after ours went away: not ours to destroy.
         return False
-    destroy_gpu_instance_tree(gi)
+    destroy_gpu_instance_tree(gi, profile_id, compute_profiles)
     return True
 
 
-def destroy_gpu_instance_tree(gi: Handle) -> None:
-    for info in _compute_profiles(gi):
+def destroy_gpu_instance_tree(gi: Handle, gi_profile_id: int, compute_profiles: ComputeProfilesOf = read_compute_profiles) -> None:
+    for info in compute_profiles(gi, gi_profile_id):
         for ci in nvml.compute_instances(gi, info.id):
             nvml.destroy_compute_instance(ci)
     nvml.destroy_gpu_instance(gi)

@@ -6,7 +6,8 @@ without a record of its own the backend cannot tell the instance it created from
 one an admin created, and it would leak. The journal closes that gap: before an
 instance is created its intent (claim UID, parent GPU, GI profile, placement) is
 written, after creation the GI/CI IDs, and the entry is removed when the instance
-is destroyed.
+is destroyed. Prepare writes the intents of all of a claim's instances at once before
+creating the first, and all their IDs at once after the last (two writes per claim).
 
 Layout: one file per claim, `<state_dir>/nvidia/mig-owned/<uid>.json` (a UID
 that is not a plain file name is stored under its SHA-256), replaced atomically
@@ -166,11 +167,21 @@ class OwnershipJournal:
 
     # ---- writing (OSError propagates: the caller decides whether that is fatal) -----------
 
-    def record(self, entry: OwnedInstance) -> None:
-        """Add or update the entry of this claim at this placement; durable before returning."""
+    def record(self, *entries: OwnedInstance) -> None:
+        """Add or update entries of one claim (by placement) in one write; durable before returning.
+
+        Prepare records all intents of a claim in one call and all their IDs in another, so a
+        claim costs two writes whatever its number of instances.
+        """
+        if not entries:
+            return
+        claim_uid = entries[0].claim_uid
+        if any(entry.claim_uid != claim_uid for entry in entries):
+            raise ValueError("OwnershipJournal.record takes the entries of one claim at a time")
+        keys = {entry.key for entry in entries}
         with self._lock:
-            entries = [e for e in self._read(entry.claim_uid) if e.key != entry.key]
-            self._write(entry.claim_uid, entries + [entry])
+            kept = [e for e in self._read(claim_uid) if e.key not in keys]
+            self._write(claim_uid, kept + list(entries))
 
     def remove(self, claim_uid: str, keys: set[GiKey]) -> None:
         with self._lock:

@@ -1,0 +1,173 @@
+"""What a dynamic MIG prepare costs in journal writes and NVML calls, and that the savings change no outcome.
+
+Issue #17: an 8-device claim rewrote its ownership journal file twice per instance and read the
+compute-instance profiles from NVML on every create and destroy. Now the journal is written twice per
+claim (and removed once by unprepare) and the profiles are read once per (GPU, GI profile) until that
+GPU's MIG mode changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from dra_driver import atomic_file
+from dra_driver.errors import DeviceError
+from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver_nvidia import mig
+from dra_driver_nvidia.backend import NvidiaBackend
+from dra_driver_nvidia.ownership import SUBDIR, OwnedInstance, OwnershipJournal
+
+from .conftest import OpenBackend
+from .nvml_spy import count, intercept
+
+# dgx-h100: seven 1g.10gb placements (GI profile 19) on GPU 0 and one on GPU 1; every GPU starts in MIG mode off.
+EIGHT = [f"gpu-0-mig-1g10gb-19-{start}" for start in range(7)] + ["gpu-1-mig-1g10gb-19-0"]
+CI_PROFILE_INFO = "nvmlGpuInstanceGetComputeInstanceProfileInfoV"
+
+
+def claim(uid: str) -> ClaimRef:
+    return ClaimRef(namespace="ns", name=uid, uid=uid)
+
+
+def alloc(*devices: str) -> list[AllocatedDevice]:
+    return [AllocatedDevice(request="gpu", pool="node-a", device=device, config=None) for device in devices]
+
+
+def count_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file the journal replaces, in order (atomic_file.replace_file is its only way to write)."""
+    written: list[Path] = []
+    real: Callable[..., None] = atomic_file.replace_file
+
+    def spy(path: Path, data: bytes, **options: Any) -> None:
+        written.append(path)
+        real(path, data, **options)
+
+    monkeypatch.setattr(atomic_file, "replace_file", spy)
+    return written
+
+
+@pytest.fixture
+def backend(open_backend: OpenBackend, tmp_path: Path) -> NvidiaBackend:
+    opened = open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path)
+    opened.discover()
+    return opened
+
+
+def test_eight_instances_cost_two_journal_writes(backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    written = count_journal_writes(monkeypatch)
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    assert written == [tmp_path / SUBDIR / "uid-8.json"] * 2  # intents before the first create, IDs after the last
+    recorded = OwnershipJournal.under(tmp_path).entries("uid-8")
+    assert sorted(e.device for e in recorded) == sorted(EIGHT)
+    by_device = {entry["device"]: entry for entry in prepared.state["migInstances"]}
+    assert all((e.gi_id, e.ci_id) == (by_device[e.device]["giId"], by_device[e.device]["ciId"]) for e in recorded)
+    assert [d.device for d in prepared.devices] == EIGHT  # in the claim's order, each with its own UUID
+    assert [d.edits.env[-1].split("=", 1)[1] for d in prepared.devices] == [by_device[name]["uuid"] for name in EIGHT]
+
+
+def test_unprepare_drops_the_journal_file_without_rewriting_it(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    written = count_journal_writes(monkeypatch)
+    backend.unprepare(claim("uid-8"), prepared.state)
+    assert written == []  # was one rewrite per destroyed instance but the last
+    assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
+
+
+def test_journal_takes_one_claim_per_write(tmp_path: Path) -> None:
+    journal = OwnershipJournal.under(tmp_path)
+    with pytest.raises(ValueError, match="one claim"):
+        journal.record(OwnedInstance("a", "d0", "GPU-0", 19, 0), OwnedInstance("b", "d1", "GPU-0", 19, 1))
+    assert journal.all_entries() == []
+
+
+def test_compute_profiles_read_once_per_gpu_and_gi_profile(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = count(monkeypatch, backend.simulator, CI_PROFILE_INFO)  # type: ignore[arg-type]
+    first = backend.prepare(claim("uid-a"), alloc(*EIGHT))
+    per_gpu_and_profile = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+    assert calls[CI_PROFILE_INFO] == 2 * per_gpu_and_profile  # (GPU 0, 1g.10gb) and (GPU 1, 1g.10gb); was 8 x
+    backend.unprepare(claim("uid-a"), first.state)
+    again = backend.prepare(claim("uid-b"), alloc(*EIGHT))
+    backend.unprepare(claim("uid-b"), again.state)
+    assert calls[CI_PROFILE_INFO] == 2 * per_gpu_and_profile  # destroying and recreating asked NVML nothing more
+    assert list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
+
+
+def test_each_placement_is_looked_up_once(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check that no one else's instance is at a placement also tells the creation whether to make a GI."""
+    looked_up: list[tuple[int, int]] = []
+    real = mig.find_instance
+
+    def spy(handle: Any, profile_id: int, start: int) -> Any:
+        looked_up.append((profile_id, start))
+        return real(handle, profile_id, start)
+
+    monkeypatch.setattr(mig, "find_instance", spy)
+    backend.prepare(claim("uid-a"), alloc(*EIGHT))
+    assert sorted(looked_up) == sorted((19, int(name.rsplit("-", 1)[1])) for name in EIGHT)  # was twice each
+
+
+def test_compute_profiles_read_again_after_a_mig_mode_switch(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = count(monkeypatch, backend.simulator, CI_PROFILE_INFO)  # type: ignore[arg-type]
+    mig_claim = backend.prepare(claim("uid-a"), alloc(EIGHT[0]))
+    backend.unprepare(claim("uid-a"), mig_claim.state)
+    read_once = calls[CI_PROFILE_INFO]
+    assert read_once > 0
+    whole = backend.prepare(claim("uid-b"), alloc("gpu-0"))  # switches GPU 0's MIG mode off
+    backend.unprepare(claim("uid-b"), whole.state)
+    backend.prepare(claim("uid-c"), alloc(EIGHT[0]))  # and on again: the profiles are asked for again
+    assert calls[CI_PROFILE_INFO] == 2 * read_once
+
+
+def test_failed_compute_instance_leaves_nothing_behind(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The third instance's GI is made and its CI fails: all three placements are free again, nothing is journaled."""
+    fake = backend.simulator
+    assert fake is not None
+    made: list[int] = []
+
+    def third_fails(original: Callable[..., int], *args: Any) -> int:
+        made.append(1)
+        return pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES if len(made) == 3 else original(*args)
+
+    intercept(monkeypatch, fake, "nvmlGpuInstanceCreateComputeInstance", third_fails)
+    devices = [EIGHT[0], EIGHT[1], EIGHT[7]]
+    with pytest.raises(DeviceError, match=EIGHT[7]):
+        backend.prepare(claim("uid-a"), alloc(*devices))
+    assert list(fake.live_instances()) == []  # the GI without a CI too (it used to stay, taken for an admin's)
+    assert list((tmp_path / SUBDIR).glob("*")) == []
+    published = {device.name: device for device in backend.discover().devices}
+    assert all(published[name].consumes_counters for name in devices)  # offered as placements, none as foreign
+    monkeypatch.undo()
+    retried = backend.prepare(claim("uid-a"), alloc(*devices))
+    assert len(retried.state["migInstances"]) == 3
+
+
+def test_gpu_instance_that_cannot_be_undone_is_left_alone_and_logged(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CI creation fails and so does destroying the GI just made: nothing records it as ours any more, so it counts
+    as someone else's (its placement withdrawn) and no later start destroys it by placement; the error says how to
+    remove it."""
+    fake = backend.simulator
+    assert fake is not None
+    intercept(monkeypatch, fake, "nvmlGpuInstanceCreateComputeInstance", lambda original, *args: pynvml.NVML_ERROR_UNKNOWN)
+    intercept(monkeypatch, fake, "nvmlGpuInstanceDestroy", lambda original, *args: pynvml.NVML_ERROR_UNKNOWN)
+    with pytest.raises(DeviceError, match=EIGHT[0]):
+        backend.prepare(claim("uid-a"), alloc(EIGHT[0]))
+    assert [start for _, _, start in fake.live_instances()] == [0]
+    assert "nvidia-smi mig -dci/-dgi" in caplog.text
+    assert list((tmp_path / SUBDIR).glob("*")) == []
+    monkeypatch.undo()
+    restarted = NvidiaBackend(backend.settings, simulator=fake, sysfs_root=backend._sysfs_root, proc_root=None)
+    restarted.reconcile([])
+    assert [start for _, _, start in fake.live_instances()] == [0]
+    offered = {device.name for device in restarted.discover().devices}
+    assert EIGHT[0] not in offered and "gpu-0" not in offered and EIGHT[1] in offered
