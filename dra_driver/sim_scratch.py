@@ -50,6 +50,7 @@ _reaped_lock = threading.Lock()
 _live: dict[Path, weakref.ref[ScratchDir]] = {}  # this process's scratch dirs not yet removed
 _abandoned: list[Path] = []
 _used: set[Path] = set()  # the directories this process made scratch dirs in
+_half_made: set[Path] = set()  # made and maybe locked by `create`, not yet a ScratchDir
 
 
 class ScratchDir:
@@ -91,7 +92,7 @@ def close_all() -> None:
     finally blocks will not run (dra_driver.cli.main).
 
     Also one `create` had made but not finished when the signal came (the handler runs between two
-    bytecodes of the main thread, maybe right after mkdtemp): a dir of our name and PID that no one holds.
+    bytecodes of the main thread, maybe right after mkdtemp): a dir of our name and PID not yet handed over.
     """
     for ref in list(_live.values()):
         scratch = ref()
@@ -101,11 +102,16 @@ def close_all() -> None:
     for directory in list(_used):
         for entry in _entries(directory):
             match = _NAME.fullmatch(entry.name)
-            if match is not None and match["pid"] == own and Path(entry.path) not in _live:
-                try:
-                    _remove_unheld(Path(entry.path), lockless_grace_s=0.0)
-                except OSError as exc:
-                    log.debug("scratch directory left in place", extra=fields(path=entry.path, error=str(exc)))
+            path = Path(entry.path)
+            if match is None or match["pid"] != own or path in _live:
+                continue
+            if path in _half_made:
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            try:
+                _remove_unheld(path, lockless_grace_s=0.0)
+            except OSError as exc:
+                log.debug("scratch directory left in place", extra=fields(path=entry.path, error=str(exc)))
 
 
 def abandoned_dirs() -> list[Path]:
@@ -124,6 +130,7 @@ def create(vendor: str, directory: Path | None = None) -> ScratchDir:
     path = Path(tempfile.mkdtemp(prefix=f"dra-{vendor}-sim-{os.getpid()}-", dir=directory))
     try:  # BaseException: an interrupt (Ctrl-C) here must not strand the directory either
         fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        _half_made.add(path)  # locked below but not yet a ScratchDir: close_all must still know it is ours
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else can hold a lock on a file we just made
             return ScratchDir(path, fd)
@@ -134,6 +141,8 @@ def create(vendor: str, directory: Path | None = None) -> ScratchDir:
         _live.pop(path, None)
         shutil.rmtree(path, ignore_errors=True)
         raise
+    finally:
+        _half_made.discard(path)
 
 
 def reap_stale(directory: Path) -> list[Path]:

@@ -151,9 +151,9 @@ def _remove_scratch_and_die(signum: int, _frame: object) -> None:
     """SIGTERM to a one-shot command: remove the simulated backends' (and the demo's) scratch dirs, which no
     finally block will, then die of the signal as without this handler. Not an exception raised wherever the
     command was: unwinding through gRPC's internals can deadlock in a channel's __del__."""
-    from dra_driver import sim_scratch
-
-    sim_scratch.close_all()
+    sim_scratch = sys.modules.get("dra_driver.sim_scratch")  # never imported: this process made no scratch dir
+    if sim_scratch is not None:
+        sim_scratch.close_all()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
