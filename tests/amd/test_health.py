@@ -89,3 +89,23 @@ def test_other_events_are_ignored_and_stop_ends_the_watch(open_backend):
     backend.library.inject_event("0000:63:00.0", "GPU_POST_RESET")  # healthy already: nothing to report
     watch.close()
     assert watch.events.empty()
+
+
+def test_stop_is_honoured_without_waiting_for_the_ecc_poll_interval(open_backend, monkeypatch):
+    backend = open_backend("mi300x")
+    backend.discover()
+    backend.health_poll_s = 60.0  # ECC every minute: a read blocking that long would hold a daemon's stop
+    waits: list[int] = []
+    real_read = backend.library._read_events
+    read_started = threading.Event()
+
+    def recorded(wanted, timeout_ms, num_elem):
+        waits.append(timeout_ms)
+        read_started.set()
+        return real_read(wanted, timeout_ms, num_elem)
+
+    monkeypatch.setattr(backend.library, "_read_events", recorded)
+    with _Watch(backend) as watch:
+        assert read_started.wait(5)
+    assert not watch.thread.is_alive()  # _Watch.close joined it within its 5 s
+    assert waits and max(waits) <= 1000

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ PRE_RESET = "GPU_PRE_RESET"
 POST_RESET = "GPU_POST_RESET"
 REASON_RESET = "GPUReset"
 REASON_ECC = "UncorrectableECC"
+EVENT_WAIT_S = 1.0  # one event read blocks at most this long, so `stop` is honoured within a second
 
 
 @dataclass
@@ -114,21 +116,25 @@ class HealthWatcher:
         readers = self.smi.event_readers(list(self.handles.values()), [PRE_RESET, POST_RESET])
         # The library's event queue is global: reading through one reader returns every GPU's events.
         reader = readers[0] if readers else None
+        next_ecc = time.monotonic() + self.poll_s
         try:
             while not stop.is_set():
+                # Reset events as they come; the ECC counters every poll_s (and after events, which may explain them).
+                wait_s = max(0.0, min(EVENT_WAIT_S, next_ecc - time.monotonic()))
                 events: list[dict[str, Any]] = []
                 if reader is not None:
                     try:
-                        events = self.smi.read_events(reader, int(self.poll_s * 1000))
+                        events = self.smi.read_events(reader, int(wait_s * 1000))
                     except SmiError as exc:
                         log.warning("reading amdsmi events failed; polling ECC only", extra=fields(error=str(exc)))
                         reader = None
                 else:
-                    stop.wait(self.poll_s)
+                    stop.wait(wait_s)
                 for event in events:
                     yield from self._handle_event(event)
-                if not stop.is_set():
+                if not stop.is_set() and (events or time.monotonic() >= next_ecc):
                     yield from self._check_ecc()
+                    next_ecc = time.monotonic() + self.poll_s
         finally:
             for each in readers:
                 self.smi.stop_reader(each)
