@@ -17,7 +17,7 @@ import yaml
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube.sim_apiserver import SimApiServer
 
-DRIVERS = 2  # gpu.nvidia.com and gaudi.intel.com: both simulated backends make a scratch dir
+DRIVERS = 3  # gpu.nvidia.com, gpu.amd.com and gaudi.intel.com: each simulated backend makes a scratch dir
 
 
 @pytest.fixture
@@ -28,8 +28,8 @@ def apiserver() -> Iterator[SimApiServer]:
 
 @pytest.fixture
 def profile(tmp_path: Path) -> Path:
-    """An NVIDIA T4 and a Gaudi 2 board on one node (AMD's simulated health poll would hold each stop 5 s)."""
-    sections = {vendor: dict(load_profile(name).sections[vendor]) for vendor, name in (("nvidia", "t4"), ("gaudi", "gaudi2-hls"))}
+    """An NVIDIA T4, an AMD MI300X and a Gaudi 2 board on one node: every vendor's scratch dir."""
+    sections = {vendor: dict(load_profile(name).sections[vendor]) for vendor, name in (("nvidia", "t4"), ("amd", "mi300x"), ("gaudi", "gaudi2-hls"))}
     path = tmp_path / "nvidia-gaudi.yaml"
     path.write_text(yaml.safe_dump({"name": "nvidia-gaudi", **sections}))
     return path
@@ -68,7 +68,7 @@ def test_sigkill_leaves_dirs_the_next_daemon_reaps_and_sigterm_in_start_up_leave
     empty_tmpdir: Path, short_tmp: Path, apiserver: SimApiServer, profile: Path
 ) -> None:
     killed = spawn(apiserver, short_tmp / "a", profile)
-    wait_for(lambda: len(scratch_pids(empty_tmpdir)) == DRIVERS, killed)  # both simulated backends are open
+    wait_for(lambda: len(scratch_pids(empty_tmpdir)) == DRIVERS, killed)  # every simulated backend is open
     killed.send_signal(signal.SIGKILL)
     killed.wait(30)
     assert scratch_pids(empty_tmpdir) == [str(killed.pid)] * DRIVERS  # nothing could clean up after SIGKILL
