@@ -61,15 +61,18 @@ def _write_atomic(path: Path, text: str) -> None:
     replace_file(path, text.encode(), durable=False, mode=mode)
 
 
-def read_checked(name: str) -> str:
+def read_checked(name: str, round_trip_whole: bool = False) -> str:
     """The text of one input, refused unless the input layer's checks pass on it as a whole.
 
     Before ruamel (recursive, ~40x slower per value than libyaml's events) sees it:
-    size, encoding, nesting, values and aliases within the round-trip limits,
-    syntax and duplicate keys with the line of the file, and the envelope rules of
-    every object (a `kind` that is a map, a 50 MB name).
+    size, encoding, nesting, values and aliases, syntax and duplicate keys with the
+    line of the file, and the envelope rules of every object (a `kind` that is a map,
+    a 50 MB name). A manifest gets the ordinary limits: ruamel parses only its
+    documents that may need migrating, which must fit the round-trip limits together
+    (migrate.stream.split). A kustomization's files (`round_trip_whole`) are parsed
+    whole, so they get the round-trip limits here.
     """
-    limits = active().for_round_trip()
+    limits = active().for_round_trip() if round_trip_whole else active()
     text = read_text(name, limits)
     if not is_template_source(text):  # a Helm template is not YAML: migrate reports it ("render first"), never parses it
         checked_objects(build_documents(text.encode(), display_name(name), limits), display_name(name))
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses))
         results, report = migrate(inputs, options)
         for directory in directories:
-            more, more_report = migrate_directory(directory, options, read=lambda path: read_checked(str(path)))
+            more, more_report = migrate_directory(directory, options, read=lambda path: read_checked(str(path), round_trip_whole=True))
             results += more
             report.merge(more_report)
     except InputError as exc:

@@ -14,6 +14,7 @@ from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
 from dra_driver.migrate.claims import Generated, migrate_workload
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
+from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
 from dra_driver.migrate.report import Action, Location, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
@@ -22,7 +23,6 @@ from dra_driver.migrate.operators import RAY_GPUS, operator_kind, ray_group
 from dra_driver.migrate.workloads import POD_SPEC_PATHS, Workload, find_resource_maps, is_list, metadata, workloads
 
 STRATEGIES = ("claims", "extended-resource")
-_SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _report_annotations(ctx: Context, item: _Item) -> None:
 
 def _report_configmap(ctx: Context, item: _Item) -> None:
     for key, value in (item.obj.get("data") or {}).items():
-        if isinstance(value, str) and any(marker in value for marker in _SHARING_MARKERS):
+        if isinstance(value, str) and any(marker in value for marker in SHARING_MARKERS):
             ctx.add(Action.NOT_CONVERTED, f"{item.prefix}data.{key}", str(key),
                     "device-plugin sharing configuration (time-slicing / MPS); DRA sets sharing per claim through "
                     "opaque GpuConfig, which this tool does not write")
@@ -327,7 +327,7 @@ def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileR
             parsed.append(streams.Stream(source, []))  # no documents: written back as it was
             continue
         try:
-            parsed.append(streams.split(text, source))
+            parsed.append(streams.split(text, source, only=may_matter))
         except MigrationError as exc:
             errors.extend(exc.errors)
     if errors:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from dra_driver.errors import FieldError
+from dra_driver.inputs import InputError, active, build_documents
 from dra_driver.migrate.report import MigrationError
 from dra_driver.migrate.splice import splice
 
@@ -85,10 +87,38 @@ def detect_indent(text: str) -> tuple[int, int, int]:
     return mapping, max(sequence or mapping, offset + 2), offset
 
 
-def split(text: str, source: str) -> Stream:
-    """Split `text` into documents and parse each; raises MigrationError naming the bad document."""
-    stream = Stream(source)
-    chunks: list[tuple[str, int, list[str]]] = [("", 0, [])]  # (separator, file line of the first line, lines)
+def split(text: str, source: str, only: Callable[[str], bool] | None = None) -> Stream:
+    """Split `text` into documents and parse each; raises MigrationError naming the bad document.
+
+    With `only`, a document whose text it refuses is not parsed (its `data` stays None and it is written
+    back verbatim) unless the input layer's fast reader finds its YAML broken, and the documents that are
+    parsed must fit the round-trip limits together (InputError, with the line of the file): the whole
+    input was checked with the ordinary limits.
+    """
+    pieces = [_piece(separator, first_line, lines) for separator, first_line, lines in _chunks(text)]
+    wanted = [only is None or only(document.text) for document, _ in pieces]
+    if only is not None:
+        broken = [_broken(document.body, body_line, source) for document, body_line in pieces]
+        _check_round_trip_budget(pieces, [parse and not bad for parse, bad in zip(wanted, broken)], source)
+        wanted = [parse or bad for parse, bad in zip(wanted, broken)]  # ruamel says what is wrong, with the column
+    problems: dict[int, str] = {}  # document index -> what is wrong with its YAML
+    loader = _new_yaml()
+    for index, ((document, body_line), parse) in enumerate(zip(pieces, wanted)):
+        if not parse:
+            continue
+        document.indent = detect_indent(document.body)
+        try:
+            document.data = loader.load(document.body) if document.body.strip() else None
+        except YAMLError as exc:
+            problems[index] = f"invalid YAML {_yaml_problem(exc, body_line)}"
+    if problems:
+        raise MigrationError([FieldError(f"{source}: document {index}", problems[index]) for index in sorted(problems)])
+    return Stream(source, [document for document, _ in pieces])
+
+
+def _chunks(text: str) -> list[tuple[str, int, list[str]]]:
+    """(separator line, file line of the separator or 0, the document's lines) per document."""
+    chunks: list[tuple[str, int, list[str]]] = [("", 0, [])]
     for number, line in enumerate(text.splitlines(keepends=True)):
         if _SEPARATOR.match(line):
             chunks.append((line if line.endswith("\n") else line + "\n", number + 1, []))
@@ -96,22 +126,35 @@ def split(text: str, source: str) -> Stream:
             chunks[-1][2].append(line)
     if chunks[0] == ("", 0, []) and len(chunks) > 1:
         chunks.pop(0)
-    loader = _new_yaml()
-    errors: list[FieldError] = []
-    for index, (separator, first_line, lines) in enumerate(chunks):
-        cut = 0
-        while cut < len(lines) and (not lines[cut].strip() or lines[cut].lstrip().startswith("#")):
-            cut += 1
-        document = Document(separator, "".join(lines[:cut]), "".join(lines[cut:]))
-        document.indent = detect_indent(document.body)
-        try:
-            document.data = loader.load(document.body) if document.body.strip() else None
-        except YAMLError as exc:
-            errors.append(FieldError(f"{source}: document {index}", f"invalid YAML {_yaml_problem(exc, first_line + cut)}"))
-        stream.documents.append(document)
-    if errors:
-        raise MigrationError(errors)
-    return stream
+    return chunks
+
+
+def _piece(separator: str, first_line: int, lines: list[str]) -> tuple[Document, int]:
+    """The document (leading comments split off) and the number of file lines before its body."""
+    cut = 0
+    while cut < len(lines) and (not lines[cut].strip() or lines[cut].lstrip().startswith("#")):
+        cut += 1
+    return Document(separator, "".join(lines[:cut]), "".join(lines[cut:])), first_line + cut
+
+
+def _broken(body: str, body_line: int, source: str) -> bool:
+    """Whether a document's YAML is broken, by the input layer's (fast) reader."""
+    try:
+        build_documents("\n" * body_line + body, source, active())  # blank lines first: its lines are the file's
+    except InputError:
+        return True
+    return False
+
+
+def _check_round_trip_budget(pieces: list[tuple[Document, int]], counted: list[bool], source: str) -> None:
+    """The documents to be parsed, counted by the input layer with the round-trip limits (InputError past them).
+
+    The others are blanked line for line, so a refusal names the line of the file.
+    """
+    kept = "".join(
+        document.separator + (document.text if keep else "\n" * document.text.count("\n")) for (document, _), keep in zip(pieces, counted)
+    )
+    build_documents(kept, source, active().for_round_trip())
 
 
 def _yaml_problem(exc: YAMLError, body_line: int) -> str:
