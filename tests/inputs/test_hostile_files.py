@@ -6,13 +6,21 @@ shows: a C-level crash (SIGSEGV), an endless standard input, the -vv traceback.
 
 from __future__ import annotations
 
+import json
+import os
+import select
+import shutil
+import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from bench.hostile_inputs import CASES, Case, running_as_root
-from input_commands import COMMANDS, assert_refused, assert_survived, run_in_process, run_process, write_companions
+from input_commands import COMMANDS, Outcome, assert_refused, assert_survived, run_in_process, run_process, write_companions
 from dra_driver.inputs import reader
 
 
@@ -40,8 +48,11 @@ def short_fifo_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_every_command_survives(workdir: Path, case: Case, command: str) -> None:
-    if case.name == "unreadable" and running_as_root():
-        pytest.skip("root reads any file")
+    if case.name == "unreadable" and running_as_root():  # root reads any file: the command runs as nobody
+        with open_to_all(case) as (path, claim, fleet):
+            outcome = run_unprivileged(["--max-input-nodes", "50000", *COMMANDS[command](path, claim, fleet)])
+        assert_refused(outcome, str(path))
+        return
     path = made(case, workdir)
     claim, fleet = write_companions(workdir)
     # A lower value limit keeps "many-values" fast; the default is tested once below.
@@ -50,6 +61,53 @@ def test_every_command_survives(workdir: Path, case: Case, command: str) -> None
         assert_refused(outcome, str(path))
     else:
         assert_survived(outcome)
+
+
+NOBODY = 65534
+
+
+@contextmanager
+def open_to_all(case: Case) -> Iterator[tuple[Path, Path, Path]]:
+    """The case's file and the companions in a directory anyone may enter (pytest's are 0700), so that only the
+    case's file is unreadable to an unprivileged user; removed afterwards."""
+    directory = Path(tempfile.mkdtemp(prefix="hostile-unreadable-"))
+    try:
+        directory.chmod(0o755)
+        claim, fleet = write_companions(directory)
+        yield case.make(directory), claim, fleet
+    finally:
+        shutil.rmtree(directory)
+
+
+def run_unprivileged(argv: list[str], timeout_s: float = 60.0) -> Outcome:
+    """run_in_process in a forked child that dropped root for nobody; its outcome comes back over a pipe.
+
+    The command runs once as root first, so the child finds every module it needs already imported (after
+    setuid it may not be able to read the project's files, e.g. in a 0700 CI checkout). A child that does not
+    answer in time is killed and the test fails, rather than hang.
+    """
+    run_in_process(argv)
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports over the pipe and never returns to pytest
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            outcome = run_in_process(argv)
+            os.write(writing, json.dumps([outcome.code, outcome.out, outcome.err]).encode())
+        finally:
+            os._exit(0)
+    os.close(writing)
+    with os.fdopen(reading, "rb") as pipe:
+        ready, _, _ = select.select([pipe], [], [], timeout_s)
+        answer = pipe.read() if ready else b""
+    if not ready:
+        os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    assert answer, f"the unprivileged command gave no answer within {timeout_s:.0f} s"
+    code, out, err = json.loads(answer)
+    return Outcome(code, out, err)
 
 
 def test_the_default_value_limit(workdir: Path) -> None:

@@ -147,8 +147,10 @@ def test_outage_stops_serving_and_relist_catches_up(apiserver: sim_apiserver.Sim
 
 
 def test_dropped_watch_relists(apiserver: sim_apiserver.SimApiServer, cached: CachedClaimReader) -> None:
+    eventually(lambda: cached.cache.live, message="cache live")  # its first list is done
     lists = cached.cache.lists
-    assert apiserver.drop_watches() >= 1
+    # The watch may still be on its way to the server right after that: drop it once it is there.
+    eventually(lambda: apiserver.drop_watches() >= 1, message="a watch to drop")
     uid = put_claim(apiserver, "after-drop")
     eventually(lambda: cached.cache.lists > lists, message="re-list after the drop")
     eventually(lambda: cached.cache.lookup("default", "after-drop", uid) is not None, message="claim seen after the drop")
