@@ -98,7 +98,7 @@ def split(text: str, source: str, only: Callable[[str], bool] | None = None) -> 
     pieces = [_piece(separator, first_line, lines) for separator, first_line, lines in _chunks(text)]
     wanted = [only is None or only(document.text) for document, _ in pieces]
     if only is not None:
-        broken = [_broken(document.body, body_line, source) for document, body_line in pieces]
+        broken = [_broken(document.body, source) for document, _ in pieces]
         _check_round_trip_budget(pieces, [parse and not bad for parse, bad in zip(wanted, broken)], source)
         wanted = [parse or bad for parse, bad in zip(wanted, broken)]  # ruamel says what is wrong, with the column
     problems: dict[int, str] = {}  # document index -> what is wrong with its YAML
@@ -137,10 +137,10 @@ def _piece(separator: str, first_line: int, lines: list[str]) -> tuple[Document,
     return Document(separator, "".join(lines[:cut]), "".join(lines[cut:])), first_line + cut
 
 
-def _broken(body: str, body_line: int, source: str) -> bool:
-    """Whether a document's YAML is broken, by the input layer's (fast) reader."""
+def _broken(body: str, source: str) -> bool:
+    """Whether a document's YAML is broken, by the input layer's (fast) reader (ruamel then says where)."""
     try:
-        build_documents("\n" * body_line + body, source, active())  # blank lines first: its lines are the file's
+        build_documents(body, source, active())
     except InputError:
         return True
     return False
