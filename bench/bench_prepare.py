@@ -383,9 +383,35 @@ def run_cycles(args: argparse.Namespace, target: Target, server: sim_apiserver.S
             block, buckets, cpu = [], now_buckets, now_cpu
 
 
+# `--profile host` runs the daemon on this machine's real hardware (no --profile): real NVML,
+# amdsmi or sysfs and the host's driver files, everything else as in the simulated runs.
+HOST = "host"
+
+
 def drivers_of(profile: str) -> list[str]:
     classes = backend_classes()
+    if profile == HOST:
+        return [backend.driver_name for backend in classes.values()]
     return [classes[vendor].driver_name for vendor in load_profile(profile).sections if vendor in classes]
+
+
+def serving_drivers(daemon: Daemon, pod_uid: str | None) -> list[str]:
+    """The profile's drivers; on the host, those whose hardware the daemon found (it registers only those)."""
+    drivers = drivers_of(daemon.profile)
+    if daemon.profile != HOST:
+        return drivers
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and daemon.process.poll() is None:
+        found = [d for d in drivers if PluginPaths(daemon.kubelet_dir, d, pod_uid).registration_socket.exists()]
+        if found:
+            time.sleep(1)  # the other backends open in the same start-up
+            return [d for d in drivers if PluginPaths(daemon.kubelet_dir, d, pod_uid).registration_socket.exists()]
+        time.sleep(0.05)
+    raise SystemExit("the daemon found no accelerator on this host")
+
+
+def profile_args(profile: str) -> list[str]:
+    return [] if profile == HOST else ["--profile", profile]
 
 
 def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim_apiserver.SimApiServer, work: Path, run_dir: Path, pod_uid: str | None) -> Daemon:
@@ -394,7 +420,7 @@ def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim
     kubelet_dir, cdi_dir, state_dir = work / f"kubelet-{index}", run_dir / f"cdi-{index}", run_dir / f"state-{index}"
     metrics_port = free_port()
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, "--partitioning", args.partitioning,
+        sys.executable, "-m", "dra_driver.cli.main", "run", *profile_args(profile), "--partitioning", args.partitioning,
         "--node-name", node, "--api-server", server.url, "--kubelet-dir", str(kubelet_dir), "--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir),
         "--claim-cache" if args.claim_cache else "--no-claim-cache", "--metrics-port", str(metrics_port),
     ] + (["--pod-uid", pod_uid] if pod_uid else [])  # fmt: skip
@@ -403,7 +429,7 @@ def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", nargs="+", default=["dgx-h100"], help="hardware profiles, one daemon each, cases interleaved (default dgx-h100)")
+    parser.add_argument("--profile", nargs="+", default=["dgx-h100"], help="hardware profiles, one daemon each, cases interleaved (default dgx-h100); `host`: this machine's real hardware")
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
     parser.add_argument("--claims", type=int, default=400, help="claims per case (default 400)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrency levels (default 1 16 64)")
@@ -425,7 +451,7 @@ def main() -> int:
     targets: list[Target] = []
     try:
         for daemon in daemons:
-            for driver in drivers_of(daemon.profile):
+            for driver in serving_drivers(daemon, pod_uid):
                 targets.append(connect_target(server, daemon, driver, args.partitioning, pod_uid))
                 print(f"{daemon.profile} {driver}: {len(targets[-1].devices)} {'shared' if targets[-1].shared else 'exclusive'} devices")
         if args.cycles:

@@ -15,9 +15,10 @@ from .conftest import OpenBackend
 
 VERSION = "580.95.05"
 LIB = "/usr/lib/x86_64-linux-gnu"
+# The linker names (libcuda.so, libnvidia-ml.so) are in the cache too, as on a real H100 host.
 EXPECTED_SONAMES = {
-    f"{LIB}/libcuda.so.{VERSION}": ("libcuda.so.1",),
-    f"{LIB}/libnvidia-ml.so.{VERSION}": ("libnvidia-ml.so.1",),
+    f"{LIB}/libcuda.so.{VERSION}": ("libcuda.so", "libcuda.so.1"),
+    f"{LIB}/libnvidia-ml.so.{VERSION}": ("libnvidia-ml.so", "libnvidia-ml.so.1"),
     f"{LIB}/libnvidia-gpucomp.so.{VERSION}": (),  # its own soname
 }
 
@@ -114,6 +115,14 @@ def test_without_a_hook_each_library_is_also_mounted_at_its_soname(root: Path) -
     assert "/tmp/nvidia-mps" not in by_container  # only for claims that use MPS
 
 
+def test_a_linker_name_in_the_cache_is_mounted_once(root: Path) -> None:
+    """The cache lists libcuda.so beside libcuda.so.1 (a real host does): one mount per container path."""
+    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path=None, mps=False)
+    container_paths = [m.container_path for m in edits.mounts]
+    assert container_paths.count(f"{LIB}/libcuda.so") == 1
+    assert len(container_paths) == len(set(container_paths))
+
+
 def test_with_a_hook_the_links_and_ldcache_come_from_nvidia_cdi_hook(root: Path) -> None:
     edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path="/usr/bin/nvidia-cdi-hook", mps=False)
     assert f"{LIB}/libcuda.so.1" not in {m.container_path for m in edits.mounts}
@@ -159,4 +168,4 @@ def test_a_library_only_the_cache_knows_is_found_in_every_layout(root: Path, lay
     cache.write_bytes(ldcache.render(entries, layout))
     found = {lib.path: lib.sonames for lib in driver_files.discover(root, VERSION).libraries}
     assert found[f"/opt/nvidia/lib/libnvidia-extra.so.{VERSION}"] == ("libnvidia-extra.so.1",)
-    assert found[f"{LIB}/libcuda.so.{VERSION}"] == ("libcuda.so.1",)
+    assert found[f"{LIB}/libcuda.so.{VERSION}"] == ("libcuda.so", "libcuda.so.1")

@@ -247,9 +247,13 @@ def _mount(files: DriverFiles, path: str, options: tuple[str, ...] = READ_ONLY) 
 
 
 def _link_names(library: Library) -> list[str]:
-    """Names the library must also answer to: its sonames, and libcuda.so, which many programs dlopen."""
-    names = list(library.sonames)
-    if "libcuda.so.1" in names:
+    """Names the library must also answer to: its sonames, and libcuda.so, which many programs dlopen.
+
+    Each name once: a host whose cache lists the linker name too (`libcuda.so`, as the driver on a
+    real H100 host does) would otherwise get two mounts of one file on one container path.
+    """
+    names = list(dict.fromkeys(library.sonames))
+    if "libcuda.so.1" in names and "libcuda.so" not in names:
         names.append("libcuda.so")
     return names
 

@@ -5,7 +5,9 @@ the tests and the container-runtime tests exercise driver-file discovery and
 the CDI mounts without a GPU. Layout as a Debian/Ubuntu driver package lays it
 out: versioned libraries with soname links in the multiarch dir, a real
 ld.so.cache (new format) listing them plus a non-driver library and a 32-bit
-entry that discovery must skip, a stale library of another version, the
+entry that discovery must skip, the unversioned linker-name links that a
+driver installer adds and ldconfig caches (`libcuda.so`, `libnvidia-ml.so`, as
+on a real H100 host), a stale library of another version, the
 utility binaries as small shell scripts that print the version (they run in a
 busybox container), GSP firmware, and the persistenced / fabric manager
 sockets as real unix sockets.
@@ -32,6 +34,8 @@ LIBRARIES = (
     ("libnvidia-allocator", "1"),
     ("libnvidia-gpucomp", None),
 )
+# Linker-name links (libX.so -> libX.so.<suffix>) that the real host's ld.so.cache lists as well.
+LINKER_NAMES = ("libcuda", "libnvidia-ml")
 FIRMWARE = ("gsp_ga10x.bin", "gsp_tu10x.bin")
 STALE_VERSION = "1.0.0"  # an old driver's leftover that must not be mounted
 
@@ -48,6 +52,9 @@ def build(root: Path, version: str) -> Path:
         if soname != real:
             (libs / soname).symlink_to(real)
         entries.append(ldcache.CacheEntry(soname, f"/{LIB_DIR}/{soname}"))
+        if stem in LINKER_NAMES:
+            (libs / f"{stem}.so").symlink_to(soname)
+            entries.append(ldcache.CacheEntry(f"{stem}.so", f"/{LIB_DIR}/{stem}.so"))
     (libs / f"libcuda.so.{STALE_VERSION}").write_text("stale\n")
     (libs / "libc.so.6").write_text("not a driver library\n")
     entries.append(ldcache.CacheEntry("libc.so.6", f"/{LIB_DIR}/libc.so.6"))
