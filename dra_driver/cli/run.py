@@ -23,6 +23,7 @@ from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError
 from dra_driver.kube.api_source import api_source
 from dra_driver.logs import fields
+from dra_driver.metrics_http import BindAddress
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
@@ -30,6 +31,8 @@ from dra_driver.registry import OpenedBackends, open_backends
 from dra_driver.vendor import BackendSettings
 
 log = logging.getLogger(__name__)
+
+METRICS_ENV = "DRA_DRIVER_METRICS_BIND_ADDRESS"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -47,7 +50,12 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vendors", default=None, help="comma-separated vendors (default: every installed backend that finds hardware)")
     parser.add_argument("--profile", default=None, help="simulate this hardware profile instead of the real hardware")
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
+    parser.add_argument(
+        "--metrics-bind-address", type=_bind_address, default=os.environ.get(METRICS_ENV) or "0", metavar="HOST:PORT",
+        help="serve /metrics, /readyz and /livez here: 127.0.0.1:8080, :8080 for every address of the pod (or, with host "
+        f"networking, of the node), 0 for off; a busy port is retried in the background (default: ${METRICS_ENV}, else off)",
+    )
+    parser.add_argument("--metrics-port", type=int, default=None, help="the same as --metrics-bind-address :PORT (kept for older manifests)")
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="per-pod socket names for rolling updates (default: $POD_UID)")
     parser.add_argument(
         "--state-dir", type=Path, default=DEFAULT_STATE_DIR,
@@ -81,6 +89,13 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve prepare from a LIST+WATCH cache of allocated ResourceClaims (all namespaces) instead of one GET per claim; "
         "falls back to a GET whenever the cache is not sure (default: off, or $CLAIM_CACHE=true; needs list/watch on resourceclaims)",
     )
+
+
+def _bind_address(text: str) -> BindAddress:
+    try:
+        return BindAddress.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (--metrics-bind-address or ${METRICS_ENV})") from exc
 
 
 def writable_dir(flag: str, path: Path) -> None:
@@ -152,7 +167,8 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
         settings = PluginSettings(
             node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
         )
-        return Daemon(opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args))
+        metrics = BindAddress("", args.metrics_port) if args.metrics_port is not None else args.metrics_bind_address
+        return Daemon(opened.backends, None, settings, metrics_address=metrics, connect=lambda: connect_api(args))
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
         opened.close()
         raise
@@ -206,7 +222,7 @@ def _build_and_run(args: argparse.Namespace, requested: threading.Event, deliver
         daemon.request_stop()
     try:
         return daemon.run_until_signal()
-    except DraError as exc:  # e.g. a busy --metrics-port: a clear line, not a traceback
+    except DraError as exc:  # e.g. the API client cannot be built: a clear line, not a traceback
         print(f"dra-driver run: {exc}", file=sys.stderr)
         daemon.stop()
         return 1
