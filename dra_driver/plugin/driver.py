@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -55,6 +56,8 @@ class PluginSettings:
     # health streams (each holds a thread while open), so streams never take a claim call's thread.
     grpc_workers: int = 32
     health_streams: int = MAX_STREAMS
+    # Simulated node in a real cluster: makes the host device nodes of a CDI spec before it is written (dra_driver.sim_node).
+    device_nodes: Callable[[dict[str, Any]], None] | None = None
 
 
 class DriverPlugin:
@@ -89,6 +92,7 @@ class DriverPlugin:
             shared_lock=self.paths.serialize_lock,
             claim_locks=self.paths.claim_locks_dir,
             pools=(settings.node_name,),  # the pool the publisher and the health stream name
+            device_nodes=settings.device_nodes,
         )
         self.hub: HealthHub | None = None
         self._health_lock = threading.Lock()  # publisher attach vs. health events
