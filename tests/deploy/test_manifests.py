@@ -18,7 +18,7 @@ from dra_driver.cli.run import add_daemon_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("all", "nvidia", "amd", "gaudi", "all-claim-cache")
+OVERLAYS = ("all", "nvidia", "amd", "gaudi", "all-claim-cache", "simulated")
 VENDOR_DRIVERS = {"nvidia": "gpu.nvidia.com", "amd": "gpu.amd.com", "gaudi": "gaudi.intel.com"}
 K8S_VERSION = "1.35.0"
 
@@ -41,6 +41,14 @@ def render(overlay: str) -> tuple[dict[str, Any], ...]:
 
 def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
     return [o for o in objs if o["kind"] == kind]
+
+
+def config_map_keys(objs: tuple[dict[str, Any], ...]) -> set[str]:
+    """The variables the plugin container gets from ConfigMaps (envFrom): $(NAME) in args may name them."""
+    (daemonset,) = by_kind(objs, "DaemonSet")
+    (plugin,) = daemonset["spec"]["template"]["spec"]["containers"]
+    names = {source["configMapRef"]["name"] for source in plugin.get("envFrom", [])}
+    return {key for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] in names for key in o.get("data", {})}
 
 
 def container(objs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
@@ -76,7 +84,7 @@ def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
     assert plugin["args"][0] == "run"
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_daemon_arguments(parser)
-    env_refs = {e["name"] for e in plugin.get("env", [])}
+    env_refs = {e["name"] for e in plugin.get("env", [])} | config_map_keys(render(overlay))
     for arg in plugin["args"][1:]:
         for ref in re.findall(r"\$\((\w+)\)", arg):
             assert ref in env_refs, f"{arg} references ${ref} which the container does not define"
@@ -84,7 +92,7 @@ def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
     assert str(args.kubelet_dir) == "/var/lib/kubelet" and str(args.cdi_dir) == "/var/run/cdi"
     assert str(args.state_dir) == "/var/run/dra-driver"
     assert args.node_name == "$(NODE_NAME)" and args.pod_uid == "$(POD_UID)"
-    expected_vendor = None if overlay.startswith("all") else overlay
+    expected_vendor = None if overlay.startswith("all") or overlay == "simulated" else overlay
     assert args.vendors == expected_vendor
 
 
@@ -110,9 +118,11 @@ def test_downward_api_host_paths_and_rolling_update(overlay: str) -> None:
 def test_privilege_per_vendor() -> None:
     for overlay in OVERLAYS:
         security = container(render(overlay))["securityContext"]
-        if overlay == "gaudi":
+        if overlay in ("gaudi", "simulated"):
             assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
             assert security["capabilities"]["drop"] == ["ALL"] and security["readOnlyRootFilesystem"] is True
+            # the simulated node makes its device nodes (/dev/null's numbers) and needs nothing else
+            assert security["capabilities"].get("add", []) == (["MKNOD"] if overlay == "simulated" else [])
         else:
             # the API server rejects privileged together with allowPrivilegeEscalation: false
             assert security["privileged"] is True and security.get("allowPrivilegeEscalation") is not False
@@ -286,7 +296,27 @@ def test_config_map_knobs_are_what_the_cli_reads(overlay: str) -> None:
     plugin = container(objs)
     (ref,) = [source["configMapRef"]["name"] for source in plugin["envFrom"]]
     (config,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == ref]
-    assert set(config["data"]) == {LOG_LEVEL_ENV, METRICS_ENV}
+    assert set(config["data"]) - {"DRA_DRIVER_PROFILE"} == {LOG_LEVEL_ENV, METRICS_ENV}
     assert env_verbosity(config["data"][LOG_LEVEL_ENV]) == 0
     assert BindAddress.parse(config["data"][METRICS_ENV]).port == int(by_kind(objs, "DaemonSet")[0]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"])
     assert not any(arg.startswith(("--metrics", "-v")) for arg in plugin["args"]), "a flag would override the ConfigMap"
+
+
+def test_simulated_overlay_chooses_the_profile_in_one_place_and_keeps_its_root_on_the_host() -> None:
+    objs = render("simulated")
+    plugin = container(objs)
+    (daemonset,) = by_kind(objs, "DaemonSet")
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_daemon_arguments(parser)
+    args = parser.parse_args(plugin["args"][1:])
+    assert args.profile == "$(DRA_DRIVER_PROFILE)" and "DRA_DRIVER_PROFILE" in config_map_keys(objs)
+    from dra_driver.hardware_profiles import load_profile
+
+    (config,) = [o for o in by_kind(objs, "ConfigMap") if "DRA_DRIVER_PROFILE" in o.get("data", {})]
+    assert load_profile(config["data"]["DRA_DRIVER_PROFILE"]).sections  # a profile that exists
+    spec = daemonset["spec"]["template"]["spec"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    (mount,) = [m for m in plugin["volumeMounts"] if host_paths.get(m["name"]) == str(args.simulated_root)]
+    assert mount["mountPath"] == str(args.simulated_root), "specs name the root as the host sees it: same path in the pod"
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "dra-driver.io/accelerator", "operator": "In", "values": ["simulated"]}]}]
