@@ -320,3 +320,13 @@ def test_simulated_overlay_chooses_the_profile_in_one_place_and_keeps_its_root_o
     assert mount["mountPath"] == str(args.simulated_root), "specs name the root as the host sees it: same path in the pod"
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "dra-driver.io/accelerator", "operator": "In", "values": ["simulated"]}]}]
+
+
+@pytest.mark.parametrize(("overlay", "extras"), [("nvidia", ""), ("gaudi", ""), ("amd", "amd"), ("all", "amd,gaudi"), ("simulated", "")])
+def test_build_script_tags_the_image_the_overlay_deploys(overlay: str, extras: str) -> None:
+    import os
+
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "build_image.sh"), "--print-tag"], capture_output=True, text=True, timeout=30,
+                          env={k: v for k, v in os.environ.items() if k != "TAG"} | {"EXTRAS": extras})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert container(render(overlay))["image"] == done.stdout.strip()
