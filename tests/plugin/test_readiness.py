@@ -54,6 +54,19 @@ def make_daemon(root: Path, api_url: str, pod_uid: str, metrics: BindAddress | N
     return Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a", FAST), metrics_address=metrics)
 
 
+@pytest.fixture
+def ready_daemon(short_tmp: Path, cluster: SimApiServer) -> Iterator[Daemon]:
+    """A daemon of pod "pod-a" the kubelet has registered, ready; stopped after the test."""
+    daemon = make_daemon(short_tmp, cluster.url, "pod-a")
+    daemon.start()
+    try:
+        register(daemon.plugins[DRIVER].paths.registration_socket).close()
+        eventually(lambda: daemon.readiness.check().ready, message=str(problems(daemon)))
+        yield daemon
+    finally:
+        daemon.stop()
+
+
 def problems(daemon: Daemon) -> list[str]:
     return daemon.readiness.check().problems.get(DRIVER, [])
 
@@ -104,57 +117,35 @@ def test_not_ready_while_slices_are_not_published(short_tmp: Path) -> None:
         daemon.stop()
 
 
-def test_kubelet_refusing_the_registration_makes_it_unready(short_tmp: Path, cluster: SimApiServer) -> None:
-    daemon = make_daemon(short_tmp, cluster.url, "pod-a")
-    daemon.start()
-    try:
-        conn = register(daemon.plugins[DRIVER].paths.registration_socket)
-        eventually(lambda: daemon.readiness.check().ready)
-        with grpc.insecure_channel(f"unix://{daemon.plugins[DRIVER].paths.registration_socket}") as channel:
-            with pytest.raises(grpc.RpcError):  # the plugin answers a refusal with an error, as the reference helper does
-                reg_grpc.RegistrationStub(channel).NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=False, error="version skew"), timeout=5)
-        assert any("refused the registration: version skew" in p for p in problems(daemon))
-        conn.close()
-        register(daemon.plugins[DRIVER].paths.registration_socket).close()  # the kubelet retries, and succeeds
-        assert daemon.readiness.check().ready
-    finally:
-        daemon.stop()
+def test_kubelet_refusing_the_registration_makes_it_unready(ready_daemon: Daemon) -> None:
+    socket_path = ready_daemon.plugins[DRIVER].paths.registration_socket
+    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        with pytest.raises(grpc.RpcError):  # the plugin answers a refusal with an error, as the reference helper does
+            reg_grpc.RegistrationStub(channel).NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=False, error="version skew"), timeout=5)
+    assert any("refused the registration: version skew" in p for p in problems(ready_daemon))
+    register(socket_path).close()  # the kubelet retries, and succeeds
+    assert ready_daemon.readiness.check().ready
 
 
-def test_lost_registration_socket_is_unready_and_served_again(short_tmp: Path, cluster: SimApiServer) -> None:
-    daemon = make_daemon(short_tmp, cluster.url, "pod-a")
-    daemon.start()
-    try:
-        paths = daemon.plugins[DRIVER].paths
-        register(paths.registration_socket).close()
-        eventually(lambda: daemon.readiness.check().ready)
-        daemon.readiness.stop()  # a monitor driven by hand from here
-        monitor = ReadinessMonitor(lambda: daemon.plugins, lambda: True, None)
-        paths.registration_socket.unlink()  # what the kubelet sees as deregistration
-        assert any("is gone" in p for p in problems(daemon))
-        report = monitor.check_and_record()  # reports unready, then serves the socket again
-        assert not report.ready and paths.registration_socket.is_socket()
-        assert problems(daemon) == ["not registered with the kubelet yet"], "a new socket needs a new registration"
-        conn = register(paths.registration_socket)  # the kubelet's plugin watcher sees the new socket
-        assert monitor.check().ready
-        ref = ClaimRef("default", "c", cluster.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))["metadata"]["uid"])
-        assert conn.prepare([ref]).claims[ref.uid].error == ""
-        conn.close()
-    finally:
-        daemon.stop()
+def test_lost_registration_socket_is_unready_and_served_again(ready_daemon: Daemon, cluster: SimApiServer) -> None:
+    paths = ready_daemon.plugins[DRIVER].paths
+    ready_daemon.readiness.stop()  # a monitor driven by hand from here
+    monitor = ReadinessMonitor(lambda: ready_daemon.plugins, lambda: True, None)
+    paths.registration_socket.unlink()  # what the kubelet sees as deregistration
+    assert any("is gone" in p for p in problems(ready_daemon))
+    report = monitor.check_and_record()  # reports unready, then serves the socket again
+    assert not report.ready and paths.registration_socket.is_socket()
+    assert problems(ready_daemon) == ["not registered with the kubelet yet"], "a new socket needs a new registration"
+    conn = register(paths.registration_socket)  # the kubelet's plugin watcher sees the new socket
+    assert monitor.check().ready
+    ref = ClaimRef("default", "c", cluster.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))["metadata"]["uid"])
+    assert conn.prepare([ref]).claims[ref.uid].error == ""
+    conn.close()
 
 
-def test_dra_socket_that_does_not_answer_is_unready(short_tmp: Path, cluster: SimApiServer) -> None:
-    daemon = make_daemon(short_tmp, cluster.url, "pod-a")
-    daemon.start()
-    try:
-        plugin = daemon.plugins[DRIVER]
-        register(plugin.paths.registration_socket).close()
-        eventually(lambda: daemon.readiness.check().ready)
-        plugin._stop_dra()  # the DRA server gone while registration still answers
-        assert any("does not answer" in p for p in problems(daemon))
-    finally:
-        daemon.stop()
+def test_dra_socket_that_does_not_answer_is_unready(ready_daemon: Daemon) -> None:
+    ready_daemon.plugins[DRIVER]._stop_dra()  # the DRA server gone while registration still answers
+    assert any("does not answer" in p for p in problems(ready_daemon))
 
 
 def test_status_file_that_is_stale_damaged_or_missing_is_not_ready(short_tmp: Path) -> None:
