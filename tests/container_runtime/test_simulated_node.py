@@ -34,6 +34,7 @@ pytestmark = pytest.mark.container_runtime
 
 DRIVER = "gpu.nvidia.com"
 SCRIPT = "echo @nodes; find /dev -type c; echo @smi; /usr/bin/nvidia-smi"
+VENDOR_NODES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/", "/dev/accel/")
 
 
 @dataclass
@@ -49,20 +50,20 @@ class Host:
     def cdi_dir(self) -> Path:
         return self.root / "cdi"
 
-    def driver_pod(self, pod_uid: str) -> DriverPod:
+    def driver_pod(self, pod_uid: str, profile: str = "dgx-h100", driver: str = DRIVER) -> DriverPod:
         private_tmp = Path(tempfile.mkdtemp(prefix=f"pod-{pod_uid}-tmp-", dir=self.root))
         command = [
-            sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--simulated-root", str(self.simulated_root),
+            sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, "--simulated-root", str(self.simulated_root),
             "--node-name", NODE, "--pod-uid", pod_uid, "--api-server", self.server.url, "--kubelet-dir", str(self.root / "kubelet"),
             "--cdi-dir", str(self.cdi_dir), "--state-dir", str(self.root / "state"),
         ]  # fmt: skip
         process = subprocess.Popen(command, env={**os.environ, "TMPDIR": str(private_tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        pod = DriverPod(process, private_tmp, PluginPaths(self.root / "kubelet", DRIVER, pod_uid))
+        pod = DriverPod(process, private_tmp, PluginPaths(self.root / "kubelet", driver, pod_uid))
         pod.wait_serving()
         return pod
 
-    def claim(self, name: str, devices: dict[str, list[str]]) -> ClaimRef:
-        stored = self.server.store.put(allocated_claim_object(name, "default", DRIVER, NODE, devices))
+    def claim(self, name: str, devices: dict[str, list[str]], driver: str = DRIVER) -> ClaimRef:
+        stored = self.server.store.put(allocated_claim_object(name, "default", driver, NODE, devices))
         return ClaimRef("default", name, stored["metadata"]["uid"])
 
 
@@ -121,14 +122,14 @@ def host_paths(spec_file: Path) -> set[str]:
     return {n.get("hostPath") or n["path"] for e in edits for n in e.get("deviceNodes", [])} | {m["hostPath"] for e in edits for m in e.get("mounts", [])}
 
 
-def run_in_container(podman: Podman, host: Host, cdi_ids: list[str]) -> tuple[set[str], str]:
+def run_in_container(podman: Podman, host: Host, cdi_ids: list[str], script: str = SCRIPT) -> tuple[set[str], str]:
     podman.publish(sorted(host.cdi_dir.glob("*.json")))
     try:
-        out = podman.run(cdi_ids, SCRIPT)
+        out = podman.run(cdi_ids, script)
     finally:
         podman.unpublish()
-    nodes_part, smi = out.split("@smi", 1)
-    return {line for line in nodes_part.splitlines() if line.startswith("/dev/nvidia")}, smi.strip()
+    nodes_part, _, smi = out.partition("@smi")
+    return {line for line in nodes_part.splitlines() if line.startswith(VENDOR_NODES)}, smi.strip()
 
 
 def test_workloads_start_from_specs_an_in_pod_driver_wrote_and_outlive_it(podman: Podman, host: Host) -> None:
@@ -165,3 +166,18 @@ def test_the_root_stays_while_a_claim_is_prepared_and_no_driver_runs(podman: Pod
     assert (host.simulated_root / "dev" / "nvidia3").exists()
     nodes, _ = run_in_container(podman, host, ids)  # the workload's container restarts: its spec still works
     assert "/dev/nvidia3" in nodes
+
+
+@pytest.mark.parametrize(("profile", "driver", "expected"), [("mi300x", "gpu.amd.com", "/dev/kfd"), ("gaudi3-hls", "gaudi.intel.com", "/dev/accel/")])
+def test_other_vendors_device_nodes_live_on_the_simulated_root(podman: Podman, host: Host, profile: str, driver: str, expected: str) -> None:
+    pod = host.driver_pod("pod-1", profile, driver)
+    deadline = time.monotonic() + 60
+    while not (published := [d["name"] for o in host.server.store.list("resourceslices") if o["spec"]["driver"] == driver for d in o["spec"]["devices"]]):
+        assert time.monotonic() < deadline, "no slice published"
+        time.sleep(0.05)
+    ids = pod.prepare(host.claim("job", {"dev": [published[0]]}, driver))
+    pod.delete()
+    (spec_file,) = host.cdi_dir.glob("*.json")
+    assert all(Path(p).is_relative_to(host.simulated_root) for p in host_paths(spec_file))
+    nodes, _ = run_in_container(podman, host, ids, "find /dev -type c")
+    assert any(node.startswith(expected) for node in nodes), nodes
