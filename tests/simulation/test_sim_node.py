@@ -98,3 +98,23 @@ def test_kept_while_another_daemon_or_a_prepared_claim_uses_it(tmp_path: Path) -
     again = SimulatedRoot(tmp_path / "sim")  # the next driver pod starts from an empty root
     assert again.dev_root.is_dir()
     again.release(cdi, state)
+
+
+@needs_mknod
+def test_start_up_makes_again_the_nodes_of_specs_already_written(tmp_path: Path) -> None:
+    """A node a prepared claim's spec names, removed while no driver ran: the next daemon makes it before serving."""
+    import json
+
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    root = SimulatedRoot(tmp_path / "sim")
+    try:
+        node = root.dev_root / "nvidia4"
+        (cdi / "k8s.gpu.nvidia.com-device_uid-1.json").write_text(json.dumps(spec(str(node))))
+        (cdi / "other-vendor.json").write_text(json.dumps(spec("/dev/real-device")))  # not ours: never touched
+        (cdi / "broken.json").write_text("{")
+        root.make_nodes_of_specs(cdi)
+        assert stat.S_ISCHR(os.lstat(node).st_mode)
+        assert not Path("/dev/real-device").exists()
+    finally:
+        root.release(cdi, None)
