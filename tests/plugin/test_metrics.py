@@ -6,7 +6,6 @@ import socket
 import urllib.request
 from pathlib import Path
 
-import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 from prometheus_client.parser import text_string_to_metric_families
