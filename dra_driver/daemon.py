@@ -21,14 +21,16 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
+from dra_driver.metrics_http import BindAddress, HttpEndpoint, Response
 from dra_driver.model.device import Inventory
 from dra_driver.plugin.driver import DriverPlugin, PluginSettings, Publisher
 from dra_driver.plugin.pending_claims import PendingClaims
 from dra_driver.plugin.prepare import ClaimSource
+from dra_driver.readiness import ReadinessMonitor, status_path
 from dra_driver.vendor import VendorBackend
 
 if TYPE_CHECKING:  # the claim cache imports the kubernetes client, which `connect` loads later
@@ -65,9 +67,13 @@ class Daemon:
         publisher_factory: PublisherFactory | None = None,
         claim_cache: ClaimCache | None = None,
         connect: Callable[[], ApiWiring] | None = None,
+        metrics_address: BindAddress | None = None,
     ) -> None:
         """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
-        called once every driver serves, which returns them (`claims` is then None)."""
+        called once every driver serves, which returns them (`claims` is then None).
+
+        Metrics (and /readyz, /livez) are served on `metrics_address`, or with only `metrics_port` on
+        127.0.0.1:<port>; port 0 is off."""
         if (claims is None) == (connect is None):
             raise ValueError("Daemon needs exactly one of claims and connect")
         self.backends = list(backends)
@@ -76,11 +82,14 @@ class Daemon:
         self._wiring = ApiWiring(claims, publisher_factory, claim_cache) if claims is not None else None
         self._connect = connect
         self._pending = PendingClaims() if connect is not None else None
-        self._metrics_port = metrics_port
+        self._metrics_address = metrics_address or BindAddress("127.0.0.1", metrics_port)
         self.plugins: dict[str, DriverPlugin] = {}
         self._inventories: dict[str, Inventory] = {}
         self.status = DaemonStatus()
-        self._metrics_server: Any = None
+        self.metrics_endpoint: HttpEndpoint | None = None
+        self._api_started = threading.Event()
+        state_file = status_path(settings.state_dir, settings.pod_uid) if settings.state_dir is not None else None
+        self.readiness = ReadinessMonitor(lambda: self.plugins, self._api_started.is_set, state_file)
         self._stopped = threading.Event()
         self.claim_cache: ClaimCache | None = claim_cache
 
@@ -90,7 +99,8 @@ class Daemon:
         for backend in self.backends:
             self._start_one(backend, claims)
         self.metrics.load()
-        self._metrics_server = self.metrics.serve(self._metrics_port)
+        self._serve_metrics()
+        self.readiness.start()  # not ready until the kubelet registered each driver and its slices are out
         if not self.plugins:  # nothing serves: no API client to build (run_until_signal exits 1)
             return self.status
         if self._stopped.is_set():  # SIGTERM during start-up: stopping, so no client to build nor slices to publish
@@ -104,7 +114,22 @@ class Daemon:
                 raise
             self._pending.ready(self._claim_source(self._wiring))
         self._start_api_users()
+        self._api_started.set()
         return self.status
+
+    def _serve_metrics(self) -> None:
+        if not self._metrics_address.enabled:
+            return
+        self.metrics_endpoint = HttpEndpoint(
+            self._metrics_address, {"/metrics": self.metrics.exposition, "/readyz": self._readyz, "/livez": lambda: Response(200, b"ok\n")}
+        ).start()
+
+    def _readyz(self) -> Response:
+        """The monitor's last check (at most its interval old): a probe flood never dials the sockets."""
+        report = self.readiness.last
+        if report is None:
+            return Response(503, b"not checked yet\n")
+        return Response(200 if report.ready else 503, f"{report.summary()}\n".encode())
 
     def _claim_source(self, wiring: ApiWiring | None) -> ClaimSource:
         """With a claim cache (--claim-cache), prepare reads claims from it when safe and GETs otherwise."""
@@ -162,6 +187,7 @@ class Daemon:
         self.metrics.errors.labels(driver, "start").inc()
 
     def stop(self) -> None:
+        self.readiness.stop()  # first: it must not serve a registration socket that stop removes
         for plugin in self.plugins.values():
             plugin.stop()
         self.plugins.clear()
@@ -169,9 +195,9 @@ class Daemon:
             self._pending.fail("the driver is stopping")  # a no-op once the client was ready
         if self.claim_cache is not None:
             self.claim_cache.stop()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server = None
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
+            self.metrics_endpoint = None
         self._stopped.set()
 
     def request_stop(self) -> None:

@@ -20,18 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.errors import DraError
-from dra_driver.logs import fields
+from dra_driver.metrics_http import Response
 
 log = logging.getLogger(__name__)
 
 # Prepare is expected to take a few ms (finer buckets around its 2 ms target, so histogram_quantile can tell
 # 1.5 from 2.5 ms); the tail buckets catch slow backends (MIG creation).
 _BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 45.0)
-
-
-class MetricsPortError(DraError):
-    """The --metrics-port cannot be bound (in use, or not permitted)."""
 
 
 class _Recorder:
@@ -268,17 +263,11 @@ class Metrics:
             self.latency.labels(driver, method).observe(time.perf_counter() - start)
             self.requests.labels(driver, method, result).inc()
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> Any:
-        """Expose /metrics on the port (0 = off); returns the server or None."""
-        if port <= 0:
-            return None
+    def exposition(self) -> Response:
+        """The Prometheus text format of every series (the /metrics answer of dra_driver.metrics_http)."""
         self.load()
-        try:
-            server, _thread = _prometheus().start_http_server(port, addr=address, registry=self.registry)
-        except OSError as exc:
-            raise MetricsPortError(f"cannot serve metrics on {address}:{port} (--metrics-port): {exc.strerror or exc}; choose a free port or 0 to turn metrics off") from exc
-        log.info("serving metrics", extra=fields(port=port))
-        return server
+        prometheus = _prometheus()
+        return Response(200, prometheus.generate_latest(self.registry), prometheus.CONTENT_TYPE_LATEST)
 
 
 def _prometheus() -> Any:

@@ -55,6 +55,9 @@ class BackendSettings:
     nvidia_cdi_hook_path: str | None = None
     # Directory a backend may use for its own on-disk state (the plugin data dir).
     state_dir: Path | None = None
+    # Simulation in a real cluster (`run --simulated-root`): a host path, mounted at the same path in the pod,
+    # where a simulated backend keeps the files CDI specs name (dra_driver.sim_node); None: its scratch dir.
+    simulated_root: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,29 @@
 # can reach. The host's python3 must be the base's (bookworm: 3.11): the wheelhouse is built here.
 # Everything goes under $WORK, podman's storage included (vfs, so it works on any filesystem).
 # Environment: WORK (default /tmp/dra-driver-image), SUITE (bookworm), TAG, EXTRAS (e.g. amd,gaudi).
+#
+# The default TAG is the image the overlays deploy: `newName:newTag` of deploy/base/kustomization.yaml, with
+# the overlay's suffix for EXTRAS ("" -> 0.1.0 for nvidia and gaudi, amd -> 0.1.0-amd, amd,gaudi -> 0.1.0-all).
+# At the end the image is saved to $WORK/dra-driver-image.tar for `ctr -n k8s.io images import` on a node
+# (or push it: docs/install.md, "Build or pick the image"). `build_image.sh --print-tag` prints the tag only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WORK=${WORK:-/tmp/dra-driver-image}
 SUITE=${SUITE:-bookworm}
-TAG=${TAG:-localhost/dra-driver:dev}
 EXTRAS=${EXTRAS:-}
+image_name=$(awk '$1 == "newName:" {print $2}' deploy/base/kustomization.yaml)
+image_version=$(awk '$1 == "newTag:" {print $2}' deploy/base/kustomization.yaml)
+case "$EXTRAS" in
+    "" | gaudi) suffix="" ;;
+    amd) suffix="-amd" ;;
+    *) suffix="-all" ;;
+esac
+TAG=${TAG:-$image_name:$image_version$suffix}
+if [ "${1:-}" = "--print-tag" ]; then
+    echo "$TAG"
+    exit 0
+fi
 BASE_TAG="localhost/dra-driver-base:$SUITE"
 PODMAN=(podman --root "$WORK/storage" --runroot "$WORK/run" --tmpdir "$WORK/tmp" --storage-driver=vfs --cgroup-manager=cgroupfs)
 # crun refuses hybrid cgroup hierarchies; runc copes. Without a network, nothing can be pulled.
@@ -64,3 +80,7 @@ elapsed "$t"
 
 step "dra-driver discover --profile dgx-h100 (in the image)"
 "${PODMAN[@]}" run "${RUN_FLAGS[@]}" "$TAG" discover --profile dgx-h100 -o table | head -n 12
+
+step "image archive for a node's containerd"
+"${PODMAN[@]}" save --quiet --format docker-archive -o "$WORK/dra-driver-image.tar" "$TAG"
+echo "   $WORK/dra-driver-image.tar ($TAG); on each node: ctr -n k8s.io images import $WORK/dra-driver-image.tar"

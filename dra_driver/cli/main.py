@@ -21,14 +21,27 @@ from dra_driver.inputs import errors as input_errors
 from dra_driver.inputs import limits as input_limits
 from dra_driver.logs import configure_logging
 
-COMMANDS: tuple[str, ...] = ("discover", "run", "demo", "explain", "migrate", "fleet", "template")
+COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "demo", "explain", "migrate", "fleet", "template")
 # Top-level options that take a value (chosen_command skips the value too).
 _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
 EXIT_BAD_INPUT = 2
+LOG_LEVEL_ENV = "DRA_DRIVER_LOG_LEVEL"
+_LOG_LEVELS = {"warning": 0, "info": 1, "debug": 2}
 # The daemon's crash goes to its log with the traceback: nobody reads its stderr line by line.
 _KEEP_TRACEBACK = frozenset({"run"})
 # Commands that load a whole fleet, answer once and exit (gcpause.one_shot_command).
 _FLEET_ONE_SHOT = frozenset({"explain", "fleet", "template"})
+
+
+def env_verbosity(value: str | None) -> int:
+    """The log level a deployment sets without touching the args list ($DRA_DRIVER_LOG_LEVEL, e.g. from a
+    ConfigMap); -v/-vv on the command line win. ValueError names the variable and the values it takes."""
+    if not value:
+        return 0
+    try:
+        return _LOG_LEVELS[value.strip().lower()]
+    except KeyError:
+        raise ValueError(f"${LOG_LEVEL_ENV}={value!r} is not a log level; use one of {', '.join(_LOG_LEVELS)}") from None
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:
@@ -123,7 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    configure_logging(verbosity=args.verbose, fmt=args.log_format)
+    try:
+        verbosity = args.verbose or env_verbosity(os.environ.get(LOG_LEVEL_ENV))
+    except ValueError as exc:
+        print(f"dra-driver: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(verbosity=verbosity, fmt=args.log_format)
     configure_inputs(args)
     previous = _clean_up_on_sigterm(args.command)
     try:

@@ -10,6 +10,7 @@ once every driver serves (dra_driver.daemon).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -18,18 +19,25 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError
 from dra_driver.kube.api_source import api_source
 from dra_driver.logs import fields
+from dra_driver.metrics_http import BindAddress
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
 from dra_driver.registry import OpenedBackends, open_backends
 from dra_driver.vendor import BackendSettings
 
+if TYPE_CHECKING:  # a real node never imports the simulation's modules
+    from dra_driver.sim_node import SimulatedRoot
+
 log = logging.getLogger(__name__)
+
+METRICS_ENV = "DRA_DRIVER_METRICS_BIND_ADDRESS"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -47,7 +55,18 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vendors", default=None, help="comma-separated vendors (default: every installed backend that finds hardware)")
     parser.add_argument("--profile", default=None, help="simulate this hardware profile instead of the real hardware")
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
+    parser.add_argument(
+        "--simulated-root", type=Path, default=None,
+        help="with --profile in a real cluster: a host path, mounted at the same path in the pod, for the simulated device nodes "
+        "(character nodes with /dev/null's numbers) and driver files the CDI specs name; kept while prepared claims use it "
+        "(deploy/overlays/simulated; default: none, the simulation's files stay in its private scratch dir)",
+    )
+    parser.add_argument(
+        "--metrics-bind-address", type=_bind_address, default=os.environ.get(METRICS_ENV) or "0", metavar="HOST:PORT",
+        help="serve /metrics, /readyz and /livez here: 127.0.0.1:8080, :8080 for every address of the pod (or, with host "
+        f"networking, of the node), 0 for off; a busy port is retried in the background (default: ${METRICS_ENV}, else off)",
+    )
+    parser.add_argument("--metrics-port", type=int, default=None, help="the same as --metrics-bind-address :PORT (kept for older manifests)")
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="per-pod socket names for rolling updates (default: $POD_UID)")
     parser.add_argument(
         "--state-dir", type=Path, default=DEFAULT_STATE_DIR,
@@ -81,6 +100,13 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve prepare from a LIST+WATCH cache of allocated ResourceClaims (all namespaces) instead of one GET per claim; "
         "falls back to a GET whenever the cache is not sure (default: off, or $CLAIM_CACHE=true; needs list/watch on resourceclaims)",
     )
+
+
+def _bind_address(text: str) -> BindAddress:
+    try:
+        return BindAddress.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (--metrics-bind-address or ${METRICS_ENV})") from exc
 
 
 def writable_dir(flag: str, path: Path) -> None:
@@ -121,8 +147,10 @@ def _absolute(flag: str, value: str | Path | None) -> Path | None:
     return path
 
 
-def build_daemon(args: argparse.Namespace) -> Daemon:
+def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = None) -> Daemon:
     """Open the backends described by the arguments; raise DraError if nothing can run.
+
+    With `simulated` (--simulated-root), simulated backends name device nodes and driver files on that host path.
 
     The API client is only located here (a missing kubeconfig fails now); the daemon builds it with
     `connect_api` after the sockets serve.
@@ -142,6 +170,8 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
         host_driver_root=_absolute("--host-driver-root", args.host_driver_root),
         nvidia_cdi_hook_path=str(_absolute("--nvidia-cdi-hook-path", args.nvidia_cdi_hook_path) or "") or None,
     )  # fmt: skip
+    if simulated is not None:
+        backend_settings = dataclasses.replace(backend_settings, dev_root=simulated.dev_root, simulated_root=simulated.path)
     opened = open_backends(backend_settings, profile, vendors)
     for problem in opened.unavailable:
         log.warning("vendor backend unavailable", extra=fields(vendor=problem.vendor, reason=problem.reason))
@@ -150,9 +180,11 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
         raise DraError(f"no vendor backend can run on this node: {reasons}")
     try:
         settings = PluginSettings(
-            node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
+            node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir,
+            device_nodes=simulated.make_device_nodes if simulated is not None else None,
         )
-        return Daemon(opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args))
+        metrics = BindAddress("", args.metrics_port) if args.metrics_port is not None else args.metrics_bind_address
+        return Daemon(opened.backends, None, settings, metrics_address=metrics, connect=lambda: connect_api(args))
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
         opened.close()
         raise
@@ -197,7 +229,37 @@ def run(args: argparse.Namespace) -> int:
 
 def _build_and_run(args: argparse.Namespace, requested: threading.Event, deliver: list[Callable[[], None]]) -> int:
     try:
-        daemon = build_daemon(args)
+        simulated = open_simulated_root(args)
+    except DraError as exc:
+        print(f"dra-driver run: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _run_daemon(args, requested, deliver, simulated)
+    finally:
+        if simulated is not None:
+            simulated.release(args.cdi_dir, args.state_dir)
+
+
+def open_simulated_root(args: argparse.Namespace) -> SimulatedRoot | None:
+    """--simulated-root: only with --profile (a real node's device nodes are the kernel's); its nodes for specs already there."""
+    if args.simulated_root is None:
+        return None
+    if not args.profile:
+        raise DraError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
+    from dra_driver.sim_node import SimulatedRoot
+
+    simulated = SimulatedRoot(args.simulated_root)
+    try:
+        simulated.make_nodes_of_specs(args.cdi_dir)
+    except DraError:
+        simulated.release(args.cdi_dir, args.state_dir)
+        raise
+    return simulated
+
+
+def _run_daemon(args: argparse.Namespace, requested: threading.Event, deliver: list[Callable[[], None]], simulated: SimulatedRoot | None) -> int:
+    try:
+        daemon = build_daemon(args, simulated)
     except DraError as exc:
         print(f"dra-driver run: {exc}", file=sys.stderr)
         return 1
@@ -206,7 +268,7 @@ def _build_and_run(args: argparse.Namespace, requested: threading.Event, deliver
         daemon.request_stop()
     try:
         return daemon.run_until_signal()
-    except DraError as exc:  # e.g. a busy --metrics-port: a clear line, not a traceback
+    except DraError as exc:  # e.g. the API client cannot be built: a clear line, not a traceback
         print(f"dra-driver run: {exc}", file=sys.stderr)
         daemon.stop()
         return 1

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -55,6 +56,8 @@ class PluginSettings:
     # health streams (each holds a thread while open), so streams never take a claim call's thread.
     grpc_workers: int = 32
     health_streams: int = MAX_STREAMS
+    # Simulated node in a real cluster: makes the host device nodes of a CDI spec before it is written (dra_driver.sim_node).
+    device_nodes: Callable[[dict[str, Any]], None] | None = None
 
 
 class DriverPlugin:
@@ -89,6 +92,7 @@ class DriverPlugin:
             shared_lock=self.paths.serialize_lock,
             claim_locks=self.paths.claim_locks_dir,
             pools=(settings.node_name,),  # the pool the publisher and the health stream name
+            device_nodes=settings.device_nodes,
         )
         self.hub: HealthHub | None = None
         self._health_lock = threading.Lock()  # publisher attach vs. health events
@@ -97,12 +101,15 @@ class DriverPlugin:
         self.registration = RegistrationServicer(self.driver, str(self.paths.dra_socket))
         self._dra_server: UnixServer | None = None
         self._reg_server: UnixServer | None = None
+        self._registration_lock = threading.RLock()  # start/stop vs. the readiness monitor serving the socket again
+        self._stopping = False
         self._stop_health = threading.Event()
         self._health_thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Start everything, or nothing: a failure half-way stops what was started (slices withdrawn
         by the publisher's stop, DRA socket removed, health thread ended) and re-raises."""
+        self._stopping = False
         try:
             self._start()
         except BaseException:
@@ -126,13 +133,7 @@ class DriverPlugin:
         self._dra_server = UnixServer(self.paths.dra_socket, register_dra, workers, f"dra-{self.driver}")
         self._dra_server.start()
         self._start_health_feed()
-        self._reg_server = UnixServer(
-            self.paths.registration_socket,
-            lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
-            2,
-            f"reg-{self.driver}",
-        )
-        self._reg_server.start()
+        self.serve_registration()
         log.info(
             "driver plugin started",
             extra=fields(
@@ -145,6 +146,28 @@ class DriverPlugin:
         )
         if self.publisher is not None:
             self._start_publisher(self.publisher)
+
+    def serve_registration(self) -> None:
+        """Create the registration socket (last step of start), or create it again after someone removed it:
+        the kubelet then registers this instance anew (GetInfo, NotifyRegistrationStatus)."""
+        with self._registration_lock:
+            if self._stopping:
+                return
+            self._stop_registration()
+            self.registration.forget()
+            server = UnixServer(
+                self.paths.registration_socket,
+                lambda grpc_server: reg_grpc.add_RegistrationServicer_to_server(self.registration, grpc_server),
+                2,
+                f"reg-{self.driver}",
+            )
+            server.start()
+            self._reg_server = server
+
+    @property
+    def serving(self) -> bool:
+        """Started and not stopping: the DRA socket serves."""
+        return self._dra_server is not None and not self._stopping
 
     def attach_publisher(self, publisher: Publisher) -> None:
         """Publish this driver's slices from now on (after start): a failure stops the whole plugin, as in start."""
@@ -166,6 +189,8 @@ class DriverPlugin:
 
     def stop(self) -> None:
         """Deregister first (remove the registration socket), then stop serving; each step best effort."""
+        with self._registration_lock:
+            self._stopping = True  # the readiness monitor must not serve the registration socket again
         for step in (self._stop_registration, self._stop_publisher, self._stop_health_feed, self._stop_dra):
             self._best_effort(step)
         self.service.close()
@@ -178,9 +203,10 @@ class DriverPlugin:
             log.error("stopping driver plugin step failed", extra=fields(driver=self.driver, step=getattr(step, "__name__", str(step)), error=str(exc)))
 
     def _stop_registration(self) -> None:
-        if self._reg_server is not None:
-            self._reg_server.stop()
-            self._reg_server = None
+        with self._registration_lock:
+            if self._reg_server is not None:
+                self._reg_server.stop()
+                self._reg_server = None
 
     def _stop_publisher(self) -> None:
         if self.publisher is not None:

@@ -120,3 +120,11 @@ class LeasedPublisher:
 
     def set_device_health(self, event: HealthEvent) -> None:
         self.inner.set_device_health(event)
+
+    def slices_published(self) -> bool:
+        """This instance holds the lease and its publisher has reconciled once (a publisher without a `synced`
+        signal counts once started), or another instance holds the lease and publishes (readiness)."""
+        if self.publishing.is_set():
+            synced = getattr(self.inner, "synced", None)
+            return bool(synced()) if callable(synced) else True
+        return self._waiter is not None and not self._stop.is_set()

@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dra_driver import cdi
 from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
@@ -90,6 +90,7 @@ class PrepareService:
         shared_lock: Path | None = None,
         claim_locks: Path | None = None,
         pools: Collection[str] | None = None,
+        device_nodes: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
@@ -109,6 +110,8 @@ class PrepareService:
         self._recovery = Recovery(backend, checkpoint, cdi_dir, self._try_claim, lambda r: self._undo(r, section_held=True), metrics)
         self._hold_dir = os.environ.get(HOLD_ENV)
         self._profiler = _CallProfiler(os.environ[PROFILE_ENV]) if os.environ.get(PROFILE_ENV) else None
+        # Simulated node in a real cluster (dra_driver.sim_node): makes the host device nodes a spec names before it is written.
+        self._device_nodes = device_nodes
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -280,6 +283,8 @@ class PrepareService:
             )
         log.error("CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
                   extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
+        if self._device_nodes is not None:
+            self._device_nodes(cdi.parse_spec(record.spec_json))
         cdi.write_text_atomic(path, record.spec_json)
         return record.devices
 
@@ -370,7 +375,10 @@ class PrepareService:
             for dev in record.devices
         ]
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
-        text = cdi.write_spec_atomic(path, cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits))
+        spec = cdi.build_claim_spec(self.driver, spec_devices, prepared.claim_edits)
+        if self._device_nodes is not None:
+            self._device_nodes(spec)
+        text = cdi.write_spec_atomic(path, spec)
         completed = replace(record, phase=PREPARE_COMPLETED, devices=devices, cdi_spec=str(path), spec_json=text)
         # Beside the spec, so a lost or damaged record can be rebuilt from it (recovery.py).
         cdi.write_claim_file(cdi.claim_file_path(self._cdi_dir, self.driver, ref.uid), claim_file_data(self._checkpoint.boot_id, completed))

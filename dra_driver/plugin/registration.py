@@ -47,6 +47,11 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         context.abort(grpc.StatusCode.UNKNOWN, f"registration of {self.driver} failed: {status.error}")
         raise AssertionError("unreachable")  # abort() raises
 
+    def forget(self) -> None:
+        """A new registration socket: the kubelet has to register this instance again."""
+        with self._changed:
+            self._status = None
+
     @property
     def status(self) -> RegistrationStatus | None:
         with self._changed:

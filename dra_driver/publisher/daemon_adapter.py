@@ -37,6 +37,10 @@ class DaemonPublisher:
     def set_device_health(self, event: HealthEvent) -> None:
         self.publisher.apply_health_event(event)
 
+    def synced(self) -> bool:
+        """The slices were reconciled with the API server at least once (readiness)."""
+        return self.publisher.sync_count > 0
+
     def withdraw(self) -> int:
         """Delete this (node, driver)'s slices: a driver that failed to start must not advertise devices."""
         return self.publisher.withdraw()

@@ -106,3 +106,40 @@ def test_an_unreadable_kubeconfig_fails_after_start_with_a_clear_line(short_tmp:
     assert run(args) == 1
     assert "cannot load the API client configuration (kubeconfig)" in capsys.readouterr().err
     assert not list((short_tmp / "k" / "plugins_registry").glob("*.sock"))  # deregistered
+
+
+def test_metrics_address_from_the_environment_and_the_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dra_driver.cli.run import METRICS_ENV
+    from dra_driver.metrics_http import BindAddress
+
+    assert not parse().metrics_bind_address.enabled  # off unless asked: a root daemon listens nowhere by default
+    monkeypatch.setenv(METRICS_ENV, "127.0.0.1:9400")
+    assert parse().metrics_bind_address == BindAddress("127.0.0.1", 9400)
+    assert parse("--metrics-bind-address", "[::1]:9500").metrics_bind_address == BindAddress("::1", 9500)
+
+
+def test_a_bad_metrics_address_names_the_variable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from dra_driver.cli.run import METRICS_ENV
+
+    monkeypatch.setenv(METRICS_ENV, "8080")
+    with pytest.raises(SystemExit):
+        parse()
+    assert METRICS_ENV in capsys.readouterr().err
+
+
+def test_log_level_from_the_environment_and_v_wins(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from dra_driver.cli.main import LOG_LEVEL_ENV, main
+
+    monkeypatch.setenv(LOG_LEVEL_ENV, "debug")
+    main(["ready", "--state-dir", "/nonexistent-dra-state"])
+    assert logging.getLogger().level == logging.DEBUG
+    main(["-v", "ready", "--state-dir", "/nonexistent-dra-state"])
+    assert logging.getLogger().level == logging.INFO
+    monkeypatch.setenv(LOG_LEVEL_ENV, "loud")
+    assert main(["ready", "--state-dir", "/nonexistent-dra-state"]) == 2
+    assert f"${LOG_LEVEL_ENV}='loud' is not a log level; use one of warning, info, debug" in capsys.readouterr().err
+    from dra_driver.logs import configure_logging
+
+    configure_logging(0)  # quiet again for the tests after this one

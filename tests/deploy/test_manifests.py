@@ -18,7 +18,7 @@ from dra_driver.cli.run import add_daemon_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("all", "nvidia", "amd", "gaudi", "all-claim-cache")
+OVERLAYS = ("all", "nvidia", "amd", "gaudi", "all-claim-cache", "simulated")
 VENDOR_DRIVERS = {"nvidia": "gpu.nvidia.com", "amd": "gpu.amd.com", "gaudi": "gaudi.intel.com"}
 K8S_VERSION = "1.35.0"
 
@@ -41,6 +41,14 @@ def render(overlay: str) -> tuple[dict[str, Any], ...]:
 
 def by_kind(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
     return [o for o in objs if o["kind"] == kind]
+
+
+def config_map_keys(objs: tuple[dict[str, Any], ...]) -> set[str]:
+    """The variables the plugin container gets from ConfigMaps (envFrom): $(NAME) in args may name them."""
+    (daemonset,) = by_kind(objs, "DaemonSet")
+    (plugin,) = daemonset["spec"]["template"]["spec"]["containers"]
+    names = {source["configMapRef"]["name"] for source in plugin.get("envFrom", [])}
+    return {key for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] in names for key in o.get("data", {})}
 
 
 def container(objs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
@@ -76,7 +84,7 @@ def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
     assert plugin["args"][0] == "run"
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_daemon_arguments(parser)
-    env_refs = {e["name"] for e in plugin.get("env", [])}
+    env_refs = {e["name"] for e in plugin.get("env", [])} | config_map_keys(render(overlay))
     for arg in plugin["args"][1:]:
         for ref in re.findall(r"\$\((\w+)\)", arg):
             assert ref in env_refs, f"{arg} references ${ref} which the container does not define"
@@ -84,7 +92,7 @@ def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
     assert str(args.kubelet_dir) == "/var/lib/kubelet" and str(args.cdi_dir) == "/var/run/cdi"
     assert str(args.state_dir) == "/var/run/dra-driver"
     assert args.node_name == "$(NODE_NAME)" and args.pod_uid == "$(POD_UID)"
-    expected_vendor = None if overlay.startswith("all") else overlay
+    expected_vendor = None if overlay.startswith("all") or overlay == "simulated" else overlay
     assert args.vendors == expected_vendor
 
 
@@ -110,9 +118,11 @@ def test_downward_api_host_paths_and_rolling_update(overlay: str) -> None:
 def test_privilege_per_vendor() -> None:
     for overlay in OVERLAYS:
         security = container(render(overlay))["securityContext"]
-        if overlay == "gaudi":
+        if overlay in ("gaudi", "simulated"):
             assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
             assert security["capabilities"]["drop"] == ["ALL"] and security["readOnlyRootFilesystem"] is True
+            # the simulated node makes its device nodes (/dev/null's numbers) and needs nothing else
+            assert security["capabilities"].get("add", []) == (["MKNOD"] if overlay == "simulated" else [])
         else:
             # the API server rejects privileged together with allowPrivilegeEscalation: false
             assert security["privileged"] is True and security.get("allowPrivilegeEscalation") is not False
@@ -198,3 +208,125 @@ def test_dockerfile_is_multi_stage_on_glibc() -> None:
     assert base and "slim-bookworm" in base.group(1)
     assert not any("alpine" in image for image in [*stages, base.group(1)])  # google-re2 has no musl wheels
     assert 'ENTRYPOINT ["dra-driver"]' in text
+
+
+# What the API server fills in on admissionregistration.k8s.io/v1 objects (SetDefaults_* of its v1 package).
+def _default_match_resources(match: dict[str, Any]) -> None:
+    match.setdefault("matchPolicy", "Equivalent")
+    match.setdefault("namespaceSelector", {})
+    match.setdefault("objectSelector", {})
+    for key in ("resourceRules", "excludeResourceRules"):
+        for rule in match.get(key, []):
+            rule.setdefault("scope", "*")
+
+
+def server_form(obj: dict[str, Any]) -> dict[str, Any]:
+    stored = yaml.safe_load(yaml.safe_dump(obj))
+    spec = stored["spec"]
+    if obj["kind"] == "ValidatingAdmissionPolicy":
+        spec.setdefault("failurePolicy", "Fail")
+        _default_match_resources(spec.setdefault("matchConstraints", {}))
+    elif "matchResources" in spec:
+        _default_match_resources(spec["matchResources"])
+    return stored
+
+
+# The lists of these kinds that are `listType=atomic`: apply sends the whole list whenever the stored one differs.
+ATOMIC_LISTS = {
+    "ValidatingAdmissionPolicy": (("matchConstraints", "resourceRules"), ("matchConstraints", "excludeResourceRules"),
+                                  ("validations",), ("variables",), ("auditAnnotations",)),
+    "ValidatingAdmissionPolicyBinding": (("validationActions",), ("matchResources", "resourceRules"), ("matchResources", "excludeResourceRules")),
+}  # fmt: skip
+
+
+def _at(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None  # type: ignore[assignment]
+    return obj
+
+
+@pytest.mark.parametrize("kind", sorted(ATOMIC_LISTS))
+def test_apply_finds_the_admission_objects_unchanged(kind: str) -> None:
+    """`kubectl apply -k` reported the policy "configured" on every run: its resourceRules item lacked the `scope`
+    the server defaults, and an atomic list that differs from the stored one is sent whole. Every atomic list must
+    already be in the server's form."""
+    (obj,) = by_kind(render("all"), kind)
+    stored = server_form(obj)
+    for path in ATOMIC_LISTS[kind]:
+        assert _at(obj["spec"], path) == _at(stored["spec"], path), f"{kind} spec.{'.'.join(path)} differs from what the server stores"
+
+
+def test_server_form_check_is_not_vacuous() -> None:
+    (policy,) = by_kind(render("all"), "ValidatingAdmissionPolicy")
+    broken = yaml.safe_load(yaml.safe_dump(policy))
+    del broken["spec"]["matchConstraints"]["resourceRules"][0]["scope"]
+    assert broken["spec"]["matchConstraints"]["resourceRules"] != server_form(broken)["spec"]["matchConstraints"]["resourceRules"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_surge_pod_can_start_beside_the_old_one_and_is_ready_only_when_registered(overlay: str) -> None:
+    """What makes the rolling update overlap: a readiness probe the daemon of that pod answers, minReadySeconds,
+    and no host port (with hostNetwork every declared container port is one, and the surge pod would not schedule)."""
+    from dra_driver.cli.ready import add_parser as add_ready_parser
+
+    objs = render(overlay)
+    (daemonset,) = by_kind(objs, "DaemonSet")
+    plugin = container(objs)
+    assert daemonset["spec"]["minReadySeconds"] >= 5
+    assert "ports" not in plugin and all("ports" not in c for c in daemonset["spec"]["template"]["spec"].get("initContainers", []))
+    command = plugin["readinessProbe"]["exec"]["command"]
+    assert command[:2] == ["dra-driver", "ready"]
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_ready_parser(parser.add_subparsers())
+    probe_args = parser.parse_args(command[1:])
+    run_parser = argparse.ArgumentParser(exit_on_error=False)
+    add_daemon_arguments(run_parser)
+    run_args = run_parser.parse_args(plugin["args"][1:])
+    assert probe_args.state_dir == run_args.state_dir, "the probe reads another state dir than the daemon writes"
+    assert "POD_UID" in {e["name"] for e in plugin["env"]}  # the probe finds its own pod's status by it
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_config_map_knobs_are_what_the_cli_reads(overlay: str) -> None:
+    from dra_driver.cli.main import LOG_LEVEL_ENV, env_verbosity
+    from dra_driver.cli.run import METRICS_ENV
+    from dra_driver.metrics_http import BindAddress
+
+    objs = render(overlay)
+    plugin = container(objs)
+    (ref,) = [source["configMapRef"]["name"] for source in plugin["envFrom"]]
+    (config,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == ref]
+    assert set(config["data"]) - {"DRA_DRIVER_PROFILE"} == {LOG_LEVEL_ENV, METRICS_ENV}
+    assert env_verbosity(config["data"][LOG_LEVEL_ENV]) == 0
+    assert BindAddress.parse(config["data"][METRICS_ENV]).port == int(by_kind(objs, "DaemonSet")[0]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"])
+    assert not any(arg.startswith(("--metrics", "-v")) for arg in plugin["args"]), "a flag would override the ConfigMap"
+
+
+def test_simulated_overlay_chooses_the_profile_in_one_place_and_keeps_its_root_on_the_host() -> None:
+    objs = render("simulated")
+    plugin = container(objs)
+    (daemonset,) = by_kind(objs, "DaemonSet")
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_daemon_arguments(parser)
+    args = parser.parse_args(plugin["args"][1:])
+    assert args.profile == "$(DRA_DRIVER_PROFILE)" and "DRA_DRIVER_PROFILE" in config_map_keys(objs)
+    from dra_driver.hardware_profiles import load_profile
+
+    (config,) = [o for o in by_kind(objs, "ConfigMap") if "DRA_DRIVER_PROFILE" in o.get("data", {})]
+    assert load_profile(config["data"]["DRA_DRIVER_PROFILE"]).sections  # a profile that exists
+    spec = daemonset["spec"]["template"]["spec"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    (mount,) = [m for m in plugin["volumeMounts"] if host_paths.get(m["name"]) == str(args.simulated_root)]
+    assert mount["mountPath"] == str(args.simulated_root), "specs name the root as the host sees it: same path in the pod"
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "dra-driver.io/accelerator", "operator": "In", "values": ["simulated"]}]}]
+
+
+@pytest.mark.parametrize(("overlay", "extras"), [("nvidia", ""), ("gaudi", ""), ("amd", "amd"), ("all", "amd,gaudi"), ("simulated", "")])
+def test_build_script_tags_the_image_the_overlay_deploys(overlay: str, extras: str) -> None:
+    import os
+
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "build_image.sh"), "--print-tag"], capture_output=True, text=True, timeout=30,
+                          env={k: v for k, v in os.environ.items() if k != "TAG"} | {"EXTRAS": extras})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert container(render(overlay))["image"] == done.stdout.strip()

@@ -6,14 +6,14 @@ import socket
 import urllib.request
 from pathlib import Path
 
-import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.metrics import MetricsPortError
+from dra_driver import metrics_http
+from dra_driver.metrics_http import BindAddress
 from dra_driver.plugin.kubelet_client import register
 from dra_driver.plugin.sockets import PluginPaths
 from dra_driver.vendor import BackendSettings, ClaimRef
@@ -59,14 +59,28 @@ def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: P
         daemon.stop()
 
 
-def test_busy_metrics_port_is_a_clear_error(short_tmp: Path, apiserver):
-    with socket.socket() as holder:
-        holder.bind(("0.0.0.0", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp), metrics_port=port)
-        with pytest.raises(MetricsPortError, match=f"{port}.*--metrics-port"):
-            daemon.start()
+def test_busy_metrics_port_never_stops_the_daemon_and_is_taken_once_free(short_tmp: Path, apiserver, monkeypatch):
+    """The surge pod of a rolling update with host networking finds the old pod on the port: it must start, serve
+    and register anyway, and serve metrics as soon as the old pod lets the port go."""
+    monkeypatch.setattr(metrics_http, "DEFAULT_BIND_RETRY_S", 0.1)  # the default waits 5 s between tries
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    settings = make_settings(short_tmp)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings,
+                    metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
+    try:
+        assert daemon.start().running == [DRIVER]
+        endpoint = daemon.metrics_endpoint
+        assert endpoint is not None and not endpoint.wait_bound(0.2)
+        conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
+        conn.close()
+        holder.close()
+        assert endpoint.wait_bound(5.0)
+        assert samples(port)[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 0
+    finally:
+        holder.close()
         daemon.stop()
 
 

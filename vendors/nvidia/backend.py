@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dra_driver import sim_scratch
+from dra_driver import sim_node, sim_scratch
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import CounterSet, Device, Inventory
@@ -147,8 +147,13 @@ class NvidiaBackend(VendorBackend):
             undo.callback(_stop_simulated_nvml, simulator)
             scratch = undo.enter_context(sim_scratch.create(cls.vendor))
             _write_sysfs(scratch.path, parsed)
-            # A simulated driver root for the profile's driver version; the runtime on this host sees it where we do.
-            root = fake_driver_root.build(scratch.path / "driver-root", parsed.driverVersion)
+            # A simulated driver root for the profile's driver version; the runtime on this host sees it where we do
+            # (in a pod: on the simulated root, shared by every driver pod, as a real driver install would be).
+            version = parsed.driverVersion
+            if settings.simulated_root is not None:
+                root = sim_node.build_shared(settings.simulated_root, f"nvidia-driver-root-{version}", lambda d: fake_driver_root.build(d, version))
+            else:
+                root = fake_driver_root.build(scratch.path / "driver-root", version)
             files = driver_files.discover(root, parsed.driverVersion)
             backend = cls(settings, simulator=simulator, sysfs_root=scratch.path, proc_root=None, scratch=scratch, files=files)
             undo.pop_all()  # the backend's close releases both from now on

@@ -1,0 +1,206 @@
+"""Readiness (dra_driver/readiness.py): registered with the kubelet, DRA service answering, slices published;
+and two daemons on one node during a rolling update (what the DaemonSet's readinessProbe relies on)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from conftest import make_settings
+from example_backend import DRIVER, ExampleBackend
+
+from dra_driver import metrics_http
+from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
+from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from dra_driver.cli.main import main
+from dra_driver.daemon import Daemon
+from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.client import make_api_client
+from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.metrics_http import BindAddress
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.publisher import PublisherOptions
+from dra_driver.publisher.daemon_adapter import publisher_factory
+from dra_driver.readiness import ReadinessMonitor, ReadinessReport, read_status, status_path
+from dra_driver.vendor import BackendSettings, ClaimRef
+
+FAST = PublisherOptions(backoff_initial=0.05, backoff_cap=0.2, debounce=0.01, watch_timeout=30)
+
+
+@pytest.fixture
+def cluster() -> Iterator[SimApiServer]:
+    with SimApiServer() as server:
+        server.add_node("node-a")
+        yield server
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = 10.0, message: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out: {message}"
+        time.sleep(0.02)
+
+
+def make_daemon(root: Path, api_url: str, pod_uid: str, metrics: BindAddress | None = None) -> Daemon:
+    api = make_api_client(api_url)
+    settings = make_settings(root, pod_uid=pod_uid)
+    backend = ExampleBackend(BackendSettings(node_name="node-a"))
+    return Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a", FAST), metrics_address=metrics)
+
+
+@pytest.fixture
+def ready_daemon(short_tmp: Path, cluster: SimApiServer) -> Iterator[Daemon]:
+    """A daemon of pod "pod-a" the kubelet has registered, ready; stopped after the test."""
+    daemon = make_daemon(short_tmp, cluster.url, "pod-a")
+    daemon.start()
+    try:
+        register(daemon.plugins[DRIVER].paths.registration_socket).close()
+        eventually(lambda: daemon.readiness.check().ready, message=str(problems(daemon)))
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def problems(daemon: Daemon) -> list[str]:
+    return daemon.readiness.check().problems.get(DRIVER, [])
+
+
+def probe(root: Path, pod_uid: str) -> int:
+    """The exec readinessProbe, as the kubelet runs it in the pod."""
+    return main(["ready", "--state-dir", str(root / "run"), "--pod-uid", pod_uid])
+
+
+def slice_owners(server: SimApiServer) -> int:
+    return len([o for o in server.store.list("resourceslices") if o["spec"]["driver"] == DRIVER])
+
+
+def test_not_ready_until_the_kubelet_registers_then_ready_with_slices_published(short_tmp: Path, cluster: SimApiServer) -> None:
+    daemon = make_daemon(short_tmp, cluster.url, "pod-a")
+    daemon.start()
+    try:
+        assert any("not registered with the kubelet yet" in p for p in problems(daemon))
+        daemon.readiness.check_and_record()
+        assert probe(short_tmp, "pod-a") == 1
+        conn = register(daemon.plugins[DRIVER].paths.registration_socket)
+        eventually(lambda: daemon.readiness.check().ready, message=str(problems(daemon)))
+        assert slice_owners(cluster) >= 1
+        daemon.readiness.check_and_record()
+        assert probe(short_tmp, "pod-a") == 0
+        # The exec probe and the status of another pod on the same node are different files.
+        assert probe(short_tmp, "pod-b") == 1
+        conn.close()
+    finally:
+        daemon.stop()
+    assert not status_path(short_tmp / "run", "pod-a").exists(), "a stopped daemon left a status saying ready"
+    assert probe(short_tmp, "pod-a") == 1
+
+
+def test_not_ready_while_slices_are_not_published(short_tmp: Path) -> None:
+    """An API server that never answers: registered and serving, but not ready (the slices are what the scheduler needs)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"  # nothing listens once the probe socket is closed
+    daemon = make_daemon(short_tmp, url, "pod-a")
+    daemon.start()
+    try:
+        conn = register(daemon.plugins[DRIVER].paths.registration_socket)
+        assert problems(daemon) == ["slices not published yet"]
+        conn.close()
+    finally:
+        daemon.stop()
+
+
+def test_kubelet_refusing_the_registration_makes_it_unready(ready_daemon: Daemon) -> None:
+    socket_path = ready_daemon.plugins[DRIVER].paths.registration_socket
+    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        with pytest.raises(grpc.RpcError):  # the plugin answers a refusal with an error, as the reference helper does
+            reg_grpc.RegistrationStub(channel).NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=False, error="version skew"), timeout=5)
+    assert any("refused the registration: version skew" in p for p in problems(ready_daemon))
+    register(socket_path).close()  # the kubelet retries, and succeeds
+    assert ready_daemon.readiness.check().ready
+
+
+def test_lost_registration_socket_is_unready_and_served_again(ready_daemon: Daemon, cluster: SimApiServer) -> None:
+    paths = ready_daemon.plugins[DRIVER].paths
+    ready_daemon.readiness.stop()  # a monitor driven by hand from here
+    monitor = ReadinessMonitor(lambda: ready_daemon.plugins, lambda: True, None)
+    paths.registration_socket.unlink()  # what the kubelet sees as deregistration
+    assert any("is gone" in p for p in problems(ready_daemon))
+    report = monitor.check_and_record()  # reports unready, then serves the socket again
+    assert not report.ready and paths.registration_socket.is_socket()
+    assert problems(ready_daemon) == ["not registered with the kubelet yet"], "a new socket needs a new registration"
+    conn = register(paths.registration_socket)  # the kubelet's plugin watcher sees the new socket
+    assert monitor.check().ready
+    ref = ClaimRef("default", "c", cluster.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))["metadata"]["uid"])
+    assert conn.prepare([ref]).claims[ref.uid].error == ""
+    conn.close()
+
+
+def test_dra_socket_that_does_not_answer_is_unready(ready_daemon: Daemon) -> None:
+    ready_daemon.plugins[DRIVER]._stop_dra()  # the DRA server gone while registration still answers
+    assert any("does not answer" in p for p in problems(ready_daemon))
+
+
+def test_status_file_that_is_stale_damaged_or_missing_is_not_ready(short_tmp: Path) -> None:
+    path = status_path(short_tmp, "pod-a")
+    assert not read_status(path, 15).ready
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert "unreadable" in read_status(path, 15).summary()
+    path.write_text(ReadinessReport(True, {}, checked_at=1000.0).to_json())
+    assert read_status(path, 15, now=1010.0).ready
+    stale = read_status(path, 15, now=1100.0)
+    assert not stale.ready and "100 s old" in stale.summary()
+    path.write_text(json.dumps({"ready": "yes", "checkedAt": 1000}))
+    assert not read_status(path, 15, now=1001.0).ready
+
+
+def test_rolling_update_two_daemons_on_one_node(short_tmp: Path, cluster: SimApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The surge pod starts beside the old one (same kubelet, state and CDI dirs; host networking, so the same
+    metrics address): it gets its own sockets and status file, is not ready until the kubelet registers it, is
+    ready while the old pod still publishes the slices, and takes over publishing and the metrics port after."""
+    monkeypatch.setattr(metrics_http, "DEFAULT_BIND_RETRY_S", 0.1)
+    with socket.socket() as probe_port:
+        probe_port.bind(("127.0.0.1", 0))
+        port = probe_port.getsockname()[1]
+    address = BindAddress("127.0.0.1", port)
+    old = make_daemon(short_tmp, cluster.url, "pod-old", address)
+    new = make_daemon(short_tmp, cluster.url, "pod-new", address)
+    old.start()
+    try:
+        register(old.plugins[DRIVER].paths.registration_socket).close()
+        eventually(lambda: old.readiness.check().ready)
+        assert new.start().running == [DRIVER]  # the busy metrics port does not stop it
+        old_paths, new_paths = (PluginPaths(d.settings.kubelet_dir, DRIVER, d.settings.pod_uid, d.settings.state_dir) for d in (old, new))
+        assert old_paths.registration_socket != new_paths.registration_socket and old_paths.dra_socket != new_paths.dra_socket
+        assert old_paths.registration_socket.is_socket() and new_paths.registration_socket.is_socket()
+        assert old.readiness.status_file != new.readiness.status_file
+        assert problems(new) == ["not registered with the kubelet yet"]
+        conn = register(new_paths.registration_socket)
+        eventually(lambda: new.readiness.check().ready, message=str(problems(new)))  # the old pod holds the lease and publishes
+        assert new.metrics_endpoint is not None and not new.metrics_endpoint.wait_bound(0)
+        for daemon, uid in ((old, "pod-old"), (new, "pod-new")):
+            daemon.readiness.check_and_record()
+            assert probe(short_tmp, uid) == 0
+        before = slice_owners(cluster)
+    finally:
+        old.stop()  # the DaemonSet controller deletes the old pod once the new one is ready (minReadySeconds)
+    try:
+        assert old_paths.registration_socket.exists() is False and new_paths.registration_socket.is_socket()
+        assert new.metrics_endpoint.wait_bound(5), "the new pod never took the metrics port over"
+        ref = ClaimRef("default", "c", cluster.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-1"]}))["metadata"]["uid"])
+        assert conn.prepare([ref]).claims[ref.uid].error == ""
+        lease = new.plugins[DRIVER].publisher
+        assert lease is not None
+        eventually(lambda: lease.publishing.is_set(), message="the new pod took the publisher lease over")
+        eventually(lambda: new.readiness.check().ready)
+        assert slice_owners(cluster) == before
+        conn.close()
+    finally:
+        new.stop()
