@@ -35,7 +35,8 @@ def vendor_filter(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def fleet_view(request: ViewRequest) -> FleetView:
-    source = replace(request.source, with_pods=bool(request.source.kubeconfig))
+    reads_cluster = request.source.cluster() is not None
+    source = replace(request.source, with_pods=reads_cluster)
     fleet = load_fleet(source)
     filters, matcher = request.filters, None
     if request.class_name:
@@ -44,4 +45,4 @@ def fleet_view(request: ViewRequest) -> FleetView:
         if request.class_name not in classes:
             raise InputError([FieldError("CLASS", f"DeviceClass {request.class_name!r} is neither shipped nor in the fleet; known: {', '.join(sorted(classes))}")])
         filters = replace(filters, device_class=classes[request.class_name])
-    return build_view(fleet, filters, matcher, pods_listed=bool(source.kubeconfig))
+    return build_view(fleet, filters, matcher, pods_listed=reads_cluster)

@@ -1,0 +1,42 @@
+"""Did-you-mean suggestions for names people type (classes, profiles, vendors, flags, attributes): difflib.
+
+One place decides what counts as close, so every command suggests the same way: case is ignored,
+and at most a few names come back, never the whole list.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+CUTOFF = 0.6  # difflib's ratio; 0.6 keeps `dgx-h10` -> dgx-h100 and drops unrelated names
+
+
+def close_matches(word: str, choices: Iterable[str], limit: int = 3, cutoff: float = CUTOFF) -> list[str]:
+    """The choices closest to `word`, best first (case-insensitive; an exact case-only difference comes first)."""
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    if word.lower() in by_lower:
+        return [by_lower[word.lower()]]
+    found = difflib.get_close_matches(word.lower(), list(by_lower), n=limit, cutoff=cutoff)
+    return [by_lower[name] for name in found]
+
+
+def did_you_mean(word: str, choices: Iterable[str], limit: int = 3) -> str:
+    """`did you mean 'a' or 'b'?` for the close choices; "" when none is close."""
+    found = close_matches(word, choices, limit)
+    if not found:
+        return ""
+    return "did you mean " + " or ".join(repr(name) for name in found) + "?"
+
+
+def unknown(what: str, word: str, choices: Iterable[str], listed: int = 12) -> str:
+    """`unknown profile 'x'; did you mean 'y'?` or, with nothing close, the choices when few (else how many)."""
+    names = sorted(set(choices))
+    hint = did_you_mean(word, names)
+    if hint:
+        return f"unknown {what} {word!r}; {hint}"
+    if len(names) <= listed:
+        return f"unknown {what} {word!r}; choose from {', '.join(names)}"
+    return f"unknown {what} {word!r} (none of the {len(names)} known is close)"
