@@ -14,14 +14,14 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError
-from dra_driver.kube.api_source import api_source
+from dra_driver.cli import failures
+from dra_driver.kube.api_source import ApiSource, api_source
 from dra_driver.logs import fields
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.plugin.driver import PluginSettings
@@ -42,7 +42,8 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="this node's name (default: $NODE_NAME or the host name)")
     parser.add_argument("--kubelet-dir", type=Path, default=DEFAULT_KUBELET_DIR, help="kubelet root dir (default /var/lib/kubelet)")
     parser.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs are written (default /var/run/cdi)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default, as kubectl: $KUBECONFIG, ~/.kube/config, then the in-cluster service account)")
+    parser.add_argument("--context", default=None, help="the kubeconfig context to use (default: its current-context)")
     parser.add_argument("--api-server", default=None, help="API server base URL without auth (tests, kubectl proxy)")
     parser.add_argument("--vendors", default=None, help="comma-separated vendors (default: every installed backend that finds hardware)")
     parser.add_argument("--profile", default=None, help="simulate this hardware profile instead of the real hardware")
@@ -128,9 +129,11 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
     `connect_api` after the sockets serve.
     """
     check_identity(args.node_name, args.pod_uid)
+    source = api_source(args.api_server, args.kubeconfig, args.context, instead="--api-server URL")
+    check_api_server(source)
+    warn_without_kubelet(args.kubelet_dir)
     writable_dir("--state-dir", args.state_dir)
     writable_dir("--cdi-dir", args.cdi_dir)
-    api_source(args.api_server, args.kubeconfig)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = None
     if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
@@ -158,6 +161,37 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
         raise
 
 
+def check_api_server(source: ApiSource) -> None:
+    """Before anything is created: a server that lacks resource.k8s.io/v1 stops the start with one line (ClusterError,
+    exit 3); an outage or refused credentials only warn (the publisher retries with backoff, prepares wait for it)."""
+    from kubernetes import client
+
+    from dra_driver.kube.client import load_configuration, server_label
+    from dra_driver.kube.server_check import ClusterError, check_dra_served, without_retries
+
+    configuration = without_retries(load_configuration(source=source))
+    with client.ApiClient(configuration) as api_client:
+        try:
+            check_dra_served(api_client, server_label(source, configuration))
+        except ClusterError as exc:
+            if exc.permanent:
+                raise
+            failures.warning(f"{exc}; starting anyway, publishing retries with backoff")
+
+
+def warn_without_kubelet(kubelet_dir: Path) -> None:
+    """No kubelet plugin registry: the sockets would be served where no kubelet looks (a wrong --kubelet-dir, or not a node)."""
+    if not (kubelet_dir / "plugins_registry").is_dir():
+        failures.warning(f"no kubelet here: {kubelet_dir / 'plugins_registry'} does not exist; the kubelet will not find the plugin (pass the kubelet's --root-dir as --kubelet-dir)")
+
+
+def announce(daemon: Daemon, args: argparse.Namespace, source: ApiSource) -> None:
+    """One line on stderr, whatever the log level: what this process serves, for which node, to which API server."""
+    drivers = ", ".join(backend.driver_name for backend in daemon.backends)
+    simulated = f", simulating profile {args.profile}" if args.profile else ""
+    failures.info(f"serving {drivers} on node {args.node_name}{simulated}; sockets under {args.kubelet_dir}, CDI specs in {args.cdi_dir}; API server: {source.describe()}")
+
+
 def connect_api(args: argparse.Namespace) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
     from kubernetes import client
@@ -168,11 +202,11 @@ def connect_api(args: argparse.Namespace) -> ApiWiring:
     from dra_driver.publisher.daemon_adapter import publisher_factory
 
     try:
-        configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig)
+        configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig, context=args.context)
     except DraError:
         raise
     except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
-        raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig).kind}): {exc}") from exc
+        raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig, args.context).kind}): {exc}") from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
     api_client = client.ApiClient(configuration)
     return ApiWiring(
@@ -199,16 +233,15 @@ def _build_and_run(args: argparse.Namespace, requested: threading.Event, deliver
     try:
         daemon = build_daemon(args)
     except DraError as exc:
-        print(f"dra-driver run: {exc}", file=sys.stderr)
-        return 1
+        return failures.report(exc)
+    announce(daemon, args, api_source(args.api_server, args.kubeconfig, args.context))
     deliver[0] = daemon.request_stop
     if requested.is_set():
         daemon.request_stop()
     try:
         return daemon.run_until_signal()
     except DraError as exc:  # e.g. a busy --metrics-port: a clear line, not a traceback
-        print(f"dra-driver run: {exc}", file=sys.stderr)
         daemon.stop()
-        return 1
+        return failures.report(exc)
     finally:
         OpenedBackends(daemon.backends).close()

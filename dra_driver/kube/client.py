@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -47,7 +48,7 @@ def chosen_context(source: ApiSource) -> str | None:
     if source.context is not None:
         if source.context not in names:
             hint = suggest.did_you_mean(source.context, names)
-            raise KubeConfigError(f"--context {source.context}: no such context in {source.describe()}; {hint or 'known: ' + (', '.join(names) or 'none')}")
+            raise KubeConfigError(f"--context {source.context}: no such context in {replace(source, context=None).describe()}; {hint or 'known: ' + (', '.join(names) or 'none')}")
         return source.context
     current = next((str(data["current-context"]) for data in contents if data.get("current-context")), None)
     if current is None:
