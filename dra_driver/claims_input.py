@@ -10,6 +10,7 @@ validated spec into the plain dataclasses of dra_driver.allocator.types.
 
 from __future__ import annotations
 
+from dra_driver import suggest
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -296,8 +297,7 @@ def _class_errors(name: str, path: str, classes: Mapping[str, Any] | None) -> li
     if not is_dns_subdomain(name):
         return [FieldError(path, f"{name!r} must be a DNS subdomain")]
     if classes is not None and name not in classes:
-        known = ", ".join(sorted(classes)) or "none"
-        return [FieldError(path, f"DeviceClass {name!r} does not exist (known: {known}); add it with --classes or fix the name")]
+        return [FieldError(path, f"{suggest.unknown('DeviceClass', name, classes)}; add it with --classes or fix the name")]
     return []
 
 

@@ -7,6 +7,7 @@ and at most a few names come back, never the whole list.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 CUTOFF = 0.6  # difflib's ratio; 0.6 keeps `dgx-h10` -> dgx-h100 and drops unrelated names
@@ -19,8 +20,21 @@ def close_matches(word: str, choices: Iterable[str], limit: int = 3, cutoff: flo
         by_lower.setdefault(choice.lower(), choice)
     if word.lower() in by_lower:
         return [by_lower[word.lower()]]
-    found = difflib.get_close_matches(word.lower(), list(by_lower), n=limit, cutoff=cutoff)
+    found = difflib.get_close_matches(word.lower(), list(by_lower), n=limit, cutoff=cutoff) or _same_parts(word.lower(), list(by_lower), limit)
     return [by_lower[name] for name in found]
+
+
+def _same_parts(word: str, choices: list[str], limit: int) -> list[str]:
+    """Names made of the same parts in another order (`nvidia-mig-1g.5gb` -> mig-1g.5gb.nvidia.com), which
+    difflib's sequence ratio misses: more than half the parts of both shared."""
+    parts = set(re.split(r"[^a-z0-9]+", word)) - {""}
+    scored = []
+    for choice in choices:
+        theirs = set(re.split(r"[^a-z0-9]+", choice)) - {""}
+        score = len(parts & theirs) / len(parts | theirs) if parts | theirs else 0.0
+        if score > 0.5:
+            scored.append((-score, choice))
+    return [choice for _, choice in sorted(scored)[:limit]]
 
 
 def did_you_mean(word: str, choices: Iterable[str], limit: int = 3) -> str:

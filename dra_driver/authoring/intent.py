@@ -7,6 +7,7 @@ naming the flag and the fix.
 
 from __future__ import annotations
 
+from dra_driver import suggest
 import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -114,7 +115,7 @@ def parse_want(values: dict[str, str], where: str, problems: Problems) -> Device
     vendor = values.get("vendor", "any").lower()
     vendor = "gaudi" if vendor == "intel" else vendor  # the vendor attribute says intel; people say gaudi
     if vendor not in VENDORS:
-        problems.add(f"{where} vendor", f"unknown vendor {vendor!r}; choose one of {', '.join(VENDORS)}")
+        problems.add(f"{where} vendor", suggest.unknown("vendor", vendor, VENDORS))
     else:
         want = replace(want, vendor=vendor)
     if "model" in values:

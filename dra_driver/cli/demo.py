@@ -21,7 +21,9 @@ from kubernetes import client
 
 from dra_driver import sim_scratch
 from dra_driver.daemon import Daemon
-from dra_driver.errors import DraError
+from dra_driver import suggest
+from dra_driver.errors import DraError, UsageError
+from dra_driver.vocabulary import VENDOR_ALIASES
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
 from dra_driver.kube.claims import ClaimReader
@@ -62,26 +64,29 @@ def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout
     if args.count < 1:
-        print("dra-driver demo: --count must be at least 1", file=sys.stderr)
-        return 2
-    try:
-        profile = load_profile(args.profile)
-        opened = open_backends(BackendSettings(node_name=NODE), profile, [args.vendor] if args.vendor else None)
-    except DraError as exc:
-        print(f"dra-driver demo: {exc}", file=sys.stderr)
-        return 1
+        raise UsageError("--count must be at least 1")
+    profile = load_profile(args.profile)
+    opened = open_backends(BackendSettings(node_name=NODE), profile, [profile_vendor(profile.name, sorted(profile.sections), args.vendor)] if args.vendor else None)
     if not opened.backends:
         reasons = "; ".join(str(p) for p in opened.unavailable) or f"profile {profile.name} describes no installed vendor"
-        print(f"dra-driver demo: nothing to simulate: {reasons}", file=sys.stderr)
-        return 1
+        opened.close()
+        raise DraError(f"nothing to simulate: {reasons}")
     try:
         with _work_dir(args.work_dir) as work, SimApiServer() as server:
             return _demo(opened.backends[0], profile.name, args.count, work, server, out)
-    except DraError as exc:
-        print(f"dra-driver demo: {exc}", file=sys.stderr)
-        return 1
     finally:
         opened.close()
+
+
+def profile_vendor(profile: str, sections: list[str], given: str) -> str:
+    """The backend of `--vendor` (intel is gaudi's vendor name), which the profile must describe; UsageError saying what to pick."""
+    name = "gaudi" if given.lower() == "intel" else given.lower()
+    if name not in VENDOR_ALIASES:
+        raise UsageError(f"--vendor {given}: {suggest.unknown('vendor', given, VENDOR_ALIASES)}")
+    if name not in sections:
+        raise UsageError(f"--vendor {given}: profile {profile} has no {name} devices (it has {', '.join(sections)}); "
+                         f"drop --vendor, or pick a profile with {name} devices (`dra-driver profiles` lists them)")  # fmt: skip
+    return name
 
 
 def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: SimApiServer, out: TextIO) -> int:
