@@ -147,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         failures.error(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} (run with -vv for the traceback, and please report it)")
         return failures.EXIT_FAILURE
     finally:
+        failures.set_command(None)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         logging.shutdown()

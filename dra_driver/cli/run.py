@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dra_driver.daemon import ApiWiring, Daemon
-from dra_driver.errors import DraError
+from dra_driver.errors import DraError, UsageError
 from dra_driver.cli import failures
 from dra_driver.kube.api_source import ApiSource, api_source
 from dra_driver.logs import fields
@@ -96,9 +96,9 @@ def writable_dir(flag: str, path: Path) -> None:
         probe.touch()
         probe.unlink()
     except FileExistsError as exc:
-        raise DraError(f"{flag} {path}: exists and is not a directory; point {flag} at a writable directory") from exc
+        raise UsageError(f"{flag} {path}: exists and is not a directory; point {flag} at a writable directory") from exc
     except OSError as exc:
-        raise DraError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
+        raise UsageError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
 
 
 def check_identity(node_name: str, pod_uid: str | None) -> None:
@@ -106,10 +106,10 @@ def check_identity(node_name: str, pod_uid: str | None) -> None:
     checked against the Kubernetes rules before use."""
     problem = dns_subdomain_problem(node_name)
     if problem is not None:
-        raise DraError(f"--node-name {problem}; pass the Kubernetes node name (spec.nodeName, through the downward API as $NODE_NAME)")
+        raise UsageError(f"--node-name {problem}; pass the Kubernetes node name (spec.nodeName, through the downward API as $NODE_NAME)")
     problem = uid_problem(pod_uid) if pod_uid is not None else None
     if problem is not None:
-        raise DraError(f"--pod-uid {problem}; pass the driver pod's metadata.uid (through the downward API as $POD_UID)")
+        raise UsageError(f"--pod-uid {problem}; pass the driver pod's metadata.uid (through the downward API as $POD_UID)")
 
 
 def _absolute(flag: str, value: str | Path | None) -> Path | None:
@@ -118,7 +118,7 @@ def _absolute(flag: str, value: str | Path | None) -> Path | None:
         return None
     path = Path(value)
     if not path.is_absolute() or ".." in path.parts:
-        raise DraError(f"{flag} {value}: must be an absolute host path without '..' (CDI specs need absolute paths)")
+        raise UsageError(f"{flag} {value}: must be an absolute host path without '..' (CDI specs need absolute paths)")
     return path
 
 
