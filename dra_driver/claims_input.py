@@ -297,7 +297,8 @@ def _class_errors(name: str, path: str, classes: Mapping[str, Any] | None) -> li
     if not is_dns_subdomain(name):
         return [FieldError(path, f"{name!r} must be a DNS subdomain")]
     if classes is not None and name not in classes:
-        return [FieldError(path, f"{suggest.unknown('DeviceClass', name, classes)}; add it with --classes or fix the name")]
+        hint = suggest.did_you_mean(name, classes)
+        return [FieldError(path, f"DeviceClass {name!r} does not exist{'; ' + hint if hint else ''}; add it with --classes or fix the name")]
     return []
 
 

@@ -47,7 +47,7 @@ def did_you_mean(word: str, choices: Iterable[str], limit: int = 3) -> str:
 
 def unknown(what: str, word: str, choices: Iterable[str], listed: int = 12) -> str:
     """`unknown profile 'x'; did you mean 'y'?` or, with nothing close, the choices when few (else how many)."""
-    names = sorted(set(choices))
+    names = list(dict.fromkeys(choices))  # in the caller's order (most common first), once each
     hint = did_you_mean(word, names)
     if hint:
         return f"unknown {what} {word!r}; {hint}"

@@ -1,7 +1,8 @@
 """The one way every command reports a failure (docs/cli.md, "Errors and exit codes").
 
 Each problem is one line on stderr, `dra-driver COMMAND: error: WHAT; HOW TO FIX` (argparse's own
-usage errors read the same), warnings `dra-driver COMMAND: warning: ...`. Exit codes:
+usage errors read the same; details of a problem, such as the nearest devices, follow indented),
+warnings `dra-driver COMMAND: warning: ...`. Exit codes:
 
   0  done (the command's answer is yes)
   1  the command ran and its answer is no (explain: not allocatable; template: no node of the fleet
@@ -63,19 +64,21 @@ def exit_code(exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
-def _lines(exc: DraError) -> list[str]:
-    """One line per problem: errors that carry a list (explain's, migrate's) are split, a multi-line text joined."""
+def _problems(exc: DraError) -> list[list[str]]:
+    """Each problem as its lines: errors that carry a list (explain's, migrate's, validation's) one problem each;
+    another error one problem, whose further lines (template's nearest devices) are its details."""
     errors = getattr(exc, "errors", None)
-    if isinstance(errors, list) and errors and not hasattr(exc, "subject"):
-        return [" ".join(str(e).split()) for e in errors]
-    if isinstance(errors, list) and len(errors) > 1:  # a ValidationError: its subject, then each problem
+    if isinstance(errors, list) and errors:
         head = f"{exc.subject}: " if getattr(exc, "subject", "") else ""
-        return [f"{head}{' '.join(str(e).split())}" for e in errors]
-    return [" ".join(str(exc).split())]
+        return [[f"{head}{' '.join(str(e).split())}"] for e in errors]
+    first, *rest = [line.rstrip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
+    return [[first.strip(), *rest]]
 
 
 def report(exc: DraError) -> int:
-    """Print `exc` for a person, one line a problem, and return its exit code."""
-    for line in _lines(exc):
-        error(line)
+    """Print `exc` for a person, one `error:` line a problem (details indented below it), and return its exit code."""
+    for first, *details in _problems(exc):
+        error(first)
+        for line in details:
+            print(line if line.startswith(" ") else f"  {line}", file=sys.stderr)
     return exit_code(exc)

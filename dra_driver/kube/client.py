@@ -31,9 +31,14 @@ def _kubeconfig_documents(source: ApiSource) -> list[dict[str, Any]]:
     """Each kubeconfig file, read through the input layer first: the client's own loader has no size, depth or alias limit."""
     from dra_driver.inputs import read_documents
 
+    from dra_driver.inputs import InputError
+
     contents = []
     for path in source.files:
-        documents = read_documents(path)
+        try:
+            documents = read_documents(path)
+        except InputError as exc:
+            raise KubeConfigError(f"kubeconfig {exc}") from exc
         data = documents[0].data if documents else None
         if not isinstance(data, dict):
             raise KubeConfigError(f"kubeconfig {path}: not a kubeconfig (expected a map with clusters, contexts, users)")
