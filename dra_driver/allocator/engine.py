@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from dra_driver.memory_hint import memory_near_miss
 from dra_driver.allocator.capacity import Amounts, ConsumableCapacity, format_amount, share_id
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.pools import device_node_target, target_matches
@@ -304,7 +305,9 @@ class Allocator:
             key = (origin, index, expression, detail)
             rejection = self._rejections.get(key)  # identical for every device that read the same values
             if rejection is None:
-                rejection = self._rejections[key] = Rejection("selector", f"{origin} selector #{index} is false: {expression}", detail)
+                hint = memory_near_miss(expression, device.capacity)
+                summary = f"{origin} selector #{index} is false: {expression}" + (f"; note: {hint}" if hint else "")
+                rejection = self._rejections[key] = Rejection("selector", summary, detail)
             return False, rejection
         return True, None
 

@@ -68,11 +68,13 @@ def _problems(exc: DraError) -> list[list[str]]:
     """Each problem as its lines: errors that carry a list (explain's, migrate's, validation's) one problem each;
     another error one problem, whose further lines (template's nearest devices) are its details."""
     errors = getattr(exc, "errors", None)
-    if isinstance(errors, list) and errors:
-        head = f"{exc.subject}: " if getattr(exc, "subject", "") else ""
-        return [[f"{head}{' '.join(str(e).split())}"] for e in errors]
-    first, *rest = [line.rstrip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
-    return [[first.strip(), *rest]]
+    head = f"{exc.subject}: " if getattr(exc, "subject", "") else ""
+    texts = [f"{head}{e}" for e in errors] if isinstance(errors, list) and errors else [str(exc)]
+    problems = []
+    for text in texts:
+        first, *rest = [line.rstrip() for line in text.strip().splitlines() if line.strip()] or [type(exc).__name__]
+        problems.append([" ".join(first.split()), *rest])
+    return problems
 
 
 def report(exc: DraError) -> int:
