@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 
 CUTOFF = 0.6  # difflib's ratio; 0.6 keeps `dgx-h10` -> dgx-h100 and drops unrelated names
+MARGIN = 0.05  # names kept besides the best: those within this much of its ratio
 
 
 def close_matches(word: str, choices: Iterable[str], limit: int = 3, cutoff: float = CUTOFF) -> list[str]:
@@ -20,8 +21,15 @@ def close_matches(word: str, choices: Iterable[str], limit: int = 3, cutoff: flo
         by_lower.setdefault(choice.lower(), choice)
     if word.lower() in by_lower:
         return [by_lower[word.lower()]]
-    found = difflib.get_close_matches(word.lower(), list(by_lower), n=limit, cutoff=cutoff) or _same_parts(word.lower(), list(by_lower), limit)
+    found = _closest(word.lower(), list(by_lower), limit, cutoff) or _same_parts(word.lower(), list(by_lower), limit)
     return [by_lower[name] for name in found]
+
+
+def _closest(word: str, choices: list[str], limit: int, cutoff: float) -> list[str]:
+    """difflib's close matches, keeping only those nearly as close as the best (a typo has one answer, not three)."""
+    found = difflib.get_close_matches(word, choices, n=limit, cutoff=cutoff)
+    ratios = [difflib.SequenceMatcher(None, word, name).ratio() for name in found]
+    return [name for name, ratio in zip(found, ratios, strict=True) if ratio >= ratios[0] - MARGIN]
 
 
 def _same_parts(word: str, choices: list[str], limit: int) -> list[str]:
