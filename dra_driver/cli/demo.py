@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import yaml
 from kubernetes import client
 
 from dra_driver import sim_scratch
@@ -35,6 +36,7 @@ from dra_driver.registry import open_backends
 from dra_driver.vendor import BackendSettings, ClaimRef, VendorBackend
 
 NODE = "demo-node"
+SHOWN_MOUNTS = 3  # of the ~30 driver-file mounts of an NVIDIA spec, the ones shown
 NAMESPACE = "default"
 
 
@@ -102,6 +104,10 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         raise DraError(f"the daemon could not start {backend.driver_name}: {status.failed}")
     try:
         plugin = daemon.plugins[backend.driver_name]
+        say("== What you write: a ResourceClaimTemplate (which devices) and a Pod that uses it")
+        say(_indent(_user_side(backend.driver_name, count)))
+        say("   The scheduler makes a ResourceClaim from the template and allocates it from the ResourceSlices the driver")
+        say("   publishes; the kubelet asks the driver to prepare it. Below, this demo plays scheduler and kubelet.")
         inventory = backend.discover()
         say(f"== Simulated node '{NODE}' (profile {profile}): {len(inventory.devices)} {backend.driver_name} devices")
         for device in inventory.devices[:12]:
@@ -115,7 +121,7 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         slices = wait_for_pool(api, backend.driver_name, NODE)
         say(f"== Published {len(slices)} ResourceSlice(s) for pool {NODE} through the API server")
         claim, chosen = _create_and_allocate(api, backend.driver_name, count, slices)
-        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}): {count} x DeviceClass {backend.driver_name}")
+        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {count} x DeviceClass {backend.driver_name}")
         say(f"   allocated from the published slices: request 'gpus' -> {', '.join(chosen)}")
 
         conn = register(plugin.paths.registration_socket)
@@ -133,8 +139,8 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
             say(f"   {device.pool_name}/{device.device_name} request={list(device.request_names)} cdi={list(device.cdi_device_ids)}")
         spec_path = Path(plugin.service.checkpoint_record(claim.uid).cdi_spec or "")
         spec = json.loads(spec_path.read_text())
-        say(f"== CDI spec {spec_path}")
-        say(_indent(json.dumps(spec, indent=2)))
+        say(f"== CDI spec {spec_path} (driver-file mounts folded)")
+        say(_indent(json.dumps(_folded(spec), indent=2)))
         say("== What a container using this claim gets (resolved from the CDI spec)")
         _describe_container(spec, [i for d in entry.devices for i in d.cdi_device_ids], say)
 
@@ -185,13 +191,41 @@ def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> N
     if not nodes:
         say("     (none)")
     if mounts:
-        say("   mounts:")
-        for mount in mounts:
+        say(f"   mounts: {len(mounts)}" + (", for example:" if len(mounts) > SHOWN_MOUNTS else ":"))
+        for mount in mounts[:SHOWN_MOUNTS]:
             say(f"     {mount['hostPath']} -> {mount['containerPath']} {','.join(mount.get('options', []))}")
     if hooks:
         say("   hooks:")
         for hook in hooks:
             say(f"     {hook['hookName']}: {hook['path']} {' '.join(hook.get('args', []))}")
+
+
+def _user_side(device_class: str, count: int) -> str:
+    """The two objects a user writes for the demo's claim: its template and a pod referring to it."""
+    template = claim_object("gpus", NAMESPACE, device_class, count)
+    template = {"apiVersion": template["apiVersion"], "kind": "ResourceClaimTemplate", "metadata": template["metadata"], "spec": {"spec": template["spec"]}}
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo", "namespace": NAMESPACE},
+        "spec": {
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpus"}],
+            "containers": [{"name": "app", "image": "ubuntu:24.04", "resources": {"claims": [{"name": "gpus"}]}}],
+        },
+    }  # fmt: skip
+    return "---\n".join(yaml.safe_dump(obj, sort_keys=False) for obj in (template, pod)).rstrip()
+
+
+def _folded(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with each long `mounts` list cut to a few entries and a count (the driver files repeat per spec)."""
+    def fold(edits: dict[str, Any]) -> dict[str, Any]:
+        mounts = edits.get("mounts") or []
+        if len(mounts) <= SHOWN_MOUNTS:
+            return edits
+        return {**edits, "mounts": [*mounts[:SHOWN_MOUNTS], f"... {len(mounts) - SHOWN_MOUNTS} more driver-file mounts"]}
+
+    out = {**spec, "devices": [{**device, "containerEdits": fold(device.get("containerEdits") or {})} for device in spec.get("devices") or []]}
+    if spec.get("containerEdits"):
+        out["containerEdits"] = fold(spec["containerEdits"])
+    return out
 
 
 def _indent(text: str) -> str:
