@@ -81,8 +81,8 @@ def find_api_source(base_url: str | None = None, kubeconfig: str | None = None, 
             raise KubeConfigError("--context picks a kubeconfig context; it cannot be used with an API server URL")
         return ApiSource("url", base_url, None, "--api-server")
     if kubeconfig:
-        if not Path(kubeconfig).is_file():
-            raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist or is not a file; pass an existing --kubeconfig")
+        if not Path(kubeconfig).exists():  # what else is wrong with it (a directory, /dev/zero) the input layer says
+            raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist; pass an existing --kubeconfig")
         return ApiSource("kubeconfig", kubeconfig, context, "--kubeconfig")
     found = _default_kubeconfig(context)
     if found is not None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import io
-import re
 import json
+import re
 
 import pytest
 from conftest import make_settings
