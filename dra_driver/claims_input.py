@@ -10,7 +10,6 @@ validated spec into the plain dataclasses of dra_driver.allocator.types.
 
 from __future__ import annotations
 
-from dra_driver import suggest
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
+from dra_driver import suggest
 from dra_driver.allocator.types import ClaimSpec, Constraint, Request, SubRequest, Toleration
 from dra_driver.allocator.types import DeviceClassSpec as PlainClassSpec
 from dra_driver.errors import FieldError

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from dra_driver.memory_hint import memory_near_miss
 from dra_driver.allocator.capacity import Amounts, ConsumableCapacity, format_amount, share_id
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.pools import device_node_target, target_matches
@@ -41,6 +40,7 @@ from dra_driver.allocator.types import (
     SubRequest,
     Toleration,
 )
+from dra_driver.memory_hint import memory_near_miss
 
 MAX_RESULTS_PER_CLAIM = 32
 DEFAULT_STEP_LIMIT = 200_000

@@ -7,11 +7,11 @@ naming the flag and the fix.
 
 from __future__ import annotations
 
-from dra_driver import suggest
 import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from dra_driver import suggest
 from dra_driver.errors import FieldError
 from dra_driver.model import quantity
 from dra_driver.model.validation import is_dns_label, is_dns_subdomain

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from typing import Any
 
 from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_sharing, parse_want, template

@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-from dra_driver import suggest
 from dataclasses import dataclass, replace
 
+from dra_driver import suggest
 from dra_driver.allocator import CelMatcher
 from dra_driver.errors import FieldError
 from dra_driver.explain import FleetSource, InputError, load_fleet, merge_classes, shipped_class_documents

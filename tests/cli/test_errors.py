@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_migrate_refusals_follow_the_convention(tmp_path: Path, capsys: pytest.C
 
 
 @pytest.fixture
-def no_dra_kubeconfig(tmp_path: Path) -> object:
+def no_dra_kubeconfig(tmp_path: Path) -> Iterator[Path]:
     with SimApiServer(ServerOptions(resource_versions=("v1beta1",))) as server:
         yield server.write_kubeconfig(tmp_path / "kubeconfig")
 
