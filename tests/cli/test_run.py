@@ -106,3 +106,26 @@ def test_an_unusable_kubeconfig_is_refused_before_any_socket(short_tmp: Path, ca
     assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     assert "sets no current-context; pass --context NAME" in capsys.readouterr().err
     assert not (short_tmp / "k").exists() and not (short_tmp / "state").exists()
+
+
+def test_run_says_what_it_serves_and_warns_without_a_kubelet(short_tmp: Path) -> None:
+    """One info line on stderr at the default (quiet) log level, and a warning when no kubelet plugin registry is there."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dra_driver.kube.sim_apiserver import SimApiServer
+
+    with SimApiServer() as server:
+        command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "l4", "--node-name", "node-a", "--api-server", server.url,
+                   "--kubelet-dir", str(short_tmp / "k"), "--state-dir", str(short_tmp / "s"), "--cdi-dir", str(short_tmp / "c")]  # fmt: skip
+        daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not list((short_tmp / "k" / "plugins_registry").glob("*.sock")) and daemon.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=60)
+    assert f"dra-driver run: warning: no kubelet here: {short_tmp / 'k' / 'plugins_registry'} does not exist" in err
+    assert f"dra-driver run: serving gpu.nvidia.com on node node-a, simulating profile l4; sockets under {short_tmp / 'k'}" in err
+    assert f"API server: {server.url}" in err
