@@ -163,20 +163,16 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
 
 def check_api_server(source: ApiSource) -> None:
     """Before anything is created: a server that lacks resource.k8s.io/v1 stops the start with one line (ClusterError,
-    exit 3); an outage or refused credentials only warn (the publisher retries with backoff, prepares wait for it)."""
-    from kubernetes import client
+    exit 3); an outage or refused credentials only warn (the publisher retries with backoff, prepares wait for it).
+    In a pod the check needs no kubernetes client import, which stays after the sockets serve."""
+    from dra_driver.kube.server_check import ClusterError, check_source
 
-    from dra_driver.kube.client import load_configuration, server_label
-    from dra_driver.kube.server_check import ClusterError, check_dra_served, without_retries
-
-    configuration = without_retries(load_configuration(source=source))
-    with client.ApiClient(configuration) as api_client:
-        try:
-            check_dra_served(api_client, server_label(source, configuration))
-        except ClusterError as exc:
-            if exc.permanent:
-                raise
-            failures.warning(f"{exc}; starting anyway, publishing retries with backoff")
+    try:
+        check_source(source)
+    except ClusterError as exc:
+        if exc.permanent:
+            raise
+        failures.warning(f"{exc}; starting anyway, publishing retries with backoff")
 
 
 def warn_without_kubelet(kubelet_dir: Path) -> None:

@@ -8,9 +8,12 @@ missing, not a 404 from the middle of a LIST, retry warnings, or a daemon retryi
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from typing import Any
 
 from dra_driver.errors import DraError
+from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, ApiSource
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -47,20 +50,79 @@ def _served_versions(body: bytes) -> list[str]:
     return [str(v.get("version")) for v in versions or [] if isinstance(v, dict)]
 
 
+Fetch = Callable[[str], "tuple[int, bytes]"]  # GET path -> (HTTP status, body); raises on a connection failure
+
+
 def check_dra_served(api_client: Any, server: str) -> None:
-    """Raise ClusterError unless `server` answers and serves resource.k8s.io/v1."""
+    """Raise ClusterError unless `server` (reached through a kubernetes ApiClient) serves resource.k8s.io/v1."""
     from kubernetes.client.rest import ApiException
 
+    def fetch(path: str) -> tuple[int, bytes]:
+        params = api_client.param_serialize(method="GET", resource_path=path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        try:
+            response = api_client.call_api(*params, _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+            response.read()
+        except ApiException as exc:  # the client raises for some statuses itself
+            return int(exc.status or 0), exc.body.encode() if isinstance(exc.body, str) else (exc.body or b"")
+        return int(response.status), response.data or b""
+
+    check_with(fetch, server)
+
+
+def plain_fetch(base_url: str, token: str | None = None, ca_file: str | None = None) -> Fetch:
+    """GET over the standard library: for a URL or the in-cluster service account, where `run` checks the server
+    before it serves anything and importing the kubernetes client would delay its registration."""
+    import http.client
+    import ssl
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+
+    def fetch(path: str) -> tuple[int, bytes]:
+        if parts.scheme == "https":
+            context = ssl.create_default_context(cafile=ca_file)
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S, context=context)
+        else:
+            connection = http.client.HTTPConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S)
+        headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        try:
+            connection.request("GET", parts.path.rstrip("/") + path, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read(1 << 20)
+        finally:
+            connection.close()
+
+    return fetch
+
+
+def check_source(source: ApiSource) -> None:
+    """Check the server of `source`: over the standard library for a URL or in-cluster (no kubernetes client
+    import), through the client's kubeconfig loader (auth plugins, client certificates) for a kubeconfig."""
+    if source.kind == "url":
+        check_with(plain_fetch(source.location), source.location)
+        return
+    if source.kind == "in-cluster":
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        url = f"https://{f'[{host}]' if ':' in host else host}:{port}"
+        ca_file = IN_CLUSTER_TOKEN.with_name("ca.crt")
+        token = IN_CLUSTER_TOKEN.read_text().strip()
+        check_with(plain_fetch(url, token, str(ca_file) if ca_file.exists() else None), f"{url} (in-cluster service account)")
+        return
+    from kubernetes import client
+
+    from dra_driver.kube.client import load_configuration, server_label
+
+    configuration = without_retries(load_configuration(source=source))
+    with client.ApiClient(configuration) as api_client:
+        check_dra_served(api_client, server_label(source, configuration))
+
+
+def check_with(fetch: Fetch, server: str) -> None:
+    """Raise ClusterError unless `fetch` reaches a server that serves resource.k8s.io/v1 (one request)."""
     try:
-        params = api_client.param_serialize(method="GET", resource_path=f"/apis/{GROUP}", header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        response = api_client.call_api(*params, _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
-        response.read()
-    except ApiException as exc:  # the client raises for some statuses itself
-        status, body = int(exc.status or 0), (exc.body or "").encode() if isinstance(exc.body, str) else (exc.body or b"")
+        status, body = fetch(f"/apis/{GROUP}")
     except Exception as exc:  # connection refused, DNS, TLS, timeout: many types, one meaning
         raise ClusterError(server, "unreachable", f"unreachable ({_cause(exc)}); check the server address, the network, or --context") from exc
-    else:
-        status, body = int(response.status), response.data or b""
     if status in (401, 403):
         raise ClusterError(server, "unauthorized", f"refused the credentials (HTTP {status}); check the kubeconfig user or the context")
     if status == 404:

@@ -115,3 +115,41 @@ def test_an_unreachable_server_is_one_quick_line_without_retry_warnings(caplog: 
         check_dra_served(api, "http://127.0.0.1:1")
     assert not info.value.permanent and "\n" not in str(info.value)
     assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
+
+
+@pytest.mark.parametrize("server_without", [("v1beta1",)], indirect=True)
+def test_run_checks_a_url_without_importing_the_kubernetes_client(server_without: SimApiServer) -> None:
+    """run checks the server before it serves the kubelet: for a URL or in-cluster that costs no client import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dra_driver.kube.api_source import ApiSource\n"
+        "from dra_driver.kube.server_check import ClusterError, check_source\n"
+        f"try:\n    check_source(ApiSource('url', {server_without.url!r}))\n"
+        "except ClusterError as exc:\n    print(exc.reason)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'urllib3')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["wrong-version", "[]"]
+
+
+def test_in_cluster_check_uses_the_service_address_token_and_ca(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import dra_driver.kube.server_check as server_check
+    from dra_driver.kube.api_source import ApiSource
+
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    seen: dict[str, Any] = {}
+
+    def fake_fetch(url: str, bearer: str | None = None, ca_file: str | None = None) -> Any:
+        seen.update(url=url, token=bearer, ca=ca_file)
+        return lambda path: (200, b'{"versions": [{"version": "v1"}]}')
+
+    monkeypatch.setattr(server_check, "IN_CLUSTER_TOKEN", token)
+    monkeypatch.setattr(server_check, "plain_fetch", fake_fetch)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    server_check.check_source(ApiSource("in-cluster"))
+    assert seen == {"url": "https://[fd00::1]:6443", "token": "secret", "ca": None}
