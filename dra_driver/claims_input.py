@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
+from dra_driver import suggest
 from dra_driver.allocator.types import ClaimSpec, Constraint, Request, SubRequest, Toleration
 from dra_driver.allocator.types import DeviceClassSpec as PlainClassSpec
 from dra_driver.errors import FieldError
@@ -296,8 +297,8 @@ def _class_errors(name: str, path: str, classes: Mapping[str, Any] | None) -> li
     if not is_dns_subdomain(name):
         return [FieldError(path, f"{name!r} must be a DNS subdomain")]
     if classes is not None and name not in classes:
-        known = ", ".join(sorted(classes)) or "none"
-        return [FieldError(path, f"DeviceClass {name!r} does not exist (known: {known}); add it with --classes or fix the name")]
+        hint = suggest.did_you_mean(name, classes)
+        return [FieldError(path, f"DeviceClass {name!r} does not exist{'; ' + hint if hint else ''}; add it with --classes or fix the name")]
     return []
 
 

@@ -9,6 +9,13 @@ class DraError(Exception):
     """Base of every error dra-driver raises on purpose."""
 
 
+class UsageError(DraError):
+    """Something a person gave (a flag, a file, a name) that cannot be used: exit code 2 on the command line.
+
+    The bases of the input errors below; a command's own refusal of its input subclasses it too.
+    """
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One problem at one place: `path` names the object and field, `message` says what to do."""
@@ -20,7 +27,7 @@ class FieldError:
         return f"{self.path}: {self.message}"
 
 
-class ValidationError(DraError):
+class ValidationError(UsageError):
     """Input or output that breaks an API rule; lists every problem found, not just the first."""
 
     def __init__(self, errors: list[FieldError], subject: str = "") -> None:
@@ -52,9 +59,9 @@ class DeviceError(DraError):
         super().__init__(f"device {device}: {reason}")
 
 
-class ConfigError(DraError):
+class ConfigError(UsageError):
     """Opaque device configuration that does not validate; names the field and the fix."""
 
 
-class ProfileError(DraError):
+class ProfileError(UsageError):
     """A hardware profile that cannot be found or read."""

@@ -21,16 +21,15 @@ from typing import Any
 
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Allocated, DeviceID, Node
-from dra_driver.errors import DraError, FieldError, ValidationError
-from dra_driver.inputs import InputError
-from dra_driver.inputs import read_documents as read_documents_checked
+from dra_driver.errors import DraError, FieldError, UsageError, ValidationError
 from dra_driver.inputs import read_objects
+from dra_driver.kube.api_source import ApiSource
 from dra_driver.model.validation import slice_errors
 
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-class FleetError(DraError):
+class FleetError(UsageError):
     """The fleet cannot be loaded (missing file, bad YAML, no backend, cluster unreachable)."""
 
 
@@ -171,23 +170,26 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
 LIST_PAGE = 500  # objects per page of a LIST (the API server's default chunk size for kubectl)
 
 
-def from_cluster(kubeconfig: str, with_pods: bool = False) -> Fleet:
-    """Slices, classes, claims and nodes (and pods when asked) from the cluster `kubeconfig` points at.
+LIST_TIMEOUT_S = (5.0, 120.0)  # connect, read: a page of 500 slices can take a while on a loaded server
 
-    Read only: one paginated LIST per resource (limit/continue), so a big cluster is never asked
-    for everything in one response.
+
+def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
+    """Slices, classes, claims and nodes (and pods when asked) from the cluster `source` names.
+
+    The server is checked first (reachable, serving resource.k8s.io/v1: one line naming what is
+    missing). Read only: one paginated LIST per resource (limit/continue), so a big cluster is never
+    asked for everything in one response.
     """
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    try:
-        read_documents_checked(kubeconfig)  # the client's own loader has no size, depth or alias limit
-    except InputError as exc:
-        raise FleetError(f"kubeconfig {exc}") from exc
-    try:
-        api_client = config.new_client_from_config(config_file=kubeconfig)
-    except Exception as exc:  # the loader raises several unrelated types for a bad file
-        raise FleetError(f"cannot load kubeconfig {kubeconfig}: {exc}") from exc
+    from dra_driver.kube.client import load_configuration, server_label
+    from dra_driver.kube.server_check import check_dra_served, without_retries
+
+    configuration = without_retries(load_configuration(source=source))
+    server = server_label(source, configuration)
+    api_client = client.ApiClient(configuration)
+    check_dra_served(api_client, server)
     resource = client.ResourceV1Api(api_client)
     core = client.CoreV1Api(api_client)
 
@@ -196,21 +198,22 @@ def from_cluster(kubeconfig: str, with_pods: bool = False) -> Fleet:
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
+            paging = {"limit": LIST_PAGE, "_preload_content": False, "_request_timeout": LIST_TIMEOUT_S}
             try:
-                response = call(limit=LIST_PAGE, _continue=token, _preload_content=False) if token else call(limit=LIST_PAGE, _preload_content=False)
+                response = call(_continue=token, **paging) if token else call(**paging)
                 page = json.loads(response.data)
             except ApiException as exc:
-                raise FleetError(f"listing from {kubeconfig} failed: {exc.status} {exc.reason}") from exc
+                raise FleetError(f"API server {server}: listing failed: {exc.status} {exc.reason}") from exc
             except ValueError as exc:
-                raise FleetError(f"the API server of {kubeconfig} answered a LIST with something that is not JSON: {exc}") from exc
+                raise FleetError(f"API server {server} answered a LIST with something that is not JSON: {exc}") from exc
             except Exception as exc:  # connection errors come in many types
-                raise FleetError(f"cannot reach the API server of {kubeconfig}: {exc}") from exc
+                raise FleetError(f"API server {server}: unreachable during a LIST ({' '.join(str(exc).split())[:200]})") from exc
             items += [item for item in page.get("items") or [] if isinstance(item, dict)]
             token = (page.get("metadata") or {}).get("continue") or None
             if not token:
                 return items
 
-    fleet = Fleet(sources=[f"cluster ({kubeconfig})"])
+    fleet = Fleet(sources=[f"cluster {server}"])
     fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]

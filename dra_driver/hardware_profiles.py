@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dra_driver import suggest
 from dra_driver.errors import ProfileError
 from dra_driver.inputs import InputError, read_documents
 from dra_driver.registry import backend_classes, backend_profile_dirs, profile_dir_hints
@@ -83,5 +84,5 @@ def load_profile(name_or_path: str) -> Profile:
         return load_profile_file(hinted)
     profiles = available_profiles()
     if name_or_path not in profiles:
-        raise ProfileError(f"unknown profile {name_or_path!r}; choose one of: {', '.join(sorted(profiles)) or 'none installed'}, or give a path to a profile file")
+        raise ProfileError(f"{suggest.unknown('profile', name_or_path, profiles)} (`dra-driver profiles` lists them), or give a path to a profile file")
     return load_profile_file(profiles[name_or_path])

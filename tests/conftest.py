@@ -15,6 +15,13 @@ _reported: set[Path] = set()  # leaks already blamed on a test, not blamed again
 
 
 @pytest.fixture(autouse=True)
+def _no_cluster_of_this_machine(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands find a cluster as kubectl does ($KUBECONFIG, ~/.kube/config, in-cluster): tests see none unless they make one."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path_factory.getbasetemp() / "no-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _simulated_backends_are_closed() -> Iterator[None]:
     """A simulated backend's scratch directory left open, or removed only by the garbage collector,
     means a missing close(): in a daemon or a CLI command that is a directory left in $TMPDIR."""

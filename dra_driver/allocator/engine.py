@@ -40,6 +40,7 @@ from dra_driver.allocator.types import (
     SubRequest,
     Toleration,
 )
+from dra_driver.memory_hint import memory_near_miss
 
 MAX_RESULTS_PER_CLAIM = 32
 DEFAULT_STEP_LIMIT = 200_000
@@ -304,7 +305,9 @@ class Allocator:
             key = (origin, index, expression, detail)
             rejection = self._rejections.get(key)  # identical for every device that read the same values
             if rejection is None:
-                rejection = self._rejections[key] = Rejection("selector", f"{origin} selector #{index} is false: {expression}", detail)
+                hint = memory_near_miss(expression, device.capacity)
+                summary = f"{origin} selector #{index} is false: {expression}" + (f"; note: {hint}" if hint else "")
+                rejection = self._rejections[key] = Rejection("selector", summary, detail)
             return False, rejection
         return True, None
 

@@ -24,7 +24,7 @@ from dra_driver.authoring.intent import DeviceWant, Intent, Problems, Sharing, c
 from dra_driver.authoring.known import known_fleet, known_kinds, nearest
 from dra_driver.authoring.resolve import Resolved, resolve
 from dra_driver.claims_input import ResourceClaim, ResourceClaimTemplate, parse_object
-from dra_driver.errors import DraError
+from dra_driver.errors import UsageError
 from dra_driver.explain import ClaimInput, FleetSource, InputError, Subject, explain_subject, load_fleet, shipped_class_documents
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-class TemplateError(DraError):
+class TemplateError(UsageError):
     """No known hardware could hold what was asked; the message names the nearest known devices."""
 
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from dra_driver import suggest
 from dra_driver.errors import FieldError
 from dra_driver.model import quantity
 from dra_driver.model.validation import is_dns_label, is_dns_subdomain
@@ -114,7 +115,7 @@ def parse_want(values: dict[str, str], where: str, problems: Problems) -> Device
     vendor = values.get("vendor", "any").lower()
     vendor = "gaudi" if vendor == "intel" else vendor  # the vendor attribute says intel; people say gaudi
     if vendor not in VENDORS:
-        problems.add(f"{where} vendor", f"unknown vendor {vendor!r}; choose one of {', '.join(VENDORS)}")
+        problems.add(f"{where} vendor", suggest.unknown("vendor", vendor, VENDORS))
     else:
         want = replace(want, vendor=vendor)
     if "model" in values:

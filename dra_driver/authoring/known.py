@@ -20,6 +20,7 @@ from dra_driver.allocator.types import PoolDevice
 from dra_driver.authoring.intent import DeviceWant
 from dra_driver.errors import DraError
 from dra_driver.hardware_profiles import available_profiles
+from dra_driver.memory_hint import near_miss
 from dra_driver.model import quantity
 from dra_driver.usage import device_vendor
 from dra_driver.vocabulary import FAMILY
@@ -122,7 +123,8 @@ def misses(want: DeviceWant, kind: KnownKind) -> list[str]:
     elif not (want.mig or want.partition) and kind.partition:
         out.append("a partition, not a whole device")
     if want.memory and (kind.memory is None or kind.memory < quantity.parse(want.memory)):
-        out.append(f"memory {quantity.from_bytes(int(kind.memory)) if kind.memory is not None else 'unknown'} < {want.memory}")
+        hint = near_miss(want.memory, kind.memory) if kind.memory is not None else ""
+        out.append(f"memory {quantity.from_bytes(int(kind.memory)) if kind.memory is not None else 'unknown'} < {want.memory}" + (f" ({hint})" if hint else ""))
     if want.count > kind.per_node:
         out.append(f"at most {kind.per_node} on one node, {want.count} wanted")
     return out

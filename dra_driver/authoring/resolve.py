@@ -89,6 +89,11 @@ def _vendor_of(want: DeviceWant, where: str, problems: Problems, kinds: Sequence
         return vendor, None
     makers = [k for k in kinds if want.model.lower() in k.product.lower() and vendor in ("any", k.vendor)]
     found = sorted({k.vendor for k in makers})
+    elsewhere = sorted({k.vendor for k in kinds if want.model.lower() in k.product.lower()} - {vendor})
+    if implied and not found and elsewhere:  # --partition cpx --model H100: the model is right, the wish is not
+        kind = "MIG profiles are NVIDIA-only" if want.mig else "partitions (cpx, dpx, qpx) are AMD-only"
+        problems.add(where, f"{kind}, and {want.model} is made by {'/'.join(elsewhere)}; drop {'--mig' if want.mig else '--partition'}, or ask for a model made by {implied}")
+        return vendor, want.model
     if len(found) > 1:
         problems.add(f"{where} model", f"{want.model!r} matches products of {', '.join(found)}; add the vendor")
         return vendor, want.model

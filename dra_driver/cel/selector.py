@@ -27,6 +27,7 @@ from celpy import celtypes
 from celpy.celparser import CELParseError, CELParser
 from celpy.evaluation import CELEvalError
 
+from dra_driver import suggest
 from dra_driver.cel import analysis
 from dra_driver.cel.analysis import ReferencedKey
 from dra_driver.cel.device import CelDevice
@@ -101,7 +102,13 @@ class CompiledSelector:
 
     def evaluate(self, device: CelDevice) -> bool:
         """True/False, or CelRuntimeError (runtime error, non-bool result, budget exceeded)."""
-        value = self.evaluate_value(device.value, device.paths)
+        try:
+            value = self.evaluate_value(device.value, device.paths)
+        except CelRuntimeError as exc:
+            hint = _missing_name_hint(exc.message, device)
+            if hint:
+                raise CelRuntimeError(self.expression, f"{exc.message}; {hint}") from exc
+            raise
         if not isinstance(value, celtypes.BoolType):
             raise CelRuntimeError(self.expression, f"expression returned {kind_name(value)}, a selector must return bool")
         return bool(value)
@@ -151,6 +158,24 @@ def _sort_key(key: ReferencedKey) -> tuple[str, str, str]:
     return (key.kind, key.domain or "", key.name)
 
 
+def _missing_name_hint(message: str, device: CelDevice) -> str:
+    """For `no such key: productname`: the device's attribute or capacity names close to it (case counts in CEL)."""
+    if not message.startswith("no such key: "):
+        return ""
+    names: set[str] = set()
+    for kind in ("attributes", "capacity"):
+        outer = device.value[kind]
+        names.update(str(domain) for domain in dict.keys(outer))
+        names.update(str(name) for domain in dict.keys(outer) for name in dict.keys(outer[domain]))
+    return _close_names(message.removeprefix("no such key: "), frozenset(names))
+
+
+@lru_cache(maxsize=1024)
+def _close_names(missing: str, names: frozenset[str]) -> str:
+    hint = suggest.did_you_mean(missing, sorted(names))
+    return f"{hint} (attribute and capacity names are case-sensitive; guard optional ones with has() or 'in')" if hint else ""
+
+
 def _error_text(error: CELEvalError) -> str:
     message = str(error.args[0]) if error.args else "evaluation error"
     if len(error.args) > 2 and error.args[2] and message in ("no such key",):
@@ -181,7 +206,7 @@ def _compile(expression: str, budget: int, environment: CelEnvironment) -> Compi
     except CELParseError as exc:
         if ".?" in expression or "[?" in expression:
             raise CelNotSupported(expression, "optional field/index syntax (.? and [?]) is not supported") from exc
-        raise CelCompileError(expression, f"Syntax error: {_first_line(exc)}") from exc
+        raise CelCompileError(expression, _syntax_error(expression, exc)) from exc
     if analysis.raw_depth(tree) > 12 * analysis.MAX_DEPTH:
         raise CelCompileError(expression, f"expression nesting is deeper than {analysis.MAX_DEPTH} levels")
     tree = analysis.collapse(tree)
@@ -196,6 +221,18 @@ def _compile(expression: str, budget: int, environment: CelEnvironment) -> Compi
             raise CelCompileError(expression, f"invalid literal: {value.args[0] if value.args else value}")
     program = compile_tree(tree, literals)
     return CompiledSelector(expression, tree, analysis.referenced_keys(tree), budget, literals, estimate(tree), program)
+
+
+def _syntax_error(expression: str, exc: Exception) -> str:
+    """`Syntax error at column N`, then the whole line of the expression and a caret under the column (the
+    parser's own text shows only the 40 characters before it)."""
+    line, column = getattr(exc, "line", None), getattr(exc, "column", None)
+    lines = expression.splitlines() or [expression]
+    if not isinstance(line, int) or not isinstance(column, int) or not 1 <= line <= len(lines):
+        return f"Syntax error: {_first_line(exc)}"
+    where = f"line {line}, column {column}" if len(lines) > 1 else f"column {column}"
+    text = lines[line - 1].replace("\t", " ")
+    return f"Syntax error at {where}:\n    {text}\n    {' ' * max(column - 1, 0)}^"
 
 
 def _first_line(exc: Exception) -> str:

@@ -17,11 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import yaml
 from kubernetes import client
 
-from dra_driver import sim_scratch
+from dra_driver import sim_scratch, suggest
 from dra_driver.daemon import Daemon
-from dra_driver.errors import DraError
+from dra_driver.errors import DraError, UsageError
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
 from dra_driver.kube.claims import ClaimReader
@@ -31,8 +32,10 @@ from dra_driver.plugin.kubelet_client import register
 from dra_driver.publisher.daemon_adapter import publisher_factory
 from dra_driver.registry import open_backends
 from dra_driver.vendor import BackendSettings, ClaimRef, VendorBackend
+from dra_driver.vocabulary import VENDOR_ALIASES
 
 NODE = "demo-node"
+SHOWN_MOUNTS = 3  # of the ~30 driver-file mounts of an NVIDIA spec, the ones shown
 NAMESPACE = "default"
 
 
@@ -62,26 +65,29 @@ def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout
     if args.count < 1:
-        print("dra-driver demo: --count must be at least 1", file=sys.stderr)
-        return 2
-    try:
-        profile = load_profile(args.profile)
-        opened = open_backends(BackendSettings(node_name=NODE), profile, [args.vendor] if args.vendor else None)
-    except DraError as exc:
-        print(f"dra-driver demo: {exc}", file=sys.stderr)
-        return 1
+        raise UsageError("--count must be at least 1")
+    profile = load_profile(args.profile)
+    opened = open_backends(BackendSettings(node_name=NODE), profile, [profile_vendor(profile.name, sorted(profile.sections), args.vendor)] if args.vendor else None)
     if not opened.backends:
         reasons = "; ".join(str(p) for p in opened.unavailable) or f"profile {profile.name} describes no installed vendor"
-        print(f"dra-driver demo: nothing to simulate: {reasons}", file=sys.stderr)
-        return 1
+        opened.close()
+        raise DraError(f"nothing to simulate: {reasons}")
     try:
         with _work_dir(args.work_dir) as work, SimApiServer() as server:
             return _demo(opened.backends[0], profile.name, args.count, work, server, out)
-    except DraError as exc:
-        print(f"dra-driver demo: {exc}", file=sys.stderr)
-        return 1
     finally:
         opened.close()
+
+
+def profile_vendor(profile: str, sections: list[str], given: str) -> str:
+    """The backend of `--vendor` (intel is gaudi's vendor name), which the profile must describe; UsageError saying what to pick."""
+    name = "gaudi" if given.lower() == "intel" else given.lower()
+    if name not in VENDOR_ALIASES:
+        raise UsageError(f"--vendor {given}: {suggest.unknown('vendor', given, VENDOR_ALIASES)}")
+    if name not in sections:
+        raise UsageError(f"--vendor {given}: profile {profile} has no {name} devices (it has {', '.join(sections)}); "
+                         f"drop --vendor, or pick a profile with {name} devices (`dra-driver profiles` lists them)")  # fmt: skip
+    return name
 
 
 def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: SimApiServer, out: TextIO) -> int:
@@ -97,6 +103,10 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         raise DraError(f"the daemon could not start {backend.driver_name}: {status.failed}")
     try:
         plugin = daemon.plugins[backend.driver_name]
+        say("== What you write: a ResourceClaimTemplate (which devices) and a Pod that uses it")
+        say(_indent(_user_side(backend.driver_name, count)))
+        say("   The scheduler makes a ResourceClaim from the template and allocates it from the ResourceSlices the driver")
+        say("   publishes; the kubelet asks the driver to prepare it. Below, this demo plays scheduler and kubelet.")
         inventory = backend.discover()
         say(f"== Simulated node '{NODE}' (profile {profile}): {len(inventory.devices)} {backend.driver_name} devices")
         for device in inventory.devices[:12]:
@@ -110,7 +120,7 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         slices = wait_for_pool(api, backend.driver_name, NODE)
         say(f"== Published {len(slices)} ResourceSlice(s) for pool {NODE} through the API server")
         claim, chosen = _create_and_allocate(api, backend.driver_name, count, slices)
-        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}): {count} x DeviceClass {backend.driver_name}")
+        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {count} x DeviceClass {backend.driver_name}")
         say(f"   allocated from the published slices: request 'gpus' -> {', '.join(chosen)}")
 
         conn = register(plugin.paths.registration_socket)
@@ -128,8 +138,8 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
             say(f"   {device.pool_name}/{device.device_name} request={list(device.request_names)} cdi={list(device.cdi_device_ids)}")
         spec_path = Path(plugin.service.checkpoint_record(claim.uid).cdi_spec or "")
         spec = json.loads(spec_path.read_text())
-        say(f"== CDI spec {spec_path}")
-        say(_indent(json.dumps(spec, indent=2)))
+        say(f"== CDI spec {spec_path} (driver-file mounts folded)")
+        say(_indent(json.dumps(_folded(spec), indent=2)))
         say("== What a container using this claim gets (resolved from the CDI spec)")
         _describe_container(spec, [i for d in entry.devices for i in d.cdi_device_ids], say)
 
@@ -180,13 +190,41 @@ def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> N
     if not nodes:
         say("     (none)")
     if mounts:
-        say("   mounts:")
-        for mount in mounts:
+        say(f"   mounts: {len(mounts)}" + (", for example:" if len(mounts) > SHOWN_MOUNTS else ":"))
+        for mount in mounts[:SHOWN_MOUNTS]:
             say(f"     {mount['hostPath']} -> {mount['containerPath']} {','.join(mount.get('options', []))}")
     if hooks:
         say("   hooks:")
         for hook in hooks:
             say(f"     {hook['hookName']}: {hook['path']} {' '.join(hook.get('args', []))}")
+
+
+def _user_side(device_class: str, count: int) -> str:
+    """The two objects a user writes for the demo's claim: its template and a pod referring to it."""
+    template = claim_object("gpus", NAMESPACE, device_class, count)
+    template = {"apiVersion": template["apiVersion"], "kind": "ResourceClaimTemplate", "metadata": template["metadata"], "spec": {"spec": template["spec"]}}
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo", "namespace": NAMESPACE},
+        "spec": {
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpus"}],
+            "containers": [{"name": "app", "image": "ubuntu:24.04", "resources": {"claims": [{"name": "gpus"}]}}],
+        },
+    }  # fmt: skip
+    return "---\n".join(yaml.safe_dump(obj, sort_keys=False) for obj in (template, pod)).rstrip()
+
+
+def _folded(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with each long `mounts` list cut to a few entries and a count (the driver files repeat per spec)."""
+    def fold(edits: dict[str, Any]) -> dict[str, Any]:
+        mounts = edits.get("mounts") or []
+        if len(mounts) <= SHOWN_MOUNTS:
+            return edits
+        return {**edits, "mounts": [*mounts[:SHOWN_MOUNTS], f"... {len(mounts) - SHOWN_MOUNTS} more driver-file mounts"]}
+
+    out = {**spec, "devices": [{**device, "containerEdits": fold(device.get("containerEdits") or {})} for device in spec.get("devices") or []]}
+    if spec.get("containerEdits"):
+        out["containerEdits"] = fold(spec["containerEdits"])
+    return out
 
 
 def _indent(text: str) -> str:

@@ -12,8 +12,7 @@ from typing import Any
 
 import yaml
 
-from dra_driver.errors import DraError, ProfileError
-from dra_driver.inputs import InputError
+from dra_driver.cli import failures
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.model import as_list, render_pool, validate_slices
 from dra_driver.registry import open_backends
@@ -33,13 +32,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--profile", metavar="NAME|FILE", help="simulate a shipped hardware profile (e.g. dgx-h100) or a profile file")
     parser.add_argument(
-        "--mig-mode",
         "--partitioning",
-        dest="partitioning",
         choices=("static", "dynamic"),
         default="static",
         help="static: publish existing MIG devices/partitions; dynamic: every placement with shared counters (needs DRAPartitionableDevices)",
     )
+    parser.add_argument("--mig-mode", choices=("static", "dynamic"), help=argparse.SUPPRESS)  # the old name of --partitioning
     parser.add_argument("-o", "--output", choices=("yaml", "json", "table"), default="yaml")
     parser.add_argument("--node-name", default=default_node_name(), help="node name for the pools (default: $NODE_NAME or the host name)")
     parser.add_argument("--vendors", help="comma-separated vendors to use (default: all installed)")
@@ -68,7 +66,8 @@ def _attribute_value(device: Mapping[str, Any], driver: str, name: str) -> str:
     entry = attributes.get(name) or attributes.get(f"{driver}/{name}")
     if not entry:
         return ""
-    return str(next(iter(entry.values())))
+    value = next(iter(entry.values()))
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)  # as YAML and CEL write it
 
 
 def render_table(slices: list[dict[str, Any]]) -> str:
@@ -102,18 +101,13 @@ def render_table(slices: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = BackendSettings(node_name=args.node_name, partitioning=args.partitioning)
+    if args.mig_mode:
+        failures.warning("--mig-mode is deprecated; use --partitioning (the name every other command uses)")
+    settings = BackendSettings(node_name=args.node_name, partitioning=args.mig_mode or args.partitioning)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
-    try:
-        slices, unavailable = collect_slices(settings, args.profile, vendors)
-    except (InputError, ProfileError) as exc:  # the profile named or given is bad input
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except DraError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    slices, unavailable = collect_slices(settings, args.profile, vendors)  # a bad profile: ProfileError/InputError, exit 2
     for reason in unavailable:
-        print(f"note: {reason}", file=sys.stderr)
+        failures.info(f"note: {reason}")
     if args.output == "json":
         print(json.dumps(as_list(slices), indent=2))
     elif args.output == "yaml":

@@ -31,14 +31,17 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, or a Pod with its templates (and optional DeviceClasses)")
     add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
-    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="Kubernetes feature gates that change the answer (1.35 defaults otherwise): " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
+    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="the cluster's Kubernetes feature gates (any gate is accepted; 1.35 defaults otherwise); these change the answer: " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")
     parser.set_defaults(func=run)
 
 
 def request_from_args(args: argparse.Namespace) -> ExplainRequest:
-    return ExplainRequest(file=args.file, source=fleet_source(args), class_paths=tuple(args.classes), gates=parse_gates(args.feature_gates))
+    gates = parse_gates(args.feature_gates)
+    if gates.ignored:
+        failures.info(f"note: {gates.ignored_note()}")
+    return ExplainRequest(file=args.file, source=fleet_source(args), class_paths=tuple(args.classes), gates=gates)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,14 +17,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dra_driver import __version__
-from dra_driver.inputs import errors as input_errors
+from dra_driver.cli import failures
+from dra_driver.cli.parser import Parser
+from dra_driver.errors import DraError
 from dra_driver.inputs import limits as input_limits
 from dra_driver.logs import configure_logging
 
-COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "demo", "explain", "migrate", "fleet", "template")
+COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "demo", "explain", "migrate", "fleet", "template", "profiles")
 # Top-level options that take a value (chosen_command skips the value too).
 _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = failures.EXIT_USAGE
 LOG_LEVEL_ENV = "DRA_DRIVER_LOG_LEVEL"
 _LOG_LEVELS = {"warning": 0, "info": 1, "debug": 2}
 # The daemon's crash goes to its log with the traceback: nobody reads its stderr line by line.
@@ -107,9 +109,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     kubernetes client, ruamel, pydantic, the CEL layer...); a run of one command
     should not pay for importing the others.
     """
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dra-driver",
         description="Kubernetes DRA driver for NVIDIA, AMD and Intel Gaudi accelerators.",
+        epilog=failures.EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"dra-driver {__version__}")
     parser.add_argument(
@@ -126,6 +129,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 continue  # command not built into this version
             raise
         module.add_parser(subparsers)
+    for name, command in subparsers.choices.items():
+        command.epilog = "\n\n".join(filter(None, (command.epilog, failures.EPILOG)))
+        command.prog = f"dra-driver {name}"
     return parser
 
 
@@ -139,10 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         verbosity = args.verbose or env_verbosity(os.environ.get(LOG_LEVEL_ENV))
     except ValueError as exc:
-        print(f"dra-driver: {exc}", file=sys.stderr)
-        return 2
+        print(f"dra-driver: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     configure_logging(verbosity=verbosity, fmt=args.log_format)
     configure_inputs(args)
+    failures.set_command(args.command)
     previous = _clean_up_on_sigterm(args.command)
     try:
         return _run_command(args)
@@ -150,16 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except input_errors.InputError as exc:
-        print(f"dra-driver {args.command}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except DraError as exc:  # an error a command raised on purpose: one line a problem, its exit code
+        return failures.report(exc)
     except Exception as exc:  # one line, not a traceback, unless -vv asks for it
         if args.verbose >= 2 or args.command in _KEEP_TRACEBACK:
             raise
-        print(f"dra-driver {args.command}: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} "
-              "(run with -vv for the traceback, and please report it)", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        failures.error(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} (run with -vv for the traceback, and please report it)")
+        return failures.EXIT_FAILURE
     finally:
+        failures.set_command(None)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         logging.shutdown()

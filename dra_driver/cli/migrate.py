@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.atomic_file import replace_file
+from dra_driver.cli import failures
 from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
 from dra_driver.migrate.helm import is_template_source
@@ -81,25 +82,19 @@ def read_checked(name: str, round_trip_whole: bool = False) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.write and "-" in args.files:
-        print("dra-driver migrate: --write cannot rewrite standard input", file=sys.stderr)
-        return EXIT_REFUSED
+        return failures.fail("--write cannot rewrite standard input", EXIT_REFUSED)
     if args.files.count("-") > 1:
-        print("dra-driver migrate: '-' may be given once", file=sys.stderr)
-        return EXIT_REFUSED
+        return failures.fail("'-' may be given once", EXIT_REFUSED)
     directories = [Path(name) for name in args.files if name != "-" and Path(name).is_dir()]
     if directories and not (args.write or args.check):
-        print(f"dra-driver migrate: {directories[0]} is a directory: a kustomization is migrated in place, use -w "
-              "(or --check)", file=sys.stderr)
-        return EXIT_REFUSED
+        return failures.fail(f"{directories[0]} is a directory: a kustomization is migrated in place, use -w (or --check)", EXIT_REFUSED)
     files = [name for name in args.files if name == "-" or not Path(name).is_dir()]
     try:
         inputs = [(name, read_checked(name)) for name in files]
     except InputError as exc:
-        print(f"migrate refused: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        return failures.report(exc)
     if args.deviceclasses is not None and not args.deviceclasses.is_dir():
-        print(f"dra-driver migrate: --deviceclasses {args.deviceclasses}: not a directory", file=sys.stderr)
-        return EXIT_REFUSED
+        return failures.fail(f"--deviceclasses {args.deviceclasses}: not a directory", EXIT_REFUSED)
     try:
         options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses))
         results, report = migrate(inputs, options)
@@ -107,12 +102,8 @@ def run(args: argparse.Namespace) -> int:
             more, more_report = migrate_directory(directory, options, read=lambda path: read_checked(str(path), round_trip_whole=True))
             results += more
             report.merge(more_report)
-    except InputError as exc:
-        print(f"migrate refused: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except MigrationError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_REFUSED
+    except (InputError, MigrationError) as exc:
+        return failures.report(exc)
     if args.report == "json":
         print(report.to_json(), file=sys.stderr)
     elif args.report == "text":

@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def ready(args: argparse.Namespace) -> int:
     problem = uid_problem(args.pod_uid) if args.pod_uid is not None else None
     if problem is not None:
-        print(f"dra-driver ready: --pod-uid {problem}; pass the pod's metadata.uid ($POD_UID)", file=sys.stderr)
+        print(f"dra-driver ready: error: --pod-uid {problem}; pass the pod's metadata.uid ($POD_UID)", file=sys.stderr)
         return 2
     report = read_status(status_path(args.state_dir, args.pod_uid), args.max_age)
     print(report.summary(), file=sys.stdout if report.ready else sys.stderr)

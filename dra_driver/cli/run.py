@@ -15,15 +15,15 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver.daemon import ApiWiring, Daemon
-from dra_driver.errors import DraError
-from dra_driver.kube.api_source import api_source
+from dra_driver.errors import DraError, UsageError
+from dra_driver.cli import failures
+from dra_driver.kube.api_source import ApiSource, api_source
 from dra_driver.logs import fields
 from dra_driver.metrics_http import BindAddress
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
@@ -50,7 +50,8 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="this node's name (default: $NODE_NAME or the host name)")
     parser.add_argument("--kubelet-dir", type=Path, default=DEFAULT_KUBELET_DIR, help="kubelet root dir (default /var/lib/kubelet)")
     parser.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs are written (default /var/run/cdi)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default, as kubectl: $KUBECONFIG, ~/.kube/config, then the in-cluster service account)")
+    parser.add_argument("--context", default=None, help="the kubeconfig context to use (default: its current-context)")
     parser.add_argument("--api-server", default=None, help="API server base URL without auth (tests, kubectl proxy)")
     parser.add_argument("--vendors", default=None, help="comma-separated vendors (default: every installed backend that finds hardware)")
     parser.add_argument("--profile", default=None, help="simulate this hardware profile instead of the real hardware")
@@ -121,9 +122,9 @@ def writable_dir(flag: str, path: Path) -> None:
         probe.touch()
         probe.unlink()
     except FileExistsError as exc:
-        raise DraError(f"{flag} {path}: exists and is not a directory; point {flag} at a writable directory") from exc
+        raise UsageError(f"{flag} {path}: exists and is not a directory; point {flag} at a writable directory") from exc
     except OSError as exc:
-        raise DraError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
+        raise UsageError(f"{flag} {path}: cannot create or write it ({exc.strerror or exc}); point {flag} at a writable directory") from exc
 
 
 def check_identity(node_name: str, pod_uid: str | None) -> None:
@@ -131,10 +132,10 @@ def check_identity(node_name: str, pod_uid: str | None) -> None:
     checked against the Kubernetes rules before use."""
     problem = dns_subdomain_problem(node_name)
     if problem is not None:
-        raise DraError(f"--node-name {problem}; pass the Kubernetes node name (spec.nodeName, through the downward API as $NODE_NAME)")
+        raise UsageError(f"--node-name {problem}; pass the Kubernetes node name (spec.nodeName, through the downward API as $NODE_NAME)")
     problem = uid_problem(pod_uid) if pod_uid is not None else None
     if problem is not None:
-        raise DraError(f"--pod-uid {problem}; pass the driver pod's metadata.uid (through the downward API as $POD_UID)")
+        raise UsageError(f"--pod-uid {problem}; pass the driver pod's metadata.uid (through the downward API as $POD_UID)")
 
 
 def _absolute(flag: str, value: str | Path | None) -> Path | None:
@@ -143,7 +144,7 @@ def _absolute(flag: str, value: str | Path | None) -> Path | None:
         return None
     path = Path(value)
     if not path.is_absolute() or ".." in path.parts:
-        raise DraError(f"{flag} {value}: must be an absolute host path without '..' (CDI specs need absolute paths)")
+        raise UsageError(f"{flag} {value}: must be an absolute host path without '..' (CDI specs need absolute paths)")
     return path
 
 
@@ -156,9 +157,11 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
     `connect_api` after the sockets serve.
     """
     check_identity(args.node_name, args.pod_uid)
+    source = api_source(args.api_server, args.kubeconfig, args.context, instead="--api-server URL")
+    check_api_server(source)
+    warn_without_kubelet(args.kubelet_dir)
     writable_dir("--state-dir", args.state_dir)
     writable_dir("--cdi-dir", args.cdi_dir)
-    api_source(args.api_server, args.kubeconfig)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = None
     if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
@@ -190,6 +193,33 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
         raise
 
 
+def check_api_server(source: ApiSource) -> None:
+    """Before anything is created: a server that lacks resource.k8s.io/v1 stops the start with one line (ClusterError,
+    exit 3); an outage or refused credentials only warn (the publisher retries with backoff, prepares wait for it).
+    In a pod the check needs no kubernetes client import, which stays after the sockets serve."""
+    from dra_driver.kube.server_check import ClusterError, check_source
+
+    try:
+        check_source(source)
+    except ClusterError as exc:
+        if exc.permanent:
+            raise
+        failures.warning(f"{exc}; starting anyway, publishing retries with backoff")
+
+
+def warn_without_kubelet(kubelet_dir: Path) -> None:
+    """No kubelet plugin registry: the sockets would be served where no kubelet looks (a wrong --kubelet-dir, or not a node)."""
+    if not (kubelet_dir / "plugins_registry").is_dir():
+        failures.warning(f"no kubelet here: {kubelet_dir / 'plugins_registry'} does not exist; the kubelet will not find the plugin (pass the kubelet's --root-dir as --kubelet-dir)")
+
+
+def announce(daemon: Daemon, args: argparse.Namespace, source: ApiSource) -> None:
+    """One line on stderr, whatever the log level: what this process serves, for which node, to which API server."""
+    drivers = ", ".join(backend.driver_name for backend in daemon.backends)
+    simulated = f", simulating profile {args.profile}" if args.profile else ""
+    failures.info(f"serving {drivers} on node {args.node_name}{simulated}; sockets under {args.kubelet_dir}, CDI specs in {args.cdi_dir}; API server: {source.describe()}")
+
+
 def connect_api(args: argparse.Namespace) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
     from kubernetes import client
@@ -200,11 +230,11 @@ def connect_api(args: argparse.Namespace) -> ApiWiring:
     from dra_driver.publisher.daemon_adapter import publisher_factory
 
     try:
-        configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig)
+        configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig, context=args.context)
     except DraError:
         raise
     except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
-        raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig).kind}): {exc}") from exc
+        raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig, args.context).kind}): {exc}") from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
     api_client = client.ApiClient(configuration)
     return ApiWiring(
@@ -231,8 +261,7 @@ def _build_and_run(args: argparse.Namespace, requested: threading.Event, deliver
     try:
         simulated = open_simulated_root(args)
     except DraError as exc:
-        print(f"dra-driver run: {exc}", file=sys.stderr)
-        return 1
+        return failures.report(exc)
     try:
         return _run_daemon(args, requested, deliver, simulated)
     finally:
@@ -261,16 +290,15 @@ def _run_daemon(args: argparse.Namespace, requested: threading.Event, deliver: l
     try:
         daemon = build_daemon(args, simulated)
     except DraError as exc:
-        print(f"dra-driver run: {exc}", file=sys.stderr)
-        return 1
+        return failures.report(exc)
+    announce(daemon, args, api_source(args.api_server, args.kubeconfig, args.context))
     deliver[0] = daemon.request_stop
     if requested.is_set():
         daemon.request_stop()
     try:
         return daemon.run_until_signal()
     except DraError as exc:  # e.g. the API client cannot be built: a clear line, not a traceback
-        print(f"dra-driver run: {exc}", file=sys.stderr)
         daemon.stop()
-        return 1
+        return failures.report(exc)
     finally:
         OpenedBackends(daemon.backends).close()

@@ -22,14 +22,15 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from dataclasses import replace
 from typing import Any
 
 from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_sharing, parse_want, template
 from dra_driver.authoring.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
-from dra_driver.cli.fleet_options import add_fleet_source, fleet_given, fleet_source
-from dra_driver.errors import DraError
+from dra_driver.cli.fleet_options import add_fleet_source, default_cluster, fleet_given, fleet_source
 from dra_driver.explain import InputError
+from dra_driver.kube.server_check import ClusterError
 
 EXIT_OK, EXIT_NO_NODE = 0, 1
 
@@ -102,7 +103,8 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     if problems.errors:
         raise InputError(problems.errors)
     intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim, canonical_command(args))
-    return TemplateRequest(intent, fleet_source(args) if fleet_given(args) else None, hardware_check=not args.no_hardware_check)
+    checked = fleet_given(args) or default_cluster()
+    return TemplateRequest(intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check)
 
 
 def _report(result: TemplateResult) -> int:
@@ -118,9 +120,13 @@ def _report(result: TemplateResult) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    request = request_from_args(args)
     try:
-        result = template(request_from_args(args))
-    except DraError as exc:  # InputError, TemplateError (no known hardware fits), a fleet that cannot be read
-        return failures.report(exc)
+        result = template(request)
+    except ClusterError as exc:  # kubectl's default cluster, not asked for by name: write the YAML unchecked
+        if fleet_given(args):
+            raise
+        failures.warning(f"not checked against a cluster: {exc}")
+        result = template(replace(request, source=None))
     sys.stdout.write(result.text)
     return _report(result)

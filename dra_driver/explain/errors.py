@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dra_driver.errors import DraError, FieldError
+from dra_driver.errors import FieldError, UsageError
 
 
-class InputError(DraError):
+class InputError(UsageError):
     """Input that cannot be explained; carries field errors."""
 
     def __init__(self, errors: list[FieldError]) -> None:

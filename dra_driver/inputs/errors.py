@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dra_driver.errors import DraError
+from dra_driver.errors import UsageError
 
 
-class InputError(DraError):
+class InputError(UsageError):
     """Input refused before or while it is parsed; renders as one line `source:line: message`.
 
     `line` is the line of the file (1-based, counting from the start of the whole

@@ -268,6 +268,19 @@ def _line(event: Any) -> int:
     return int(event.start_mark.line) + 1
 
 
+def _tab_fix(data: bytes | str, line: int | None) -> str:
+    """The fix when the line libyaml stopped at (or the one before) holds a tab: YAML indents with spaces only."""
+    if line is None:
+        return ""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    lines = text.splitlines()
+    for number in (line, line - 1):
+        if 1 <= number <= len(lines) and "\t" in lines[number - 1]:
+            where = "indented with" if lines[number - 1].lstrip(" ").startswith("\t") else "holding"
+            return f"; line {number} is {where} a tab: YAML indents with spaces only, replace the tab with spaces"
+    return ""
+
+
 def build_documents(data: bytes | str, name: str, limits: Limits) -> list[Document]:
     """Every document of the YAML stream `data`; InputError (with the file line) on any problem."""
     builder = _Builder(name, limits)
@@ -278,6 +291,7 @@ def build_documents(data: bytes | str, name: str, limits: Limits) -> list[Docume
         problem = " ".join(part for part in (exc.context, exc.problem) if part)
         # libyaml marks the end of the stream one line past a last line without a newline.
         last = max(1, data.count(b"\n" if isinstance(data, bytes) else "\n") + (0 if data[-1:] in (b"\n", "\n") else 1))
-        raise builder.fail(min(mark.line + 1, last) if mark else None, f"invalid YAML: {problem}") from exc
+        line = min(mark.line + 1, last) if mark else None
+        raise builder.fail(line, f"invalid YAML: {problem}{_tab_fix(data, line)}") from exc
     except yaml.YAMLError as exc:  # the reader's encoding errors carry a position, not a mark
         raise builder.fail(None, f"invalid YAML: {exc}") from exc

@@ -1,4 +1,4 @@
-"""Build a kubernetes ApiClient: from a base URL, a kubeconfig, or the in-cluster service account.
+"""Build a kubernetes ApiClient: from a base URL, a kubeconfig (merged, with its context, as kubectl), or in-cluster.
 
 The driver runs in a pod (in-cluster config); `demo` and the tests point it at
 the simulated API server by URL; a developer laptop uses a kubeconfig.
@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, KubeConfigError, api_source
+from dra_driver import suggest
+from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, ApiSource, KubeConfigError, api_source
 
-__all__ = ["IN_CLUSTER_TOKEN", "JsonApi", "KubeConfigError", "WatchStream", "configuration_for_url", "load_configuration", "make_api_client"]
+__all__ = ["IN_CLUSTER_TOKEN", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "chosen_context", "configuration_for_url", "load_configuration", "make_api_client", "server_label"]
 
 
 def configuration_for_url(base_url: str) -> client.Configuration:
@@ -25,17 +27,60 @@ def configuration_for_url(base_url: str) -> client.Configuration:
     return client.Configuration(host=source.location.rstrip("/"))
 
 
-def load_configuration(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None) -> client.Configuration:
-    """The first that applies: an explicit URL, an explicit kubeconfig, in-cluster, $KUBECONFIG / ~/.kube/config."""
-    source = api_source(base_url, kubeconfig)
+def _kubeconfig_documents(source: ApiSource) -> list[dict[str, Any]]:
+    """Each kubeconfig file, read through the input layer first: the client's own loader has no size, depth or alias limit."""
+    from dra_driver.inputs import read_documents
+
+    from dra_driver.inputs import InputError
+
+    contents = []
+    for path in source.files:
+        try:
+            documents = read_documents(path)
+        except InputError as exc:
+            raise KubeConfigError(f"kubeconfig {exc}") from exc
+        data = documents[0].data if documents else None
+        if not isinstance(data, dict):
+            raise KubeConfigError(f"kubeconfig {path}: not a kubeconfig (expected a map with clusters, contexts, users)")
+        contents.append(data)
+    return contents
+
+
+def chosen_context(source: ApiSource) -> str | None:
+    """The context kubectl would use: --context if the merged files have it, else the first current-context set."""
+    contents = _kubeconfig_documents(source)
+    names = [str(c.get("name")) for data in contents for c in data.get("contexts") or [] if isinstance(c, dict)]
+    if source.context is not None:
+        if source.context not in names:
+            hint = suggest.did_you_mean(source.context, names)
+            raise KubeConfigError(f"--context {source.context}: no such context in {replace(source, context=None).describe()}; {hint or 'known: ' + (', '.join(names) or 'none')}")
+        return source.context
+    current = next((str(data["current-context"]) for data in contents if data.get("current-context")), None)
+    if current is None:
+        raise KubeConfigError(f"{source.describe()} sets no current-context; pass --context NAME (known: {', '.join(names) or 'none'})")
+    return current
+
+
+def load_configuration(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None, source: ApiSource | None = None) -> client.Configuration:
+    """The client configuration of `source` (found from the other arguments as kubectl would when not given)."""
+    source = source or api_source(base_url, kubeconfig, context)
     if source.kind == "url":
         return configuration_for_url(source.location)
     configuration = client.Configuration()
     if source.kind == "in-cluster":
         config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(config_file=source.location, context=context, client_configuration=configuration)
+        return configuration
+    active = chosen_context(source)
+    try:
+        config.load_kube_config(config_file=source.location, context=active, client_configuration=configuration, persist_config=False)
+    except Exception as exc:  # the loader raises several unrelated types for a bad file
+        raise KubeConfigError(f"cannot use {source.describe()} (context {active}): {' '.join(str(exc).split())[:300]}") from exc
     return configuration
+
+
+def server_label(source: ApiSource, configuration: client.Configuration) -> str:
+    """The server as a message names it: its URL, and the kubeconfig or context it came from."""
+    return configuration.host if source.kind == "url" else f"{configuration.host} ({source.describe()})"
 
 
 def make_api_client(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:

@@ -123,6 +123,7 @@ RESOURCES: dict[str, ResourceType] = {
     )
 }
 _BY_KIND = {r.kind: r for r in RESOURCES.values()}
+_RESOURCE_GROUP = "resource.k8s.io"
 
 
 def resource_for(kind_or_plural: str) -> ResourceType:
@@ -141,6 +142,8 @@ class ServerOptions:
     taints: bool = True  # DRADeviceTaints
     history: int = 10_000  # watch events kept; older resourceVersions answer 410 Expired
     default_watch_timeout: float = 1800.0  # what the apiserver's min-request-timeout gives a watch
+    # resource.k8s.io versions served (--runtime-config): () is a cluster without DRA, ("v1beta1",) an older one
+    resource_versions: tuple[str, ...] = ("v1", "v1alpha3")
 
 
 # --------------------------------------------------------------------------- errors
@@ -754,7 +757,7 @@ class _Handler(BaseHTTPRequestHandler):
         group = match.group("group") or ""
         version = match.group("core_version") or match.group("version")
         rt = RESOURCES.get(match.group("plural"))
-        if rt is None or rt.group != group or rt.version != version:
+        if rt is None or rt.group != group or rt.version != version or not self._served(group, version):
             raise ApiError(404, f"the server could not find the requested resource ({path})")
         namespace = match.group("namespace")
         if rt.namespaced is False and namespace:
@@ -763,6 +766,22 @@ class _Handler(BaseHTTPRequestHandler):
         if sub and not (sub == "status" and rt.status_subresource):
             raise ApiError(404, f"{rt.plural} has no subresource {sub!r}")
         return _Route(rt, namespace, match.group("name"), sub)
+
+    def _served(self, group: str, version: str) -> bool:
+        return group != _RESOURCE_GROUP or version in self.server.sim.options.resource_versions
+
+    def _group_discovery(self, path: str) -> JsonObject | None:
+        """The APIGroup object `GET /apis/<group>` answers (None: not a discovery path or no version served)."""
+        group = path.removeprefix("/apis/").rstrip("/")
+        if not path.startswith("/apis/") or "/" in group:
+            return None
+        known = {rt.version for rt in RESOURCES.values() if rt.group == group}
+        versions = sorted(self.server.sim.options.resource_versions if group == _RESOURCE_GROUP else known)
+        if not versions:
+            return None
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        preferred = next((e for e in entries if e["version"] == "v1"), entries[0])
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": entries, "preferredVersion": preferred}
 
     @staticmethod
     def _verb(method: str, route: _Route, query: Mapping[str, list[str]]) -> str:
@@ -802,6 +821,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if parts.path == "/version":
             self._send_json(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-dra-driver-sim"})
+            return
+        discovery = self._group_discovery(parts.path) if method == "GET" else None
+        if discovery is not None:
+            self._send_json(200, discovery)
             return
         try:
             body = self._read_body()

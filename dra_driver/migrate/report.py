@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from dra_driver.errors import DraError, FieldError
+from dra_driver.errors import FieldError, UsageError
 
 
 class Action(str, Enum):
@@ -84,7 +84,7 @@ class Report:
         return "\n".join(lines)
 
 
-class MigrationError(DraError):
+class MigrationError(UsageError):
     """Input the migration refuses; nothing is written when this is raised."""
 
     def __init__(self, errors: list[FieldError]) -> None:

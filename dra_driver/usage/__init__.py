@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dra_driver import suggest
 from dra_driver.allocator import CelMatcher
 from dra_driver.errors import FieldError
 from dra_driver.explain import FleetSource, InputError, load_fleet, merge_classes, shipped_class_documents
@@ -30,18 +31,19 @@ def vendor_filter(names: tuple[str, ...]) -> tuple[str, ...]:
     """Vendor names as people type them (gaudi, NVIDIA) -> dra-driver.io/vendor values; InputError naming the choices."""
     unknown = [n for n in names if n.lower() not in VENDOR_ALIASES]
     if unknown:
-        raise InputError([FieldError("--vendor", f"unknown vendor {', '.join(map(repr, unknown))}; choose from {', '.join(sorted(VENDOR_ALIASES))}")])
+        raise InputError([FieldError("--vendor", suggest.unknown("vendor", name, VENDOR_ALIASES)) for name in unknown])
     return tuple(sorted({VENDOR_ALIASES[n.lower()] for n in names}))
 
 
 def fleet_view(request: ViewRequest) -> FleetView:
-    source = replace(request.source, with_pods=bool(request.source.kubeconfig))
+    reads_cluster = request.source.cluster() is not None
+    source = replace(request.source, with_pods=reads_cluster)
     fleet = load_fleet(source)
     filters, matcher = request.filters, None
     if request.class_name:
         matcher = CelMatcher()
         classes = merge_classes([("shipped", shipped_class_documents()), ("fleet", fleet.classes)], matcher)
         if request.class_name not in classes:
-            raise InputError([FieldError("CLASS", f"DeviceClass {request.class_name!r} is neither shipped nor in the fleet; known: {', '.join(sorted(classes))}")])
+            raise InputError([FieldError("CLASS", f"{suggest.unknown('DeviceClass', request.class_name, classes)} (neither shipped nor in the fleet)")])
         filters = replace(filters, device_class=classes[request.class_name])
-    return build_view(fleet, filters, matcher, pods_listed=bool(source.kubeconfig))
+    return build_view(fleet, filters, matcher, pods_listed=reads_cluster)

@@ -57,7 +57,7 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
         if pool.invalid:
             view.notes.append(f"pool {pool.driver}/{pool.name} is unusable: {pool.invalid}")
         used = _counters_used(pool, holders)
-        shown = False
+        shown: list[tuple[PoolDevice, DeviceRow]] = []
         for device in pool.devices:
             published.add(device.id)
             row = _device_row(pool, device, holders.get(device.id, []), used)
@@ -69,9 +69,10 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
             except SelectorRuntimeError:
                 selector_errors += 1  # the scheduler would fail the claim: the device is not a match
                 continue
-            view.devices.append(row)
-            shown = True
+            shown.append((device, row))
         if shown:
+            _mark_overlapping(pool, shown, used)
+            view.devices += [row for _, row in shown]
             view.counters += _counter_rows(pool, used)
     if selector_errors:
         view.notes.append(f"class {view.device_class}: its selectors failed with a CEL error on {selector_errors} devices (counted as not matching)")
@@ -217,6 +218,25 @@ def _short_of(pool: Pool, device: PoolDevice, used: Mapping[tuple[str, str], Dec
             if used.get((set_name, counter), Decimal(0)) + amount > total:
                 return f"{set_name}/{counter}"
     return ""
+
+
+def _mark_overlapping(pool: Pool, shown: Sequence[tuple[PoolDevice, DeviceRow]], used: Mapping[tuple[str, str], Decimal]) -> None:
+    """Free devices that draw on shared counters are alternatives to each other (a GPU or its MIG placements):
+    only a set that fits the counters left all at once stays free, the others become "overlapping".
+
+    Largest first (the most counter drawn), so an untouched GPU counts as one free GPU, not as the GPU plus
+    every placement; what a class selects (fleet CLASS) is packed among itself: seven free 1g.10gb per A100.
+    """
+    taken = dict(used)
+    candidates = [(device, row) for device, row in shown if row.state == "free" and device.consumes]
+    candidates.sort(key=lambda pair: (-sum(amount for _, counters in pair[0].consumes for _, amount in counters), pair[0].id.device))
+    for device, row in candidates:
+        if _short_of(pool, device, taken):
+            row.state = "overlapping"
+            continue
+        for set_name, counters in device.consumes:
+            for counter, amount in counters:
+                taken[(set_name, counter)] = taken.get((set_name, counter), Decimal(0)) + amount
 
 
 def _device_row(pool: Pool, device: PoolDevice, holders: list[Holder], used: Mapping[tuple[str, str], Decimal]) -> DeviceRow:

@@ -1,7 +1,7 @@
 """What `dra-driver fleet` reports: devices per node and kind, counters, and who holds each device.
 
 Plain dataclasses, built by dra_driver.usage.build and printed by dra_driver.usage.render.
-Every device falls in exactly one state, so total = allocated + free + tainted + blocked.
+Every device falls in exactly one state, so total = allocated + free + overlapping + tainted + blocked.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-State = Literal["allocated", "free", "tainted", "blocked"]
-STATES: tuple[State, ...] = ("allocated", "free", "tainted", "blocked")
+# free: allocatable now, together with every other free device (shared counters included); overlapping:
+# allocatable now, but only instead of free devices it shares counters with (another placement of a GPU).
+State = Literal["allocated", "free", "overlapping", "tainted", "blocked"]
+STATES: tuple[State, ...] = ("allocated", "free", "overlapping", "tainted", "blocked")
 NO_NODE = "(no node)"  # pools of network-attached devices (nodeSelector / allNodes slices)
 
 

@@ -52,7 +52,7 @@ def _totals_line(view: FleetView) -> str:
 def to_table(view: FleetView) -> str:
     lines = [_totals_line(view), ""]
     lines += format_table(
-        ["NODE", "DRIVER", "KIND", "TOTAL", "ALLOCATED", "FREE", "TAINTED", "BLOCKED"],
+        ["NODE", "DRIVER", "KIND", "TOTAL", "ALLOCATED", "FREE", "OVERLAPPING", "TAINTED", "BLOCKED"],
         [[g.node, g.driver, g.kind, str(g.total), *(str(g.counts[s]) for s in STATES)] for g in view.groups],
     )
     used = [c for c in view.counters if c.in_use]

@@ -44,7 +44,7 @@ def devices_by_driver(listing: dict[str, Any]) -> dict[str, int]:
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_every_profile_prints_valid_slices(capsys: pytest.CaptureFixture[str], profile: str, mode: str) -> None:
-    code, out, err = discover(capsys, "--profile", profile, "--mig-mode", mode, "-o", "json")
+    code, out, err = discover(capsys, "--profile", profile, "--partitioning", mode, "-o", "json")
     assert code == 0, err
     listing = json.loads(out)
     assert listing["apiVersion"] == "v1" and listing["kind"] == "List"
@@ -67,7 +67,7 @@ def test_dgx_h100_gpus_report_h100_memory(capsys: pytest.CaptureFixture[str]) ->
 
 def test_dynamic_mode_adds_counter_sets_and_more_devices(capsys: pytest.CaptureFixture[str]) -> None:
     _, static_out, _ = discover(capsys, "--profile", "dgx-h100", "-o", "json")
-    _, dynamic_out, _ = discover(capsys, "--profile", "dgx-h100", "--mig-mode", "dynamic", "-o", "json")
+    _, dynamic_out, _ = discover(capsys, "--profile", "dgx-h100", "--partitioning", "dynamic", "-o", "json")
     static_items, dynamic_items = json.loads(static_out)["items"], json.loads(dynamic_out)["items"]
     assert not any("sharedCounters" in i["spec"] for i in static_items)
     counter_sets = [cs for i in dynamic_items for cs in i["spec"].get("sharedCounters") or []]
@@ -111,7 +111,7 @@ def test_output_is_identical_across_processes_and_hash_seeds() -> None:
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         result = subprocess.run(
-            [sys.executable, "-m", "dra_driver.cli.main", "discover", "--profile", "mixed-node", "--mig-mode", "dynamic", "--node-name", "n", "-o", "json"],
+            [sys.executable, "-m", "dra_driver.cli.main", "discover", "--profile", "mixed-node", "--partitioning", "dynamic", "--node-name", "n", "-o", "json"],
             capture_output=True, text=True, env=env, check=True,
         )
         outputs.append(result.stdout)

@@ -23,7 +23,7 @@ def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Pat
     dirs = {"--state-dir": str(tmp_path / "state"), "--cdi-dir": str(tmp_path / "cdi")}
     dirs[flag] = str(blocker)
     args = parse("--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), *[x for kv in dirs.items() for x in kv])
-    assert run(args) == 1
+    assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     err = capsys.readouterr().err
     assert f"{flag} {blocker}: exists and is not a directory" in err and f"point {flag} at a writable directory" in err
     assert not (tmp_path / "k").exists()  # nothing was started
@@ -49,7 +49,7 @@ def test_missing_directories_are_created(tmp_path: Path) -> None:
 def test_node_name_and_pod_uid_follow_the_kubernetes_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], named: str) -> None:
     """The node name is the pool claims must match and the pod UID goes into socket file names: refused before use."""
     args = parse("--profile", "dgx-h100", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), "--state-dir", str(tmp_path / "s"), *flags)
-    assert run(args) == 1
+    assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     err = capsys.readouterr().err
     assert named in err and "downward API" in err
     assert not (tmp_path / "k").exists() and not (tmp_path / "s").exists()
@@ -61,7 +61,7 @@ def test_relative_host_paths_for_cdi_specs_are_refused_with_the_flag(tmp_path: P
         "--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"),
         "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c"), flag, "usr/bin/nvidia-cdi-hook",
     )  # fmt: skip
-    assert run(args) == 1
+    assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     assert f"{flag} usr/bin/nvidia-cdi-hook: must be an absolute host path" in capsys.readouterr().err
     assert not (tmp_path / "k").exists()
 
@@ -89,24 +89,23 @@ def test_a_missing_kubeconfig_is_refused_before_any_socket(tmp_path: Path, capsy
         "--profile", "dgx-h100", "--node-name", "n", "--kubeconfig", str(tmp_path / "missing"), "--kubelet-dir", str(tmp_path / "k"),
         "--state-dir", str(tmp_path / "state"), "--cdi-dir", str(tmp_path / "cdi"),
     )  # fmt: skip
-    assert run(args) == 1
+    assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     assert f"kubeconfig {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "k").exists()  # nothing was served
 
 
-def test_an_unreadable_kubeconfig_fails_after_start_with_a_clear_line(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A kubeconfig that exists but cannot be loaded is found only when the client is built: the daemon
-    deregisters and exits 1 with the reason, no traceback."""
+def test_an_unusable_kubeconfig_is_refused_before_any_socket(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kubeconfig that exists but cannot be used (no context) is found by the API check before anything is
+    created: exit 2 with the reason, no traceback."""
     bad = short_tmp / "kubeconfig"
     bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
     args = parse(
         "--profile", "dgx-h100", "--node-name", "n", "--kubeconfig", str(bad), "--kubelet-dir", str(short_tmp / "k"),
         "--state-dir", str(short_tmp / "state"), "--cdi-dir", str(short_tmp / "cdi"),
     )  # fmt: skip
-    assert run(args) == 1
-    assert "cannot load the API client configuration (kubeconfig)" in capsys.readouterr().err
-    assert not list((short_tmp / "k" / "plugins_registry").glob("*.sock"))  # deregistered
-
+    assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
+    assert "sets no current-context; pass --context NAME" in capsys.readouterr().err
+    assert not (short_tmp / "k").exists() and not (short_tmp / "state").exists()
 
 def test_metrics_address_from_the_environment_and_the_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     from dra_driver.cli.run import METRICS_ENV
@@ -143,3 +142,26 @@ def test_log_level_from_the_environment_and_v_wins(monkeypatch: pytest.MonkeyPat
     from dra_driver.logs import configure_logging
 
     configure_logging(0)  # quiet again for the tests after this one
+
+
+def test_run_says_what_it_serves_and_warns_without_a_kubelet(short_tmp: Path) -> None:
+    """One info line on stderr at the default (quiet) log level, and a warning when no kubelet plugin registry is there."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dra_driver.kube.sim_apiserver import SimApiServer
+
+    with SimApiServer() as server:
+        command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "l4", "--node-name", "node-a", "--api-server", server.url,
+                   "--kubelet-dir", str(short_tmp / "k"), "--state-dir", str(short_tmp / "s"), "--cdi-dir", str(short_tmp / "c")]  # fmt: skip
+        daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not list((short_tmp / "k" / "plugins_registry").glob("*.sock")) and daemon.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=60)
+    assert f"dra-driver run: warning: no kubelet here: {short_tmp / 'k' / 'plugins_registry'} does not exist" in err
+    assert f"dra-driver run: serving gpu.nvidia.com on node node-a, simulating profile l4; sockets under {short_tmp / 'k'}" in err
+    assert f"API server: {server.url}" in err

@@ -35,7 +35,7 @@ def test_text_report_names_the_environments(tmp_path: Path, capsys: pytest.Captu
     assert "validated as NewExpressions" in out and "matched as StoredExpressions" in out
 
 
-@pytest.mark.parametrize("gates", ["NoSuchGate=true", "DRAConsumableCapacity=maybe"])
+@pytest.mark.parametrize("gates", ["no-such-gate=true", "DRAConsumableCapacity=maybe"])
 def test_bad_feature_gates_are_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], gates: str) -> None:
     code, _, err = explain(capsys, claim_file(tmp_path, [b.exact("gpu")]), "--fleet", fleet_list(tmp_path, nodes()), "--feature-gates", gates)
     assert code == 2 and "--feature-gates" in err

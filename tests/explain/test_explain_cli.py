@@ -141,9 +141,11 @@ def test_text_output_stays_short_on_a_large_fleet(tmp_path: Path, capsys: pytest
     assert "node-149" in out
 
 
-def test_exactly_one_fleet_source_is_required(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_at_most_one_fleet_source_and_none_without_a_cluster_says_what_to_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = explain(capsys, claim_file(tmp_path, [b.exact("gpu")]))
-    assert code == 2 and "exactly one of --fleet, --profile, --kubeconfig" in err
+    assert code == 2 and "pass --fleet FILE, --profile NAME, or --kubeconfig FILE [--context NAME]" in err
+    code, _, err = explain(capsys, claim_file(tmp_path, [b.exact("gpu")]), "--profile", "l4", "--context", "x")
+    assert code == 2 and "give one of --fleet, --profile, --kubeconfig/--context (got --profile, --kubeconfig/--context)" in err
 
 
 def test_output_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -163,7 +163,7 @@ def test_internal_errors_are_one_line_and_a_traceback_only_with_vv(workdir: Path
 
     monkeypatch.setattr(migrate_cli, "read_checked", broken)
     quiet = run_in_process(["migrate", "x.yaml"])
-    assert quiet.code == 2 and quiet.err.count("\n") == 1
+    assert quiet.code == 1 and quiet.err.count("\n") == 1
     assert "internal error: RuntimeError: simulated bug with a second line (run with -vv" in quiet.err
     with pytest.raises(RuntimeError):
         run_in_process(["-vv", "migrate", "x.yaml"])

@@ -64,7 +64,7 @@ def test_refusals_write_nothing_and_name_the_place(path: Path, capsys: pytest.Ca
     code, out, err = _run([str(path)], capsys)
     assert code == 2
     assert out == ""
-    assert "migrate refused" in err and path.name in err and "document" in err
+    assert err.startswith("dra-driver migrate: error: ") and path.name in err and "document" in err
 
 
 def test_refusal_in_one_file_blocks_all_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

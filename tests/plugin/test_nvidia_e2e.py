@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 
 import pytest
 from conftest import make_settings
@@ -74,9 +75,24 @@ def test_demo_allocates_through_the_allocator_and_skips_gpus_in_mig_mode(short_t
 
 
 def test_demo_refuses_a_claim_the_node_cannot_hold(short_tmp, capsys):
-    from dra_driver.cli.demo import run_demo
+    from dra_driver.cli.main import main
 
-    args = argparse.Namespace(profile="dgx-h100", vendor=None, count=9, work_dir=short_tmp / "w")
-    assert run_demo(args, io.StringIO()) == 1
+    assert main(["demo", "--count", "9", "--work-dir", str(short_tmp / "w")]) == 1
     err = capsys.readouterr().err
-    assert "cannot be allocated on demo-node" in err and "needs 9, 8 usable" in err
+    assert err.startswith("dra-driver demo: error: ") and "cannot be allocated on demo-node" in err and "needs 9, 8 usable" in err
+
+
+def test_demo_shows_the_users_side_first_and_folds_the_driver_files(short_tmp):
+    """Someone new to DRA first sees the template and pod they would write; the ~30 driver-file mounts are counted, not listed twice."""
+    from dra_driver.cli.demo import SHOWN_MOUNTS, run_demo
+
+    out = io.StringIO()
+    assert run_demo(argparse.Namespace(profile="dgx-h100", vendor=None, count=2, work_dir=short_tmp / "w"), out) == 0
+    text = out.getvalue()
+    first = text.split("\n== ", 2)[0]
+    assert first.startswith("== What you write") and "kind: ResourceClaimTemplate" in first and "resourceClaimTemplateName: gpus" in first
+    assert "deviceClassName: gpu.nvidia.com" in first and "count: 2" in first
+    mounts = [line for line in text.splitlines() if "/driver-root/usr/lib" in line]
+    assert len(mounts) == 2 * SHOWN_MOUNTS  # a few in the spec, a few in what the container gets
+    assert "more driver-file mounts" in text and re.search(r"mounts: \d{2}, for example:", text)
+    assert len(text.splitlines()) < 200

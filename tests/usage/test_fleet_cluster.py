@@ -59,7 +59,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 def test_table_matches_the_golden_output(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--kubeconfig", str(cluster[1]))
     assert code == 0
-    assert out == GOLDEN.read_text().replace("SOURCE", f"cluster ({cluster[1]})")
+    assert out == GOLDEN.read_text().replace("SOURCE", f"cluster {cluster[0].url} (kubeconfig {cluster[1]})")
 
 
 def test_every_resource_is_listed_once_per_page_read_only(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,6 +110,8 @@ def test_class_argument_lists_the_free_devices_it_selects(cluster: tuple[SimApiS
 
 def test_unknown_class_and_vendor_are_clear_errors(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--kubeconfig", str(cluster[1]), "no-such.class")
-    assert code == 2 and "'no-such.class'" in err and "gpu.nvidia.com" in err
+    assert code == 2 and "'no-such.class'" in err and "gpu.nvidia.com" not in err  # not a list of all 32 classes
+    code, _, err = run(capsys, "--kubeconfig", str(cluster[1]), "gpu.nvidia.cmo")
+    assert code == 2 and "did you mean 'gpu.nvidia.com'?" in err
     code, _, err = run(capsys, "--kubeconfig", str(cluster[1]), "--vendor", "acme")
     assert code == 2 and "--vendor" in err and "gaudi" in err

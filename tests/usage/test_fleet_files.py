@@ -107,3 +107,48 @@ def test_class_from_the_fleet_whose_selector_fails_matches_nothing_and_says_so(t
     assert main(["fleet", "broken.example.com", "--fleet", str(path), "-o", "json"]) == 0
     view = json.loads(capsys.readouterr().out)
     assert view["devices"] == [] and "CEL error on 1 devices" in view["notes"][0]
+
+
+def _jointly_allocatable(fleet: fleets.Fleet, free: list[str]) -> bool:
+    """Whether every named device fits the pool's shared counters at the same time."""
+    from decimal import Decimal
+
+    from dra_driver.allocator import build_pools
+
+    (pool,) = build_pools(fleet.slices)
+    taken: dict[tuple[str, str], Decimal] = {}
+    for device in (d for d in pool.devices if d.id.device in free):
+        for set_name, counters in device.consumes:
+            for counter, amount in counters:
+                taken[(set_name, counter)] = taken.get((set_name, counter), Decimal(0)) + amount
+    return all(amount <= pool.counter_sets[s][c] for (s, c), amount in taken.items())
+
+
+def test_overlapping_placements_are_not_all_free(tmp_path: Path) -> None:
+    """Dynamic partitioning publishes a GPU and every MIG placement on the same counters: before anything is
+    allocated they are alternatives, so free counts what can be allocated together now, not every placement."""
+    fleet = fleets.simulated("dgx-h100", 1, "dynamic")
+    view = build_view(fleet, Filters())
+    free = [d.device for d in view.devices if d.state == "free"]
+    assert sorted(free) == [f"gpu-{i}" for i in range(8)]  # one whole GPU each, not 208 devices
+    assert {d.state for d in view.devices if d.device not in free} == {"overlapping"}
+    assert _jointly_allocatable(fleet, free)
+
+    fleet_file = tmp_path / "fleet.json"
+    fleet_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": fleet.slices}))
+    fleet.claims = [allocated(fleet_file, tmp_path, mig_claim("1g.10gb"))]
+    view = build_view(fleet, Filters())
+    free = [d.device for d in view.devices if d.state == "free"]
+    gpu = next(d for d in view.devices if d.state == "allocated").device.split("-mig-")[0]
+    on_gpu = [name for name in free if name.startswith(f"{gpu}-mig-")]
+    assert on_gpu and gpu not in free  # the rest of the partly used GPU, as placements that fit beside the held one
+    assert _jointly_allocatable(fleet, free)
+    assert sum(g.total for g in view.groups) == 208 == sum(sum(g.counts.values()) for g in view.groups)
+
+
+def test_a_class_packs_its_own_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    """fleet CLASS: the free devices of that class are those allocatable together: seven 1g.10gb per H100."""
+    assert main(["fleet", "--profile", "dgx-h100", "--partitioning", "dynamic", "mig-1g.10gb.nvidia.com", "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    states = [d["state"] for d in data["devices"]]
+    assert states.count("free") == 8 * 7 and set(states) <= {"free", "overlapping"}
