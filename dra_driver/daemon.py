@@ -16,6 +16,7 @@ after a failed prepare, while the wait is a few hundred milliseconds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
+from dra_driver.node_checks.coexistence import DevicePluginGuard
 from dra_driver.plugin.driver import DriverPlugin, PluginSettings, Publisher
 from dra_driver.plugin.pending_claims import PendingClaims
 from dra_driver.plugin.prepare import ClaimSource
@@ -65,6 +67,7 @@ class Daemon:
         publisher_factory: PublisherFactory | None = None,
         claim_cache: ClaimCache | None = None,
         connect: Callable[[], ApiWiring] | None = None,
+        guard: DevicePluginGuard | None = None,
     ) -> None:
         """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
         called once every driver serves, which returns them (`claims` is then None)."""
@@ -83,6 +86,9 @@ class Daemon:
         self._metrics_server: Any = None
         self._stopped = threading.Event()
         self.claim_cache: ClaimCache | None = claim_cache
+        self.guard = guard  # device plugins on the node: devices withheld from slices and refused by prepare
+        if guard is not None:
+            guard.use_metrics(self.metrics)
 
     def start(self) -> DaemonStatus:
         """Serve every driver's sockets, then connect to the API server and publish; DraError when connecting fails."""
@@ -147,7 +153,11 @@ class Daemon:
         driver = backend.driver_name
         try:
             inventory = backend.discover()
-            plugin = DriverPlugin(backend, claims, self.settings, self.metrics, None, inventory)
+            check = None
+            if self.guard is not None:
+                self.guard.observe(backend.vendor, inventory)
+                check = functools.partial(self.guard.refusal, backend.vendor)
+            plugin = DriverPlugin(backend, claims, self.settings, self.metrics, None, inventory, device_check=check)
             plugin.start()
         except Exception as exc:  # one vendor's failure must not stop the others
             self._driver_failed(driver, exc)

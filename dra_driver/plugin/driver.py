@@ -32,7 +32,7 @@ from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
 from dra_driver.plugin.health import MAX_STREAMS, HealthHub, HealthServicer
 from dra_driver.plugin.lease import LeasedPublisher, Publisher
-from dra_driver.plugin.prepare import ClaimSource, PrepareService
+from dra_driver.plugin.prepare import ClaimSource, DeviceCheck, PrepareService
 from dra_driver.plugin.registration import RegistrationServicer
 from dra_driver.plugin.servicers import add_dra_servicers
 from dra_driver.plugin.sockets import PluginPaths, UnixServer
@@ -66,6 +66,7 @@ class DriverPlugin:
         metrics: Metrics | None = None,
         publisher: Publisher | None = None,
         inventory: Inventory | None = None,
+        device_check: DeviceCheck | None = None,
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
@@ -89,6 +90,7 @@ class DriverPlugin:
             shared_lock=self.paths.serialize_lock,
             claim_locks=self.paths.claim_locks_dir,
             pools=(settings.node_name,),  # the pool the publisher and the health stream name
+            device_check=device_check,
         )
         self.hub: HealthHub | None = None
         self._health_lock = threading.Lock()  # publisher attach vs. health events

@@ -15,6 +15,7 @@ from kubernetes import client
 
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
+from dra_driver.node_checks.coexistence import DevicePluginGuard
 from dra_driver.publisher.desired import strip_partitioning
 from dra_driver.publisher.publisher import InventorySource, PublisherOptions, SlicePublisher
 from dra_driver.vendor import BackendSettings, HealthEvent, Partitioning, VendorBackend
@@ -69,24 +70,31 @@ def backend_inventory_source(backend: VendorBackend, first: Inventory | None = N
     return source
 
 
+def _withholding(source: InventorySource, guard: DevicePluginGuard, vendor: str) -> InventorySource:
+    return lambda partitioning: guard.filter(vendor, source(partitioning))
+
+
 def publisher_factory(
     api_client: client.ApiClient,
     node_name: str,
     options: PublisherOptions | None = None,
+    guard: DevicePluginGuard | None = None,
 ) -> Callable[[VendorBackend, Inventory], DaemonPublisher]:
-    """What `Daemon(publisher_factory=...)` takes: a publisher per backend, in the backend's partitioning mode."""
+    """What `Daemon(publisher_factory=...)` takes: a publisher per backend, in the backend's partitioning mode.
+
+    With a guard, the devices a device plugin on the node hands out are left out of every inventory
+    published, and a change in them (a device plugin started or stopped) republishes."""
     base = options or PublisherOptions()
 
     def build(backend: VendorBackend, inventory: Inventory) -> DaemonPublisher:
         settings = getattr(backend, "settings", None)
         partitioning: Partitioning = settings.partitioning if isinstance(settings, BackendSettings) else base.partitioning
-        publisher = SlicePublisher(
-            api_client,
-            node_name,
-            backend.driver_name,
-            backend_inventory_source(backend, inventory),
-            dataclasses.replace(base, partitioning=partitioning),
-        )
+        source = backend_inventory_source(backend, inventory)
+        if guard is not None:
+            source = _withholding(source, guard, backend.vendor)
+        publisher = SlicePublisher(api_client, node_name, backend.driver_name, source, dataclasses.replace(base, partitioning=partitioning))
+        if guard is not None:
+            guard.subscribe(backend.vendor, publisher.refresh_inventory)
         return DaemonPublisher(publisher)
 
     return build

@@ -1,0 +1,89 @@
+"""The kubelet's side of device plugins, at the lowest layer: a PodResources v1 gRPC server on a real unix
+socket, device-plugin sockets and the kubelet's device-manager checkpoint as real files in a temp kubelet dir."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from dra_driver.api.podresources.v1 import api_pb2 as pr_pb2
+from dra_driver.api.podresources.v1 import api_pb2_grpc as pr_grpc
+
+
+@dataclass
+class PodResourcesState:
+    """What the fake kubelet answers: resource -> advertised IDs, and (namespace, pod, container, resource, ids) held."""
+
+    allocatable: dict[str, list[str]] = field(default_factory=dict)
+    pods: list[tuple[str, str, str, str, list[str]]] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+
+
+class _Servicer(pr_grpc.PodResourcesListerServicer):
+    def __init__(self, state: PodResourcesState) -> None:
+        self.state = state
+
+    def GetAllocatableResources(self, request: Any, context: Any) -> Any:
+        self.state.calls.append("GetAllocatableResources")
+        return pr_pb2.AllocatableResourcesResponse(
+            devices=[pr_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in self.state.allocatable.items()]
+        )
+
+    def List(self, request: Any, context: Any) -> Any:
+        self.state.calls.append("List")
+        pods = [
+            pr_pb2.PodResources(
+                name=pod, namespace=ns,
+                containers=[pr_pb2.ContainerResources(name=container, devices=[pr_pb2.ContainerDevices(resource_name=resource, device_ids=ids)])],
+            )
+            for ns, pod, container, resource, ids in self.state.pods
+        ]  # fmt: skip
+        return pr_pb2.ListPodResourcesResponse(pod_resources=pods)
+
+
+@contextmanager
+def pod_resources_server(socket_path: Path, state: PodResourcesState) -> Iterator[PodResourcesState]:
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    pr_grpc.add_PodResourcesListerServicer_to_server(_Servicer(state), server)
+    assert server.add_insecure_port(f"unix://{socket_path}") != 0
+    server.start()
+    try:
+        yield state
+    finally:
+        server.stop(0).wait()
+
+
+def bind_socket(path: Path) -> socket.socket:
+    """A real listening unix socket at `path` (a device plugin's or a registration socket)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen(1)
+    return sock
+
+
+def write_checkpoint(kubelet_dir: Path, registered: Mapping[str, Sequence[str]], entries: Sequence[tuple[str, str, str, Sequence[str]]] = ()) -> Path:
+    """kubelet_internal_checkpoint as the kubelet writes it (DeviceIDs keyed by NUMA node)."""
+    data = {
+        "Data": {
+            "PodDeviceEntries": [
+                {"PodUID": uid, "ContainerName": container, "ResourceName": resource, "DeviceIDs": {"0": list(ids)}, "AllocResp": ""}
+                for uid, container, resource, ids in entries
+            ],
+            "RegisteredDevices": {k: list(v) for k, v in registered.items()},
+        },
+        "Checksum": 1,
+    }
+    path = kubelet_dir / "device-plugins" / "kubelet_internal_checkpoint"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
