@@ -16,6 +16,15 @@ import grpc
 
 from dra_driver.api.podresources.v1 import api_pb2 as pr_pb2
 from dra_driver.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from dra_driver.plugin.driver import PluginSettings
+
+
+def node_settings(root: Path) -> PluginSettings:
+    """A daemon laid out as deployed, under `root`: kubelet dir, CDI dir, state dir, boot ID."""
+    (root / "boot_id").write_text("boot-1\n")
+    return PluginSettings(
+        node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", state_dir=root / "run", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8
+    )
 
 
 @dataclass
