@@ -26,6 +26,7 @@ from dra_driver.logs import fields
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.node_checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer
 from dra_driver.node_checks.pod_resources import default_socket as default_pod_resources_socket
+from dra_driver.node_checks.same_name import ConflictBoard
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
 from dra_driver.registry import OpenedBackends, open_backends
@@ -168,8 +169,10 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
         settings = PluginSettings(
             node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir
         )
-        guard = DevicePluginGuard(coexistence_settings(args))
-        return Daemon(opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args, guard), guard=guard)
+        guard, conflicts = DevicePluginGuard(coexistence_settings(args)), ConflictBoard()
+        return Daemon(
+            opened.backends, None, settings, metrics_port=args.metrics_port, connect=lambda: connect_api(args, guard, conflicts), guard=guard, conflicts=conflicts
+        )
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
         opened.close()
         raise
@@ -180,7 +183,7 @@ def coexistence_settings(args: argparse.Namespace) -> CoexistenceSettings:
     return CoexistenceSettings(args.kubelet_dir, socket, Offer.parse(args.offer_devices))
 
 
-def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None) -> ApiWiring:
+def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None, conflicts: ConflictBoard | None = None) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
     from kubernetes import client
 
@@ -201,7 +204,7 @@ def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None
         guard.set_node(read_node(api_client, args.node_name))
     return ApiWiring(
         claims=ClaimReader(api_client),
-        publisher_factory=publisher_factory(api_client, args.node_name, guard=guard),
+        publisher_factory=publisher_factory(api_client, args.node_name, guard=guard, conflicts=conflicts),
         claim_cache=ClaimCache(api_client) if args.claim_cache else None,
     )
 

@@ -30,6 +30,7 @@ from dra_driver.checkpoint import DEFAULT_BOOT_ID_PATH, Checkpoint
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
+from dra_driver.node_checks.same_name import mark_registration, unmark_registration
 from dra_driver.plugin.health import MAX_STREAMS, HealthHub, HealthServicer
 from dra_driver.plugin.lease import LeasedPublisher, Publisher
 from dra_driver.plugin.prepare import ClaimSource, DeviceCheck, PrepareService
@@ -135,6 +136,7 @@ class DriverPlugin:
             f"reg-{self.driver}",
         )
         self._reg_server.start()
+        mark_registration(self.paths.state_root, self.paths.registration_socket)  # ours, for the same-name check of other instances
         log.info(
             "driver plugin started",
             extra=fields(
@@ -181,6 +183,7 @@ class DriverPlugin:
 
     def _stop_registration(self) -> None:
         if self._reg_server is not None:
+            unmark_registration(self.paths.state_root, self.paths.registration_socket)
             self._reg_server.stop()
             self._reg_server = None
 

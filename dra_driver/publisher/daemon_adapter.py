@@ -16,6 +16,7 @@ from kubernetes import client
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
 from dra_driver.node_checks.coexistence import DevicePluginGuard
+from dra_driver.node_checks.same_name import ConflictBoard
 from dra_driver.publisher.desired import strip_partitioning
 from dra_driver.publisher.publisher import InventorySource, PublisherOptions, SlicePublisher
 from dra_driver.vendor import BackendSettings, HealthEvent, Partitioning, VendorBackend
@@ -79,6 +80,7 @@ def publisher_factory(
     node_name: str,
     options: PublisherOptions | None = None,
     guard: DevicePluginGuard | None = None,
+    conflicts: ConflictBoard | None = None,
 ) -> Callable[[VendorBackend, Inventory], DaemonPublisher]:
     """What `Daemon(publisher_factory=...)` takes: a publisher per backend, in the backend's partitioning mode.
 
@@ -92,7 +94,8 @@ def publisher_factory(
         source = backend_inventory_source(backend, inventory)
         if guard is not None:
             source = _withholding(source, guard, backend.vendor)
-        publisher = SlicePublisher(api_client, node_name, backend.driver_name, source, dataclasses.replace(base, partitioning=partitioning))
+        options = dataclasses.replace(base, partitioning=partitioning)
+        publisher = SlicePublisher(api_client, node_name, backend.driver_name, source, options, conflicts=conflicts)
         if guard is not None:
             guard.subscribe(backend.vendor, publisher.refresh_inventory)
         return DaemonPublisher(publisher)
