@@ -21,7 +21,7 @@ from dra_driver.inputs import errors as input_errors
 from dra_driver.inputs import limits as input_limits
 from dra_driver.logs import configure_logging
 
-COMMANDS: tuple[str, ...] = ("discover", "run", "demo", "explain", "migrate", "fleet", "template")
+COMMANDS: tuple[str, ...] = ("discover", "run", "doctor", "demo", "explain", "migrate", "fleet", "template")
 # Top-level options that take a value (chosen_command skips the value too).
 _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
 EXIT_BAD_INPUT = 2

@@ -141,6 +141,7 @@ class ServerOptions:
     taints: bool = True  # DRADeviceTaints
     history: int = 10_000  # watch events kept; older resourceVersions answer 410 Expired
     default_watch_timeout: float = 1800.0  # what the apiserver's min-request-timeout gives a watch
+    served_groups: tuple[str, ...] | None = None  # "group/version" answered by discovery (None: every one it has)
 
 
 # --------------------------------------------------------------------------- errors
@@ -656,6 +657,30 @@ class ObjectStore:
         return [e for e in self._events if e.resource_version > rv]
 
 
+_DISCOVERY_PATH = re.compile(r"^/api/(?P<core>v1)/?$|^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
+
+
+def _discovery(path: str, options: ServerOptions) -> JsonObject | None:
+    """The APIResourceList of one group version (`/api/v1`, `/apis/<group>/<version>`), or None (not a discovery path,
+    or a group version this server does not serve: the caller answers 404)."""
+    match = _DISCOVERY_PATH.match(path)
+    if match is None:
+        return None
+    group, version = (match.group("group") or "", match.group("core") or match.group("version"))
+    group_version = f"{group}/{version}" if group else version
+    if options.served_groups is not None and group_version not in options.served_groups:
+        return None
+    resources = [r for r in RESOURCES.values() if (r.group, r.version) == (group, version)]
+    if not resources:
+        return None
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": [{"name": r.plural, "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "list", "watch", *WRITE_VERBS]} for r in resources],
+    }
+
+
 def _without_rv(obj: Mapping[str, Any]) -> JsonObject:
     stripped = copy.deepcopy(dict(obj))
     stripped.get("metadata", {}).pop("resourceVersion", None)
@@ -802,6 +827,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if parts.path == "/version":
             self._send_json(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-dra-driver-sim"})
+            return
+        discovery = _discovery(parts.path, sim.options)
+        if discovery is not None:
+            self._send_json(200, discovery)
             return
         try:
             body = self._read_body()

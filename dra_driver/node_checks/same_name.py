@@ -85,7 +85,7 @@ def same_name_registrations(kubelet_dir: Path, driver: str, state_root: Path) ->
     for socket in candidates:
         if _is_ours(state_root, socket):
             continue
-        info = _plugin_info(socket)
+        info = plugin_info(socket)
         if info is None:
             found.append(Registration(socket, "", answered=False))
         elif info.name == driver and info.type == "DRAPlugin":
@@ -93,7 +93,8 @@ def same_name_registrations(kubelet_dir: Path, driver: str, state_root: Path) ->
     return found
 
 
-def _plugin_info(socket: Path) -> Any:
+def plugin_info(socket: Path) -> Any:
+    """The PluginInfo a registration socket answers with (GetInfo only, as a probe), or None when nobody answers."""
     try:
         with grpc.insecure_channel(f"unix://{socket.absolute()}") as channel:
             return reg_grpc.RegistrationStub(channel).GetInfo(reg_pb2.InfoRequest(), timeout=_PROBE_TIMEOUT_S)
