@@ -176,6 +176,14 @@ class Daemon:
             return conflict
         return self.guard.refusal(vendor, devices) if self.guard is not None else None
 
+    def _poll_guard(self) -> None:
+        if self.guard is None:
+            return
+        try:
+            self.guard.poll()
+        except Exception as exc:  # a broken kubelet source must not stop the daemon; the next poll tries again
+            log.error("device-plugin rescan failed", extra=fields(error=f"{type(exc).__name__}: {exc}"))
+
     def _check_same_name(self, driver: str, plugin: DriverPlugin) -> None:
         """Registration sockets of another driver with this name (checked once the sockets serve)."""
         for found in same_name_registrations(self.settings.kubelet_dir, driver, plugin.paths.state_root):
@@ -226,7 +234,7 @@ class Daemon:
                 log.error("no driver is running", extra=fields(failed=status.failed))
                 return 1
             while not self._stopped.wait(1.0):
-                pass
+                self._poll_guard()
             log.info("shutting down")
             return 0
         finally:

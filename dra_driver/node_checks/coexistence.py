@@ -110,6 +110,26 @@ def withheld_devices(inventory: Inventory, plugins: VendorPlugins | None, offer:
     return withheld
 
 
+WITHHELD_ANNOTATION = "dra-driver.io/withheld-devices"
+_MAX_NOTE_CHARS = 4096
+
+
+def withheld_note(withheld: Mapping[str, str]) -> str | None:
+    """The pool's annotation: each withheld device and why, bounded (None: nothing withheld, no annotation)."""
+    if not withheld:
+        return None
+    lines = [f"{name}: {reason}" for name, reason in sorted(withheld.items())]
+    text = "\n".join(lines)
+    if len(text) <= _MAX_NOTE_CHARS:
+        return text
+    kept = []
+    for line in lines:
+        if sum(len(k) + 1 for k in kept) + len(line) > _MAX_NOTE_CHARS - 40:
+            break
+        kept.append(line)
+    return "\n".join([*kept, f"... and {len(lines) - len(kept)} more"])
+
+
 @dataclass(frozen=True)
 class CoexistenceSettings:
     kubelet_dir: Path
@@ -196,6 +216,13 @@ class DevicePluginGuard:
             for callback in self._listeners.get(vendor, []):
                 callback()
         return withheld
+
+    def poll(self) -> None:
+        """Rescan when the last scan is older than the rescan interval (the daemon calls this every second):
+        a device plugin started or stopped after the driver changes the slices within that interval."""
+        with self._lock:
+            for vendor in list(self._inventories):
+                self._update(vendor)
 
     def withheld(self, vendor: str) -> dict[str, str]:
         with self._lock:

@@ -8,6 +8,7 @@ it; this module provides that factory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 
@@ -15,7 +16,7 @@ from kubernetes import client
 
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
-from dra_driver.node_checks.coexistence import DevicePluginGuard
+from dra_driver.node_checks.coexistence import WITHHELD_ANNOTATION, DevicePluginGuard, withheld_note
 from dra_driver.node_checks.same_name import ConflictBoard
 from dra_driver.publisher.desired import strip_partitioning
 from dra_driver.publisher.publisher import InventorySource, PublisherOptions, SlicePublisher
@@ -75,6 +76,10 @@ def _withholding(source: InventorySource, guard: DevicePluginGuard, vendor: str)
     return lambda partitioning: guard.filter(vendor, source(partitioning))
 
 
+def _withheld_notes(guard: DevicePluginGuard, vendor: str) -> dict[str, str | None]:
+    return {WITHHELD_ANNOTATION: withheld_note(guard.withheld(vendor))}
+
+
 def publisher_factory(
     api_client: client.ApiClient,
     node_name: str,
@@ -92,10 +97,12 @@ def publisher_factory(
         settings = getattr(backend, "settings", None)
         partitioning: Partitioning = settings.partitioning if isinstance(settings, BackendSettings) else base.partitioning
         source = backend_inventory_source(backend, inventory)
+        notes = None
         if guard is not None:
             source = _withholding(source, guard, backend.vendor)
+            notes = functools.partial(_withheld_notes, guard, backend.vendor)
         options = dataclasses.replace(base, partitioning=partitioning)
-        publisher = SlicePublisher(api_client, node_name, backend.driver_name, source, options, conflicts=conflicts)
+        publisher = SlicePublisher(api_client, node_name, backend.driver_name, source, options, conflicts=conflicts, notes=notes)
         if guard is not None:
             guard.subscribe(backend.vendor, publisher.refresh_inventory)
         return DaemonPublisher(publisher)

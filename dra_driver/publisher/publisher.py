@@ -17,7 +17,10 @@
 - labels what it writes (`dra-driver.io/publisher`, field manager `dra-driver`)
   and stands down when a slice of its pool was written by another driver of
   the same name (node_checks.same_name): its own slices are withdrawn, the
-  other's never touched, nothing is written until the other is gone.
+  other's never touched, nothing is written until the other is gone;
+- keeps the annotations a `notes` source gives (key -> text, None to remove)
+  on every slice of the pool: what the pool leaves out and why
+  (`dra-driver.io/withheld-devices`, node_checks.coexistence).
 
 `sync_once()` runs one reconciliation synchronously (tests, benchmarks);
 `start()` runs the reconcile worker and the watch in two daemon threads.
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +97,7 @@ class SlicePublisher:
         inventory_source: InventorySource,
         options: PublisherOptions | None = None,
         conflicts: ConflictBoard | None = None,
+        notes: Callable[[], Mapping[str, str | None]] | None = None,
     ) -> None:
         # Not isinstance(api, client.ResourceV1Api): that attribute access imports the whole generated API and its models.
         api_client = api if isinstance(api, client.ApiClient) else api.api_client
@@ -122,6 +126,7 @@ class SlicePublisher:
         self._threads: list[threading.Thread] = []
         self._backoff = Backoff(self.options.backoff_initial, cap=self.options.backoff_cap)
         self.conflicts = conflicts or ConflictBoard()  # shared with prepare (dra_driver.daemon) when given
+        self._notes = notes or dict
 
     # ------------------------------------------------------------------ public API
 
@@ -262,7 +267,15 @@ class SlicePublisher:
             self._check_dropped(spec, self._create(spec))
         for obj in plan.deletes:
             self._delete(obj)
+        self._refresh_notes(existing, plan)
         return plan
+
+    def _refresh_notes(self, existing: list[JsonObject], plan: Plan) -> None:
+        """Slices this pass did not write get the current annotations too (a metadata-only update)."""
+        written = {id(obj) for obj, _ in plan.updates} | {id(obj) for obj in plan.deletes}
+        for obj in existing:
+            if id(obj) not in written and _with_notes(obj["metadata"], self._notes()) != obj["metadata"]:
+                self._update(obj, obj.get("spec") or {})
 
     def _stand_down_if_shared(self, existing: list[JsonObject]) -> None:
         """Raise SameNameConflict (after withdrawing our own slices) while another same-name driver is on the node."""
@@ -337,6 +350,7 @@ class SlicePublisher:
                 "generateName": f"{self.node_name}-{self.driver}-",
                 "labels": {OWNER_LABEL: OWNER_VALUE},
                 "ownerReferences": self._owner_references(),
+                **_with_notes({}, self._notes()),
             },
             "spec": spec,
         }
@@ -349,6 +363,7 @@ class SlicePublisher:
         if not metadata.get("ownerReferences"):
             metadata["ownerReferences"] = self._owner_references()
         metadata["labels"] = {**(metadata.get("labels") or {}), OWNER_LABEL: OWNER_VALUE}  # adopts an older build's slice
+        metadata = _with_notes(metadata, self._notes())
         body = {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": carry_taint_times(spec, existing.get("spec") or {})}
         stored = self._api.request("PUT", f"{SLICES_PATH}/{existing['metadata']['name']}", {"fieldManager": FIELD_MANAGER}, body=body)
         self.writes["update"] += 1
@@ -442,6 +457,20 @@ class SlicePublisher:
         finally:
             self._watch = None
         return version
+
+
+def _with_notes(metadata: Mapping[str, Any], notes: Mapping[str, str | None]) -> JsonObject:
+    """`metadata` with the notes applied to its annotations (None removes a key; no annotations left, no member)."""
+    annotations = dict(metadata.get("annotations") or {})
+    for key, value in notes.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+    updated = {k: v for k, v in metadata.items() if k != "annotations"}
+    if annotations:
+        updated["annotations"] = annotations
+    return updated
 
 
 def _retry_after(exc: BaseException) -> float | None:

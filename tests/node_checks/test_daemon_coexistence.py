@@ -11,10 +11,11 @@ from dra_driver.daemon import Daemon
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.node_checks.coexistence import CoexistenceSettings, DevicePluginGuard
+from dra_driver.node_checks.coexistence import WITHHELD_ANNOTATION, CoexistenceSettings, DevicePluginGuard
 from dra_driver.plugin.kubelet_client import register
 from dra_driver.publisher.daemon_adapter import publisher_factory
 from dra_driver.vendor import BackendSettings, ClaimRef
+from tests.publisher.conftest import eventually
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"
@@ -29,7 +30,8 @@ def test_device_plugin_gpus_are_neither_published_nor_prepared(short_tmp: Path):
     state = PodResourcesState(allocatable={"nvidia.com/gpu": [gpu2]}, pods=[("ml", "legacy", "main", "nvidia.com/gpu", [gpu2])])
     with sim_apiserver.SimApiServer() as server, pod_resources_server(sock, state):
         server.add_node("node-a")
-        guard = DevicePluginGuard(CoexistenceSettings(settings.kubelet_dir, sock))
+        clock = [0.0]
+        guard = DevicePluginGuard(CoexistenceSettings(settings.kubelet_dir, sock), clock=lambda: clock[0])
         api = server.api_client()
         daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a", guard=guard), guard=guard)
         try:
@@ -54,6 +56,17 @@ def test_device_plugin_gpus_are_neither_published_nor_prepared(short_tmp: Path):
             assert conn.unprepare([free]).claims[free.uid].error == ""
             conn.close()
             assert daemon.metrics.registry.get_sample_value("dra_driver_withheld_devices", {"driver": DRIVER}) == 1
+            notes = {s["metadata"].get("annotations", {}).get(WITHHELD_ANNOTATION) for s in server.objects("ResourceSlice")}
+            assert len(notes) == 1 and "gpu-2: held by device-plugin pod ml/legacy" in notes.pop()  # every slice says it
+
+            # The device plugin goes away: the next rescan publishes gpu-2 again and drops the note.
+            state.allocatable.clear()
+            state.pods.clear()
+            clock[0] += 60
+            guard.poll()
+            eventually(lambda: "gpu-2" in {d["name"] for s in server.objects("ResourceSlice") for d in s["spec"].get("devices", [])})
+            eventually(lambda: not any(WITHHELD_ANNOTATION in s["metadata"].get("annotations", {}) for s in server.objects("ResourceSlice")))
+            assert daemon.metrics.registry.get_sample_value("dra_driver_withheld_devices", {"driver": DRIVER}) == 0
         finally:
             daemon.stop()
             backend.close()
