@@ -25,7 +25,7 @@ from dra_driver.node_checks.coexistence import Offer, withheld_devices
 from dra_driver.node_checks.device_plugins import DevicePluginReport, scan
 from dra_driver.node_checks.instance import LockState, instance_lock_path, instance_lock_state
 from dra_driver.node_checks.permissions import world_writable
-from dra_driver.node_checks.same_name import describe_foreign, marker_dir, plugin_info, same_name_registrations, written_by_other
+from dra_driver.node_checks.same_name import created_here, describe_foreign, plugin_info, same_name_registrations, written_by_other
 from dra_driver.plugin.sockets import PluginPaths
 from dra_driver.registry import OpenedBackends, open_backends
 from dra_driver.vendor import BackendSettings, Profile
@@ -364,11 +364,10 @@ def check_instance(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
 
 
 def _our_registrations(settings: DoctorSettings, driver: str) -> int:
+    """Registration sockets this driver's instances created that are still there (a killed one's record alone does not count)."""
     state_root = PluginPaths(settings.kubelet_dir, driver, state_dir=settings.state_dir).state_root
-    try:
-        return sum(1 for p in marker_dir(state_root).iterdir() if not p.name.startswith("."))
-    except OSError:
-        return 0
+    sockets = (settings.kubelet_dir / "plugins_registry").glob(f"{driver}-*reg.sock")
+    return sum(1 for socket in sockets if created_here(state_root, socket))
 
 
 def check_permissions(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:

@@ -59,7 +59,8 @@ def unmark_registration(state_root: Path, socket: Path) -> None:
         pass
 
 
-def _is_ours(state_root: Path, socket: Path) -> bool:
+def created_here(state_root: Path, socket: Path) -> bool:
+    """True when an instance of this driver created `socket` (its recorded inode is the socket's)."""
     try:
         recorded = (marker_dir(state_root) / socket.name).read_text().strip()
         return recorded == str(socket.stat().st_ino)
@@ -83,7 +84,7 @@ def same_name_registrations(kubelet_dir: Path, driver: str, state_root: Path) ->
         return []
     found = []
     for socket in candidates:
-        if _is_ours(state_root, socket):
+        if created_here(state_root, socket):
             continue
         info = plugin_info(socket)
         if info is None:

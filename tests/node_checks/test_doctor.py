@@ -68,8 +68,8 @@ def by_name(report: dict) -> dict[str, dict]:
 
 
 @contextmanager
-def running_daemon(tree: Path, server: sim_apiserver.SimApiServer) -> Iterator[Daemon]:
-    settings = dataclasses.replace(node_settings(tree), kubelet_dir=tree / "kubelet", cdi_dir=tree / "cdi", state_dir=tree / "run")
+def running_daemon(tree: Path, server: sim_apiserver.SimApiServer, pod_uid: str | None = None) -> Iterator[Daemon]:
+    settings = dataclasses.replace(node_settings(tree), kubelet_dir=tree / "kubelet", cdi_dir=tree / "cdi", state_dir=tree / "run", pod_uid=pod_uid)
     backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
     api = server.api_client()
     daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a"))
@@ -186,6 +186,16 @@ def test_instance_lock_held_or_free(tree: Path):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the doctor left it free (its descriptor closed)
     finally:
         os.close(fd)
+
+
+def test_two_registered_instances_are_a_warning(tree: Path):
+    with sim_apiserver.SimApiServer() as server:
+        server.add_node("node-a")
+        with running_daemon(tree, server, "11111111-1111-1111-1111-111111111111"), running_daemon(tree, server, "22222222-2222-2222-2222-222222222222"):
+            checks = by_name(doctor(tree)[1])
+        assert checks["instance"]["status"] == "warn" and "gpu.nvidia.com: 2 instances registered" in checks["instance"]["summary"]
+        assert checks["same-name-drivers"]["status"] == "pass"  # its own other instance is not a stranger
+        assert by_name(doctor(tree)[1])["instance"]["status"] == "pass"  # both stopped: nothing registered
 
 
 def test_unreadable_device_plugin_sources_are_a_warning(tree: Path):
