@@ -16,7 +16,34 @@ import grpc
 
 from dra_driver.api.podresources.v1 import api_pb2 as pr_pb2
 from dra_driver.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from dra_driver.daemon import Daemon
+from dra_driver.hardware_profiles import load_profile
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.node_checks.same_name import ConflictBoard
 from dra_driver.plugin.driver import PluginSettings
+from dra_driver.publisher.daemon_adapter import publisher_factory
+from dra_driver.vendor import BackendSettings
+
+
+@contextmanager
+def nvidia_daemon(server: Any, root: Path, pod_uid: str | None = None) -> Iterator[Daemon]:
+    """A daemon with the NVIDIA backend (dgx-h100 profile) under `root`, publishing to `server`, wired as `run` wires it
+    (one ConflictBoard shared by the daemon and its publishers)."""
+    import dataclasses
+
+    from dra_driver_nvidia.backend import NvidiaBackend
+
+    settings = dataclasses.replace(node_settings(root), pod_uid=pod_uid)
+    backend = NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
+    api = server.api_client()
+    conflicts = ConflictBoard()
+    daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a", conflicts=conflicts), conflicts=conflicts)
+    try:
+        daemon.start()
+        yield daemon
+    finally:
+        daemon.stop()
+        backend.close()
 
 
 def node_settings(root: Path) -> PluginSettings:

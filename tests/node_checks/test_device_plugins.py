@@ -177,3 +177,21 @@ def test_refusal_asks_the_kubelet_live_for_holders(mig_inventory: Inventory, sho
     # The kubelet cannot be asked any more while a device plugin is known: refuse rather than guess.
     problem = guard.refusal("nvidia", ["gpu-4"])
     assert problem is not None and "cannot be read" in problem
+
+
+def test_pod_resources_wire_identity():
+    """Package, service, method paths and field numbers of k8s.io/kubelet/pkg/apis/podresources/v1."""
+    from dra_driver.api.podresources.v1 import api_pb2 as pr
+
+    def numbers(message) -> dict[str, int]:
+        return {f.name: f.number for f in message.DESCRIPTOR.fields}
+
+    service = pr.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert pr.DESCRIPTOR.package == "v1"
+    assert {f"/{service.full_name}/{m.name}" for m in service.methods} == {"/v1.PodResourcesLister/List", "/v1.PodResourcesLister/GetAllocatableResources"}
+    assert numbers(pr.ListPodResourcesResponse) == {"pod_resources": 1}
+    assert numbers(pr.PodResources) == {"name": 1, "namespace": 2, "containers": 3}
+    assert numbers(pr.ContainerResources) == {"name": 1, "devices": 2}
+    assert numbers(pr.ContainerDevices) == {"resource_name": 1, "device_ids": 2}
+    assert numbers(pr.AllocatableResourcesResponse) == {"devices": 1}
+    assert numbers(pr.ListPodResourcesRequest) == {} and numbers(pr.AllocatableResourcesRequest) == {}

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fake_kubelet import PodResourcesState, bind_socket, node_settings, pod_resources_server, write_checkpoint
+from fake_kubelet import PodResourcesState, bind_socket, nvidia_daemon, pod_resources_server, write_checkpoint
 
 from dra_driver.cli.main import main
-from dra_driver.daemon import Daemon
-from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import ClaimReader
 from dra_driver.node_checks import runtime_config
 from dra_driver.node_checks.instance import instance_lock_path
-from dra_driver.publisher.daemon_adapter import publisher_factory
-from dra_driver.vendor import BackendSettings
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"
@@ -67,23 +59,9 @@ def by_name(report: dict) -> dict[str, dict]:
     return {c["name"]: c for c in report["checks"]}
 
 
-@contextmanager
-def running_daemon(tree: Path, server: sim_apiserver.SimApiServer, pod_uid: str | None = None) -> Iterator[Daemon]:
-    settings = dataclasses.replace(node_settings(tree), kubelet_dir=tree / "kubelet", cdi_dir=tree / "cdi", state_dir=tree / "run", pod_uid=pod_uid)
-    backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
-    api = server.api_client()
-    daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a"))
-    try:
-        daemon.start()
-        yield daemon
-    finally:
-        daemon.stop()
-        backend.close()
-
-
 def test_a_healthy_node_passes_every_check(tree: Path):
     (tree / "etc" / "kubeconfig").write_text("")  # not read: --api-server wins
-    with sim_apiserver.SimApiServer() as server, running_daemon(tree, server):
+    with sim_apiserver.SimApiServer() as server, nvidia_daemon(server, tree):
         server.add_node("node-a")
         with pod_resources_server(tree / "kubelet" / "pod-resources" / "kubelet.sock", PodResourcesState()):
             code, report = doctor(tree, server=server)
@@ -191,7 +169,7 @@ def test_instance_lock_held_or_free(tree: Path):
 def test_two_registered_instances_are_a_warning(tree: Path):
     with sim_apiserver.SimApiServer() as server:
         server.add_node("node-a")
-        with running_daemon(tree, server, "11111111-1111-1111-1111-111111111111"), running_daemon(tree, server, "22222222-2222-2222-2222-222222222222"):
+        with nvidia_daemon(server, tree, "11111111-1111-1111-1111-111111111111"), nvidia_daemon(server, tree, "22222222-2222-2222-2222-222222222222"):
             checks = by_name(doctor(tree)[1])
         assert checks["instance"]["status"] == "warn" and "gpu.nvidia.com: 2 instances registered" in checks["instance"]["summary"]
         assert checks["same-name-drivers"]["status"] == "pass"  # its own other instance is not a stranger
