@@ -158,7 +158,7 @@ class Daemon:
         try:
             inventory = backend.discover()
             if self.guard is not None:
-                self.guard.observe(backend.vendor, inventory)
+                self.guard.remember(backend.vendor, inventory)
             check = functools.partial(self._refusal, backend.vendor, driver)
             plugin = DriverPlugin(backend, claims, self.settings, self.metrics, None, inventory, device_check=check)
             plugin.start()

@@ -152,6 +152,7 @@ class DevicePluginGuard:
         self._inventories: dict[str, Inventory] = {}  # vendor -> the full inventory last seen
         self._withheld: dict[str, dict[str, str]] = {}  # vendor -> device -> reason
         self._listeners: dict[str, list[Callable[[], None]]] = {}
+        self._changed: set[str] = set()  # vendors whose withheld devices changed; listeners not told yet
 
     def use_metrics(self, metrics: Metrics) -> None:
         self._metrics = metrics
@@ -180,11 +181,18 @@ class DevicePluginGuard:
                 log.debug("device-plugin source not readable", extra=fields(problem=problem))
         return self._report
 
+    def remember(self, vendor: str, inventory: Inventory) -> None:
+        """Keep the vendor's full inventory; nothing is scanned yet (the daemon's start-up is on the kubelet's clock)."""
+        with self._lock:
+            self._inventories[vendor] = inventory
+
     def observe(self, vendor: str, inventory: Inventory) -> dict[str, str]:
         """Remember the vendor's full inventory and return what is withheld from it now."""
         with self._lock:
             self._inventories[vendor] = inventory
-            return self._update(vendor)
+            withheld = self._update(vendor)
+        self._notify()
+        return withheld
 
     def filter(self, vendor: str, inventory: Inventory) -> Inventory:
         """The inventory without its withheld devices (what the publisher publishes)."""
@@ -194,28 +202,41 @@ class DevicePluginGuard:
         return replace(inventory, devices=[d for d in inventory.devices if d.name not in withheld])
 
     def _update(self, vendor: str) -> dict[str, str]:
-        """Recompute (lock held); a change is logged once, counted, and told to the listeners."""
+        """Recompute (lock held); a change is logged once, counted, and queued for the listeners (see _notify)."""
         inventory = self._inventories.get(vendor)
         if inventory is None:
             return {}
         withheld = withheld_devices(inventory, self._fresh_report().for_vendor(vendor), self.settings.offer)
         previous = self._withheld.get(vendor)
         self._withheld[vendor] = withheld
-        if previous is not None and previous.keys() == withheld.keys():
+        if previous == withheld:
             return withheld
+        if previous is None or previous.keys() != withheld.keys():
+            self._log_change(inventory.driver, withheld, bool(previous))
+        if self._metrics is not None:
+            self._metrics.withheld_devices.labels(inventory.driver).set(len(withheld))
+        if previous is not None:  # the first computation is what the publisher asks for anyway
+            self._changed.add(vendor)
+        return withheld
+
+    @staticmethod
+    def _log_change(driver: str, withheld: Mapping[str, str], had_any: bool) -> None:
         if withheld:
             log.warning(
                 "devices withheld: a device plugin on this node hands out the same devices (see --offer-devices to split the node)",
-                extra=fields(driver=inventory.driver, devices=",".join(sorted(withheld)), reason=next(iter(sorted(set(withheld.values()))))),
+                extra=fields(driver=driver, devices=",".join(sorted(withheld)), reason=sorted(set(withheld.values()))[0]),
             )
-        elif previous:
-            log.warning("no device plugin hands out this driver's devices any more; offering all of them", extra=fields(driver=inventory.driver))
-        if self._metrics is not None:
-            self._metrics.withheld_devices.labels(inventory.driver).set(len(withheld))
-        if previous is not None:
-            for callback in self._listeners.get(vendor, []):
-                callback()
-        return withheld
+        elif had_any:
+            log.warning("no device plugin hands out this driver's devices any more; offering all of them", extra=fields(driver=driver))
+
+    def _notify(self) -> None:
+        """Tell the listeners of changed vendors, outside the lock: a listener (the publisher) takes its own lock,
+        and the publisher calls `filter` while holding it."""
+        with self._lock:
+            callbacks = [c for vendor in sorted(self._changed) for c in self._listeners.get(vendor, [])]
+            self._changed.clear()
+        for callback in callbacks:
+            callback()
 
     def poll(self) -> None:
         """Rescan when the last scan is older than the rescan interval (the daemon calls this every second):
@@ -223,6 +244,7 @@ class DevicePluginGuard:
         with self._lock:
             for vendor in list(self._inventories):
                 self._update(vendor)
+        self._notify()
 
     def withheld(self, vendor: str) -> dict[str, str]:
         with self._lock:
@@ -235,6 +257,7 @@ class DevicePluginGuard:
             withheld = self._update(vendor)
             plugins = self._fresh_report().for_vendor(vendor)
             inventory = self._inventories.get(vendor)
+        self._notify()
         if plugins is None or inventory is None:
             return None
         for name in devices:
