@@ -25,6 +25,8 @@ Implemented semantics (what dra-driver uses, modelled on the real apiserver):
   limit/continue; watch from a resourceVersion (410 Expired once the history
   is compacted), `timeoutSeconds`, ADDED/MODIFIED/DELETED with objects that
   move in or out of a field selector reported as ADDED/DELETED;
+- group-version discovery (`/api/v1`, `/apis/<group>/<version>`: an
+  APIResourceList), limited to `ServerOptions.served_groups` when set;
 - 404 and 422 answers as `Status` objects; ResourceSlices are validated with
   `dra_driver.model.validation.slice_errors`;
 - feature gates: with `partitionable_devices=False` the server drops

@@ -195,3 +195,18 @@ def test_pod_resources_wire_identity():
     assert numbers(pr.ContainerDevices) == {"resource_name": 1, "device_ids": 2}
     assert numbers(pr.AllocatableResourcesResponse) == {"devices": 1}
     assert numbers(pr.ListPodResourcesRequest) == {} and numbers(pr.AllocatableResourcesRequest) == {}
+
+
+def test_run_flags_reach_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import argparse
+
+    from dra_driver.cli.run import add_daemon_arguments, coexistence_settings
+
+    monkeypatch.delenv("OFFER_DEVICES", raising=False)
+    parser = argparse.ArgumentParser()
+    add_daemon_arguments(parser)
+    settings = coexistence_settings(parser.parse_args(["--kubelet-dir", str(tmp_path), "--offer-devices", "gpu-4, GPU-ABC"]))
+    assert settings.pod_resources_socket == tmp_path / "pod-resources" / "kubelet.sock"
+    assert settings.offer.keys == {"gpu-4", "gpu-abc"}
+    other = coexistence_settings(parser.parse_args(["--pod-resources-socket", str(tmp_path / "pr.sock")]))
+    assert other.pod_resources_socket == tmp_path / "pr.sock" and other.offer.keys == frozenset()
