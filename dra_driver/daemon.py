@@ -210,6 +210,8 @@ class Daemon:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None
+        if self.guard is not None:
+            self.guard.close()
         self._stopped.set()
 
     def request_stop(self) -> None:

@@ -28,7 +28,7 @@ from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Device, Inventory
 from dra_driver.node_checks.device_plugins import DevicePluginReport, VendorPlugins, scan, vendor_of_resource
-from dra_driver.node_checks.pod_resources import PodResourcesUnavailable, read_pod_resources
+from dra_driver.node_checks.pod_resources import PodResourcesClient, PodResourcesUnavailable
 from dra_driver.vocabulary import PCI_BUS_ID
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,12 @@ class DevicePluginGuard:
         self._withheld: dict[str, dict[str, str]] = {}  # vendor -> device -> reason
         self._listeners: dict[str, list[Callable[[], None]]] = {}
         self._changed: set[str] = set()  # vendors whose withheld devices changed; listeners not told yet
+        socket = settings.pod_resources_socket
+        self._pod_resources = PodResourcesClient(socket) if socket is not None else None  # the per-prepare List
+
+    def close(self) -> None:
+        if self._pod_resources is not None:
+            self._pod_resources.close()
 
     def use_metrics(self, metrics: Metrics) -> None:
         self._metrics = metrics
@@ -266,11 +272,10 @@ class DevicePluginGuard:
         return self._held_now(vendor, inventory, devices)
 
     def _held_now(self, vendor: str, inventory: Inventory, devices: Sequence[str]) -> str | None:
-        socket = self.settings.pod_resources_socket
-        if socket is None:
+        if self._pod_resources is None:
             return None
         try:
-            holders = read_pod_resources(socket, allocatable=False).holders
+            holders = self._pod_resources.view(allocatable=False).holders
         except PodResourcesUnavailable as exc:
             # A device plugin of this vendor runs here and its pods cannot be seen: no device is known free.
             return f"a {vendor} device plugin runs on this node and which devices its pods hold cannot be read ({exc}); refusing rather than risk handing out a GPU twice"

@@ -7,6 +7,7 @@ and device IDs are kept as strings, bounded, and never used to build a path.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,26 +50,58 @@ def default_socket(kubelet_dir: Path) -> Path:
     return kubelet_dir / DEFAULT_SOCKET_NAME
 
 
-def read_pod_resources(socket: Path, timeout: float = CALL_TIMEOUT_S, allocatable: bool = True) -> PodResourcesView:
-    """Both calls on one channel; `allocatable=False` asks only List (the per-prepare check)."""
-    if not socket.exists():
-        raise PodResourcesUnavailable(f"kubelet PodResources socket {socket} does not exist (mount <kubelet dir>/pod-resources into the driver's pod)")
-    view = PodResourcesView()
-    try:
-        with grpc.insecure_channel(f"unix://{socket.absolute()}") as channel:
-            stub = pr_grpc.PodResourcesListerStub(channel)
+class PodResourcesClient:
+    """One channel to the kubelet's PodResources socket, kept open (opening one costs more than the call);
+    a failed call closes it and the next call dials again."""
+
+    def __init__(self, socket: Path, timeout: float = CALL_TIMEOUT_S) -> None:
+        self.socket = socket
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+
+    def view(self, allocatable: bool = True) -> PodResourcesView:
+        """List (and with `allocatable`, GetAllocatableResources); PodResourcesUnavailable naming the socket and the cause."""
+        if not self.socket.exists():
+            self.close()
+            raise PodResourcesUnavailable(f"kubelet PodResources socket {self.socket} does not exist (mount <kubelet dir>/pod-resources into the driver's pod)")
+        stub = pr_grpc.PodResourcesListerStub(self._open())
+        view = PodResourcesView()
+        try:
             if allocatable:
-                answer = stub.GetAllocatableResources(pr_pb2.AllocatableResourcesRequest(), timeout=timeout)
+                answer = stub.GetAllocatableResources(pr_pb2.AllocatableResourcesRequest(), timeout=self._timeout)
                 for devices in answer.devices:
                     view.allocatable.setdefault(devices.resource_name, set()).update(_ids(devices.device_ids))
-            listed = stub.List(pr_pb2.ListPodResourcesRequest(), timeout=timeout)
-    except grpc.RpcError as exc:
-        raise PodResourcesUnavailable(f"kubelet PodResources socket {socket}: {exc.code().name} {exc.details() or ''}".rstrip()) from exc
-    for pod in listed.pod_resources:
-        for container in pod.containers:
-            for devices in container.devices:
-                view.holders.extend(Holder(devices.resource_name, i, pod.namespace, pod.name, container.name) for i in _ids(devices.device_ids))
-    return view
+            listed = stub.List(pr_pb2.ListPodResourcesRequest(), timeout=self._timeout)
+        except grpc.RpcError as exc:
+            self.close()
+            raise PodResourcesUnavailable(f"kubelet PodResources socket {self.socket}: {exc.code().name} {exc.details() or ''}".rstrip()) from exc
+        for pod in listed.pod_resources:
+            for container in pod.containers:
+                for devices in container.devices:
+                    view.holders.extend(Holder(devices.resource_name, i, pod.namespace, pod.name, container.name) for i in _ids(devices.device_ids))
+        return view
+
+    def _open(self) -> grpc.Channel:
+        with self._lock:
+            if self._channel is None:
+                self._channel = grpc.insecure_channel(f"unix://{self.socket.absolute()}")
+            return self._channel
+
+    def close(self) -> None:
+        with self._lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+
+def read_pod_resources(socket: Path, timeout: float = CALL_TIMEOUT_S, allocatable: bool = True) -> PodResourcesView:
+    """One-shot: dial, ask, close."""
+    client = PodResourcesClient(socket, timeout)
+    try:
+        return client.view(allocatable)
+    finally:
+        client.close()
 
 
 def _ids(values: object) -> list[str]:
