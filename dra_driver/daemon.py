@@ -92,6 +92,7 @@ class Daemon:
         if guard is not None:
             guard.use_metrics(self.metrics)
         self.conflicts = conflicts or ConflictBoard()  # same-name drivers on the node (shared with the publishers)
+        self.conflicts.use_metrics(self.metrics)
 
     def start(self) -> DaemonStatus:
         """Serve every driver's sockets, then connect to the API server and publish; DraError when connecting fails."""
@@ -191,8 +192,7 @@ class Daemon:
                 log.warning("registration socket for this driver's name that nobody serves; the kubelet ignores it", extra=fields(driver=driver, socket=str(found.socket)))
                 continue
             what = f"registration socket {found.socket} serving {found.endpoint or 'an unnamed endpoint'}"
-            if self.conflicts.set(driver, "registration", conflict_message(driver, self.settings.node_name, what)):
-                self.metrics.errors.labels(driver, "same-name-driver").inc()
+            self.conflicts.set(driver, "registration", conflict_message(driver, self.settings.node_name, what))
 
     def _driver_failed(self, driver: str, exc: Exception) -> None:
         log.error("driver failed to start; other drivers continue", extra=fields(driver=driver, error=f"{type(exc).__name__}: {exc}"))

@@ -26,6 +26,7 @@ import grpc
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.logs import fields
+from dra_driver.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,11 @@ class ConflictBoard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conflicts: dict[tuple[str, str], str] = {}
+        self._metrics: Metrics | None = None
+
+    def use_metrics(self, metrics: Metrics) -> None:
+        """Each conflict found counts once in dra_driver_errors_total{operation="same-name-driver"}."""
+        self._metrics = metrics
 
     def set(self, driver: str, source: str, message: str | None) -> bool:
         """Record (or clear, with None) one source's conflict; True when that changed it (logged here, once)."""
@@ -150,6 +156,8 @@ class ConflictBoard:
             return False
         if message is not None:
             log.error("same-name DRA driver on this node; not publishing", extra=fields(driver=driver, source=source, problem=message))
+            if self._metrics is not None:
+                self._metrics.errors.labels(driver, "same-name-driver").inc()
         else:
             log.warning("the other same-name DRA driver is gone", extra=fields(driver=driver, source=source))
         return True
