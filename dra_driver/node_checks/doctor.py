@@ -253,7 +253,7 @@ def check_runtime_cdi(settings: DoctorSettings, facts: NodeFacts) -> CheckResult
 def _runtime_verdict(runtime: runtime_config.RuntimeCdi, cdi_dir: Path) -> tuple[Status, str, str]:
     where = f"{runtime.runtime} ({runtime.source})"
     if runtime.problem:
-        return Status.FAIL, f"{where}: {runtime.problem}", f"fix the file's syntax; the runtime fails to read it too"
+        return Status.FAIL, f"{where}: {runtime.problem}", "fix the file's syntax; the runtime fails to read it too"
     dirs = f"cdi_spec_dirs = {list(runtime.spec_dirs)}"
     if runtime.enabled is False:
         return Status.FAIL, f"{where}: CDI is disabled (enable_cdi = false)", "set enable_cdi = true in the CRI plugin section and restart containerd"
