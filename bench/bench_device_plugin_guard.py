@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "node_checks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fake_kubelet import PodResourcesState, pod_resources_server  # noqa: E402
+from tests.node_checks.fake_kubelet import PodResourcesState, pod_resources_server  # noqa: E402
 
 from dra_driver.hardware_profiles import load_profile  # noqa: E402
 from dra_driver.model.device import Inventory  # noqa: E402

@@ -15,12 +15,15 @@ from typing import Any
 import grpc
 
 from dra_driver.api.podresources.v1 import api_pb2 as pr_pb2
+from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.api.podresources.v1 import api_pb2_grpc as pr_grpc
 from dra_driver.daemon import Daemon
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.node_checks.same_name import ConflictBoard
 from dra_driver.plugin.driver import PluginSettings
+from dra_driver.plugin.registration import RegistrationServicer
+from dra_driver.plugin.sockets import UnixServer
 from dra_driver.publisher.daemon_adapter import publisher_factory
 from dra_driver.vendor import BackendSettings
 
@@ -123,3 +126,16 @@ def write_checkpoint(kubelet_dir: Path, registered: Mapping[str, Sequence[str]],
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
     return path
+
+
+@contextmanager
+def other_driver(kubelet_dir: Path, driver: str = "gpu.nvidia.com") -> Iterator[Path]:
+    """The vendor's own driver: registered with the helper's default socket name, serving its own endpoint."""
+    socket = kubelet_dir / "plugins_registry" / f"{driver}-reg.sock"
+    servicer = RegistrationServicer(driver, str(kubelet_dir / "plugins" / driver / "dra.sock"))
+    server = UnixServer(socket, lambda s: reg_grpc.add_RegistrationServicer_to_server(servicer, s), 2, "other")
+    server.start()
+    try:
+        yield socket
+    finally:
+        server.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_kubelet import PodResourcesState, node_settings, pod_resources_server
+from tests.node_checks.fake_kubelet import PodResourcesState, node_settings, pod_resources_server
 
 from dra_driver.daemon import Daemon
 from dra_driver.hardware_profiles import load_profile

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_kubelet import PodResourcesState, bind_socket, pod_resources_server, write_checkpoint
+from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, pod_resources_server, write_checkpoint
 
 from dra_driver.hardware_profiles import load_profile
 from dra_driver.metrics import Metrics

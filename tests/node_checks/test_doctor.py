@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fake_kubelet import PodResourcesState, bind_socket, nvidia_daemon, pod_resources_server, write_checkpoint
+from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, nvidia_daemon, other_driver, pod_resources_server, write_checkpoint
 
 from dra_driver.cli.main import main
 from dra_driver.kube import sim_apiserver
@@ -127,8 +127,6 @@ def test_world_writable_paths_fail_the_node(tree: Path):
 
 
 def test_device_plugin_and_same_name_driver(tree: Path):
-    from test_same_name_registration import other_driver
-
     sock = bind_socket(tree / "kubelet" / "device-plugins" / "nvidia-gpu.sock")
     write_checkpoint(tree / "kubelet", {"nvidia.com/gpu": ["GPU-unknown-0"]})
     try:

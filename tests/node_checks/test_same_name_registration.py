@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fake_kubelet import nvidia_daemon
+from tests.node_checks.fake_kubelet import nvidia_daemon, other_driver
 
-from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.registration import RegistrationServicer
-from dra_driver.plugin.sockets import UnixServer
 from dra_driver.vendor import ClaimRef
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"
-
-
-@contextmanager
-def other_driver(kubelet_dir: Path) -> Iterator[Path]:
-    """The vendor's own driver: registered with the helper's default socket name, serving its own endpoint."""
-    socket = kubelet_dir / "plugins_registry" / f"{DRIVER}-reg.sock"
-    servicer = RegistrationServicer(DRIVER, str(kubelet_dir / "plugins" / DRIVER / "dra.sock"))
-    server = UnixServer(socket, lambda s: reg_grpc.add_RegistrationServicer_to_server(servicer, s), 2, "other")
-    server.start()
-    try:
-        yield socket
-    finally:
-        server.stop()
 
 
 def test_other_registration_stops_publishing_and_refuses_claims(short_tmp: Path):
