@@ -16,6 +16,7 @@ after a failed prepare, while the wait is a few hundred milliseconds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -27,6 +28,8 @@ from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.metrics_http import BindAddress, HttpEndpoint, Response
 from dra_driver.model.device import Inventory
+from dra_driver.node_checks.coexistence import DevicePluginGuard
+from dra_driver.node_checks.same_name import ConflictBoard, conflict_message, same_name_registrations
 from dra_driver.plugin.driver import DriverPlugin, PluginSettings, Publisher
 from dra_driver.plugin.pending_claims import PendingClaims
 from dra_driver.plugin.prepare import ClaimSource
@@ -68,6 +71,8 @@ class Daemon:
         claim_cache: ClaimCache | None = None,
         connect: Callable[[], ApiWiring] | None = None,
         metrics_address: BindAddress | None = None,
+        guard: DevicePluginGuard | None = None,
+        conflicts: ConflictBoard | None = None,
     ) -> None:
         """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
         called once every driver serves, which returns them (`claims` is then None).
@@ -92,6 +97,11 @@ class Daemon:
         self.readiness = ReadinessMonitor(lambda: self.plugins, self._api_started.is_set, state_file)
         self._stopped = threading.Event()
         self.claim_cache: ClaimCache | None = claim_cache
+        self.guard = guard  # device plugins on the node: devices withheld from slices and refused by prepare
+        if guard is not None:
+            guard.use_metrics(self.metrics)
+        self.conflicts = conflicts or ConflictBoard()  # same-name drivers on the node (shared with the publishers)
+        self.conflicts.use_metrics(self.metrics)
 
     def start(self) -> DaemonStatus:
         """Serve every driver's sockets, then connect to the API server and publish; DraError when connecting fails."""
@@ -149,6 +159,7 @@ class Daemon:
         if factory is None:
             return
         for driver, plugin in list(self.plugins.items()):
+            self._check_same_name(driver, plugin)
             try:
                 publisher = factory(plugin.backend, self._inventories[driver])
             except Exception as exc:
@@ -172,7 +183,10 @@ class Daemon:
         driver = backend.driver_name
         try:
             inventory = backend.discover()
-            plugin = DriverPlugin(backend, claims, self.settings, self.metrics, None, inventory)
+            if self.guard is not None:
+                self.guard.remember(backend.vendor, inventory)
+            check = functools.partial(self._refusal, backend.vendor, driver)
+            plugin = DriverPlugin(backend, claims, self.settings, self.metrics, None, inventory, device_check=check)
             plugin.start()
         except Exception as exc:  # one vendor's failure must not stop the others
             self._driver_failed(driver, exc)
@@ -180,6 +194,30 @@ class Daemon:
         self.plugins[driver] = plugin
         self._inventories[driver] = inventory
         self.status.running.append(driver)
+
+    def _refusal(self, vendor: str, driver: str, devices: Sequence[str]) -> str | None:
+        """Why a claim's devices must not be prepared now: a same-name driver on the node, or a device plugin's device."""
+        conflict = self.conflicts.get(driver)
+        if conflict is not None:
+            return conflict
+        return self.guard.refusal(vendor, devices) if self.guard is not None else None
+
+    def _poll_guard(self) -> None:
+        if self.guard is None:
+            return
+        try:
+            self.guard.poll()
+        except Exception as exc:  # a broken kubelet source must not stop the daemon; the next poll tries again
+            log.error("device-plugin rescan failed", extra=fields(error=f"{type(exc).__name__}: {exc}"))
+
+    def _check_same_name(self, driver: str, plugin: DriverPlugin) -> None:
+        """Registration sockets of another driver with this name (checked once the sockets serve)."""
+        for found in same_name_registrations(self.settings.kubelet_dir, driver, plugin.paths.state_root):
+            if not found.answered:
+                log.warning("registration socket for this driver's name that nobody serves; the kubelet ignores it", extra=fields(driver=driver, socket=str(found.socket)))
+                continue
+            what = f"registration socket {found.socket} serving {found.endpoint or 'an unnamed endpoint'}"
+            self.conflicts.set(driver, "registration", conflict_message(driver, self.settings.node_name, what))
 
     def _driver_failed(self, driver: str, exc: Exception) -> None:
         log.error("driver failed to start; other drivers continue", extra=fields(driver=driver, error=f"{type(exc).__name__}: {exc}"))
@@ -198,6 +236,8 @@ class Daemon:
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()
             self.metrics_endpoint = None
+        if self.guard is not None:
+            self.guard.close()
         self._stopped.set()
 
     def request_stop(self) -> None:
@@ -222,7 +262,7 @@ class Daemon:
                 log.error("no driver is running", extra=fields(failed=status.failed))
                 return 1
             while not self._stopped.wait(1.0):
-                pass
+                self._poll_guard()
             log.info("shutting down")
             return 0
         finally:

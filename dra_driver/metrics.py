@@ -228,6 +228,14 @@ class Metrics:
                 registry=registry,
             )
         )
+        self.withheld_devices = _Family(
+            lambda registry: _prometheus().Gauge(
+                "dra_driver_withheld_devices",
+                "Devices left out of the slices because a device plugin on the node hands them out (docs/coexistence.md)",
+                ["driver"],
+                registry=registry,
+            )
+        )
         self.errors = _Family(
             lambda registry: _prometheus().Counter(
                 "dra_driver_errors",

@@ -23,7 +23,7 @@ from dra_driver.errors import DraError
 from dra_driver.inputs import limits as input_limits
 from dra_driver.logs import configure_logging
 
-COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "demo", "explain", "migrate", "fleet", "template", "profiles")
+COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "doctor", "demo", "explain", "migrate", "fleet", "template", "profiles")
 # Top-level options that take a value (chosen_command skips the value too).
 _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
 EXIT_BAD_INPUT = failures.EXIT_USAGE

@@ -27,6 +27,9 @@ from dra_driver.kube.api_source import ApiSource, api_source
 from dra_driver.logs import fields
 from dra_driver.metrics_http import BindAddress
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
+from dra_driver.node_checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer
+from dra_driver.node_checks.pod_resources import default_socket as default_pod_resources_socket
+from dra_driver.node_checks.same_name import ConflictBoard
 from dra_driver.plugin.driver import PluginSettings
 from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
 from dra_driver.registry import OpenedBackends, open_backends
@@ -93,6 +96,20 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         help="host path of NVIDIA's CDI hook (nvidia-cdi-hook, or nvidia-ctk): specs then create the soname links and update "
         "the container's linker cache through it; without it each library is also mounted at its soname path "
         "(default: $NVIDIA_CDI_HOOK_PATH, else none)",
+    )
+    parser.add_argument(
+        "--pod-resources-socket",
+        type=Path,
+        default=None,
+        help="the kubelet's PodResources socket, read to find device plugins and the pods holding their devices "
+        "(default: <kubelet-dir>/pod-resources/kubelet.sock)",
+    )
+    parser.add_argument(
+        "--offer-devices",
+        default=os.environ.get("OFFER_DEVICES") or None,
+        help="comma-separated device names, UUIDs or PCI bus IDs this driver offers even though a device plugin of its vendor "
+        "runs on the node (a deliberate split: configure the device plugin to leave them alone); devices a device-plugin pod "
+        "holds are never offered (default: $OFFER_DEVICES, else none: every device a device plugin hands out is withheld)",
     )
     parser.add_argument(
         "--claim-cache",
@@ -187,7 +204,10 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
             device_nodes=simulated.make_device_nodes if simulated is not None else None,
         )
         metrics = BindAddress("", args.metrics_port) if args.metrics_port is not None else args.metrics_bind_address
-        return Daemon(opened.backends, None, settings, metrics_address=metrics, connect=lambda: connect_api(args))
+        guard, conflicts = DevicePluginGuard(coexistence_settings(args)), ConflictBoard()
+        return Daemon(
+            opened.backends, None, settings, metrics_address=metrics, connect=lambda: connect_api(args, guard, conflicts), guard=guard, conflicts=conflicts
+        )
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
         opened.close()
         raise
@@ -220,7 +240,12 @@ def announce(daemon: Daemon, args: argparse.Namespace, source: ApiSource) -> Non
     failures.info(f"serving {drivers} on node {args.node_name}{simulated}; sockets under {args.kubelet_dir}, CDI specs in {args.cdi_dir}; API server: {source.describe()}")
 
 
-def connect_api(args: argparse.Namespace) -> ApiWiring:
+def coexistence_settings(args: argparse.Namespace) -> CoexistenceSettings:
+    socket = args.pod_resources_socket or default_pod_resources_socket(args.kubelet_dir)
+    return CoexistenceSettings(args.kubelet_dir, socket, Offer.parse(args.offer_devices))
+
+
+def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None, conflicts: ConflictBoard | None = None) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
     from kubernetes import client
 
@@ -237,11 +262,24 @@ def connect_api(args: argparse.Namespace) -> ApiWiring:
         raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig, args.context).kind}): {exc}") from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
     api_client = client.ApiClient(configuration)
+    if guard is not None:
+        guard.set_node(read_node(api_client, args.node_name))
     return ApiWiring(
         claims=ClaimReader(api_client),
-        publisher_factory=publisher_factory(api_client, args.node_name),
+        publisher_factory=publisher_factory(api_client, args.node_name, guard=guard, conflicts=conflicts),
         claim_cache=ClaimCache(api_client) if args.claim_cache else None,
     )
+
+
+def read_node(api_client: object, node_name: str) -> dict[str, object] | None:
+    """The Node (its allocatable names device-plugin resources); None when it cannot be read (logged)."""
+    from dra_driver.kube.client import JsonApi
+
+    try:
+        return JsonApi(api_client).request("GET", f"/api/v1/nodes/{node_name}")  # type: ignore[arg-type]
+    except Exception as exc:  # RBAC or a missing Node: the kubelet's own sources still count
+        log.warning("cannot read the Node to find device-plugin resources", extra=fields(node=node_name, error=str(exc)))
+        return None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -100,7 +100,7 @@ class JsonApi:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
 
-    def _send(self, method: str, path: str, query: Mapping[str, str] | None, body: Any) -> Any:
+    def _send(self, method: str, path: str, query: Mapping[str, str] | None, body: Any, timeout: float | None = None) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -112,7 +112,7 @@ class JsonApi:
             body=body,
             auth_settings=["BearerToken"],
         )
-        return self.api_client.call_api(*params)
+        return self.api_client.call_api(*params, _request_timeout=timeout)
 
     @staticmethod
     def _raise_for_status(response: Any) -> None:
@@ -121,9 +121,9 @@ class JsonApi:
             text = response.data.decode("utf-8", "replace") if response.data else None
             raise ApiException.from_response(http_resp=response, body=text, data=None)
 
-    def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None) -> dict[str, Any]:
-        """One request; the decoded JSON answer, or ApiException carrying the server's Status."""
-        response = self._send(method, path, query, body)
+    def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None, timeout: float | None = None) -> dict[str, Any]:
+        """One request (`timeout` in seconds, None: the client's default); the decoded JSON answer, or ApiException carrying the server's Status."""
+        response = self._send(method, path, query, body, timeout)
         self._raise_for_status(response)
         response.read()
         decoded: dict[str, Any] = json.loads(response.data) if response.data else {}

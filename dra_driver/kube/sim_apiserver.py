@@ -25,6 +25,8 @@ Implemented semantics (what dra-driver uses, modelled on the real apiserver):
   limit/continue; watch from a resourceVersion (410 Expired once the history
   is compacted), `timeoutSeconds`, ADDED/MODIFIED/DELETED with objects that
   move in or out of a field selector reported as ADDED/DELETED;
+- group-version discovery (`/api/v1`, `/apis/<group>/<version>`: an
+  APIResourceList), without the resource.k8s.io versions `ServerOptions.resource_versions` leaves out;
 - 404 and 422 answers as `Status` objects; ResourceSlices are validated with
   `dra_driver.model.validation.slice_errors`;
 - feature gates: with `partitionable_devices=False` the server drops
@@ -659,6 +661,35 @@ class ObjectStore:
         return [e for e in self._events if e.resource_version > rv]
 
 
+_DISCOVERY_PATH = re.compile(r"^/api/(?P<core>v1)/?$|^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
+
+
+def _served(options: ServerOptions, group: str, version: str) -> bool:
+    """Whether this server serves a group version: every one it has, except resource.k8s.io's unserved versions."""
+    return group != _RESOURCE_GROUP or version in options.resource_versions
+
+
+def _discovery(path: str, options: ServerOptions) -> JsonObject | None:
+    """The APIResourceList of one group version (`/api/v1`, `/apis/<group>/<version>`), or None (not a discovery path,
+    or a group version this server does not serve: the caller answers 404)."""
+    match = _DISCOVERY_PATH.match(path)
+    if match is None:
+        return None
+    group, version = (match.group("group") or "", match.group("core") or match.group("version"))
+    group_version = f"{group}/{version}" if group else version
+    if not _served(options, group, version):
+        return None
+    resources = [r for r in RESOURCES.values() if (r.group, r.version) == (group, version)]
+    if not resources:
+        return None
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": [{"name": r.plural, "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "list", "watch", *WRITE_VERBS]} for r in resources],
+    }
+
+
 def _without_rv(obj: Mapping[str, Any]) -> JsonObject:
     stripped = copy.deepcopy(dict(obj))
     stripped.get("metadata", {}).pop("resourceVersion", None)
@@ -768,7 +799,7 @@ class _Handler(BaseHTTPRequestHandler):
         return _Route(rt, namespace, match.group("name"), sub)
 
     def _served(self, group: str, version: str) -> bool:
-        return group != _RESOURCE_GROUP or version in self.server.sim.options.resource_versions
+        return _served(self.server.sim.options, group, version)
 
     def _group_discovery(self, path: str) -> JsonObject | None:
         """The APIGroup object `GET /apis/<group>` answers (None: not a discovery path or no version served)."""
@@ -822,7 +853,7 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path == "/version":
             self._send_json(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-dra-driver-sim"})
             return
-        discovery = self._group_discovery(parts.path) if method == "GET" else None
+        discovery = (self._group_discovery(parts.path) or _discovery(parts.path, sim.options)) if method == "GET" else None
         if discovery is not None:
             self._send_json(200, discovery)
             return

@@ -31,9 +31,10 @@ from dra_driver.checkpoint import DEFAULT_BOOT_ID_PATH, Checkpoint
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
+from dra_driver.node_checks.same_name import mark_registration, unmark_registration
 from dra_driver.plugin.health import MAX_STREAMS, HealthHub, HealthServicer
 from dra_driver.plugin.lease import LeasedPublisher, Publisher
-from dra_driver.plugin.prepare import ClaimSource, PrepareService
+from dra_driver.plugin.prepare import ClaimSource, DeviceCheck, PrepareService
 from dra_driver.plugin.registration import RegistrationServicer
 from dra_driver.plugin.servicers import add_dra_servicers
 from dra_driver.plugin.sockets import PluginPaths, UnixServer
@@ -69,6 +70,7 @@ class DriverPlugin:
         metrics: Metrics | None = None,
         publisher: Publisher | None = None,
         inventory: Inventory | None = None,
+        device_check: DeviceCheck | None = None,
     ) -> None:
         self.backend = backend
         self.driver = backend.driver_name
@@ -93,6 +95,7 @@ class DriverPlugin:
             claim_locks=self.paths.claim_locks_dir,
             pools=(settings.node_name,),  # the pool the publisher and the health stream name
             device_nodes=settings.device_nodes,
+            device_check=device_check,
         )
         self.hub: HealthHub | None = None
         self._health_lock = threading.Lock()  # publisher attach vs. health events
@@ -163,6 +166,7 @@ class DriverPlugin:
             )
             server.start()
             self._reg_server = server
+            mark_registration(self.paths.state_root, self.paths.registration_socket)  # ours, for the same-name check of other instances
 
     @property
     def serving(self) -> bool:
@@ -205,6 +209,7 @@ class DriverPlugin:
     def _stop_registration(self) -> None:
         with self._registration_lock:
             if self._reg_server is not None:
+                unmark_registration(self.paths.state_root, self.paths.registration_socket)
                 self._reg_server.stop()
                 self._reg_server = None
 

@@ -67,6 +67,11 @@ HOLD_POINTS = (
 # under cProfile and the summed stats are written there when the service closes.
 PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
 
+# Why these devices (names in this driver's pool) must not be prepared now, or None (node_checks.coexistence:
+# a device plugin on the node hands them out).
+DeviceCheck = Callable[[Sequence[str]], "str | None"]
+
+
 class ClaimSource(Protocol):
     # uid lets a cache answer safely; deadline (time.monotonic()) bounds the lookup, retries included
     def get(self, namespace: str, name: str, uid: str = "", deadline: float | None = None) -> ResourceClaim: ...
@@ -91,8 +96,10 @@ class PrepareService:
         claim_locks: Path | None = None,
         pools: Collection[str] | None = None,
         device_nodes: Callable[[dict[str, Any]], None] | None = None,
+        device_check: DeviceCheck | None = None,
     ) -> None:
         self.backend = backend
+        self._device_check = device_check
         self.driver = backend.driver_name
         # The pools this driver publishes on this node (default: the node name, as the publisher does);
         # a result naming any other pool is that claim's error.
@@ -221,6 +228,7 @@ class PrepareService:
         allocated = self._our_devices(ref, claim)
         if not allocated:
             return []
+        self._refuse_foreign_held(ref, allocated)
         devices = [CheckpointDevice(d.request, d.pool, d.device, d.admin_access, d.share_id) for d in allocated]
         started = ClaimRecord(ref.uid, ref.namespace, ref.name, PREPARE_STARTED, devices)
         with self._devices_lock.hold("devices"), self._checkpoint_section():
@@ -332,6 +340,14 @@ class PrepareService:
             )
             for r, config in zip(results, configs)
         ]
+
+    def _refuse_foreign_held(self, ref: ClaimRef, allocated: Sequence[AllocatedDevice]) -> None:
+        """A device that a device plugin on this node hands out (or a device-plugin pod holds) is never prepared."""
+        if self._device_check is None:
+            return
+        problem = self._device_check([dev.device for dev in allocated])
+        if problem is not None:
+            raise ClaimError(f"ResourceClaim {_name(ref)}: {problem}")
 
     def _check_conflicts(self, ref: ClaimRef, allocated: Sequence[AllocatedDevice]) -> None:
         for dev in allocated:

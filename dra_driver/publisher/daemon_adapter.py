@@ -8,6 +8,7 @@ it; this module provides that factory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 
@@ -15,6 +16,8 @@ from kubernetes import client
 
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
+from dra_driver.node_checks.coexistence import WITHHELD_ANNOTATION, DevicePluginGuard, withheld_note
+from dra_driver.node_checks.same_name import ConflictBoard
 from dra_driver.publisher.desired import strip_partitioning
 from dra_driver.publisher.publisher import InventorySource, PublisherOptions, SlicePublisher
 from dra_driver.vendor import BackendSettings, HealthEvent, Partitioning, VendorBackend
@@ -73,24 +76,39 @@ def backend_inventory_source(backend: VendorBackend, first: Inventory | None = N
     return source
 
 
+def _withholding(source: InventorySource, guard: DevicePluginGuard, vendor: str) -> InventorySource:
+    return lambda partitioning: guard.filter(vendor, source(partitioning))
+
+
+def _withheld_notes(guard: DevicePluginGuard, vendor: str) -> dict[str, str | None]:
+    return {WITHHELD_ANNOTATION: withheld_note(guard.withheld(vendor))}
+
+
 def publisher_factory(
     api_client: client.ApiClient,
     node_name: str,
     options: PublisherOptions | None = None,
+    guard: DevicePluginGuard | None = None,
+    conflicts: ConflictBoard | None = None,
 ) -> Callable[[VendorBackend, Inventory], DaemonPublisher]:
-    """What `Daemon(publisher_factory=...)` takes: a publisher per backend, in the backend's partitioning mode."""
+    """What `Daemon(publisher_factory=...)` takes: a publisher per backend, in the backend's partitioning mode.
+
+    With a guard, the devices a device plugin on the node hands out are left out of every inventory
+    published, and a change in them (a device plugin started or stopped) republishes."""
     base = options or PublisherOptions()
 
     def build(backend: VendorBackend, inventory: Inventory) -> DaemonPublisher:
         settings = getattr(backend, "settings", None)
         partitioning: Partitioning = settings.partitioning if isinstance(settings, BackendSettings) else base.partitioning
-        publisher = SlicePublisher(
-            api_client,
-            node_name,
-            backend.driver_name,
-            backend_inventory_source(backend, inventory),
-            dataclasses.replace(base, partitioning=partitioning),
-        )
+        source = backend_inventory_source(backend, inventory)
+        notes = None
+        if guard is not None:
+            source = _withholding(source, guard, backend.vendor)
+            notes = functools.partial(_withheld_notes, guard, backend.vendor)
+        options = dataclasses.replace(base, partitioning=partitioning)
+        publisher = SlicePublisher(api_client, node_name, backend.driver_name, source, options, conflicts=conflicts, notes=notes)
+        if guard is not None:
+            guard.subscribe(backend.vendor, publisher.refresh_inventory)
         return DaemonPublisher(publisher)
 
     return build

@@ -13,7 +13,14 @@
   on conflicts, throttling, server errors and connection errors;
 - notices when the API server silently drops fields whose feature gate is
   off: without DRAPartitionableDevices it falls back to static partitions,
-  without DRADeviceTaints it withdraws unhealthy devices instead of tainting.
+  without DRADeviceTaints it withdraws unhealthy devices instead of tainting;
+- labels what it writes (`dra-driver.io/publisher`, field manager `dra-driver`)
+  and stands down when a slice of its pool was written by another driver of
+  the same name (node_checks.same_name): its own slices are withdrawn, the
+  other's never touched, nothing is written until the other is gone;
+- keeps the annotations a `notes` source gives (key -> text, None to remove)
+  on every slice of the pool: what the pool leaves out and why
+  (`dra-driver.io/withheld-devices`, node_checks.coexistence).
 
 `sync_once()` runs one reconciliation synchronously (tests, benchmarks);
 `start()` runs the reconcile worker and the watch in two daemon threads.
@@ -24,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +39,20 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from dra_driver.errors import DraError
 from dra_driver.kube.client import JsonApi, WatchStream
 from dra_driver.logs import fields
 from dra_driver.model.device import DeviceTaint, Inventory
 from dra_driver.model.render import API_VERSION
+from dra_driver.node_checks.same_name import (
+    FIELD_MANAGER,
+    OWNER_LABEL,
+    OWNER_VALUE,
+    ConflictBoard,
+    conflict_message,
+    describe_foreign,
+    written_by_other,
+)
 from dra_driver.publisher.backoff import Backoff
 from dra_driver.publisher.desired import desired_specs, strip_partitioning
 from dra_driver.publisher.plan import Plan, carry_taint_times, dropped_fields, plan_pool
@@ -67,6 +84,10 @@ class _FieldsDropped(Exception):
     """Internal: the server dropped fields; re-plan with the fallback in place."""
 
 
+class SameNameConflict(DraError):
+    """Another driver of this name publishes on this node: the publisher stands down (the message says what to do)."""
+
+
 class SlicePublisher:
     def __init__(
         self,
@@ -75,6 +96,8 @@ class SlicePublisher:
         driver: str,
         inventory_source: InventorySource,
         options: PublisherOptions | None = None,
+        conflicts: ConflictBoard | None = None,
+        notes: Callable[[], Mapping[str, str | None]] | None = None,
     ) -> None:
         # Not isinstance(api, client.ResourceV1Api): that attribute access imports the whole generated API and its models.
         api_client = api if isinstance(api, client.ApiClient) else api.api_client
@@ -102,6 +125,8 @@ class SlicePublisher:
         self._watch: WatchStream | None = None
         self._threads: list[threading.Thread] = []
         self._backoff = Backoff(self.options.backoff_initial, cap=self.options.backoff_cap)
+        self.conflicts = conflicts or ConflictBoard()  # shared with prepare (dra_driver.daemon) when given
+        self._notes = notes or dict
 
     # ------------------------------------------------------------------ public API
 
@@ -160,11 +185,17 @@ class SlicePublisher:
                     plan = self._reconcile()
                 except _FieldsDropped:
                     continue
-                with self._synced:
-                    self._syncs += 1
-                    self._synced.notify_all()
+                except SameNameConflict:
+                    self._count_sync()  # standing down is this pass's outcome: the watch may start from its list
+                    raise
+                self._count_sync()
                 return plan
             return self._reconcile()
+
+    def _count_sync(self) -> None:
+        with self._synced:
+            self._syncs += 1
+            self._synced.notify_all()
 
     def start(self) -> SlicePublisher:
         self._stop.clear()
@@ -194,11 +225,11 @@ class SlicePublisher:
             return self._synced.wait_for(lambda: self._syncs > after or self._stop.is_set(), timeout) and self._syncs > after
 
     def withdraw(self) -> int:
-        """Delete every slice of this (node, driver) (uninstall); returns how many."""
-        existing = self._list()
-        for obj in existing:
+        """Delete every slice of this (node, driver) that this driver wrote (uninstall); returns how many."""
+        own = [obj for obj in self._list() if not written_by_other(obj)]
+        for obj in own:
             self._delete(obj)
-        return len(existing)
+        return len(own)
 
     # ------------------------------------------------------------------ reconciliation
 
@@ -220,6 +251,7 @@ class SlicePublisher:
             taints = self._taints_supported
         desired = desired_specs(inventory, self.node_name, self.pool_name, unhealthy, taints)
         existing = self._list()
+        self._stand_down_if_shared(existing)
         plan = plan_pool(desired, existing, self.pool_name, self._last_generation)
         if plan.writes:
             log.info(
@@ -235,7 +267,28 @@ class SlicePublisher:
             self._check_dropped(spec, self._create(spec))
         for obj in plan.deletes:
             self._delete(obj)
+        self._refresh_notes(existing, plan)
         return plan
+
+    def _refresh_notes(self, existing: list[JsonObject], plan: Plan) -> None:
+        """Slices this pass did not write get the current annotations too (a metadata-only update)."""
+        written = {id(obj) for obj, _ in plan.updates} | {id(obj) for obj in plan.deletes}
+        for obj in existing:
+            if id(obj) not in written and _with_notes(obj["metadata"], self._notes()) != obj["metadata"]:
+                self._update(obj, obj.get("spec") or {})
+
+    def _stand_down_if_shared(self, existing: list[JsonObject]) -> None:
+        """Raise SameNameConflict (after withdrawing our own slices) while another same-name driver is on the node."""
+        foreign = [obj for obj in existing if written_by_other(obj)]
+        found = conflict_message(self.driver, self.node_name, f"its ResourceSlices {describe_foreign(foreign)}") if foreign else None
+        self.conflicts.set(self.driver, "slices", found)
+        conflict = self.conflicts.get(self.driver)
+        if conflict is None:
+            return
+        for obj in existing:
+            if not written_by_other(obj):
+                self._delete(obj)
+        raise SameNameConflict(conflict)
 
     def _check_dropped(self, sent: JsonObject, stored: JsonObject) -> None:
         dropped = dropped_fields(sent, stored.get("spec") or {})
@@ -293,10 +346,15 @@ class SlicePublisher:
         body = {
             "apiVersion": API_VERSION,
             "kind": "ResourceSlice",
-            "metadata": {"generateName": f"{self.node_name}-{self.driver}-", "ownerReferences": self._owner_references()},
+            "metadata": {
+                "generateName": f"{self.node_name}-{self.driver}-",
+                "labels": {OWNER_LABEL: OWNER_VALUE},
+                "ownerReferences": self._owner_references(),
+                **_with_notes({}, self._notes()),
+            },
             "spec": spec,
         }
-        stored = self._api.request("POST", SLICES_PATH, body=body)
+        stored = self._api.request("POST", SLICES_PATH, {"fieldManager": FIELD_MANAGER}, body=body)
         self.writes["create"] += 1
         return self._remember(stored)
 
@@ -304,8 +362,10 @@ class SlicePublisher:
         metadata = {k: v for k, v in existing["metadata"].items() if k not in ("managedFields", "creationTimestamp", "generation")}
         if not metadata.get("ownerReferences"):
             metadata["ownerReferences"] = self._owner_references()
+        metadata["labels"] = {**(metadata.get("labels") or {}), OWNER_LABEL: OWNER_VALUE}  # adopts an older build's slice
+        metadata = _with_notes(metadata, self._notes())
         body = {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": carry_taint_times(spec, existing.get("spec") or {})}
-        stored = self._api.request("PUT", f"{SLICES_PATH}/{existing['metadata']['name']}", body=body)
+        stored = self._api.request("PUT", f"{SLICES_PATH}/{existing['metadata']['name']}", {"fieldManager": FIELD_MANAGER}, body=body)
         self.writes["update"] += 1
         return self._remember(stored)
 
@@ -334,6 +394,8 @@ class SlicePublisher:
             try:
                 self.sync_once()
                 self._backoff.reset()
+            except SameNameConflict:  # logged by the board when found; checked again on the next change or resync
+                continue
             except _RETRYABLE as exc:
                 delay = self._backoff.next_delay(_retry_after(exc))
                 log.warning("publishing slices failed; retrying", extra=fields(driver=self.driver, error=_describe(exc), retry_in=round(delay, 3)))
@@ -397,6 +459,20 @@ class SlicePublisher:
         return version
 
 
+def _with_notes(metadata: Mapping[str, Any], notes: Mapping[str, str | None]) -> JsonObject:
+    """`metadata` with the notes applied to its annotations (None removes a key; no annotations left, no member)."""
+    annotations = dict(metadata.get("annotations") or {})
+    for key, value in notes.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+    updated = {k: v for k, v in metadata.items() if k != "annotations"}
+    if annotations:
+        updated["annotations"] = annotations
+    return updated
+
+
 def _retry_after(exc: BaseException) -> float | None:
     if isinstance(exc, ApiException) and exc.headers:
         value = exc.headers.get("Retry-After")
@@ -411,4 +487,4 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["InventorySource", "PublisherOptions", "SlicePublisher"]
+__all__ = ["InventorySource", "PublisherOptions", "SameNameConflict", "SlicePublisher"]

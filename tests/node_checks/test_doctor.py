@@ -1,0 +1,186 @@
+"""`dra-driver doctor` on a temp tree laid out like a node: a healthy node passes; each problem is named with its fix."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import pytest
+from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, nvidia_daemon, other_driver, pod_resources_server, write_checkpoint
+
+from dra_driver.cli.main import main
+from dra_driver.kube import sim_apiserver
+from dra_driver.node_checks import runtime_config
+from dra_driver.node_checks.instance import instance_lock_path
+
+nvidia = pytest.importorskip("dra_driver_nvidia.backend")
+DRIVER = "gpu.nvidia.com"
+
+
+def containerd_v3(path: Path, dirs: list[str] | None, enable: bool | None = None) -> Path:
+    lines = ["version = 3", '[plugins."io.containerd.cri.v1.runtime"]']
+    if enable is not None:
+        lines.append(f"enable_cdi = {str(enable).lower()}")
+    if dirs is not None:
+        lines.append(f"cdi_spec_dirs = {json.dumps(dirs)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def tree(short_tmp: Path) -> Path:
+    for sub in ("kubelet/plugins_registry", "kubelet/plugins", "cdi", "run", "etc"):
+        (short_tmp / sub).mkdir(parents=True, exist_ok=True)
+    containerd_v3(short_tmp / "etc" / "config.toml", ["/etc/cdi", str(short_tmp / "cdi")])
+    return short_tmp
+
+
+def doctor(tree: Path, *extra: str, server: sim_apiserver.SimApiServer | None = None) -> tuple[int, dict]:
+    """Run the command as a person would (through main), with JSON output; returns (exit code, report)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    argv = [
+        "doctor", "-o", "json", "--node-name", "node-a", "--profile", "dgx-h100", "--kubelet-dir", str(tree / "kubelet"),
+        "--cdi-dir", str(tree / "cdi"), "--state-dir", str(tree / "run"), "--containerd-config", str(tree / "etc" / "config.toml"),
+        "--crio-config", str(tree / "etc" / "crio.conf"), "--kubeconfig", str(tree / "etc" / "kubeconfig"), *extra,
+    ]  # fmt: skip
+    if server is not None:
+        argv += ["--api-server", server.url]
+    with contextlib.redirect_stdout(out):
+        code = main(argv)
+    return code, json.loads(out.getvalue())
+
+
+def by_name(report: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+def test_a_healthy_node_passes_every_check(tree: Path):
+    (tree / "etc" / "kubeconfig").write_text("")  # not read: --api-server wins
+    with sim_apiserver.SimApiServer() as server, nvidia_daemon(server, tree):
+        server.add_node("node-a")
+        with pod_resources_server(tree / "kubelet" / "pod-resources" / "kubelet.sock", PodResourcesState()):
+            code, report = doctor(tree, server=server)
+    statuses = {name: check["status"] for name, check in by_name(report).items()}
+    assert statuses == dict.fromkeys(statuses, "pass"), report
+    assert code == 0 and report["canServeClaims"] is True and report["exitCode"] == 0
+    assert set(statuses) >= {"kubelet-dirs", "registration", "cdi-dir", "runtime-cdi", "resource-api", "vendor-libraries",
+                             "device-nodes", "device-plugins", "same-name-drivers", "instance", "permissions"}  # fmt: skip
+    assert "gpu.nvidia.com-reg.sock" in by_name(report)["registration"]["summary"]
+
+
+def test_text_output_names_each_problem_and_its_fix(tree: Path, capsys: pytest.CaptureFixture[str]):
+    (tree / "cdi").rmdir()
+    code = main(["doctor", "--node-name", "node-a", "--profile", "dgx-h100", "--kubelet-dir", str(tree / "kubelet"), "--cdi-dir", str(tree / "cdi"),
+                 "--state-dir", str(tree / "run"), "--containerd-config", str(tree / "etc" / "config.toml"), "--crio-config", str(tree / "nope")])  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 1
+    assert f"FAIL  cdi-dir" in text and f"{tree / 'cdi'} is not a directory" in text and "fix: mount the host's" in text
+    assert "WARN  registration" in text and "The node cannot serve claims: 1 check(s) failed." in text
+
+
+@pytest.mark.parametrize(
+    ("config", "status", "words"),
+    [
+        ('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\ncdi_spec_dirs = ["/etc/cdi", "CDI"]\n', "pass", "CDI on"),
+        ('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n', "fail", "enable_cdi = false"),
+        ('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\ncdi_spec_dirs = ["CDI"]\n', "warn", "1.7 does not"),
+        ("version = 3\n", "fail", "does not include"),  # defaults /etc/cdi and /var/run/cdi: not the tree's CDI dir
+        ('[plugins.cri]\nenable_cdi = true\ncdi_spec_dirs = ["CDI"]\n', "pass", "config version 1"),
+        ("version = 3\n[plugins\n", "fail", "cannot read"),
+    ],
+)
+def test_containerd_layouts(tree: Path, config: str, status: str, words: str):
+    (tree / "etc" / "config.toml").write_text(config.replace("CDI", str(tree / "cdi")))
+    _, report = doctor(tree)
+    check = by_name(report)["runtime-cdi"]
+    assert check["status"] == status and words in check["summary"], check
+    assert (check["fix"] != "") == (status != "pass")
+
+
+def test_crio_drop_ins_override_and_var_run_is_run(tree: Path):
+    (tree / "etc" / "config.toml").unlink()
+    (tree / "etc" / "crio.conf").write_text('[crio.runtime]\ncdi_spec_dirs = ["/elsewhere"]\n')
+    (tree / "etc" / "crio.conf.d").mkdir()
+    (tree / "etc" / "crio.conf.d" / "10-cdi.conf").write_text(f'[crio.runtime]\ncdi_spec_dirs = ["{tree / "cdi"}"]\n')
+    _, report = doctor(tree)
+    assert by_name(report)["runtime-cdi"]["status"] == "pass"
+    assert runtime_config.same_dir(Path("/var/run/cdi"), ["/run/cdi"]) and runtime_config.same_dir(Path("/run/cdi"), ["/var/run/cdi/"])
+    assert not runtime_config.same_dir(Path("/var/run/cdi"), ["/var/runx/cdi"])
+
+
+def test_world_writable_paths_fail_the_node(tree: Path):
+    os.chmod(tree / "cdi", 0o777)
+    spec = tree / "cdi" / "planted.json"
+    spec.write_text("{}")
+    os.chmod(spec, 0o666)
+    code, report = doctor(tree)
+    check = by_name(report)["permissions"]
+    assert code == 1 and check["status"] == "fail" and "chmod o-w" in check["fix"]
+    assert any(str(tree / "cdi") in d and "0777" in d for d in check["details"]) and any("planted.json" in d for d in check["details"])
+    os.chmod(tree / "cdi", 0o1777)  # sticky, like /tmp: the directory itself is no longer the problem
+    assert [d for d in by_name(doctor(tree)[1])["permissions"]["details"] if d.startswith(f"{tree / 'cdi'} ")] == []
+
+
+def test_device_plugin_and_same_name_driver(tree: Path):
+    sock = bind_socket(tree / "kubelet" / "device-plugins" / "nvidia-gpu.sock")
+    write_checkpoint(tree / "kubelet", {"nvidia.com/gpu": ["GPU-unknown-0"]})
+    try:
+        with other_driver(tree / "kubelet"):
+            code, report = doctor(tree)
+    finally:
+        sock.close()
+    checks = by_name(report)
+    assert checks["device-plugins"]["status"] == "warn"
+    assert "8 of 8 devices withheld" in checks["device-plugins"]["summary"] and "--offer-devices" in checks["device-plugins"]["fix"]
+    assert checks["same-name-drivers"]["status"] == "fail" and "gpu.nvidia.com-reg.sock" in checks["same-name-drivers"]["summary"]
+    assert code == 1
+
+
+def test_api_without_resource_v1_fails(tree: Path):
+    with sim_apiserver.SimApiServer(sim_apiserver.ServerOptions(resource_versions=())) as server:
+        code, report = doctor(tree, server=server)
+    assert code == 1 and by_name(report)["resource-api"]["status"] == "fail"
+    assert "does not serve resource.k8s.io/v1" in by_name(report)["resource-api"]["summary"]
+
+
+def test_instance_lock_held_or_free(tree: Path):
+    lock = instance_lock_path(tree / "run")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert "a driver daemon runs" in by_name(doctor(tree)[1])["instance"]["summary"]
+    finally:
+        os.close(fd)
+    assert "no driver daemon runs" in by_name(doctor(tree)[1])["instance"]["summary"]
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the doctor left it free (its descriptor closed)
+    finally:
+        os.close(fd)
+
+
+def test_two_registered_instances_are_a_warning(tree: Path):
+    with sim_apiserver.SimApiServer() as server:
+        server.add_node("node-a")
+        with nvidia_daemon(server, tree, "11111111-1111-1111-1111-111111111111"), nvidia_daemon(server, tree, "22222222-2222-2222-2222-222222222222"):
+            checks = by_name(doctor(tree)[1])
+        assert checks["instance"]["status"] == "warn" and "gpu.nvidia.com: 2 instances registered" in checks["instance"]["summary"]
+        assert checks["same-name-drivers"]["status"] == "pass"  # its own other instance is not a stranger
+        assert by_name(doctor(tree)[1])["instance"]["status"] == "pass"  # both stopped: nothing registered
+
+
+def test_unreadable_device_plugin_sources_are_a_warning(tree: Path):
+    check = by_name(doctor(tree)[1])["device-plugins"]  # no PodResources socket in the tree
+    assert check["status"] == "warn" and "pod-resources" in check["fix"]
+    assert any("PodResources socket" in d for d in check["details"])
+
+
+def test_bad_flags_exit_2(tree: Path, capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["doctor", "-o", "yaml"])
+    assert exit_info.value.code == 2
