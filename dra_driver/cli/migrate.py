@@ -38,6 +38,9 @@ def add_parser(subparsers: Any) -> None:
     output.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
     parser.add_argument("--report", choices=("text", "json", "none"), default="text",
                         help="report of what was and was not converted, on stderr (default: text)")
+    parser.add_argument("--no-tolerations", dest="tolerations", action="store_false",
+                        help="do not add the toleration {key: <resource>, operator: Exists, effect: NoSchedule} that the "
+                        "ExtendedResourceToleration admission plugin gave pods for each converted device-plugin resource")
     parser.add_argument("--deviceclasses", type=Path, default=None,
                         help="directory of DeviceClass YAML the cluster has (default: the shipped deviceclasses/)")
     parser.set_defaults(func=run)
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-driver migrate: --deviceclasses {args.deviceclasses}: not a directory", file=sys.stderr)
         return EXIT_REFUSED
     try:
-        options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses))
+        options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses), tolerations=args.tolerations)
         results, report = migrate(inputs, options)
         for directory in directories:
             more, more_report = migrate_directory(directory, options, read=lambda path: read_checked(str(path), round_trip_whole=True))

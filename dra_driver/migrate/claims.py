@@ -29,7 +29,8 @@ from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
-from dra_driver.migrate.resources import DeviceKind, Unsupported, classify
+from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, DeviceKind, Unsupported, classify
+from dra_driver.migrate.tolerations import add_missing as add_tolerations
 from dra_driver.migrate.workloads import Workload
 
 POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
@@ -112,8 +113,12 @@ def _scan_container(
     requests = resources.get("requests") if isinstance(resources.get("requests"), Mapping) else {}
     name = str(container.get("name", ""))
     found: list[ContainerDevices] = []
-    for resource in [*limits, *(r for r in requests if r not in limits)]:
+    resources_asked = [*limits, *(r for r in requests if r not in limits)]
+    slices = [str(r) for r in resources_asked if r in HAMI_SLICES]
+    for resource in resources_asked:
         kind = gpu if resource == GPU and gpu is not None else classify(str(resource), ctx.catalog.names)
+        if resource == GPU and slices:  # HAMi: a slice of a shared GPU, never an exclusive one
+            kind = Unsupported(GPU, HAMI_REASON.format(resources=", ".join(slices)))
         at = f"{path}.resources"
         if kind is None:
             continue
@@ -289,6 +294,7 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     name = template_name(workload, requests)
     _apply_container_edits(requests)
     placement.apply()
+    _keep_tolerations(ctx, workload, requests)
     claim_entry = to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": name})
     if isinstance(workload.pod_spec.get("resourceClaims"), list):
         workload.pod_spec["resourceClaims"].append(claim_entry)
@@ -302,10 +308,21 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     return Generated(name, workload.namespace, _template(workload, name, requests))
 
 
+def _keep_tolerations(ctx: Context, workload: Workload, requests: list[Request]) -> None:
+    """The tolerations ExtendedResourceToleration added while the pod requested these resources (tolerations.py)."""
+    if not ctx.tolerations:
+        return
+    for resource in add_tolerations(workload.pod_spec, [r.kind.resource for r in requests]):
+        ctx.add(Action.NOTE, f"{workload.spec_path}.tolerations", resource,
+                f"added toleration {{key: {resource}, operator: Exists, effect: NoSchedule}}: the ExtendedResourceToleration "
+                f"admission plugin (GKE and others) added it while the pod requested {resource}, and nodes tainted "
+                f"{resource}:NoSchedule still need it; --no-tolerations leaves it out")
+
+
 def _edit_paths(workload: Workload, devices: list[ContainerDevices]) -> list[tuple[Key, ...]]:
     """Key paths, from the pod spec, of every node the edits below may change (each the last of its path)."""
     spec = workload.pod_spec
-    paths: list[tuple[Key, ...]] = [("resourceClaims",)]
+    paths: list[tuple[Key, ...]] = [("resourceClaims",), ("tolerations",)]
     for device in devices:
         container: tuple[Key, ...] = (*device.slot, "resources")
         paths += [container, (*container, "limits"), (*container, "requests"), (*container, "claims")]

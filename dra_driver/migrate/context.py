@@ -19,6 +19,7 @@ class Context:
     document: int = 0
     obj: str = ""
     root: Any = None  # the document's parsed data: aliases are shared across the whole document
+    tolerations: bool = True  # add the tolerations ExtendedResourceToleration gave pods for converted resources
 
     def at(self, path: str = "") -> Location:
         return Location(self.file, self.document, self.obj, path)

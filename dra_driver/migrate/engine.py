@@ -31,6 +31,7 @@ class Options:
     # The shipped classes unless told otherwise: with an empty catalog MIG profiles would lose their classes and
     # extended-resource output could emit a class under a shipped class's name.
     catalog: ClassCatalog = field(default_factory=load_catalog)
+    tolerations: bool = True  # add the toleration ExtendedResourceToleration gave pods for each converted resource
 
 
 @dataclass
@@ -332,7 +333,7 @@ def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileR
             errors.extend(exc.errors)
     if errors:
         raise MigrationError(errors)
-    ctx = Context(report=report, catalog=options.catalog)
+    ctx = Context(report=report, catalog=options.catalog, tolerations=options.tolerations)
     if options.strategy == "claims":
         pending = _migrate_claims(ctx, parsed)
         if ctx.errors:

@@ -32,7 +32,7 @@ spec:
 
 
 def test_only_the_edited_blocks_change() -> None:
-    result, _ = run(ODD)
+    result, _ = run(ODD, tolerations=False)
     deployment = result.output.split("---\n")[-1]
     assert deployment.endswith("# trailing comment")  # still no final newline
     removed = [line for line in ODD.splitlines() if line not in deployment.splitlines()]
