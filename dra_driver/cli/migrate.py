@@ -11,11 +11,13 @@ from dra_driver.atomic_file import replace_file
 from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
 from dra_driver.migrate.helm import is_template_source
-from dra_driver.migrate.kustomize import migrate_directory
+from dra_driver.migrate.kustomize import kustomization_file, migrate_directory
 
 EXIT_OK = 0
 EXIT_WOULD_CHANGE = 1
 EXIT_REFUSED = 2
+EXIT_UNCONVERTED = 3  # --check: nothing to change, but device-plugin requests remain that migrate cannot convert
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -28,14 +30,17 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="manifest files; '-' reads standard input; a directory with a kustomization.yaml is "
-                        "migrated with its resources and patches (needs -w or --check)")
+                        "migrated with its resources and patches (needs -w or --check); any other directory stands "
+                        "for its *.yaml, *.yml and *.json files")
     parser.add_argument("--strategy", choices=STRATEGIES, default="claims",
                         help="claims: rewrite workloads to use ResourceClaimTemplates (default); extended-resource: "
                         "leave workloads unchanged and emit DeviceClasses with extendedResourceName (alpha gate)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("-o", "--output", type=Path, help="write the migrated stream(s) to this file instead of stdout")
     output.add_argument("-w", "--write", action="store_true", help="rewrite each input file in place")
-    output.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
+    output.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if anything would change, else 3 if device-plugin requests remain "
+                        "that migrate cannot convert")
     parser.add_argument("--report", choices=("text", "json", "none"), default="text",
                         help="report of what was and was not converted, on stderr (default: text)")
     parser.add_argument("--no-tolerations", dest="tolerations", action="store_false",
@@ -82,6 +87,27 @@ def read_checked(name: str, round_trip_whole: bool = False) -> str:
     return text
 
 
+def _expand_inputs(names: list[str]) -> tuple[list[str], list[Path]]:
+    """(manifest inputs, kustomization directories): a plain directory stands for its manifest files, in name order.
+
+    Like `kubectl apply -f DIR`, only the directory's own files are read, not its subdirectories.
+    """
+    files: list[str] = []
+    kustomizations: list[Path] = []
+    for name in names:
+        path = Path(name)
+        if name == "-" or not path.is_dir():
+            files.append(name)
+        elif kustomization_file(path) is not None:
+            kustomizations.append(path)
+        else:
+            found = sorted(str(p) for p in path.iterdir() if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+            if not found:
+                raise ValueError(f"{path}: a directory with no kustomization and no {', '.join(MANIFEST_SUFFIXES)} files")
+            files.extend(found)
+    return files, kustomizations
+
+
 def run(args: argparse.Namespace) -> int:
     if args.write and "-" in args.files:
         print("dra-driver migrate: --write cannot rewrite standard input", file=sys.stderr)
@@ -89,12 +115,15 @@ def run(args: argparse.Namespace) -> int:
     if args.files.count("-") > 1:
         print("dra-driver migrate: '-' may be given once", file=sys.stderr)
         return EXIT_REFUSED
-    directories = [Path(name) for name in args.files if name != "-" and Path(name).is_dir()]
+    try:
+        files, directories = _expand_inputs(args.files)
+    except ValueError as exc:
+        print(f"dra-driver migrate: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     if directories and not (args.write or args.check):
-        print(f"dra-driver migrate: {directories[0]} is a directory: a kustomization is migrated in place, use -w "
+        print(f"dra-driver migrate: {directories[0]} is a kustomization: it is migrated in place, use -w "
               "(or --check)", file=sys.stderr)
         return EXIT_REFUSED
-    files = [name for name in args.files if name == "-" or not Path(name).is_dir()]
     try:
         inputs = [(name, read_checked(name)) for name in files]
     except InputError as exc:
@@ -119,9 +148,11 @@ def run(args: argparse.Namespace) -> int:
     if args.report == "json":
         print(report.to_json(), file=sys.stderr)
     elif args.report == "text":
-        print(report.to_text(), file=sys.stderr)
+        print(report.to_text(written=args.write), file=sys.stderr)
     if args.check:
-        return EXIT_WOULD_CHANGE if report.changed_files else EXIT_OK
+        if report.changed_files:
+            return EXIT_WOULD_CHANGE
+        return EXIT_UNCONVERTED if report.remaining else EXIT_OK
     if args.write:
         for result in results:
             if result.changed:

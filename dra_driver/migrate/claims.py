@@ -123,10 +123,10 @@ def _scan_container(
         if kind is None:
             continue
         if isinstance(kind, Unsupported):
-            ctx.add(Action.NOT_CONVERTED, at, kind.resource, kind.reason)
+            ctx.leave(at, kind.resource, kind.reason)
             continue
         if resource not in limits:
-            ctx.add(Action.NOT_CONVERTED, f"{at}.requests", resource,
+            ctx.leave(f"{at}.requests", resource,
                     "set in requests but not in limits; the API requires extended resources in limits, fix that first")
             continue
         count = device_count(limits[resource])
@@ -135,7 +135,7 @@ def _scan_container(
                        "make them equal (or drop the request) and run again")
             continue
         if count is None:
-            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, _not_a_count(limits[resource]))
+            ctx.leave(f"{at}.limits", resource, _not_a_count(limits[resource]))
             continue
         if count <= 0:
             ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, f"count {count} asks for no device")

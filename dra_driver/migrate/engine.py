@@ -16,7 +16,7 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
 from dra_driver.migrate.report import Action, Location, MigrationError, Report
-from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
+from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify, mentions_resource
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.operators import RAY_GPUS, operator_kind, ray_group
@@ -118,7 +118,7 @@ def _report_unknown_kind(ctx: Context, item: _Item) -> None:
                   "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
                   "--strategy extended-resource, or convert its pod template by hand")
     for path, device in _device_resources(item.obj, ctx.catalog):
-        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", device.resource, reason)
+        ctx.leave(f"{item.prefix}{path}", device.resource, reason)
 
 
 @dataclass
@@ -175,7 +175,7 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
         taken = _existing_templates(stream)
         ctx.file = stream.source
         for index, document in enumerate(stream.documents):
-            ctx.document = index
+            ctx.document = index + 1
             ctx.root = document.data
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
@@ -202,6 +202,11 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
                         continue
                     taken.add(key)
                     ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {pod.ref}")
+                    if pod.name.endswith("*"):
+                        ctx.add(Action.NOTE, "metadata.generateName", f"ResourceClaimTemplate/{generated.template_name}",
+                                "the workload has a generateName, the template a fixed name: every object created from "
+                                "this manifest uses the same template (each pod still gets its own claim); apply the "
+                                "template once (kubectl apply), since creating this file twice fails on it")
                     document.changed = converted = True
                     pending.append(_Pending(document, item, generated))
                 entry = operator_kind(item.obj)
@@ -264,9 +269,9 @@ def _extended_for(ctx: Context, path: str, kind: DeviceKind) -> dict[str, Any] |
                 f"for {kind.resource} (needs the DRAExtendedResource feature gate, alpha in 1.35)")
         return None
     if kind.extended_class in ctx.catalog.names:
-        ctx.add(Action.NOT_CONVERTED, path, kind.resource,
-                f"the class name this tool would generate, {kind.extended_class}, belongs to an existing DeviceClass "
-                "for another resource; write a DeviceClass with this extendedResourceName by hand")
+        ctx.leave(path, kind.resource,
+                  f"the class name this tool would generate, {kind.extended_class}, belongs to an existing DeviceClass "
+                  "for another resource; write a DeviceClass with this extendedResourceName by hand")
         return None
     return _generated_extended_class(kind)
 
@@ -279,9 +284,9 @@ def _report_gpu_meaning(ctx: Context, item: _Item) -> None:
             continue
         what = (f"one {meaning.device_class} MIG device (use the claims strategy for this pod)"
                 if isinstance(meaning, DeviceKind) else meaning.reason)
-        ctx.add(Action.NOT_CONVERTED, pod.spec_path, GPU,
-                "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU, but for this "
-                f"pod nvidia.com/gpu means {what}")
+        ctx.leave(pod.spec_path, GPU,
+                  "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU, but for this "
+                  f"pod nvidia.com/gpu means {what}")
 
 
 def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
@@ -292,13 +297,13 @@ def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
         ctx.file = stream.source
         new_documents: list[streams.Document] = []
         for index, document in enumerate(stream.documents):
-            ctx.document = index
+            ctx.document = index + 1
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
                 _report_gpu_meaning(ctx, item)
                 for path, kind in _device_resources(item.obj, ctx.catalog):
                     if isinstance(kind, Unsupported):
-                        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", kind.resource, kind.reason)
+                        ctx.leave(f"{item.prefix}{path}", kind.resource, kind.reason)
                         continue
                     if kind.resource in present or kind.resource in handled:
                         continue
@@ -324,7 +329,7 @@ def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileR
     parsed: list[streams.Stream] = []
     for source, text in inputs:
         if helm.is_template_source(text):
-            report.add(Action.NOT_CONVERTED, Location(source, 0), source, helm.TEMPLATE_REASON)
+            report.add(Action.NOT_CONVERTED, Location(source, None), source, helm.TEMPLATE_REASON, remains=mentions_resource(text))
             parsed.append(streams.Stream(source, []))  # no documents: written back as it was
             continue
         try:

@@ -233,20 +233,20 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
     stream = streams.split(text, str(patch.path))
     for index, document in enumerate(stream.documents):
         if isinstance(document.data, list) and any(d.replace("~1", "/") in document.body for d in VENDOR_DOMAINS):
-            report.add(Action.NOT_CONVERTED, Location(str(patch.path), index), "patch",
-                       f"a JSON 6902 patch that names device resources; {RENDER_FIRST}")
+            report.add(Action.NOT_CONVERTED, Location(str(patch.path), index + 1), "patch",
+                       f"a JSON 6902 patch that names device resources; {RENDER_FIRST}", remains=True)
             continue
         for prefix, obj in objects(document.data):
             pods = workloads(obj, prefix) or []
             if not any(_device_entries(c) for pod in pods for _, c in _containers(pod.pod_spec)):
                 continue
             kind, name = patch.kind or str(obj.get("kind")), patch.name or metadata(obj)[0]
-            where = Location(str(patch.path), index, f"{kind}/{name}")
+            where = Location(str(patch.path), index + 1, f"{kind}/{name}")
             base = _find_target(bases, kind, name)
             if base is None:
                 report.add(Action.NOT_CONVERTED, where, "patch",
                            f"sets device resources on {kind}/{name}, which is not among the kustomization's resources; "
-                           f"{RENDER_FIRST}")
+                           f"{RENDER_FIRST}", remains=True)
                 continue
             merged = copy.deepcopy(base)
             for pod in pods:
@@ -263,7 +263,8 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
                            f"for this strategic-merge patch: {kind}/{name} as the overlay renders it (the patch's device "
                            f"counts), written to {TEMPLATES_FILE}; the patch now sets the claims instead")
             for finding in sub_report.by_action(Action.NOT_CONVERTED):  # what stays in the patch, and why
-                report.add(Action.NOT_CONVERTED, where, finding.subject, f"{finding.reason} (with this patch applied)")
+                report.add(Action.NOT_CONVERTED, where, finding.subject, f"{finding.reason} (with this patch applied)",
+                           remains=finding.remains)
     changed = any(d.changed for d in stream.documents)
     overlay.results.append(FileResult(str(patch.path), text, streams.render(stream) if changed else text))
 
@@ -311,7 +312,7 @@ def migrate_directory(directory: Path, options: Options, read: Reader = _read_te
     originals = [(str(path), read(path)) for path in tree.resources]
     results, report = migrate(originals, options)
     for kustomization, entry, why in tree.skipped:
-        report.add(Action.NOT_CONVERTED, Location(str(kustomization), 0), entry, why)
+        report.add(Action.NOT_CONVERTED, Location(str(kustomization), None), entry, why)
     if options.strategy != "claims":
         return results, report
     bases = [obj for source, text in originals for d in streams.split(text, source).documents

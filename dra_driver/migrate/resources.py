@@ -172,6 +172,17 @@ def classify(resource: str, per_profile_classes: frozenset[str] = frozenset()) -
     return None
 
 
+# A known resource name somewhere in text (a Helm template source, which is never parsed)
+_NAME_IN_TEXT = re.compile(
+    r"nvidia\.com/(?:gpu|mig-)|amd\.com/(?:gpu|[scdtq]px_nps)|habana\.ai/gaudi|gpu\.intel\.com/(?:i915|xe)"
+    r"|aws\.amazon\.com/neuron|google\.com/tpu"
+)
+
+
+def mentions_resource(text: str) -> bool:
+    return _NAME_IN_TEXT.search(text) is not None
+
+
 def is_known_resource_name(text: str) -> bool:
     """A device-plugin resource name we know exactly (not just its domain: `nvidia.com/gpu.product` is a label).
 

@@ -47,11 +47,13 @@ def is_list(obj: Any) -> bool:
 
 
 def metadata(obj: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(name, namespace); an object with only `generateName: train-` is named `train-*` (its names' pattern)."""
     meta = obj.get("metadata") or {}
     if not isinstance(meta, Mapping):
         return "", None
     namespace = meta.get("namespace")
-    return str(meta.get("name") or ""), str(namespace) if namespace else None
+    name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "")
+    return str(name), str(namespace) if namespace else None
 
 
 def pod_spec(obj: Mapping[str, Any]) -> Any | None:

@@ -26,7 +26,7 @@ def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     migrated = tmp_path / "out.yaml"
     assert _run([str(source), "-o", str(migrated), "--report", "none"], capsys)[0] == 0
     assert _run([str(migrated), "--check"], capsys)[0] == 0
-    assert _run([str(CORPUS / "unconvertible.yaml"), "--check"], capsys)[0] == 0
+    assert _run([str(CORPUS / "unconvertible.yaml"), "--check"], capsys)[0] == 3  # requests remain, none convertible
 
 
 def test_write_in_place_only_touches_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

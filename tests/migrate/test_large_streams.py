@@ -63,7 +63,7 @@ def test_the_round_trip_limit_counts_the_parsed_documents_together(tmp_path: Pat
 
 
 def test_broken_yaml_in_a_document_migrate_would_not_parse_is_still_refused() -> None:
-    with pytest.raises(MigrationError, match=r"f\.yaml: document 1: invalid YAML at line \d+, column \d+"):
+    with pytest.raises(MigrationError, match=r"f\.yaml: document 2: invalid YAML at line \d+, column \d+"):
         migrate([("f.yaml", configmap(0) + "---\nkind: ConfigMap\ndata: [\n")], Options(catalog=load_catalog()))
 
 
