@@ -11,11 +11,13 @@ from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
 from dra_driver.migrate.aliases import Unaliaser, show_path
 from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
+from dra_driver.migrate.capacity import note_kueue, queued_by_kueue, report_capacity
 from dra_driver.migrate.claims import Generated, migrate_workload
+from dra_driver.migrate.mentions import Mention, is_dra_object, mentions
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
-from dra_driver.migrate.report import Action, Location, MigrationError, Report
+from dra_driver.migrate.report import Action, Finding, Location, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify, mentions_resource
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.counts import device_count
@@ -98,27 +100,44 @@ def _report_configmap(ctx: Context, item: _Item) -> None:
 
 
 def _device_resources(obj: Mapping[str, Any], catalog: ClassCatalog) -> Iterator[tuple[str, DeviceKind | Unsupported]]:
-    for path, values in find_resource_maps(obj):
-        for resource in values:
-            kind = classify(str(resource), catalog.names)
-            if kind is not None:
-                yield path, kind
+    if is_dra_object(obj):
+        return
+    for found in mentions(obj, catalog.names):
+        yield found.path, found.kind
 
 
-def _report_unknown_kind(ctx: Context, item: _Item) -> None:
-    """Device requests in a kind we do not convert: a known operator kind says why, any other is unknown."""
+def _unreported_reason(item: _Item) -> str:
+    """Why a device-plugin name in this object stays: its kind's own advice, or where it sits."""
     kind = item.obj.get("kind", "?")
     entry = operator_kind(item.obj)
-    if entry is not None:
-        reason = f"{kind}: {entry.check}"
-    elif helm.is_values_like(item.obj):
-        reason = helm.VALUES_REASON
-    else:
-        reason = (f"kind {kind} ({item.obj.get('apiVersion', '?')}) is not a workload this tool knows (operators build "
-                  "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
-                  "--strategy extended-resource, or convert its pod template by hand")
-    for path, device in _device_resources(item.obj, ctx.catalog):
-        ctx.leave(f"{item.prefix}{path}", device.resource, reason)
+    if entry is not None and not entry.convert:
+        return f"{kind}: {entry.check}"
+    if helm.is_values_like(item.obj):
+        return helm.VALUES_REASON
+    if workloads(item.obj, item.prefix) is not None:
+        return (f"a device-plugin resource named outside the containers' resources of this {kind}, where this tool "
+                "converts requests; left as is: check what reads it")
+    return (f"kind {kind} ({item.obj.get('apiVersion', '?')}) is not a workload this tool knows (operators build "
+            "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
+            "--strategy extended-resource, or give the pods it creates a ResourceClaim by hand")
+
+
+def _covered(finding: Finding, mention: Mention) -> bool:
+    subjects = {s.strip() for s in finding.subject.split(",")}
+    return mention.resource in subjects and (
+        mention.path.startswith(finding.where.path) or finding.where.path.startswith(mention.path))
+
+
+def _report_leftovers(ctx: Context, item: _Item, earlier: list[Finding]) -> None:
+    """Every device-plugin name of the object that nothing above converted or reported (mentions.py)."""
+    if is_dra_object(item.obj):
+        return
+    reason = None
+    for found in mentions(item.obj, ctx.catalog.names, item.prefix):
+        if any(_covered(f, found) for f in earlier if f.where.obj == ctx.obj):
+            continue
+        reason = reason or _unreported_reason(item)
+        ctx.leave(found.path, found.resource, reason)
 
 
 @dataclass
@@ -182,37 +201,46 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
                 _report_annotations(ctx, item)
                 if item.obj.get("kind") == "ConfigMap":
                     _report_configmap(ctx, item)
-                found = workloads(item.obj, item.prefix)
-                if found is None:
-                    if item.obj.get("kind") not in POD_SPEC_PATHS or operator_kind(item.obj) is not None:
-                        _report_unknown_kind(ctx, item)
-                    continue
-                converted = False
-                for pod in found:
-                    ray_gpus = _ray_container_gpus(pod)
-                    generated = migrate_workload(ctx, pod)
-                    if generated is None:
-                        continue
-                    _keep_ray_gpu_count(ctx, pod, ray_gpus)
-                    key = (generated.namespace or "", generated.template_name)
-                    if key in taken:
-                        ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated "
-                                   f"for {pod.ref}) already exists in the input or is generated twice; rename the "
-                                   "workload or the existing template")
-                        continue
-                    taken.add(key)
-                    ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {pod.ref}")
-                    if pod.name.endswith("*"):
-                        ctx.add(Action.NOTE, "metadata.generateName", f"ResourceClaimTemplate/{generated.template_name}",
-                                "the workload has a generateName, the template a fixed name: every object created from "
-                                "this manifest uses the same template (each pod still gets its own claim); apply the "
-                                "template once (kubectl apply), since creating this file twice fails on it")
-                    document.changed = converted = True
-                    pending.append(_Pending(document, item, generated))
-                entry = operator_kind(item.obj)
-                if converted and entry is not None:
-                    ctx.add(Action.NOTE, "", str(item.obj.get("kind")), f"operator resource converted; check: {entry.check}")
+                start = len(ctx.report.findings)
+                _migrate_item(ctx, document, item, taken, pending)
+                _report_leftovers(ctx, item, ctx.report.findings[start:])
     return pending
+
+
+def _migrate_item(ctx: Context, document: streams.Document, item: _Item, taken: set[tuple[str, str]],
+                  pending: list[_Pending]) -> None:
+    """Convert one object's pod specs (or its quota), adding the templates to emit to `pending`."""
+    if report_capacity(ctx, item.obj, item.prefix, "claims"):
+        return
+    converted = False
+    for pod in workloads(item.obj, item.prefix) or []:
+        ray_gpus = _ray_container_gpus(pod)
+        generated = migrate_workload(ctx, pod)
+        if generated is None:
+            continue
+        _keep_ray_gpu_count(ctx, pod, ray_gpus)
+        key = (generated.namespace or "", generated.template_name)
+        if key in taken:
+            ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated "
+                       f"for {pod.ref}) already exists in the input or is generated twice; rename the "
+                       "workload or the existing template")
+            continue
+        taken.add(key)
+        ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {pod.ref}")
+        if pod.name.endswith("*"):
+            ctx.add(Action.NOTE, "metadata.generateName", f"ResourceClaimTemplate/{generated.template_name}",
+                    "the workload has a generateName, the template a fixed name: every object created from "
+                    "this manifest uses the same template (each pod still gets its own claim); apply the "
+                    "template once (kubectl apply), since creating this file twice fails on it")
+        document.changed = converted = True
+        pending.append(_Pending(document, item, generated))
+    if not converted:
+        return
+    entry = operator_kind(item.obj)
+    if entry is not None:
+        ctx.add(Action.NOTE, "", str(item.obj.get("kind")), f"operator resource converted; check: {entry.check}")
+    if queued_by_kueue(item.obj):
+        note_kueue(ctx, item.prefix)
 
 
 def _insert_templates(stream: streams.Stream, pending: list[_Pending]) -> None:
@@ -300,6 +328,7 @@ def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
             ctx.document = index + 1
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
+                report_capacity(ctx, item.obj, item.prefix, "extended-resource")
                 _report_gpu_meaning(ctx, item)
                 for path, kind in _device_resources(item.obj, ctx.catalog):
                     if isinstance(kind, Unsupported):

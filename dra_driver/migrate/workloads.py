@@ -83,6 +83,8 @@ def workloads(obj: Mapping[str, Any], prefix: str) -> list[Workload] | None:
     name, namespace = metadata(obj)
     kind = str(obj.get("kind", ""))
     entry = operator_kind(obj)
+    if entry is not None and entry.wrapped:
+        return _wrapped(obj, prefix, entry.wrapped)
     if entry is not None:
         if not entry.convert:
             return None
@@ -92,6 +94,28 @@ def workloads(obj: Mapping[str, Any], prefix: str) -> list[Workload] | None:
     if spec is None:
         return None
     return [Workload(kind, name, namespace, obj, spec, prefix + ".".join(POD_SPEC_PATHS[kind]), POD_SPEC_PATHS[kind])]
+
+
+def _wrapped(obj: Mapping[str, Any], prefix: str, components_at: tuple[str, ...]) -> list[Workload]:
+    """The pod specs of the objects an AppWrapper wraps (`components[*].template`), as pod specs of the AppWrapper."""
+    name, namespace = metadata(obj)
+    node: Any = obj
+    for key in components_at:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    found = []
+    for index, component in enumerate(node if isinstance(node, list) else []):
+        inner = component.get("template") if isinstance(component, Mapping) else None
+        inner_entry = operator_kind(inner) if isinstance(inner, Mapping) else None
+        if not isinstance(inner, Mapping) or (inner_entry is not None and inner_entry.wrapped):
+            continue  # not an object, or an AppWrapper in an AppWrapper
+        keys: tuple[str | int, ...] = (*components_at, index, "template")
+        inner_name = metadata(inner)[0]
+        for pod in workloads(inner, "") or []:
+            role = "-".join(part for part in (inner_name or str(index), pod.role) if part)
+            spec_keys = (*keys, *pod.spec_keys)
+            found.append(Workload(str(obj.get("kind")), name, namespace, obj, pod.pod_spec,
+                                  prefix + show_path("", spec_keys), spec_keys, role))
+    return found
 
 
 def find_resource_maps(node: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:

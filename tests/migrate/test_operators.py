@@ -46,7 +46,7 @@ def test_convertible_kind(kind: str, api_version: str, spec: dict[str, Any], rol
 
 
 def test_every_convertible_entry_is_covered_here() -> None:
-    covered = {c[0] for c in CASES}
+    covered = {c[0] for c in CASES + NEW_KINDS}
     convertible = {k for k, e in OPERATOR_KINDS.items() if e.convert}
     assert convertible - covered <= {"XGBoostJob", "JAXJob"}  # same shape as PyTorchJob
 
@@ -100,3 +100,45 @@ spec:
     [cluster] = [o for o in objects(result.output) if o["kind"] == "RayCluster"]
     assert cluster["spec"]["headGroupSpec"]["rayStartParams"] == {"dashboard-host": "0.0.0.0"}  # the CPU head: no GPUs
     assert cluster["spec"]["workerGroupSpecs"][0]["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-gpus": "2"}
+
+
+NEW_KINDS: list[tuple[str, str, dict[str, Any], set[str]]] = [
+    ("TrainingRuntime", "trainer.kubeflow.org/v1alpha1",
+     {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": TEMPLATE}}}]}}}, {"node"}),
+    ("ClusterTrainingRuntime", "trainer.kubeflow.org/v1alpha1",
+     {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": TEMPLATE}}}]}}}, {"node"}),
+    ("LLMInferenceServiceConfig", "serving.kserve.io/v1alpha1", {"template": POD_SPEC, "worker": POD_SPEC}, {"main", "worker"}),
+    ("HyperPodPyTorchJob", "sagemaker.amazonaws.com/v1",
+     {"replicaSpecs": [{"name": "pods", "replicas": 2, "template": TEMPLATE}]}, {"pods"}),
+    ("AppWrapper", "workload.codeflare.dev/v1beta2",
+     {"components": [
+         {"template": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "trainer"}, "spec": {"template": TEMPLATE}},
+          "podSets": [{"replicas": 1, "path": "template.spec.template"}]},
+         {"template": {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "eval"},
+                       "spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": {"template": TEMPLATE}}}]}}},
+     ]}, {"trainer", "eval-workers"}),
+]
+
+
+@pytest.mark.parametrize(("kind", "api_version", "spec", "roles"), NEW_KINDS, ids=[c[0] for c in NEW_KINDS])
+def test_kinds_with_a_pod_template_in_their_own_place(kind: str, api_version: str, spec: dict[str, Any], roles: set[str]) -> None:
+    test_convertible_kind(kind, api_version, spec, roles)
+
+
+def test_an_app_wrapper_component_gets_claims_at_its_own_pod_template() -> None:
+    [kind, api_version, spec, _] = NEW_KINDS[-1]
+    text = json.dumps({"apiVersion": api_version, "kind": kind, "metadata": {"name": "w", "namespace": "team"}, "spec": spec})
+    result, report = run(text)
+    [wrapper] = [o for o in objects(result.output) if o["kind"] == kind]
+    job_pod = wrapper["spec"]["components"][0]["template"]["spec"]["template"]["spec"]
+    assert base_name(job_pod["resourceClaims"][0]["resourceClaimTemplateName"]) == "w-trainer-accelerators"
+    templates = [o for o in objects(result.output) if o["kind"] == "ResourceClaimTemplate"]
+    assert {t["metadata"]["namespace"] for t in templates} == {"team"}  # the AppWrapper's namespace
+    paths = {f.where.path for f in report.by_action(Action.CONVERTED)}
+    assert "spec.components[0].template.spec.template.spec.containers[0]" in paths
+
+
+@pytest.mark.parametrize("kind", ["SparkApplication", "ScheduledSparkApplication", "TrainJob"])
+def test_kinds_without_a_place_for_claims_get_their_own_advice(kind: str) -> None:
+    entry = OPERATOR_KINDS[kind]
+    assert not entry.convert and "--strategy extended-resource" in entry.check
