@@ -36,11 +36,12 @@ def _kueue_mapping(kind: DeviceKind) -> str:
     return (f"resources: {{deviceClassMappings: [{{name: {kind.resource}, deviceClassNames: [{kind.device_class}]}}]}}")
 
 
-def _resource_quota(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> None:
+def _resource_quota(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
     spec = obj.get("spec")
     hard = spec.get("hard") if isinstance(spec, Mapping) else None
     if not isinstance(hard, MutableMapping):
-        return
+        return False
+    changed = False
     path = f"{prefix}spec.hard"
     for key in list(hard):
         resource = str(key).removeprefix(QUOTA_PREFIX)
@@ -71,9 +72,11 @@ def _resource_quota(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy:
                 ctx.add(Action.NOTE, path, target, f"already set to {hard[target]}, while {key} is {hard[key]}; kept")
             continue
         hard[target] = hard[key]
+        changed = True
         ctx.add(Action.CONVERTED, path, str(key),
                 f"added {target}: {hard[key]} (claims of class {kind.device_class}, as migrated workloads now ask); "
                 f"{key} stays for pods that still request {resource}")
+    return changed
 
 
 def _names_in(node: Any) -> list[str]:
@@ -86,7 +89,8 @@ def _names_in(node: Any) -> list[str]:
     return names
 
 
-def _cluster_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> None:
+def _cluster_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
+    """Reported only; never changed."""
     spec = obj.get("spec")
     groups = spec.get("resourceGroups") if isinstance(spec, Mapping) else None
     for index, group in enumerate(groups if isinstance(groups, list) else []):
@@ -101,9 +105,11 @@ def _cluster_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: 
                     f"to a resource (Kueue's DynamicResourceAllocation feature gate on); add `{_kueue_mapping(kind)}` "
                     f"to the Kueue Configuration, so claims of class {kind.device_class} count as {resource} here, or "
                     "migrated workloads use GPUs without quota")
+    return False
 
 
-def _karpenter(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> None:
+def _karpenter(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
+    """Reported only; never changed."""
     spec = obj.get("spec")
     limits = spec.get("limits") if isinstance(spec, Mapping) else None
     for resource in limits if isinstance(limits, Mapping) else []:
@@ -114,9 +120,11 @@ def _karpenter(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str)
                     f"migrated pods no longer request {resource}: check that your Karpenter version provisions for "
                     "pods with ResourceClaims, or steer them to GPU NodePools with a nodeSelector on a label those "
                     "NodePools set")
+    return False
 
 
-def _volcano_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> None:
+def _volcano_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
+    """Reported only; never changed."""
     spec = obj.get("spec")
     for field in ("capability", "deserved", "guarantee"):
         values = spec.get(field) if isinstance(spec, Mapping) else None
@@ -128,12 +136,13 @@ def _volcano_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: 
                         f"the Volcano queue counts pods' {resource} requests, which migrated pods no longer make: their "
                         "GPUs are not counted against it; limit them with a ResourceQuota on "
                         "<class>.deviceclass.resource.k8s.io/devices in the queue's namespaces")
+    return False
 
 
 @dataclass(frozen=True)
 class _CapacityKind:
     groups: tuple[str, ...]
-    handle: Callable[[Context, Mapping[str, Any], str, str], None]
+    handle: Callable[[Context, Mapping[str, Any], str, str], bool]  # True when it changed the object
 
 
 CAPACITY_KINDS: dict[str, _CapacityKind] = {
@@ -150,13 +159,10 @@ def capacity_kind(obj: Mapping[str, Any]) -> _CapacityKind | None:
     return entry if entry is not None and group in entry.groups else None
 
 
-def report_capacity(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
-    """Convert or report a quota/capacity object; False when `obj` is not one."""
+def migrate_capacity(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool | None:
+    """Convert or report a quota/capacity object: whether it changed, None when `obj` is not one."""
     entry = capacity_kind(obj)
-    if entry is None:
-        return False
-    entry.handle(ctx, obj, prefix, strategy)
-    return True
+    return None if entry is None else entry.handle(ctx, obj, prefix, strategy)
 
 
 def queued_by_kueue(obj: Mapping[str, Any]) -> bool:

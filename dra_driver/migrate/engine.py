@@ -11,7 +11,7 @@ from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
 from dra_driver.migrate.aliases import Unaliaser, show_path
 from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
-from dra_driver.migrate.capacity import note_kueue, queued_by_kueue, report_capacity
+from dra_driver.migrate.capacity import capacity_kind, migrate_capacity, note_kueue, queued_by_kueue
 from dra_driver.migrate.claims import Generated, migrate_workload
 from dra_driver.migrate.mentions import Mention, is_dra_object, mentions
 from dra_driver.migrate.context import Context
@@ -122,10 +122,11 @@ def _unreported_reason(item: _Item) -> str:
             "--strategy extended-resource, or give the pods it creates a ResourceClaim by hand")
 
 
-def _covered(finding: Finding, mention: Mention) -> bool:
+def _covered(finding: Finding, mention: Mention, anywhere: bool) -> bool:
+    """`finding` speaks for `mention`: the same resource at or around its path (`anywhere` in the object for quotas)."""
     subjects = {s.strip() for s in finding.subject.split(",")}
     return mention.resource in subjects and (
-        mention.path.startswith(finding.where.path) or finding.where.path.startswith(mention.path))
+        anywhere or mention.path.startswith(finding.where.path) or finding.where.path.startswith(mention.path))
 
 
 def _report_leftovers(ctx: Context, item: _Item, earlier: list[Finding]) -> None:
@@ -133,8 +134,9 @@ def _report_leftovers(ctx: Context, item: _Item, earlier: list[Finding]) -> None
     if is_dra_object(item.obj):
         return
     reason = None
+    anywhere = capacity_kind(item.obj) is not None  # one finding per quota resource speaks for all its entries
     for found in mentions(item.obj, ctx.catalog.names, item.prefix):
-        if any(_covered(f, found) for f in earlier if f.where.obj == ctx.obj):
+        if any(_covered(f, found, anywhere) for f in earlier if f.where.obj == ctx.obj):
             continue
         reason = reason or _unreported_reason(item)
         ctx.leave(found.path, found.resource, reason)
@@ -210,7 +212,9 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
 def _migrate_item(ctx: Context, document: streams.Document, item: _Item, taken: set[tuple[str, str]],
                   pending: list[_Pending]) -> None:
     """Convert one object's pod specs (or its quota), adding the templates to emit to `pending`."""
-    if report_capacity(ctx, item.obj, item.prefix, "claims"):
+    quota_changed = migrate_capacity(ctx, item.obj, item.prefix, "claims")
+    if quota_changed is not None:
+        document.changed = document.changed or quota_changed
         return
     converted = False
     for pod in workloads(item.obj, item.prefix) or []:
@@ -328,7 +332,7 @@ def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
             ctx.document = index + 1
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
-                report_capacity(ctx, item.obj, item.prefix, "extended-resource")
+                migrate_capacity(ctx, item.obj, item.prefix, "extended-resource")
                 _report_gpu_meaning(ctx, item)
                 for path, kind in _device_resources(item.obj, ctx.catalog):
                     if isinstance(kind, Unsupported):
