@@ -37,6 +37,7 @@ POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
 TEMPLATE_SUFFIX = "accelerators"
 API_VERSION = "resource.k8s.io/v1"
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
+NIM_CLAIMS = "draResources"  # NIMService: DRA claims of its pods (NVIDIA NIM operator)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class ContainerDevices:
     name: str
     role: str  # "container" | "init" | "sidecar"
     path: str  # "spec.template.spec.containers[0]"
-    slot: tuple[str, int]  # ("containers", 0): where the container sits in the pod spec
+    slot: tuple[Key, ...]  # ("containers", 0): where the container sits in the pod spec; () for a NIMService
     kind: DeviceKind
     count: int
     in_requests: bool
@@ -88,8 +89,10 @@ def template_name(workload: Workload, requests: list[Request]) -> str:
     return dns_subdomain(workload.name or workload.kind.lower(), workload.role, TEMPLATE_SUFFIX, digest)
 
 
-def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], CommentedMap]]:
-    found = []
+def _containers(workload: Workload) -> list[tuple[str, str, tuple[Key, ...], CommentedMap]]:
+    if workload.single_container:  # a NIMService's spec is its model container's settings too
+        return [("container", workload.spec_path, (), workload.pod_spec)]
+    found: list[tuple[str, str, tuple[Key, ...], CommentedMap]] = []
     for list_key in ("initContainers", "containers"):
         for index, container in enumerate(workload.pod_spec.get(list_key) or []):
             if not isinstance(container, Mapping):
@@ -103,7 +106,7 @@ def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], Com
 
 
 def _scan_container(
-    ctx: Context, role: str, path: str, slot: tuple[str, int], container: CommentedMap,
+    ctx: Context, role: str, path: str, slot: tuple[Key, ...], container: CommentedMap,
     gpu: DeviceKind | Unsupported | None = None,
 ) -> list[ContainerDevices]:
     resources = container.get("resources")
@@ -179,7 +182,7 @@ def _check_mixed(ctx: Context, path: str, devices: list[ContainerDevices]) -> No
 
 
 def _check_existing_claims(
-    ctx: Context, workload: Workload, containers: list[tuple[str, str, tuple[str, int], CommentedMap]]
+    ctx: Context, workload: Workload, containers: list[tuple[str, str, tuple[Key, ...], CommentedMap]]
 ) -> None:
     for index, entry in enumerate(workload.pod_spec.get("resourceClaims") or []):
         if isinstance(entry, Mapping) and entry.get("name") == POD_CLAIM:
@@ -224,7 +227,7 @@ def _build_requests(ctx: Context, devices: list[ContainerDevices]) -> list[Reque
     return sorted(requests.values(), key=lambda r: order[id(r.users[0].container)])
 
 
-def _apply_container_edits(requests: list[Request]) -> None:
+def _apply_container_edits(requests: list[Request], claim_entries: bool = True) -> None:
     for request in requests:
         for device in request.users:
             resources = device.container["resources"]
@@ -239,6 +242,11 @@ def _apply_container_edits(requests: list[Request]) -> None:
                     orphans += remove_key(values, device.kind.resource)
                     if not values:
                         orphans += remove_key(resources, part)
+            if not claim_entries:  # NIMService: its claims are in draResources, an emptied resources map goes
+                if not resources:
+                    orphans += remove_key(device.container, "resources")
+                attach_trailing(resources or device.container, orphans)
+                continue
             claims = resources.get("claims")
             if not isinstance(claims, list):
                 claims = CommentedSeq()
@@ -292,20 +300,28 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     for request in requests:
         request.selectors.extend(placement.selectors_for(request.kind))
     name = template_name(workload, requests)
-    _apply_container_edits(requests)
+    _apply_container_edits(requests, claim_entries=not workload.single_container)
     placement.apply()
     _keep_tolerations(ctx, workload, requests)
-    claim_entry = to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": name})
-    if isinstance(workload.pod_spec.get("resourceClaims"), list):
-        workload.pod_spec["resourceClaims"].append(claim_entry)
-    else:
-        workload.pod_spec["resourceClaims"] = CommentedSeq([claim_entry])
+    _attach_claim(workload, name)
     for request in requests:
-        users = ", ".join(repr(d.name) for d in request.users)
+        users = "the model container" if workload.single_container else "container " + ", ".join(repr(d.name) for d in request.users)
         ctx.add(Action.CONVERTED, request.users[0].path, request.kind.resource,
                 f"{request.count} x {request.kind.device_class} as request {request.name!r} of template {name!r} "
-                f"(container {users})")
+                f"({users})")
     return Generated(name, workload.namespace, _template(workload, name, requests))
+
+
+def _attach_claim(workload: Workload, template_name: str) -> None:
+    """The pod's `resourceClaims` entry; a NIMService names the template in `draResources` (its pods get it whole)."""
+    if workload.single_container:
+        field, entry = NIM_CLAIMS, to_ruamel({"resourceClaimTemplateName": template_name})
+    else:
+        field, entry = "resourceClaims", to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": template_name})
+    if isinstance(workload.pod_spec.get(field), list):
+        workload.pod_spec[field].append(entry)
+    else:
+        workload.pod_spec[field] = CommentedSeq([entry])
 
 
 def _keep_tolerations(ctx: Context, workload: Workload, requests: list[Request]) -> None:
@@ -322,7 +338,7 @@ def _keep_tolerations(ctx: Context, workload: Workload, requests: list[Request])
 def _edit_paths(workload: Workload, devices: list[ContainerDevices]) -> list[tuple[Key, ...]]:
     """Key paths, from the pod spec, of every node the edits below may change (each the last of its path)."""
     spec = workload.pod_spec
-    paths: list[tuple[Key, ...]] = [("resourceClaims",), ("tolerations",)]
+    paths: list[tuple[Key, ...]] = [("resourceClaims",), ("tolerations",), (NIM_CLAIMS,)]
     for device in devices:
         container: tuple[Key, ...] = (*device.slot, "resources")
         paths += [container, (*container, "limits"), (*container, "requests"), (*container, "claims")]
@@ -363,7 +379,10 @@ def _unalias_edit_paths(ctx: Context, workload: Workload, devices: list[Containe
     for key in spec_keys:
         node = node[key]
     for device in devices:
-        device.container = node[device.slot[0]][device.slot[1]]
+        container = node
+        for key in device.slot:
+            container = container[key]
+        device.container = container
     return replace(workload, pod_spec=node)
 
 

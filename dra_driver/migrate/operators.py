@@ -33,6 +33,8 @@ class OperatorKind:
     convert: bool = True
     # AppWrapper: the path to a list of components whose `template` is a whole object (a Job, a JobSet...)
     wrapped: tuple[str, ...] = ()
+    # NIMService: the pod spec path is a spec holding one container's `resources`, claims go to `draResources`
+    single_container: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,10 @@ OPERATOR_KINDS: dict[str, OperatorKind] = {
             "the AppWrapper controller creates each component from its template as written (resourceClaims "
             "included), and the ResourceClaimTemplates must exist in the AppWrapper's namespace; check that no "
             "component's podSets count GPUs from nvidia.com/gpu limits")),
+        OperatorKind("NIMService", ("apps.nvidia.com",), (("spec",),), single_container=True, check=(
+            "the NIM operator gives the NIMService pods the claims of spec.draResources (resourceClaimTemplateName; "
+            "every request of the claim reaches the model container); check that your NIM operator version has "
+            "draResources, and that nothing in it still counts GPUs from spec.resources")),
         OperatorKind("SparkApplication", ("sparkoperator.k8s.io",), (), convert=False, check=_SPARK_CHECK),
         OperatorKind("ScheduledSparkApplication", ("sparkoperator.k8s.io",), (), convert=False, check=_SPARK_CHECK),
         OperatorKind("InferenceService", ("serving.kserve.io",), (), convert=False, check=(
@@ -185,7 +191,7 @@ def pod_specs(entry: OperatorKind, obj: Mapping[str, Any]) -> list[PodSpecAt]:
     found: list[PodSpecAt] = []
     for path in entry.pod_specs:
         for at in _walk(obj, path, (), ()):
-            role = at.role if ANY in path else _named_role(path)
+            role = at.role if ANY in path else _named_role(path) if len(entry.pod_specs) > 1 else ""
             found.append(PodSpecAt(at.keys, role, at.pod_spec))
     return found
 

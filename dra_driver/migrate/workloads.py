@@ -35,6 +35,7 @@ class Workload:
     spec_path: str  # "spec.template.spec", prefixed with items[i] inside a List
     spec_keys: tuple[str | int, ...] = ()  # the keys from the object to the pod spec
     role: str = ""  # operator resources: "worker", "head", ...; "" for core kinds
+    single_container: bool = False  # NIMService: the "pod spec" is the spec, with one container's `resources`
 
     @property
     def ref(self) -> str:
@@ -88,8 +89,8 @@ def workloads(obj: Mapping[str, Any], prefix: str) -> list[Workload] | None:
     if entry is not None:
         if not entry.convert:
             return None
-        return [Workload(kind, name, namespace, obj, at.pod_spec, prefix + show_path('', at.keys), at.keys, at.role)
-                for at in pod_specs(entry, obj)]
+        return [Workload(kind, name, namespace, obj, at.pod_spec, prefix + show_path('', at.keys), at.keys, at.role,
+                         entry.single_container) for at in pod_specs(entry, obj)]
     spec = pod_spec(obj)
     if spec is None:
         return None

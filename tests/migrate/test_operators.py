@@ -48,7 +48,7 @@ def test_convertible_kind(kind: str, api_version: str, spec: dict[str, Any], rol
 def test_every_convertible_entry_is_covered_here() -> None:
     covered = {c[0] for c in CASES + NEW_KINDS}
     convertible = {k for k, e in OPERATOR_KINDS.items() if e.convert}
-    assert convertible - covered <= {"XGBoostJob", "JAXJob"}  # same shape as PyTorchJob
+    assert convertible - covered <= {"XGBoostJob", "JAXJob", "NIMService"}  # same shape as PyTorchJob; NIMService below
 
 
 def test_a_batch_v1_job_is_not_taken_for_a_volcano_job() -> None:
@@ -142,3 +142,44 @@ def test_an_app_wrapper_component_gets_claims_at_its_own_pod_template() -> None:
 def test_kinds_without_a_place_for_claims_get_their_own_advice(kind: str) -> None:
     entry = OPERATOR_KINDS[kind]
     assert not entry.convert and "--strategy extended-resource" in entry.check
+
+
+NIM = """apiVersion: apps.nvidia.com/v1alpha1
+kind: NIMService
+metadata:
+  name: llama
+  namespace: nim
+spec:
+  image:
+    repository: nvcr.io/nim/meta/llama3-8b-instruct
+    tag: "1.0.3"
+  replicas: 1
+  resources:
+    limits:
+      nvidia.com/gpu: 2
+      memory: 32Gi
+  expose:
+    service:
+      port: 8000
+"""
+
+
+def test_a_nim_service_gets_its_claim_through_dra_resources() -> None:
+    result, report = run(NIM)
+    [service] = [o for o in objects(result.output) if o["kind"] == "NIMService"]
+    [template] = [o for o in objects(result.output) if o["kind"] == "ResourceClaimTemplate"]
+    assert base_name(template["metadata"]["name"]) == "llama-accelerators" and template["metadata"]["namespace"] == "nim"
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"] == {"deviceClassName": "gpu.nvidia.com", "count": 2}
+    assert service["spec"]["draResources"] == [{"resourceClaimTemplateName": template["metadata"]["name"]}]
+    assert service["spec"]["resources"] == {"limits": {"memory": "32Gi"}}  # no container claims: NIM has no pod spec
+    assert service["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert not device_plugin_requests(result.output)
+    assert "draResources" in next(f.reason for f in report.by_action(Action.NOTE) if f.subject == "NIMService")
+    again, _ = run(result.output)
+    assert again.output == result.output
+
+
+def test_a_nim_service_whose_resources_empty_loses_the_map() -> None:
+    result, _ = run(NIM.replace("      memory: 32Gi\n", ""))
+    [service] = [o for o in objects(result.output) if o["kind"] == "NIMService"]
+    assert "resources" not in service["spec"] and len(service["spec"]["draResources"]) == 1
