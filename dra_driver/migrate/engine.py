@@ -18,7 +18,7 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
 from dra_driver.migrate.report import Action, Finding, Location, MigrationError, Report
-from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify, mentions_resource
+from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, VENDOR_DOMAINS, DeviceKind, Unsupported, classify, mentions_resource
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.operators import RAY_GPUS, operator_kind, ray_group
@@ -308,9 +308,20 @@ def _extended_for(ctx: Context, path: str, kind: DeviceKind) -> dict[str, Any] |
     return _generated_extended_class(kind)
 
 
+def _sliced_gpus(pod_spec: Mapping[str, Any], path: str) -> Iterator[tuple[str, list[str]]]:
+    """(resources path, HAMi slice resources) of every map asking for nvidia.com/gpu together with HAMi slices."""
+    for at, values in find_resource_maps(pod_spec, f"{path}."):
+        slices = [str(r) for r in values if r in HAMI_SLICES]
+        if GPU in values and slices:
+            yield at, slices
+
+
 def _report_gpu_meaning(ctx: Context, item: _Item) -> None:
-    """Pods whose nvidia.com/gpu is a MIG device or a time-sliced replica: an extended resource would be a whole GPU."""
+    """Pods whose nvidia.com/gpu is a MIG device, a time-sliced replica or a HAMi slice: an extended resource is a whole GPU."""
     for pod in workloads(item.obj, item.prefix) or []:
+        for at, slices in _sliced_gpus(pod.pod_spec, pod.spec_path):
+            ctx.leave(at, GPU, "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU; "
+                      + HAMI_REASON.format(resources=", ".join(slices)))
         meaning = gpu_meaning(pod.pod_spec, ctx.catalog.names)
         if meaning is None or not any(GPU in (limits or {}) for _, limits in find_resource_maps(pod.pod_spec)):
             continue

@@ -51,5 +51,8 @@ def test_hami_slices_alone_are_reported_too() -> None:
 
 
 def test_extended_resource_strategy_reports_hami_slices() -> None:
-    _, report = run(POD.format(slice="nvidia.com/gpucores", amount=20), strategy="extended-resource")
-    assert "nvidia.com/gpucores" in {f.subject for f in report.by_action(Action.NOT_CONVERTED)}
+    result, report = run(POD.format(slice="nvidia.com/gpucores", amount=20), strategy="extended-resource")
+    left = {(f.where.path, f.subject) for f in report.by_action(Action.NOT_CONVERTED)}
+    assert ("spec.containers[0].resources.limits", "nvidia.com/gpu") in left  # a slice, not the whole GPU the class gives
+    assert ("spec.containers[1].resources.limits", "nvidia.com/gpu") not in left
+    assert "nvidia.com/gpucores" in {subject for _, subject in left}
