@@ -52,3 +52,18 @@ def device_plugin_requests(text: str) -> list[str]:
 def is_toleration_note(finding: Any) -> bool:
     """The note that says a toleration for a converted resource was added (tolerations.py)."""
     return str(finding.where.path).endswith("tolerations")
+
+
+def pod_manifest(name: str, resource: str, count: int = 1) -> str:
+    """A one-container Pod asking for `count` of `resource` in its limits."""
+    return (f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: x\n"
+            f"    resources:\n      limits:\n        {resource}: {count}\n")
+
+
+def cli(argv: list[str], capsys: Any) -> tuple[int, str, str]:
+    """`dra-driver migrate ARGV`: (exit code, stdout, stderr)."""
+    from dra_driver.cli.main import main
+
+    code = main(["migrate", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from migrate_testlib import CORPUS, REFUSE, base_name, by_kind
+from migrate_testlib import CORPUS, REFUSE, base_name, by_kind, cli as _run
 from dra_driver.cli.main import main
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(["migrate", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

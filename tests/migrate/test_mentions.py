@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from migrate_testlib import run
+from migrate_testlib import pod_manifest, run
 from dra_driver.migrate import Action
 
 TRAINJOB = """apiVersion: trainer.kubeflow.org/v1alpha1
@@ -32,18 +32,6 @@ spec:
     gpu:
       name: nvidia.com/gpu
       quantity: 1
-"""
-INTEL = """apiVersion: v1
-kind: Pod
-metadata:
-  name: arc
-spec:
-  containers:
-  - name: c
-    image: x
-    resources:
-      limits:
-        {resource}: 1
 """
 CUSTOM = """apiVersion: example.com/v1
 kind: Thing
@@ -81,7 +69,7 @@ def test_spark_gpu_named_as_a_value_is_reported() -> None:
 
 @pytest.mark.parametrize("resource", ["gpu.intel.com/i915", "gpu.intel.com/xe"])
 def test_intel_gpu_resources_are_reported(resource: str) -> None:
-    [(path, subject, reason)] = _left(INTEL.format(resource=resource))
+    [(path, subject, reason)] = _left(pod_manifest("arc", resource))
     assert (path, subject) == ("spec.containers[0].resources", resource) and "Intel" in reason
 
 
@@ -91,7 +79,7 @@ def test_names_in_unknown_kinds_count_but_labels_and_toleration_keys_do_not() ->
 
 
 def test_a_name_outside_the_containers_of_a_converted_workload_is_reported() -> None:
-    text = INTEL.format(resource="nvidia.com/gpu") + "  initContainers: []\n  overhead:\n    nvidia.com/gpu: 1\n"
+    text = pod_manifest("arc", "nvidia.com/gpu") + "  initContainers: []\n  overhead:\n    nvidia.com/gpu: 1\n"
     result, report = run(text)
     [finding] = report.by_action(Action.NOT_CONVERTED)
     assert (finding.where.path, finding.subject) == ("spec.overhead", "nvidia.com/gpu")
