@@ -116,3 +116,11 @@ def test_containers_running_together_never_share_a_request(path: Path) -> None:
             refs = {(r["name"], r.get("request", "")) for r in (container.get("resources") or {}).get("claims") or []}
             assert not refs & seen, f"{container['name']} shares {refs & seen}"
             seen |= refs
+
+
+def test_the_documented_before_and_after_is_what_the_tool_writes() -> None:
+    """docs/migration.md shows the migrated inference Deployment: it must be the output, line for line."""
+    doc = (Path(__file__).parents[2] / "docs" / "migration.md").read_text()
+    after = doc.split("After (`dra-driver migrate inference-deployment.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    result, _ = run((corpus / "inference-deployment.yaml").read_text())
+    assert result.output == after
