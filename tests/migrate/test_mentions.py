@@ -92,3 +92,9 @@ def test_extended_resource_strategy_serves_requests_named_anywhere() -> None:
     assert result.output == SPARK  # the shipped extended.gpu.nvidia.com serves it: nothing emitted
     [note] = report.by_action(Action.NOTE)
     assert note.subject == "nvidia.com/gpu" and "extended.gpu.nvidia.com" in note.reason
+
+
+@pytest.mark.parametrize("resource", ["aws.amazon.com/neuron", "aws.amazon.com/neuroncore", "google.com/tpu"])
+def test_other_accelerators_are_read_and_reported(resource: str) -> None:
+    [(path, subject, reason)] = _left(pod_manifest("x", resource))
+    assert (path, subject) == ("spec.containers[0].resources", resource) and "does not know how to map" in reason
