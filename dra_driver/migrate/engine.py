@@ -18,7 +18,7 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
 from dra_driver.migrate.report import Action, Finding, Location, MigrationError, Report
-from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, VENDOR_DOMAINS, DeviceKind, Unsupported, classify, mentions_resource
+from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, VENDOR_DOMAINS, DeviceKind, Unsupported, mentions_resource
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.operators import RAY_GPUS, operator_kind, ray_group

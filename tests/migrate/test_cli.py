@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from migrate_testlib import CORPUS, REFUSE, base_name, by_kind, cli as _run
-from dra_driver.cli.main import main
 
 
 def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
