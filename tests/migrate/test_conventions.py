@@ -37,6 +37,10 @@ def test_check_fails_with_its_own_code_while_requests_remain_unconverted(tmp_pat
     shared.write_text(pod_manifest("p", "nvidia.com/gpu.shared"))
     code, _, err = _main(["--check", str(shared)], capsys)
     assert code == 3 and "1 device-plugin request(s) left unconverted" in err
+    code, _, err = _main(["--check", "--report", "json", str(shared)], capsys)
+    report = json.loads(err)
+    assert code == 3 and report["summary"]["remaining"] == 1
+    assert [f["remains"] for f in report["findings"]] == [True]
     # something to change wins: run -w first, then what is left
     both = tmp_path / "both.yaml"
     both.write_text(shared.read_text() + "---\n" + pod_manifest("q", "nvidia.com/gpu"))
