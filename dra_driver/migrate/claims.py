@@ -130,7 +130,7 @@ def _scan_container(
             continue
         if resource not in limits:
             ctx.leave(f"{at}.requests", resource,
-                    "set in requests but not in limits; the API requires extended resources in limits, fix that first")
+                      "set in requests but not in limits; the API requires extended resources in limits, fix that first")
             continue
         count = device_count(limits[resource])
         if resource in requests and device_count(requests[resource]) != count:
@@ -305,19 +305,20 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     _keep_tolerations(ctx, workload, requests)
     _attach_claim(workload, name)
     for request in requests:
-        users = "the model container" if workload.single_container else "container " + ", ".join(repr(d.name) for d in request.users)
+        names = ", ".join(repr(d.name) for d in request.users)
+        users = "the model container" if workload.single_container else f"container {names}"
         ctx.add(Action.CONVERTED, request.users[0].path, request.kind.resource,
                 f"{request.count} x {request.kind.device_class} as request {request.name!r} of template {name!r} "
                 f"({users})")
     return Generated(name, workload.namespace, _template(workload, name, requests))
 
 
-def _attach_claim(workload: Workload, template_name: str) -> None:
+def _attach_claim(workload: Workload, template: str) -> None:
     """The pod's `resourceClaims` entry; a NIMService names the template in `draResources` (its pods get it whole)."""
     if workload.single_container:
-        field, entry = NIM_CLAIMS, to_ruamel({"resourceClaimTemplateName": template_name})
+        field, entry = NIM_CLAIMS, to_ruamel({"resourceClaimTemplateName": template})
     else:
-        field, entry = "resourceClaims", to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": template_name})
+        field, entry = "resourceClaims", to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": template})
     if isinstance(workload.pod_spec.get(field), list):
         workload.pod_spec[field].append(entry)
     else:
