@@ -87,6 +87,12 @@ def _training_runtime(kind: str) -> OperatorKind:
                         "that use this runtime")
 
 
+def _hyperpod(kind: str) -> OperatorKind:
+    return OperatorKind(kind, ("sagemaker.amazonaws.com",), (("spec", "replicaSpecs", ANY, "template", "spec"),),
+                        _POD_TEMPLATE_CHECK.format(operator="SageMaker HyperPod training")
+                        + "; nprocPerNode is set by hand and is not derived from the GPU limit")
+
+
 def _ray_cluster(*prefix: str) -> tuple[tuple[str, ...], ...]:
     return ((*prefix, "headGroupSpec", "template", "spec"), (*prefix, "workerGroupSpecs", ANY, "template", "spec"))
 
@@ -117,8 +123,8 @@ OPERATOR_KINDS: dict[str, OperatorKind] = {
         _llm_inference("LLMInferenceServiceConfig"),
         _training_runtime("TrainingRuntime"),
         _training_runtime("ClusterTrainingRuntime"),
-        OperatorKind("HyperPodPyTorchJob", ("sagemaker.amazonaws.com",), (("spec", "replicaSpecs", ANY, "template", "spec"),),
-                     _POD_TEMPLATE_CHECK.format(operator="SageMaker HyperPod training")),
+        _hyperpod("HyperPodPyTorchJob"),
+        _hyperpod("HyperPodPytorchJob"),  # the spelling of AWS's own documentation
         OperatorKind("AppWrapper", ("workload.codeflare.dev",), (), wrapped=("spec", "components"), check=(
             "the AppWrapper controller creates each component from its template as written (resourceClaims "
             "included), and the ResourceClaimTemplates must exist in the AppWrapper's namespace; check that no "

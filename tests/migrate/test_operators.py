@@ -48,7 +48,8 @@ def test_convertible_kind(kind: str, api_version: str, spec: dict[str, Any], rol
 def test_every_convertible_entry_is_covered_here() -> None:
     covered = {c[0] for c in CASES + NEW_KINDS}
     convertible = {k for k, e in OPERATOR_KINDS.items() if e.convert}
-    assert convertible - covered <= {"XGBoostJob", "JAXJob", "NIMService"}  # same shape as PyTorchJob; NIMService below
+    # same shape as PyTorchJob / the other spelling; NIMService below
+    assert convertible - covered <= {"XGBoostJob", "JAXJob", "HyperPodPytorchJob", "NIMService"}
 
 
 def test_a_batch_v1_job_is_not_taken_for_a_volcano_job() -> None:
