@@ -90,7 +90,7 @@ def _training_runtime(kind: str) -> OperatorKind:
 def _hyperpod(kind: str) -> OperatorKind:
     return OperatorKind(kind, ("sagemaker.amazonaws.com",), (("spec", "replicaSpecs", ANY, "template", "spec"),),
                         _POD_TEMPLATE_CHECK.format(operator="SageMaker HyperPod training")
-                        + "; nprocPerNode is set by hand and is not derived from the GPU limit")
+                        + ", and that nothing (nprocPerNode, launcher scripts) counts GPUs from nvidia.com/gpu limits")
 
 
 def _ray_cluster(*prefix: str) -> tuple[tuple[str, ...], ...]:
