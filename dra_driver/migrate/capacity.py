@@ -139,6 +139,22 @@ def _volcano_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: 
     return False
 
 
+def _limit_range(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
+    """Reported only; never changed."""
+    spec = obj.get("spec")
+    limits = spec.get("limits") if isinstance(spec, Mapping) else None
+    for index, entry in enumerate(limits if isinstance(limits, list) else []):
+        for field in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio"):
+            values = entry.get(field) if isinstance(entry, Mapping) else None
+            for resource in values if isinstance(values, Mapping) else []:
+                if isinstance(classify(str(resource), ctx.catalog.names), DeviceKind) and strategy == "claims":
+                    ctx.add(Action.NOT_CONVERTED, f"{prefix}spec.limits[{index}].{field}", str(resource),
+                            f"the LimitRange bounds containers' {resource} requests, which migrated containers no "
+                            "longer make, and DRA has no per-container device bound: limit the namespace's devices "
+                            "with a ResourceQuota on <class>.deviceclass.resource.k8s.io/devices instead")
+    return False
+
+
 @dataclass(frozen=True)
 class _CapacityKind:
     groups: tuple[str, ...]
@@ -150,6 +166,7 @@ CAPACITY_KINDS: dict[str, _CapacityKind] = {
     "ClusterQueue": _CapacityKind(("kueue.x-k8s.io",), _cluster_queue),
     "NodePool": _CapacityKind(("karpenter.sh",), _karpenter),
     "Queue": _CapacityKind(("scheduling.volcano.sh",), _volcano_queue),
+    "LimitRange": _CapacityKind(("",), _limit_range),
 }
 
 

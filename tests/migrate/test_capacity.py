@@ -116,3 +116,13 @@ def test_a_workload_queued_by_kueue_gets_a_note() -> None:
     assert note.where.path == "metadata.labels" and "deviceClassMappings" in note.reason
     _, unqueued = run(QUEUED_JOB.replace("kueue.x-k8s.io/queue-name", "team"))
     assert not [f for f in unqueued.by_action(Action.NOTE) if "Kueue" in f.reason]
+
+
+def test_a_limit_range_on_gpus_is_reported_with_the_quota_to_use() -> None:
+    text = ("apiVersion: v1\nkind: LimitRange\nmetadata:\n  name: gpus\nspec:\n  limits:\n  - type: Container\n"
+            "    max:\n      nvidia.com/gpu: 2\n    default:\n      nvidia.com/gpu: 1\n")
+    result, report = run(text)
+    assert result.output == text
+    left = [(f.where.path, f.subject) for f in report.by_action(Action.NOT_CONVERTED)]
+    assert left == [("spec.limits[0].max", "nvidia.com/gpu"), ("spec.limits[0].default", "nvidia.com/gpu")]
+    assert "deviceclass.resource.k8s.io/devices" in report.by_action(Action.NOT_CONVERTED)[0].reason
