@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,34 +108,46 @@ def _cluster_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: 
     return False
 
 
+def _device_entries(ctx: Context, maps: list[tuple[str, Any]]) -> Iterator[tuple[str, str, DeviceKind, Any]]:
+    """(path, resource, kind, value) of each convertible device resource in the (path, map) pairs."""
+    for path, values in maps:
+        for resource, value in values.items() if isinstance(values, Mapping) else []:
+            kind = classify(str(resource), ctx.catalog.names)
+            if isinstance(kind, DeviceKind):
+                yield path, str(resource), kind, value
+
+
+def _quota_advice(kind: DeviceKind, value: Any) -> str:
+    key = class_quota_key(kind)
+    if key is None:
+        return f"a ResourceQuota on {CLASS_QUOTA.format(device_class=kind.device_class)} (it counts every device of the class)"
+    return f"a ResourceQuota with `spec.hard: {{{key}: {value}}}`"
+
+
 def _karpenter(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
     """Reported only; never changed."""
     spec = obj.get("spec")
-    limits = spec.get("limits") if isinstance(spec, Mapping) else None
-    for resource in limits if isinstance(limits, Mapping) else []:
-        if isinstance(classify(str(resource), ctx.catalog.names), DeviceKind) and strategy == "claims":
-            ctx.add(Action.NOT_CONVERTED, f"{prefix}spec.limits", str(resource),
-                    "Karpenter limits the capacity of the nodes it launches, read from its instance types, so this "
-                    f"limit still caps {resource} nodes; but it picks instance types from pods' resource requests, and "
-                    f"migrated pods no longer request {resource}: check that your Karpenter version provisions for "
-                    "pods with ResourceClaims, or steer them to GPU NodePools with a nodeSelector on a label those "
-                    "NodePools set")
+    maps = [(f"{prefix}spec.limits", spec.get("limits") if isinstance(spec, Mapping) else None)]
+    for path, resource, _, _ in _device_entries(ctx, maps) if strategy == "claims" else []:
+        ctx.add(Action.NOT_CONVERTED, path, resource,
+                "Karpenter limits the capacity of the nodes it launches, read from its instance types, so this "
+                f"limit still caps {resource} nodes; but it picks instance types from pods' resource requests, and "
+                f"migrated pods no longer request {resource}: check that your Karpenter version provisions for "
+                "pods with ResourceClaims, or steer them to GPU NodePools with a nodeSelector on a label those "
+                "NodePools set")
     return False
 
 
 def _volcano_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
     """Reported only; never changed."""
-    spec = obj.get("spec")
-    for field in ("capability", "deserved", "guarantee"):
-        values = spec.get(field) if isinstance(spec, Mapping) else None
-        if field == "guarantee" and isinstance(values, Mapping):
-            values = values.get("resource")
-        for resource in values if isinstance(values, Mapping) else []:
-            if isinstance(classify(str(resource), ctx.catalog.names), DeviceKind) and strategy == "claims":
-                ctx.add(Action.NOT_CONVERTED, f"{prefix}spec.{field}", str(resource),
-                        f"the Volcano queue counts pods' {resource} requests, which migrated pods no longer make: their "
-                        "GPUs are not counted against it; limit them with a ResourceQuota on "
-                        "<class>.deviceclass.resource.k8s.io/devices in the queue's namespaces")
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    guarantee = spec.get("guarantee")
+    maps = [(f"{prefix}spec.capability", spec.get("capability")), (f"{prefix}spec.deserved", spec.get("deserved")),
+            (f"{prefix}spec.guarantee.resource", guarantee.get("resource") if isinstance(guarantee, Mapping) else None)]
+    for path, resource, kind, value in _device_entries(ctx, maps) if strategy == "claims" else []:
+        ctx.add(Action.NOT_CONVERTED, path, resource,
+                f"the Volcano queue counts pods' {resource} requests, which migrated pods no longer make, so their GPUs "
+                f"are not counted against it; limit them with {_quota_advice(kind, value)} in the queue's namespaces")
     return False
 
 
@@ -143,15 +155,14 @@ def _limit_range(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: st
     """Reported only; never changed."""
     spec = obj.get("spec")
     limits = spec.get("limits") if isinstance(spec, Mapping) else None
-    for index, entry in enumerate(limits if isinstance(limits, list) else []):
-        for field in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio"):
-            values = entry.get(field) if isinstance(entry, Mapping) else None
-            for resource in values if isinstance(values, Mapping) else []:
-                if isinstance(classify(str(resource), ctx.catalog.names), DeviceKind) and strategy == "claims":
-                    ctx.add(Action.NOT_CONVERTED, f"{prefix}spec.limits[{index}].{field}", str(resource),
-                            f"the LimitRange bounds containers' {resource} requests, which migrated containers no "
-                            "longer make, and DRA has no per-container device bound: limit the namespace's devices "
-                            "with a ResourceQuota on <class>.deviceclass.resource.k8s.io/devices instead")
+    maps = [(f"{prefix}spec.limits[{index}].{field}", entry.get(field))
+            for index, entry in enumerate(limits if isinstance(limits, list) else []) if isinstance(entry, Mapping)
+            for field in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio")]
+    for path, resource, kind, value in _device_entries(ctx, maps) if strategy == "claims" else []:
+        ctx.add(Action.NOT_CONVERTED, path, resource,
+                f"the LimitRange bounds containers' {resource} requests, which migrated containers no longer make, "
+                f"and DRA has no per-container device bound: limit the namespace's devices with "
+                f"{_quota_advice(kind, value)} instead")
     return False
 
 

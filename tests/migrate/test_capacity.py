@@ -126,3 +126,13 @@ def test_a_limit_range_on_gpus_is_reported_with_the_quota_to_use() -> None:
     left = [(f.where.path, f.subject) for f in report.by_action(Action.NOT_CONVERTED)]
     assert left == [("spec.limits[0].max", "nvidia.com/gpu"), ("spec.limits[0].default", "nvidia.com/gpu")]
     assert "deviceclass.resource.k8s.io/devices" in report.by_action(Action.NOT_CONVERTED)[0].reason
+
+
+def test_a_volcano_queue_is_reported_with_the_exact_quota_to_apply() -> None:
+    text = ("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata:\n  name: research\nspec:\n"
+            "  capability:\n    cpu: 100\n    nvidia.com/gpu: 16\n")
+    result, report = run(text)
+    assert result.output == text
+    [finding] = report.by_action(Action.NOT_CONVERTED)
+    assert (finding.where.path, finding.subject) == ("spec.capability", "nvidia.com/gpu")
+    assert "`spec.hard: {gpu.nvidia.com.deviceclass.resource.k8s.io/devices: 16}`" in finding.reason
