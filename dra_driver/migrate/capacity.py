@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.migrate.aliases import Key, show_path
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind, classify
@@ -193,14 +194,21 @@ def migrate_capacity(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy
     return None if entry is None else entry.handle(ctx, obj, prefix, strategy)
 
 
-def queued_by_kueue(obj: Mapping[str, Any]) -> bool:
-    meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    return isinstance(labels, Mapping) and KUEUE_QUEUE_LABEL in labels
+def kueue_queue_label(obj: Mapping[str, Any], spec_keys: list[tuple[Key, ...]]) -> str | None:
+    """Where `obj` carries Kueue's queue label: its own labels, or those of one of its pod templates (the
+    templates holding the pod specs at `spec_keys`); None when it is not queued by Kueue."""
+    places: list[tuple[Key, ...]] = [(), *(keys[:-1] for keys in spec_keys)]
+    for keys in places:
+        node: Any = obj
+        for key in (*keys, "metadata", "labels"):
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping) and KUEUE_QUEUE_LABEL in node:
+            return show_path("", (*keys, "metadata", "labels"))
+    return None
 
 
-def note_kueue(ctx: Context, prefix: str) -> None:
-    ctx.add(Action.NOTE, f"{prefix}metadata.labels", KUEUE_QUEUE_LABEL,
+def note_kueue(ctx: Context, path: str) -> None:
+    ctx.add(Action.NOTE, path, KUEUE_QUEUE_LABEL,
             "Kueue admits this workload; it charges its claims against the ClusterQueue only when "
             "the Kueue Configuration maps the class in resources.deviceClassMappings (Kueue's DynamicResourceAllocation "
             "feature gate), otherwise its GPUs are used without quota")

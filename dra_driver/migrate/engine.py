@@ -11,7 +11,7 @@ from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
 from dra_driver.migrate.aliases import Unaliaser, show_path
 from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
-from dra_driver.migrate.capacity import capacity_kind, migrate_capacity, note_kueue, queued_by_kueue
+from dra_driver.migrate.capacity import capacity_kind, kueue_queue_label, migrate_capacity, note_kueue
 from dra_driver.migrate.claims import Generated, migrate_workload
 from dra_driver.migrate.mentions import Mention, is_dra_object, mentions
 from dra_driver.migrate.context import Context
@@ -216,7 +216,7 @@ def _migrate_item(ctx: Context, document: streams.Document, item: _Item, taken: 
     if quota_changed is not None:
         document.changed = document.changed or quota_changed
         return
-    converted = False
+    converted: list[Workload] = []
     for pod in workloads(item.obj, item.prefix) or []:
         ray_gpus = _ray_container_gpus(pod)
         generated = migrate_workload(ctx, pod)
@@ -236,15 +236,17 @@ def _migrate_item(ctx: Context, document: streams.Document, item: _Item, taken: 
                     "the workload has a generateName, the template a fixed name: every object created from "
                     "this manifest uses the same template (each pod still gets its own claim); apply the "
                     "template once (kubectl apply), since creating this file twice fails on it")
-        document.changed = converted = True
+        document.changed = True
+        converted.append(pod)
         pending.append(_Pending(document, item, generated))
     if not converted:
         return
     entry = operator_kind(item.obj)
     if entry is not None:
         ctx.add(Action.NOTE, "", str(item.obj.get("kind")), f"operator resource converted; check: {entry.check}")
-    if queued_by_kueue(item.obj):
-        note_kueue(ctx, item.prefix)
+    labels = kueue_queue_label(item.obj, [pod.spec_keys for pod in converted])
+    if labels is not None:
+        note_kueue(ctx, item.prefix + labels)
 
 
 def _insert_templates(stream: streams.Stream, pending: list[_Pending]) -> None:

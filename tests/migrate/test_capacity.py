@@ -116,6 +116,11 @@ def test_a_workload_queued_by_kueue_gets_a_note() -> None:
     assert note.where.path == "metadata.labels" and "deviceClassMappings" in note.reason
     _, unqueued = run(QUEUED_JOB.replace("kueue.x-k8s.io/queue-name", "team"))
     assert not [f for f in unqueued.by_action(Action.NOTE) if "Kueue" in f.reason]
+    on_template = QUEUED_JOB.replace("kueue.x-k8s.io/queue-name", "team").replace(
+        "  template:\n    spec:\n", "  template:\n    metadata:\n      labels:\n        kueue.x-k8s.io/queue-name: q\n    spec:\n")
+    _, report = run(on_template)
+    [note] = [f for f in report.by_action(Action.NOTE) if f.subject == "kueue.x-k8s.io/queue-name"]
+    assert note.where.path == "spec.template.metadata.labels"
 
 
 def test_a_limit_range_on_gpus_is_reported_with_the_quota_to_use() -> None:
