@@ -23,7 +23,8 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CLUSTER = 0, 1, 2, 3
 EXIT_INVALID = EXIT_USAGE  # the name explain, template and fleet use
 EPILOG = (
     "exit codes: 0 done; 1 the answer is no or a run-time failure; 2 usage or invalid input; "
-    "3 the cluster cannot be used (unreachable, credentials, resource.k8s.io/v1 not served). "
+    "3 the cluster cannot be used (unreachable, credentials, resource.k8s.io/v1 not served); "
+    "4 (migrate --check) device-plugin requests remain that migrate cannot convert. "
     "Errors are one line each: 'dra-driver COMMAND: error: what; how to fix'."
 )
 

@@ -12,11 +12,13 @@ from dra_driver.cli import failures
 from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
 from dra_driver.migrate.helm import is_template_source
-from dra_driver.migrate.kustomize import migrate_directory
+from dra_driver.migrate.kustomize import kustomization_file, migrate_directory
 
 EXIT_OK = 0
 EXIT_WOULD_CHANGE = 1
 EXIT_REFUSED = 2
+EXIT_UNCONVERTED = 4  # --check: nothing to change, but device-plugin requests remain that migrate cannot convert
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -29,16 +31,22 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="manifest files; '-' reads standard input; a directory with a kustomization.yaml is "
-                        "migrated with its resources and patches (needs -w or --check)")
+                        "migrated with its resources and patches (needs -w or --check); any other directory stands "
+                        "for its *.yaml, *.yml and *.json files")
     parser.add_argument("--strategy", choices=STRATEGIES, default="claims",
                         help="claims: rewrite workloads to use ResourceClaimTemplates (default); extended-resource: "
                         "leave workloads unchanged and emit DeviceClasses with extendedResourceName (alpha gate)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("-o", "--output", type=Path, help="write the migrated stream(s) to this file instead of stdout")
     output.add_argument("-w", "--write", action="store_true", help="rewrite each input file in place")
-    output.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
+    output.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if anything would change, else 4 if device-plugin requests remain "
+                        "that migrate cannot convert")
     parser.add_argument("--report", choices=("text", "json", "none"), default="text",
                         help="report of what was and was not converted, on stderr (default: text)")
+    parser.add_argument("--no-tolerations", dest="tolerations", action="store_false",
+                        help="do not add the toleration {key: <resource>, operator: Exists, effect: NoSchedule} that the "
+                        "ExtendedResourceToleration admission plugin gave pods for each converted device-plugin resource")
     parser.add_argument("--deviceclasses", type=Path, default=None,
                         help="directory of DeviceClass YAML the cluster has (default: the shipped deviceclasses/)")
     parser.set_defaults(func=run)
@@ -80,15 +88,38 @@ def read_checked(name: str, round_trip_whole: bool = False) -> str:
     return text
 
 
+def _expand_inputs(names: list[str]) -> tuple[list[str], list[Path]]:
+    """(manifest inputs, kustomization directories): a plain directory stands for its manifest files, in name order.
+
+    Like `kubectl apply -f DIR`, only the directory's own files are read, not its subdirectories.
+    """
+    files: list[str] = []
+    kustomizations: list[Path] = []
+    for name in names:
+        path = Path(name)
+        if name == "-" or not path.is_dir():
+            files.append(name)
+        elif kustomization_file(path) is not None:
+            kustomizations.append(path)
+        else:
+            found = sorted(str(p) for p in path.iterdir() if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+            if not found:
+                raise ValueError(f"{path}: a directory with no kustomization and no {', '.join(MANIFEST_SUFFIXES)} files")
+            files.extend(found)
+    return files, kustomizations
+
+
 def run(args: argparse.Namespace) -> int:
     if args.write and "-" in args.files:
         return failures.fail("--write cannot rewrite standard input", EXIT_REFUSED)
     if args.files.count("-") > 1:
         return failures.fail("'-' may be given once", EXIT_REFUSED)
-    directories = [Path(name) for name in args.files if name != "-" and Path(name).is_dir()]
+    try:
+        files, directories = _expand_inputs(args.files)
+    except ValueError as exc:
+        return failures.fail(str(exc), EXIT_REFUSED)
     if directories and not (args.write or args.check):
-        return failures.fail(f"{directories[0]} is a directory: a kustomization is migrated in place, use -w (or --check)", EXIT_REFUSED)
-    files = [name for name in args.files if name == "-" or not Path(name).is_dir()]
+        return failures.fail(f"{directories[0]} is a kustomization: it is migrated in place, use -w (or --check)", EXIT_REFUSED)
     try:
         inputs = [(name, read_checked(name)) for name in files]
     except InputError as exc:
@@ -96,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.deviceclasses is not None and not args.deviceclasses.is_dir():
         return failures.fail(f"--deviceclasses {args.deviceclasses}: not a directory", EXIT_REFUSED)
     try:
-        options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses))
+        options = Options(strategy=args.strategy, catalog=load_catalog(args.deviceclasses), tolerations=args.tolerations)
         results, report = migrate(inputs, options)
         for directory in directories:
             more, more_report = migrate_directory(directory, options, read=lambda path: read_checked(str(path), round_trip_whole=True))
@@ -107,9 +138,11 @@ def run(args: argparse.Namespace) -> int:
     if args.report == "json":
         print(report.to_json(), file=sys.stderr)
     elif args.report == "text":
-        print(report.to_text(), file=sys.stderr)
+        print(report.to_text(written=args.write), file=sys.stderr)
     if args.check:
-        return EXIT_WOULD_CHANGE if report.changed_files else EXIT_OK
+        if report.changed_files:
+            return EXIT_WOULD_CHANGE
+        return EXIT_UNCONVERTED if report.remaining else EXIT_OK
     if args.write:
         for result in results:
             if result.changed:

@@ -29,13 +29,15 @@ from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
-from dra_driver.migrate.resources import DeviceKind, Unsupported, classify
+from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, DeviceKind, Unsupported, classify
+from dra_driver.migrate.tolerations import add_missing as add_tolerations
 from dra_driver.migrate.workloads import Workload
 
 POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
 TEMPLATE_SUFFIX = "accelerators"
 API_VERSION = "resource.k8s.io/v1"
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
+NIM_CLAIMS = "draResources"  # NIMService: DRA claims of its pods (NVIDIA NIM operator)
 
 
 @dataclass
@@ -46,7 +48,7 @@ class ContainerDevices:
     name: str
     role: str  # "container" | "init" | "sidecar"
     path: str  # "spec.template.spec.containers[0]"
-    slot: tuple[str, int]  # ("containers", 0): where the container sits in the pod spec
+    slot: tuple[Key, ...]  # ("containers", 0): where the container sits in the pod spec; () for a NIMService
     kind: DeviceKind
     count: int
     in_requests: bool
@@ -87,8 +89,10 @@ def template_name(workload: Workload, requests: list[Request]) -> str:
     return dns_subdomain(workload.name or workload.kind.lower(), workload.role, TEMPLATE_SUFFIX, digest)
 
 
-def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], CommentedMap]]:
-    found = []
+def _containers(workload: Workload) -> list[tuple[str, str, tuple[Key, ...], CommentedMap]]:
+    if workload.single_container:  # a NIMService's spec is its model container's settings too
+        return [("container", workload.spec_path, (), workload.pod_spec)]
+    found: list[tuple[str, str, tuple[Key, ...], CommentedMap]] = []
     for list_key in ("initContainers", "containers"):
         for index, container in enumerate(workload.pod_spec.get(list_key) or []):
             if not isinstance(container, Mapping):
@@ -102,7 +106,7 @@ def _containers(workload: Workload) -> list[tuple[str, str, tuple[str, int], Com
 
 
 def _scan_container(
-    ctx: Context, role: str, path: str, slot: tuple[str, int], container: CommentedMap,
+    ctx: Context, role: str, path: str, slot: tuple[Key, ...], container: CommentedMap,
     gpu: DeviceKind | Unsupported | None = None,
 ) -> list[ContainerDevices]:
     resources = container.get("resources")
@@ -112,17 +116,21 @@ def _scan_container(
     requests = resources.get("requests") if isinstance(resources.get("requests"), Mapping) else {}
     name = str(container.get("name", ""))
     found: list[ContainerDevices] = []
-    for resource in [*limits, *(r for r in requests if r not in limits)]:
+    resources_asked = [*limits, *(r for r in requests if r not in limits)]
+    slices = [str(r) for r in resources_asked if r in HAMI_SLICES]
+    for resource in resources_asked:
         kind = gpu if resource == GPU and gpu is not None else classify(str(resource), ctx.catalog.names)
+        if resource == GPU and slices:  # HAMi: a slice of a shared GPU, never an exclusive one
+            kind = Unsupported(GPU, HAMI_REASON.format(resources=", ".join(slices)))
         at = f"{path}.resources"
         if kind is None:
             continue
         if isinstance(kind, Unsupported):
-            ctx.add(Action.NOT_CONVERTED, at, kind.resource, kind.reason)
+            ctx.leave(at, kind.resource, kind.reason)
             continue
         if resource not in limits:
-            ctx.add(Action.NOT_CONVERTED, f"{at}.requests", resource,
-                    "set in requests but not in limits; the API requires extended resources in limits, fix that first")
+            ctx.leave(f"{at}.requests", resource,
+                      "set in requests but not in limits; the API requires extended resources in limits, fix that first")
             continue
         count = device_count(limits[resource])
         if resource in requests and device_count(requests[resource]) != count:
@@ -130,7 +138,7 @@ def _scan_container(
                        "make them equal (or drop the request) and run again")
             continue
         if count is None:
-            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, _not_a_count(limits[resource]))
+            ctx.leave(f"{at}.limits", resource, _not_a_count(limits[resource]))
             continue
         if count <= 0:
             ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, f"count {count} asks for no device")
@@ -174,7 +182,7 @@ def _check_mixed(ctx: Context, path: str, devices: list[ContainerDevices]) -> No
 
 
 def _check_existing_claims(
-    ctx: Context, workload: Workload, containers: list[tuple[str, str, tuple[str, int], CommentedMap]]
+    ctx: Context, workload: Workload, containers: list[tuple[str, str, tuple[Key, ...], CommentedMap]]
 ) -> None:
     for index, entry in enumerate(workload.pod_spec.get("resourceClaims") or []):
         if isinstance(entry, Mapping) and entry.get("name") == POD_CLAIM:
@@ -219,7 +227,7 @@ def _build_requests(ctx: Context, devices: list[ContainerDevices]) -> list[Reque
     return sorted(requests.values(), key=lambda r: order[id(r.users[0].container)])
 
 
-def _apply_container_edits(requests: list[Request]) -> None:
+def _apply_container_edits(requests: list[Request], claim_entries: bool = True) -> None:
     for request in requests:
         for device in request.users:
             resources = device.container["resources"]
@@ -234,6 +242,11 @@ def _apply_container_edits(requests: list[Request]) -> None:
                     orphans += remove_key(values, device.kind.resource)
                     if not values:
                         orphans += remove_key(resources, part)
+            if not claim_entries:  # NIMService: its claims are in draResources, an emptied resources map goes
+                if not resources:
+                    orphans += remove_key(device.container, "resources")
+                attach_trailing(resources or device.container, orphans)
+                continue
             claims = resources.get("claims")
             if not isinstance(claims, list):
                 claims = CommentedSeq()
@@ -287,25 +300,46 @@ def migrate_workload(ctx: Context, workload: Workload) -> Generated | None:
     for request in requests:
         request.selectors.extend(placement.selectors_for(request.kind))
     name = template_name(workload, requests)
-    _apply_container_edits(requests)
+    _apply_container_edits(requests, claim_entries=not workload.single_container)
     placement.apply()
-    claim_entry = to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": name})
-    if isinstance(workload.pod_spec.get("resourceClaims"), list):
-        workload.pod_spec["resourceClaims"].append(claim_entry)
-    else:
-        workload.pod_spec["resourceClaims"] = CommentedSeq([claim_entry])
+    _keep_tolerations(ctx, workload, requests)
+    _attach_claim(workload, name)
     for request in requests:
-        users = ", ".join(repr(d.name) for d in request.users)
+        names = ", ".join(repr(d.name) for d in request.users)
+        users = "the model container" if workload.single_container else f"container {names}"
         ctx.add(Action.CONVERTED, request.users[0].path, request.kind.resource,
                 f"{request.count} x {request.kind.device_class} as request {request.name!r} of template {name!r} "
-                f"(container {users})")
+                f"({users})")
     return Generated(name, workload.namespace, _template(workload, name, requests))
+
+
+def _attach_claim(workload: Workload, template: str) -> None:
+    """The pod's `resourceClaims` entry; a NIMService names the template in `draResources` (its pods get it whole)."""
+    if workload.single_container:
+        field, entry = NIM_CLAIMS, to_ruamel({"resourceClaimTemplateName": template})
+    else:
+        field, entry = "resourceClaims", to_ruamel({"name": POD_CLAIM, "resourceClaimTemplateName": template})
+    if isinstance(workload.pod_spec.get(field), list):
+        workload.pod_spec[field].append(entry)
+    else:
+        workload.pod_spec[field] = CommentedSeq([entry])
+
+
+def _keep_tolerations(ctx: Context, workload: Workload, requests: list[Request]) -> None:
+    """The tolerations ExtendedResourceToleration added while the pod requested these resources (tolerations.py)."""
+    if not ctx.tolerations:
+        return
+    for resource in add_tolerations(workload.pod_spec, [r.kind.resource for r in requests]):
+        ctx.add(Action.NOTE, f"{workload.spec_path}.tolerations", resource,
+                f"added toleration {{key: {resource}, operator: Exists, effect: NoSchedule}}: the ExtendedResourceToleration "
+                f"admission plugin (GKE and others) added it while the pod requested {resource}, and nodes tainted "
+                f"{resource}:NoSchedule still need it; --no-tolerations leaves it out")
 
 
 def _edit_paths(workload: Workload, devices: list[ContainerDevices]) -> list[tuple[Key, ...]]:
     """Key paths, from the pod spec, of every node the edits below may change (each the last of its path)."""
     spec = workload.pod_spec
-    paths: list[tuple[Key, ...]] = [("resourceClaims",)]
+    paths: list[tuple[Key, ...]] = [("resourceClaims",), ("tolerations",), (NIM_CLAIMS,)]
     for device in devices:
         container: tuple[Key, ...] = (*device.slot, "resources")
         paths += [container, (*container, "limits"), (*container, "requests"), (*container, "claims")]
@@ -346,7 +380,10 @@ def _unalias_edit_paths(ctx: Context, workload: Workload, devices: list[Containe
     for key in spec_keys:
         node = node[key]
     for device in devices:
-        device.container = node[device.slot[0]][device.slot[1]]
+        container = node
+        for key in device.slot:
+            container = container[key]
+        device.container = container
     return replace(workload, pod_spec=node)
 
 

@@ -11,12 +11,14 @@ from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
 from dra_driver.migrate.aliases import Unaliaser, show_path
 from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
+from dra_driver.migrate.capacity import capacity_kind, kueue_queue_label, migrate_capacity, note_kueue
 from dra_driver.migrate.claims import Generated, migrate_workload
+from dra_driver.migrate.mentions import Mention, is_dra_object, mentions
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
-from dra_driver.migrate.report import Action, Location, MigrationError, Report
-from dra_driver.migrate.resources import VENDOR_DOMAINS, DeviceKind, Unsupported, classify
+from dra_driver.migrate.report import Action, Finding, Location, MigrationError, Report
+from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, VENDOR_DOMAINS, DeviceKind, Unsupported, mentions_resource
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.counts import device_count
 from dra_driver.migrate.operators import RAY_GPUS, operator_kind, ray_group
@@ -31,6 +33,7 @@ class Options:
     # The shipped classes unless told otherwise: with an empty catalog MIG profiles would lose their classes and
     # extended-resource output could emit a class under a shipped class's name.
     catalog: ClassCatalog = field(default_factory=load_catalog)
+    tolerations: bool = True  # add the toleration ExtendedResourceToleration gave pods for each converted resource
 
 
 @dataclass
@@ -97,27 +100,46 @@ def _report_configmap(ctx: Context, item: _Item) -> None:
 
 
 def _device_resources(obj: Mapping[str, Any], catalog: ClassCatalog) -> Iterator[tuple[str, DeviceKind | Unsupported]]:
-    for path, values in find_resource_maps(obj):
-        for resource in values:
-            kind = classify(str(resource), catalog.names)
-            if kind is not None:
-                yield path, kind
+    if is_dra_object(obj):
+        return
+    for found in mentions(obj, catalog.names):
+        yield found.path, found.kind
 
 
-def _report_unknown_kind(ctx: Context, item: _Item) -> None:
-    """Device requests in a kind we do not convert: a known operator kind says why, any other is unknown."""
+def _unreported_reason(item: _Item) -> str:
+    """Why a device-plugin name in this object stays: its kind's own advice, or where it sits."""
     kind = item.obj.get("kind", "?")
     entry = operator_kind(item.obj)
-    if entry is not None:
-        reason = f"{kind}: {entry.check}"
-    elif helm.is_values_like(item.obj):
-        reason = helm.VALUES_REASON
-    else:
-        reason = (f"kind {kind} ({item.obj.get('apiVersion', '?')}) is not a workload this tool knows (operators build "
-                  "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
-                  "--strategy extended-resource, or convert its pod template by hand")
-    for path, device in _device_resources(item.obj, ctx.catalog):
-        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", device.resource, reason)
+    if entry is not None and not entry.convert:
+        return f"{kind}: {entry.check}"
+    if helm.is_values_like(item.obj):
+        return helm.VALUES_REASON
+    if workloads(item.obj, item.prefix) is not None:
+        return (f"a device-plugin resource named outside the containers' resources of this {kind}, where this tool "
+                "converts requests; left as is: check what reads it")
+    return (f"kind {kind} ({item.obj.get('apiVersion', '?')}) is not a workload this tool knows (operators build "
+            "their own pods; the kinds it converts are listed in docs/migration.md); left untouched - use "
+            "--strategy extended-resource, or give the pods it creates a ResourceClaim by hand")
+
+
+def _covered(finding: Finding, mention: Mention, anywhere: bool) -> bool:
+    """`finding` speaks for `mention`: the same resource at or around its path (`anywhere` in the object for quotas)."""
+    subjects = {s.strip() for s in finding.subject.split(",")}
+    return mention.resource in subjects and (
+        anywhere or mention.path.startswith(finding.where.path) or finding.where.path.startswith(mention.path))
+
+
+def _report_leftovers(ctx: Context, item: _Item, earlier: list[Finding]) -> None:
+    """Every device-plugin name of the object that nothing above converted or reported (mentions.py)."""
+    if is_dra_object(item.obj):
+        return
+    reason = None
+    anywhere = capacity_kind(item.obj) is not None  # one finding per quota resource speaks for all its entries
+    for found in mentions(item.obj, ctx.catalog.names, item.prefix):
+        if any(_covered(f, found, anywhere) for f in earlier if f.where.obj == ctx.obj):
+            continue
+        reason = reason or _unreported_reason(item)
+        ctx.leave(found.path, found.resource, reason)
 
 
 @dataclass
@@ -174,39 +196,57 @@ def _migrate_claims(ctx: Context, all_streams: list[streams.Stream]) -> list[_Pe
         taken = _existing_templates(stream)
         ctx.file = stream.source
         for index, document in enumerate(stream.documents):
-            ctx.document = index
+            ctx.document = index + 1
             ctx.root = document.data
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
                 _report_annotations(ctx, item)
                 if item.obj.get("kind") == "ConfigMap":
                     _report_configmap(ctx, item)
-                found = workloads(item.obj, item.prefix)
-                if found is None:
-                    if item.obj.get("kind") not in POD_SPEC_PATHS or operator_kind(item.obj) is not None:
-                        _report_unknown_kind(ctx, item)
-                    continue
-                converted = False
-                for pod in found:
-                    ray_gpus = _ray_container_gpus(pod)
-                    generated = migrate_workload(ctx, pod)
-                    if generated is None:
-                        continue
-                    _keep_ray_gpu_count(ctx, pod, ray_gpus)
-                    key = (generated.namespace or "", generated.template_name)
-                    if key in taken:
-                        ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated "
-                                   f"for {pod.ref}) already exists in the input or is generated twice; rename the "
-                                   "workload or the existing template")
-                        continue
-                    taken.add(key)
-                    ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {pod.ref}")
-                    document.changed = converted = True
-                    pending.append(_Pending(document, item, generated))
-                entry = operator_kind(item.obj)
-                if converted and entry is not None:
-                    ctx.add(Action.NOTE, "", str(item.obj.get("kind")), f"operator resource converted; check: {entry.check}")
+                start = len(ctx.report.findings)
+                _migrate_item(ctx, document, item, taken, pending)
+                _report_leftovers(ctx, item, ctx.report.findings[start:])
     return pending
+
+
+def _migrate_item(ctx: Context, document: streams.Document, item: _Item, taken: set[tuple[str, str]],
+                  pending: list[_Pending]) -> None:
+    """Convert one object's pod specs (or its quota), adding the templates to emit to `pending`."""
+    quota_changed = migrate_capacity(ctx, item.obj, item.prefix, "claims")
+    if quota_changed is not None:
+        document.changed = document.changed or quota_changed
+        return
+    converted: list[Workload] = []
+    for pod in workloads(item.obj, item.prefix) or []:
+        ray_gpus = _ray_container_gpus(pod)
+        generated = migrate_workload(ctx, pod)
+        if generated is None:
+            continue
+        _keep_ray_gpu_count(ctx, pod, ray_gpus)
+        key = (generated.namespace or "", generated.template_name)
+        if key in taken:
+            ctx.refuse("metadata.name", f"ResourceClaimTemplate {generated.template_name!r} (generated "
+                       f"for {pod.ref}) already exists in the input or is generated twice; rename the "
+                       "workload or the existing template")
+            continue
+        taken.add(key)
+        ctx.add(Action.GENERATED, "", f"ResourceClaimTemplate/{generated.template_name}", f"for {pod.ref}")
+        if pod.name.endswith("*"):
+            ctx.add(Action.NOTE, "metadata.generateName", f"ResourceClaimTemplate/{generated.template_name}",
+                    "the workload has a generateName, the template a fixed name: every object created from "
+                    "this manifest uses the same template (each pod still gets its own claim); apply the "
+                    "template once (kubectl apply), since creating this file twice fails on it")
+        document.changed = True
+        converted.append(pod)
+        pending.append(_Pending(document, item, generated))
+    if not converted:
+        return
+    entry = operator_kind(item.obj)
+    if entry is not None:
+        ctx.add(Action.NOTE, "", str(item.obj.get("kind")), f"operator resource converted; check: {entry.check}")
+    labels = kueue_queue_label(item.obj, [pod.spec_keys for pod in converted])
+    if labels is not None:
+        note_kueue(ctx, item.prefix + labels)
 
 
 def _insert_templates(stream: streams.Stream, pending: list[_Pending]) -> None:
@@ -263,24 +303,35 @@ def _extended_for(ctx: Context, path: str, kind: DeviceKind) -> dict[str, Any] |
                 f"for {kind.resource} (needs the DRAExtendedResource feature gate, alpha in 1.35)")
         return None
     if kind.extended_class in ctx.catalog.names:
-        ctx.add(Action.NOT_CONVERTED, path, kind.resource,
-                f"the class name this tool would generate, {kind.extended_class}, belongs to an existing DeviceClass "
-                "for another resource; write a DeviceClass with this extendedResourceName by hand")
+        ctx.leave(path, kind.resource,
+                  f"the class name this tool would generate, {kind.extended_class}, belongs to an existing DeviceClass "
+                  "for another resource; write a DeviceClass with this extendedResourceName by hand")
         return None
     return _generated_extended_class(kind)
 
 
+def _sliced_gpus(pod_spec: Mapping[str, Any], path: str) -> Iterator[tuple[str, list[str]]]:
+    """(resources path, HAMi slice resources) of every map asking for nvidia.com/gpu together with HAMi slices."""
+    for at, values in find_resource_maps(pod_spec, f"{path}."):
+        slices = [str(r) for r in values if r in HAMI_SLICES]
+        if GPU in values and slices:
+            yield at, slices
+
+
 def _report_gpu_meaning(ctx: Context, item: _Item) -> None:
-    """Pods whose nvidia.com/gpu is a MIG device or a time-sliced replica: an extended resource would be a whole GPU."""
+    """Pods whose nvidia.com/gpu is a MIG device, a time-sliced replica or a HAMi slice: an extended resource is a whole GPU."""
     for pod in workloads(item.obj, item.prefix) or []:
+        for at, slices in _sliced_gpus(pod.pod_spec, pod.spec_path):
+            ctx.leave(at, GPU, "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU; "
+                      + HAMI_REASON.format(resources=", ".join(slices)))
         meaning = gpu_meaning(pod.pod_spec, ctx.catalog.names)
         if meaning is None or not any(GPU in (limits or {}) for _, limits in find_resource_maps(pod.pod_spec)):
             continue
         what = (f"one {meaning.device_class} MIG device (use the claims strategy for this pod)"
                 if isinstance(meaning, DeviceKind) else meaning.reason)
-        ctx.add(Action.NOT_CONVERTED, pod.spec_path, GPU,
-                "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU, but for this "
-                f"pod nvidia.com/gpu means {what}")
+        ctx.leave(pod.spec_path, GPU,
+                  "with extendedResourceName nvidia.com/gpu the scheduler allocates a whole, exclusive GPU, but for this "
+                  f"pod nvidia.com/gpu means {what}")
 
 
 def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
@@ -291,13 +342,14 @@ def _migrate_extended(ctx: Context, all_streams: list[streams.Stream]) -> None:
         ctx.file = stream.source
         new_documents: list[streams.Document] = []
         for index, document in enumerate(stream.documents):
-            ctx.document = index
+            ctx.document = index + 1
             for item in _items(document.data):
                 ctx.obj = _describe(item.obj)
+                migrate_capacity(ctx, item.obj, item.prefix, "extended-resource")
                 _report_gpu_meaning(ctx, item)
                 for path, kind in _device_resources(item.obj, ctx.catalog):
                     if isinstance(kind, Unsupported):
-                        ctx.add(Action.NOT_CONVERTED, f"{item.prefix}{path}", kind.resource, kind.reason)
+                        ctx.leave(f"{item.prefix}{path}", kind.resource, kind.reason)
                         continue
                     if kind.resource in present or kind.resource in handled:
                         continue
@@ -323,7 +375,7 @@ def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileR
     parsed: list[streams.Stream] = []
     for source, text in inputs:
         if helm.is_template_source(text):
-            report.add(Action.NOT_CONVERTED, Location(source, 0), source, helm.TEMPLATE_REASON)
+            report.add(Action.NOT_CONVERTED, Location(source, None), source, helm.TEMPLATE_REASON, remains=mentions_resource(text))
             parsed.append(streams.Stream(source, []))  # no documents: written back as it was
             continue
         try:
@@ -332,7 +384,7 @@ def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileR
             errors.extend(exc.errors)
     if errors:
         raise MigrationError(errors)
-    ctx = Context(report=report, catalog=options.catalog)
+    ctx = Context(report=report, catalog=options.catalog, tolerations=options.tolerations)
     if options.strategy == "claims":
         pending = _migrate_claims(ctx, parsed)
         if ctx.errors:

@@ -36,6 +36,7 @@ from dra_driver.migrate.edit import remove_key, to_ruamel
 from dra_driver.migrate.engine import FileResult, Options, migrate
 from dra_driver.migrate.report import Action, Location, MigrationError, Report
 from dra_driver.migrate.resources import VENDOR_DOMAINS, classify
+from dra_driver.migrate.tolerations import add_missing as add_tolerations, admission_toleration
 from dra_driver.migrate.workloads import Workload, metadata, objects, workloads
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -192,7 +193,28 @@ def _find_target(bases: list[Any], kind: str, name: str) -> Any | None:
     return None
 
 
-def _rewrite_patch(patch_pod: Workload, migrated: Mapping[str, Any]) -> None:
+def _patch_tolerations(patch_pod: Workload, migrated_spec: Mapping[str, Any], base_spec: Any) -> None:
+    """The admission tolerations the migrated copy got, where the rendered pod would otherwise lack them.
+
+    Strategic merge replaces `tolerations` as a whole. A patch with its own list gets the missing ones added;
+    without one, the rendered pod has the base's list, which the base's own migration completes only for
+    the resources the base itself requests: for others the patch takes the copy's whole list.
+    """
+    wanted = migrated_spec.get("tolerations")
+    wanted = wanted if isinstance(wanted, list) else []
+    added = [str(t["key"]) for t in wanted if isinstance(t, Mapping) and dict(t) == admission_toleration(str(t.get("key")))]
+    if not added:
+        return
+    if isinstance(patch_pod.pod_spec.get("tolerations"), list):
+        add_tolerations(patch_pod.pod_spec, added)
+        return
+    base_resources = {str(r) for _, c in _containers(base_spec if isinstance(base_spec, Mapping) else {})
+                      for values in _device_entries(c).values() for r in values}
+    if any(resource not in base_resources for resource in added):
+        patch_pod.pod_spec["tolerations"] = to_ruamel(copy.deepcopy(list(wanted)))
+
+
+def _rewrite_patch(patch_pod: Workload, migrated: Mapping[str, Any], base: Any) -> None:
     """The device entries the migration converted out of the patch; the migrated copy's claims in.
 
     An entry the migration left alone (`nvidia.com/gpu.shared`, a placeholder count) stays in the patch.
@@ -214,6 +236,7 @@ def _rewrite_patch(patch_pod: Workload, migrated: Mapping[str, Any]) -> None:
         claims = (by_name.get(container.get("name")) or {}).get("resources", {}).get("claims")
         if claims:
             resources["claims"] = to_ruamel(copy.deepcopy(list(claims)))
+    _patch_tolerations(patch_pod, migrated_spec, _at(base, patch_pod.spec_keys))
     entries = [e for e in migrated_spec.get("resourceClaims") or [] if e.get("name") == POD_CLAIM]
     if entries:
         existing = [e for e in patch_pod.pod_spec.get("resourceClaims") or [] if e.get("name") != POD_CLAIM]
@@ -233,20 +256,20 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
     stream = streams.split(text, str(patch.path))
     for index, document in enumerate(stream.documents):
         if isinstance(document.data, list) and any(d.replace("~1", "/") in document.body for d in VENDOR_DOMAINS):
-            report.add(Action.NOT_CONVERTED, Location(str(patch.path), index), "patch",
-                       f"a JSON 6902 patch that names device resources; {RENDER_FIRST}")
+            report.add(Action.NOT_CONVERTED, Location(str(patch.path), index + 1), "patch",
+                       f"a JSON 6902 patch that names device resources; {RENDER_FIRST}", remains=True)
             continue
         for prefix, obj in objects(document.data):
             pods = workloads(obj, prefix) or []
             if not any(_device_entries(c) for pod in pods for _, c in _containers(pod.pod_spec)):
                 continue
             kind, name = patch.kind or str(obj.get("kind")), patch.name or metadata(obj)[0]
-            where = Location(str(patch.path), index, f"{kind}/{name}")
+            where = Location(str(patch.path), index + 1, f"{kind}/{name}")
             base = _find_target(bases, kind, name)
             if base is None:
                 report.add(Action.NOT_CONVERTED, where, "patch",
                            f"sets device resources on {kind}/{name}, which is not among the kustomization's resources; "
-                           f"{RENDER_FIRST}")
+                           f"{RENDER_FIRST}", remains=True)
                 continue
             merged = copy.deepcopy(base)
             for pod in pods:
@@ -255,7 +278,7 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
             rendered = [o for d in yaml.safe_load_all(result.output) for _, o in objects(d) if o]
             migrated = next(o for o in rendered if o.get("kind") == kind and metadata(o)[0] == name)
             for pod in pods:
-                _rewrite_patch(pod, migrated)
+                _rewrite_patch(pod, migrated, base)
             document.changed = True
             overlay.templates.extend(o for o in rendered if o.get("kind") == "ResourceClaimTemplate")
             for finding in sub_report.by_action(Action.GENERATED):
@@ -263,7 +286,8 @@ def _migrate_patch(patch: Patch, bases: list[Any], options: Options, report: Rep
                            f"for this strategic-merge patch: {kind}/{name} as the overlay renders it (the patch's device "
                            f"counts), written to {TEMPLATES_FILE}; the patch now sets the claims instead")
             for finding in sub_report.by_action(Action.NOT_CONVERTED):  # what stays in the patch, and why
-                report.add(Action.NOT_CONVERTED, where, finding.subject, f"{finding.reason} (with this patch applied)")
+                report.add(Action.NOT_CONVERTED, where, finding.subject, f"{finding.reason} (with this patch applied)",
+                           remains=finding.remains)
     changed = any(d.changed for d in stream.documents)
     overlay.results.append(FileResult(str(patch.path), text, streams.render(stream) if changed else text))
 
@@ -311,7 +335,7 @@ def migrate_directory(directory: Path, options: Options, read: Reader = _read_te
     originals = [(str(path), read(path)) for path in tree.resources]
     results, report = migrate(originals, options)
     for kustomization, entry, why in tree.skipped:
-        report.add(Action.NOT_CONVERTED, Location(str(kustomization), 0), entry, why)
+        report.add(Action.NOT_CONVERTED, Location(str(kustomization), None), entry, why)
     if options.strategy != "claims":
         return results, report
     bases = [obj for source, text in originals for d in streams.split(text, source).documents

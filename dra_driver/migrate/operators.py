@@ -31,6 +31,10 @@ class OperatorKind:
     pod_specs: tuple[tuple[str, ...], ...]
     check: str  # converted: what the user must check; not converted: why not and what to do instead
     convert: bool = True
+    # AppWrapper: the path to a list of components whose `template` is a whole object (a Job, a JobSet...)
+    wrapped: tuple[str, ...] = ()
+    # NIMService: the pod spec path is a spec holding one container's `resources`, claims go to `draResources`
+    single_container: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,37 @@ _POD_TEMPLATE_CHECK = "the {operator} controller copies the pod template, resour
 
 def _replica_kind(kind: str, field: str) -> OperatorKind:
     return OperatorKind(kind, ("kubeflow.org",), (("spec", field, ANY, "template", "spec"),), _KUBEFLOW_CHECK)
+
+
+_SPARK_CHECK = (
+    "Spark asks for GPUs as spark.{driver,executor}.resource.gpu and the operator writes them as device-plugin "
+    "limits on the pods it builds, which have no place for claims in this resource; not converted. Give those pods "
+    "a claim through your spark-operator version's pod templates, or use --strategy extended-resource"
+)
+
+
+def _llm_inference(kind: str) -> OperatorKind:
+    """KServe's LLMInferenceService and its Config (the same spec, merged into services that name it)."""
+    return OperatorKind(kind, ("serving.kserve.io",),
+                        (("spec", "template"), ("spec", "worker"), ("spec", "prefill", "template"), ("spec", "prefill", "worker")),
+                        "KServe builds the LLMInferenceService pods from these PodSpecs (resourceClaims included); check "
+                        "your KServe version, and that nothing in its scheduling (the inference pool) counts device-plugin "
+                        "GPU limits")
+
+
+def _training_runtime(kind: str) -> OperatorKind:
+    """Kubeflow Trainer runtimes: a JobSet template, from which every TrainJob naming the runtime gets its pods."""
+    return OperatorKind(kind, ("trainer.kubeflow.org",),
+                        (("spec", "template", "spec", "replicatedJobs", ANY, "template", "spec", "template", "spec"),),
+                        "Kubeflow Trainer builds each TrainJob's JobSet from this template (resourceClaims included); "
+                        "a TrainJob's own resourcesPerNode still overrides the container resources: check the TrainJobs "
+                        "that use this runtime")
+
+
+def _hyperpod(kind: str) -> OperatorKind:
+    return OperatorKind(kind, ("sagemaker.amazonaws.com",), (("spec", "replicaSpecs", ANY, "template", "spec"),),
+                        _POD_TEMPLATE_CHECK.format(operator="SageMaker HyperPod training")
+                        + ", and that nothing (nprocPerNode, launcher scripts) counts GPUs from nvidia.com/gpu limits")
 
 
 def _ray_cluster(*prefix: str) -> tuple[tuple[str, ...], ...]:
@@ -84,10 +119,22 @@ OPERATOR_KINDS: dict[str, OperatorKind] = {
                      _POD_TEMPLATE_CHECK.format(operator="JobSet")),
         OperatorKind("Job", ("batch.volcano.sh",), (("spec", "tasks", ANY, "template", "spec"),),
                      _POD_TEMPLATE_CHECK.format(operator="Volcano")),
-        OperatorKind("LLMInferenceService", ("serving.kserve.io",),
-                     (("spec", "template"), ("spec", "worker"), ("spec", "prefill", "template"), ("spec", "prefill", "worker")),
-                     "KServe builds the LLMInferenceService pods from these PodSpecs (resourceClaims included); check "
-                     "your KServe version, and that nothing in its scheduling (the inference pool) counts device-plugin GPU limits"),
+        _llm_inference("LLMInferenceService"),
+        _llm_inference("LLMInferenceServiceConfig"),
+        _training_runtime("TrainingRuntime"),
+        _training_runtime("ClusterTrainingRuntime"),
+        _hyperpod("HyperPodPyTorchJob"),
+        _hyperpod("HyperPodPytorchJob"),  # the spelling of AWS's own documentation
+        OperatorKind("AppWrapper", ("workload.codeflare.dev",), (), wrapped=("spec", "components"), check=(
+            "the AppWrapper controller creates each component from its template as written (resourceClaims "
+            "included), and the ResourceClaimTemplates must exist in the AppWrapper's namespace; check that no "
+            "component's podSets count GPUs from nvidia.com/gpu limits")),
+        OperatorKind("NIMService", ("apps.nvidia.com",), (("spec",),), single_container=True, check=(
+            "the NIM operator gives the NIMService pods the claims of spec.draResources (resourceClaimTemplateName; "
+            "every request of the claim reaches the model container); check that your NIM operator version has "
+            "draResources, and that nothing in it still counts GPUs from spec.resources")),
+        OperatorKind("SparkApplication", ("sparkoperator.k8s.io",), (), convert=False, check=_SPARK_CHECK),
+        OperatorKind("ScheduledSparkApplication", ("sparkoperator.k8s.io",), (), convert=False, check=_SPARK_CHECK),
         OperatorKind("InferenceService", ("serving.kserve.io",), (), convert=False, check=(
             "KServe's predictor is its own copy of the pod spec fields and the Knative (serverless) mode rejects "
             "pod fields it does not allow, so resourceClaims may be dropped or refused; not converted. Use "
@@ -150,7 +197,7 @@ def pod_specs(entry: OperatorKind, obj: Mapping[str, Any]) -> list[PodSpecAt]:
     found: list[PodSpecAt] = []
     for path in entry.pod_specs:
         for at in _walk(obj, path, (), ()):
-            role = at.role if ANY in path else _named_role(path)
+            role = at.role if ANY in path else _named_role(path) if len(entry.pod_specs) > 1 else ""
             found.append(PodSpecAt(at.keys, role, at.pod_spec))
     return found
 

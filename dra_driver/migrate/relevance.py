@@ -18,7 +18,11 @@ from dra_driver.migrate.resources import VENDOR_DOMAINS
 SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")
 CONTEXT_KINDS = ("ResourceClaimTemplate", "DeviceClass")  # names taken, extended resources served
 
-_MARKERS = re.compile("|".join(re.escape(marker) for marker in (*VENDOR_DOMAINS, *SHARING_MARKERS, *CONTEXT_KINDS, "\\")))
+# Device-plugin resources of accelerators outside the vendor domains (reported, never converted)
+OTHER_RESOURCE_MARKERS = ("aws.amazon.com/neuron", "google.com/tpu")
+
+_MARKERS = re.compile("|".join(re.escape(marker) for marker in (
+    *VENDOR_DOMAINS, *OTHER_RESOURCE_MARKERS, *SHARING_MARKERS, *CONTEXT_KINDS, "\\")))
 
 
 def may_matter(text: str) -> bool:

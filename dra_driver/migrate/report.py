@@ -19,15 +19,18 @@ class Action(str, Enum):
 
 @dataclass(frozen=True)
 class Location:
-    """Where something is: file, document index (0-based), object and field path."""
+    """Where something is: file, document number (from 1, as the input layer counts), object and field path.
+
+    `document` is None for what concerns a whole file (a Helm template source, a kustomization entry).
+    """
 
     file: str
-    document: int
+    document: int | None
     obj: str = ""
     path: str = ""
 
     def __str__(self) -> str:
-        where = f"{self.file}: document {self.document}"
+        where = self.file if self.document is None else f"{self.file}: document {self.document}"
         if self.obj:
             where += f" ({self.obj})"
         if self.path:
@@ -41,10 +44,12 @@ class Finding:
     where: Location
     subject: str  # the resource, label or object concerned
     reason: str
+    remains: bool = False  # a device-plugin request left in the output (what `--check` fails on)
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self.where)
-        return {"action": self.action.value, **data, "subject": self.subject, "reason": self.reason}
+        return {"action": self.action.value, **data, "subject": self.subject, "reason": self.reason,
+                "remains": self.remains}
 
     def __str__(self) -> str:
         return f"{self.action.value:<13} {self.where}: {self.subject}: {self.reason}"
@@ -55,8 +60,13 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     changed_files: list[str] = field(default_factory=list)
 
-    def add(self, action: Action, where: Location, subject: str, reason: str) -> None:
-        self.findings.append(Finding(action, where, subject, reason))
+    def add(self, action: Action, where: Location, subject: str, reason: str, remains: bool = False) -> None:
+        self.findings.append(Finding(action, where, subject, reason, remains))
+
+    @property
+    def remaining(self) -> list[Finding]:
+        """Device-plugin requests the migration left as they were (time-sliced, unknown kinds, Helm sources...)."""
+        return [f for f in self.findings if f.remains]
 
     def merge(self, other: Report) -> None:
         """Add another run's findings and changed files (several inputs migrated separately)."""
@@ -71,16 +81,18 @@ class Report:
             {
                 "changed": bool(self.changed_files),
                 "changedFiles": self.changed_files,
-                "summary": {a.value: len(self.by_action(a)) for a in Action},
+                "summary": {**{a.value: len(self.by_action(a)) for a in Action}, "remaining": len(self.remaining)},
                 "findings": [f.as_dict() for f in self.findings],
             },
             indent=2,
         )
 
-    def to_text(self) -> str:
+    def to_text(self, written: bool = False) -> str:
+        """The findings and a summary line; `written`: the changed files were rewritten (-w), not just shown."""
         lines = [str(f) for f in self.findings]
         counts = ", ".join(f"{len(self.by_action(a))} {a.value}" for a in Action)
-        lines.append(f"migrate: {counts}; {len(self.changed_files)} file(s) would change")
+        changed = f"{len(self.changed_files)} file(s) {'changed' if written else 'would change'}"
+        lines.append(f"migrate: {counts}; {changed}; {len(self.remaining)} device-plugin request(s) left unconverted")
         return "\n".join(lines)
 
 

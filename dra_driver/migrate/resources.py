@@ -15,7 +15,23 @@ AMD_DRIVER = "gpu.amd.com"
 GAUDI_DRIVER = "gaudi.intel.com"
 
 # Resource-name domains of the device plugins (and their node labellers) we know about.
-VENDOR_DOMAINS = ("nvidia.com", "amd.com", "habana.ai")
+VENDOR_DOMAINS = ("nvidia.com", "amd.com", "habana.ai", "gpu.intel.com")
+
+# HAMi's GPU-slicing resources: next to nvidia.com/gpu they ask for a slice (memory, cores) of a shared GPU.
+HAMI_SLICES = frozenset({"nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage", "nvidia.com/priority"})
+HAMI_REASON = (
+    "HAMi GPU slicing ({resources}): nvidia.com/gpu asks for a slice of a GPU shared with other pods, not a whole "
+    "one; a DRA claim's devices are exclusive, so converting it would change what the pod gets. DRA shares a GPU "
+    "through one ResourceClaim with a GpuConfig sharing strategy that the pods reference (docs/migration.md, "
+    "time-sliced GPUs); left as is"
+)
+_INTEL_GPU = re.compile(r"^gpu\.intel\.com/(?:i915|xe|i915_monitoring|xe_monitoring|millicores|memory\.max|tiles)\Z")
+INTEL_GPU_REASON = (
+    "Intel GPU device-plugin resource; this driver publishes no Intel GPUs (Intel's own DRA driver, gpu.intel.com, "
+    "does): left as is, write its claim by hand or use --strategy extended-resource with that driver's classes"
+)
+# Device-plugin resources of other accelerators this driver does not publish (matched as exact names anywhere)
+_OTHER_ACCELERATORS = re.compile(r"^(?:aws\.amazon\.com/neuron(?:core|device)?|google\.com/tpu)\Z")
 
 _MIG = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)\Z")
 _AMD_PARTITION = re.compile(r"^amd\.com/(?P<compute>spx|dpx|tpx|qpx|cpx)_(?P<memory>nps1|nps2|nps4|nps8)\Z")
@@ -141,12 +157,40 @@ def classify(resource: str, per_profile_classes: frozenset[str] = frozenset()) -
         return _mig(resource, match["profile"], per_profile_classes)
     if match := _AMD_PARTITION.match(resource):
         return _amd_partition(resource, match["compute"], match["memory"])
+    if resource in HAMI_SLICES:
+        return Unsupported(resource, HAMI_REASON.format(resources=resource))
+    if _INTEL_GPU.match(resource):
+        return Unsupported(resource, INTEL_GPU_REASON)
     if resource.endswith(".shared") and resource.split("/", 1)[0] in VENDOR_DOMAINS:
         return Unsupported(
             resource,
             "time-sliced replica of a device (device-plugin sharing with renameByDefault); DRA shares a device "
             "through a GpuConfig sharing strategy in the claim, which this tool does not write",
         )
-    if resource.split("/", 1)[0] in VENDOR_DOMAINS:
+    if resource.split("/", 1)[0] in VENDOR_DOMAINS or _OTHER_ACCELERATORS.match(resource):
         return Unsupported(resource, "device-plugin resource this tool does not know how to map")
     return None
+
+
+# A known resource name somewhere in text (a Helm template source, which is never parsed)
+_NAME_IN_TEXT = re.compile(
+    r"nvidia\.com/(?:gpu|mig-)|amd\.com/(?:gpu|[scdtq]px_nps)|habana\.ai/gaudi|gpu\.intel\.com/(?:i915|xe)"
+    r"|aws\.amazon\.com/neuron|google\.com/tpu"
+)
+
+
+def mentions_resource(text: str) -> bool:
+    return _NAME_IN_TEXT.search(text) is not None
+
+
+def is_known_resource_name(text: str) -> bool:
+    """A device-plugin resource name we know exactly (not just its domain: `nvidia.com/gpu.product` is a label).
+
+    Used where a name can be a key or a value anywhere in an object (TrainJob resourcesPerNode, SparkApplication
+    `gpu.name`, a ResourceQuota key), so that no known request passes silently.
+    """
+    return bool(
+        text in _WHOLE_DEVICES or text in HAMI_SLICES or _MIG.match(text) or _AMD_PARTITION.match(text)
+        or _INTEL_GPU.match(text) or _OTHER_ACCELERATORS.match(text)
+        or (text.endswith(".shared") and text.removesuffix(".shared") in _WHOLE_DEVICES)
+    )

@@ -164,7 +164,8 @@ class _Splicer:
 
     def value(self, old_parent: CommentedMap, new_parent: CommentedMap, key: Any, line: int, column: int, bound: int) -> None:
         old, new = old_parent[key], new_parent[key]
-        if isinstance(old, CommentedMap) and isinstance(new, CommentedMap) and not (_flow(old) or _flow(new)):
+        # an empty mapping (`rayStartParams: {}`) has no lines of its own to descend into: its key is rewritten
+        if isinstance(old, CommentedMap) and isinstance(new, CommentedMap) and old and not (_flow(old) or _flow(new)):
             self.mapping(old, new, bound)
             return
         if (isinstance(old, CommentedSeq) and isinstance(new, CommentedSeq) and old and not (_flow(old) or _flow(new))

@@ -112,7 +112,7 @@ def split(text: str, source: str, only: Callable[[str], bool] | None = None) -> 
         except YAMLError as exc:
             problems[index] = f"invalid YAML {_yaml_problem(exc, body_line)}"
     if problems:
-        raise MigrationError([FieldError(f"{source}: document {index}", problems[index]) for index in sorted(problems)])
+        raise MigrationError([FieldError(f"{source}: document {index + 1}", problems[index]) for index in sorted(problems)])
     return Stream(source, [document for document, _ in pieces])
 
 

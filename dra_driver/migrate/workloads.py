@@ -35,6 +35,7 @@ class Workload:
     spec_path: str  # "spec.template.spec", prefixed with items[i] inside a List
     spec_keys: tuple[str | int, ...] = ()  # the keys from the object to the pod spec
     role: str = ""  # operator resources: "worker", "head", ...; "" for core kinds
+    single_container: bool = False  # NIMService: the "pod spec" is the spec, with one container's `resources`
 
     @property
     def ref(self) -> str:
@@ -47,11 +48,13 @@ def is_list(obj: Any) -> bool:
 
 
 def metadata(obj: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(name, namespace); an object with only `generateName: train-` is named `train-*` (its names' pattern)."""
     meta = obj.get("metadata") or {}
     if not isinstance(meta, Mapping):
         return "", None
     namespace = meta.get("namespace")
-    return str(meta.get("name") or ""), str(namespace) if namespace else None
+    name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "")
+    return str(name), str(namespace) if namespace else None
 
 
 def pod_spec(obj: Mapping[str, Any]) -> Any | None:
@@ -81,15 +84,39 @@ def workloads(obj: Mapping[str, Any], prefix: str) -> list[Workload] | None:
     name, namespace = metadata(obj)
     kind = str(obj.get("kind", ""))
     entry = operator_kind(obj)
+    if entry is not None and entry.wrapped:
+        return _wrapped(obj, prefix, entry.wrapped)
     if entry is not None:
         if not entry.convert:
             return None
-        return [Workload(kind, name, namespace, obj, at.pod_spec, prefix + show_path('', at.keys), at.keys, at.role)
-                for at in pod_specs(entry, obj)]
+        return [Workload(kind, name, namespace, obj, at.pod_spec, prefix + show_path('', at.keys), at.keys, at.role,
+                         entry.single_container) for at in pod_specs(entry, obj)]
     spec = pod_spec(obj)
     if spec is None:
         return None
     return [Workload(kind, name, namespace, obj, spec, prefix + ".".join(POD_SPEC_PATHS[kind]), POD_SPEC_PATHS[kind])]
+
+
+def _wrapped(obj: Mapping[str, Any], prefix: str, components_at: tuple[str, ...]) -> list[Workload]:
+    """The pod specs of the objects an AppWrapper wraps (`components[*].template`), as pod specs of the AppWrapper."""
+    name, namespace = metadata(obj)
+    node: Any = obj
+    for key in components_at:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    found = []
+    for index, component in enumerate(node if isinstance(node, list) else []):
+        inner = component.get("template") if isinstance(component, Mapping) else None
+        inner_entry = operator_kind(inner) if isinstance(inner, Mapping) else None
+        if not isinstance(inner, Mapping) or (inner_entry is not None and inner_entry.wrapped):
+            continue  # not an object, or an AppWrapper in an AppWrapper
+        keys: tuple[str | int, ...] = (*components_at, index, "template")
+        inner_name = metadata(inner)[0]
+        for pod in workloads(inner, "") or []:
+            role = "-".join(part for part in (inner_name or str(index), pod.role) if part)
+            spec_keys = (*keys, *pod.spec_keys)
+            found.append(Workload(str(obj.get("kind")), name, namespace, obj, pod.pod_spec,
+                                  prefix + show_path("", spec_keys), spec_keys, role))
+    return found
 
 
 def find_resource_maps(node: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:

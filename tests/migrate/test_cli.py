@@ -9,14 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate_testlib import CORPUS, REFUSE, base_name, by_kind
-from dra_driver.cli.main import main
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(["migrate", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from migrate_testlib import CORPUS, REFUSE, base_name, by_kind, cli as _run
 
 
 def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,7 +19,7 @@ def test_check_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     migrated = tmp_path / "out.yaml"
     assert _run([str(source), "-o", str(migrated), "--report", "none"], capsys)[0] == 0
     assert _run([str(migrated), "--check"], capsys)[0] == 0
-    assert _run([str(CORPUS / "unconvertible.yaml"), "--check"], capsys)[0] == 0
+    assert _run([str(CORPUS / "unconvertible.yaml"), "--check"], capsys)[0] == 4  # requests remain, none convertible
 
 
 def test_write_in_place_only_touches_changed_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from migrate_testlib import run
 from shared_corpus import require
 from dra_driver.cli.main import main
 from dra_driver.migrate import Action
+from dra_driver.migrate.helm import is_template_source
 
 TEMPLATE = """apiVersion: apps/v1
 kind: Deployment
@@ -86,3 +87,46 @@ def test_cli_reports_a_template_source_instead_of_refusing_it_as_yaml(tmp_path: 
     assert main(["migrate", str(source)]) == 0  # not "invalid YAML": the input check skips Helm sources
     out, err = capsys.readouterr()
     assert out == TEMPLATE and "render first" in err
+
+
+ARGO_STEP = """apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  name: train
+spec:
+  templates:
+  - name: wait
+    container:
+      image: bitnami/kubectl
+      command: ["sh", "-c"]
+      args: ["kubectl get pods -o go-template='{{range .items}}{{.metadata.name}} {{end}}'"]
+  - name: script
+    script:
+      image: python
+      source: |
+        print("{{ if .Values.debug }}not helm: block scalar content{{ end }}")
+  - name: train
+    container:
+      image: trainer
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+
+
+def test_template_syntax_inside_quoted_or_block_strings_is_not_helm() -> None:
+    assert not is_template_source(ARGO_STEP)
+    assert not is_template_source("a: 'x {{ include \"y\" . }}'\n")
+    _, report = run(ARGO_STEP)
+    [finding] = report.by_action(Action.NOT_CONVERTED)
+    assert finding.subject == "nvidia.com/gpu" and "Argo" in finding.reason and "Helm" not in finding.reason
+
+
+@pytest.mark.parametrize("text", [
+    "metadata:\n  name: {{ .Release.Name }}\n",  # a value
+    "spec:\n{{- if .Values.gpu }}\n  x: 1\n{{- end }}\n",  # a line of its own
+    "image: repo/app:{{ .Values.tag }}\n",  # inside a plain scalar
+    "env:\n  {{- toYaml .Values.env | nindent 2 }}\n",
+])
+def test_template_syntax_in_the_yaml_structure_is_helm(text: str) -> None:
+    assert is_template_source(text)

@@ -182,3 +182,25 @@ def test_name_prefix_is_reported_and_the_documented_name_reference_fixes_the_ren
         "  - {kind: Deployment, path: spec/template/spec/resourceClaims/resourceClaimTemplateName}\n")
     kustomization.write_text(kustomization.read_text() + "configurations:\n- dra-nameref.yaml\n")
     assert _claim_counts(_render(overlay), "Deployment", "big-trainer") == [4]  # the reference follows the rename
+
+
+def _tolerated(objs: list[dict[str, Any]]) -> list[str]:
+    [workload] = [o for o in objs if o["kind"] == "Deployment"]
+    return [t["key"] for t in workload["spec"]["template"]["spec"].get("tolerations") or []]
+
+
+def test_a_patch_adding_a_resource_the_base_lacks_carries_its_toleration(overlay: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (overlay / "patch.yaml").write_text(PATCH.replace("nvidia.com/gpu: 4   # the big variant", "nvidia.com/mig-1g.10gb: 1"))
+    assert main(["migrate", "-w", str(overlay)]) == 0
+    rendered = _render(overlay)
+    assert _device_requests(rendered) == []
+    assert sorted(_tolerated(rendered)) == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]
+    assert _tolerated(_render(overlay.parent / "base")) == ["nvidia.com/gpu"]
+    capsys.readouterr()
+
+
+def test_a_patch_changing_only_the_count_leaves_tolerations_to_the_base(overlay: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["migrate", "-w", str(overlay)]) == 0
+    assert "tolerations" not in (overlay / "patch.yaml").read_text()
+    assert _tolerated(_render(overlay)) == ["nvidia.com/gpu"]
+    capsys.readouterr()

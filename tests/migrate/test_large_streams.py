@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli.main import main
+from migrate_testlib import device_plugin_requests
 from dra_driver.migrate import MigrationError, Options, load_catalog, migrate
 from dra_driver.migrate.relevance import may_matter
 
@@ -46,7 +47,7 @@ def test_a_chart_far_past_the_round_trip_limit_migrates_its_gpu_pod_and_keeps_th
     assert main(["migrate", "-w", str(chart)]) == 0
     out = chart.read_text().split("---\n")
     assert out[:500] == documents[:500]  # byte for byte
-    assert "kind: ResourceClaimTemplate" in "".join(out[500:]) and "nvidia.com/gpu" not in "".join(out[500:])
+    assert "kind: ResourceClaimTemplate" in "".join(out[500:]) and not device_plugin_requests("".join(out[500:]))
     capsys.readouterr()
 
 
@@ -62,7 +63,7 @@ def test_the_round_trip_limit_counts_the_parsed_documents_together(tmp_path: Pat
 
 
 def test_broken_yaml_in_a_document_migrate_would_not_parse_is_still_refused() -> None:
-    with pytest.raises(MigrationError, match=r"f\.yaml: document 1: invalid YAML at line \d+, column \d+"):
+    with pytest.raises(MigrationError, match=r"f\.yaml: document 2: invalid YAML at line \d+, column \d+"):
         migrate([("f.yaml", configmap(0) + "---\nkind: ConfigMap\ndata: [\n")], Options(catalog=load_catalog()))
 
 

@@ -56,7 +56,7 @@ def test_all_problems_are_reported_together() -> None:
     with pytest.raises(MigrationError) as caught:
         _migrate(_pod("x", "nvidia.com/gpu: 1\nnvidia.com/mig-1g.10gb: 1"), "a: [", _pod("y", "amd.com/gpu: 1\namd.com/spx_nps1: 1"))
     # parse errors are found first and stop before any rewriting
-    assert len(caught.value.errors) == 1 and "f1.yaml: document 0" in str(caught.value)
+    assert len(caught.value.errors) == 1 and "f1.yaml: document 1" in str(caught.value)
     with pytest.raises(MigrationError) as caught:
         _migrate(_pod("x", "amd.com/gpu: 1\namd.com/cpx_nps4: 1"), _pod("y", "amd.com/gpu: 1\namd.com/qpx_nps1: 1"))
     assert len(caught.value.errors) == 2
@@ -81,7 +81,7 @@ def test_invalid_yaml_names_the_line_of_the_file_not_of_the_document() -> None:
     bad_line = text.splitlines().index("   oops: 1") + 1  # 1-based line of the file
     with pytest.raises(MigrationError) as caught:
         _migrate(text)
-    assert f"f0.yaml: document 1: invalid YAML at line {bad_line}, column" in str(caught.value)
+    assert f"f0.yaml: document 2: invalid YAML at line {bad_line}, column" in str(caught.value)
 
 
 def test_files_are_independent_so_alternatives_may_share_workload_names() -> None:

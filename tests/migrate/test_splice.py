@@ -32,7 +32,7 @@ spec:
 
 
 def test_only_the_edited_blocks_change() -> None:
-    result, _ = run(ODD)
+    result, _ = run(ODD, tolerations=False)
     deployment = result.output.split("---\n")[-1]
     assert deployment.endswith("# trailing comment")  # still no final newline
     removed = [line for line in ODD.splitlines() if line not in deployment.splitlines()]
@@ -69,3 +69,80 @@ def test_a_comment_inside_an_emptied_limits_map_is_kept() -> None:
             "    resources:\n      limits:\n        # The number of GPUs per worker\n        nvidia.com/gpu: 1\n")
     result, _ = run(text)
     assert "    resources:\n      # The number of GPUs per worker\n      claims:\n" in result.output
+
+
+RAY_ONE_GPU_GROUP = """apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: raycluster-kuberay
+spec:
+  rayVersion: '2.9.0'
+  headGroupSpec:
+    rayStartParams:
+      dashboard-host: '0.0.0.0'
+    template:
+      spec:
+        containers:
+        - name: ray-head
+          image: rayproject/ray:2.9.0
+          resources:
+            limits:
+              cpu: 1
+              memory: 2G
+            requests:
+              cpu: 1
+              memory: 2G
+          ports:
+          - containerPort: 6379
+            name: gcs-server
+  workerGroupSpecs:
+  - replicas: 1
+    minReplicas: 1
+    maxReplicas: 5
+    groupName: small-group
+    rayStartParams: {}
+    template:
+      spec:
+        containers:
+        - name: ray-worker
+          image: rayproject/ray:2.9.0
+          resources:
+            limits:
+              cpu: 1
+              memory: 1G
+  - replicas: 1
+    groupName: gpu-group
+    rayStartParams: {}
+    template:
+      spec:
+        containers:
+        - name: ray-worker
+          image: rayproject/ray:2.9.0-gpu
+          resources:
+            limits:
+              cpu: 4
+              memory: 16G
+              nvidia.com/gpu: 1
+            requests:
+              cpu: 4
+              memory: 16G
+              nvidia.com/gpu: 1
+        tolerations:
+          - key: ray.io/node-type
+            operator: Equal
+            value: worker
+            effect: NoSchedule
+"""
+
+
+def test_a_ray_cluster_with_one_converted_group_keeps_every_other_line() -> None:
+    result, _ = run(RAY_ONE_GPU_GROUP)
+    cluster = result.output.split("---\n")[-1]
+    original = RAY_ONE_GPU_GROUP.splitlines()
+    removed = [line for line in original if line not in cluster.splitlines()]
+    assert removed == ["              nvidia.com/gpu: 1", "              nvidia.com/gpu: 1"]
+    assert "    groupName: gpu-group\n    rayStartParams:\n      num-gpus: '1'\n    template:\n" in cluster
+    # the untouched groups and the existing tolerations (indented sequence) are byte for byte where they were
+    assert RAY_ONE_GPU_GROUP.split("  - replicas: 1\n    groupName: gpu-group")[0] in cluster
+    assert "          - key: ray.io/node-type\n            operator: Equal\n" in cluster
+    assert "          - key: nvidia.com/gpu\n            operator: Exists\n            effect: NoSchedule\n" in cluster

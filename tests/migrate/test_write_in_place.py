@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli.main import main
+from migrate_testlib import device_plugin_requests
 
 POD = """apiVersion: v1
 kind: Pod
@@ -30,7 +31,7 @@ def test_rewritten_file_keeps_its_mode_and_leaves_no_temp_file(tmp_path: Path, m
     manifest.chmod(mode)
     assert main(["migrate", "-w", str(manifest)]) == 0
     text = manifest.read_text()
-    assert "nvidia.com/gpu" not in text and "kind: ResourceClaimTemplate" in text
+    assert not device_plugin_requests(text) and "kind: ResourceClaimTemplate" in text
     assert stat.S_IMODE(manifest.stat().st_mode) == mode
     assert [p.name for p in tmp_path.iterdir()] == ["pod.yaml"]
     capsys.readouterr()
