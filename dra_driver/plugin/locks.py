@@ -75,7 +75,7 @@ def optional_file_lock(path: Path | None) -> ContextManager[None]:
     return file_lock(path) if path is not None else nullcontext()
 
 
-def _open_locked(path: Path, blocking: bool) -> int | None:
+def open_locked(path: Path, blocking: bool) -> int | None:
     """Open and flock `path`; retry if the file was unlinked (released for good) while we waited.
 
     A holder may unlink its lock file on release (see ClaimFileLocks.release), so
@@ -124,7 +124,7 @@ class ClaimFileLocks:
     @contextmanager
     def hold(self, uid: str, drop_when: Callable[[], bool] = lambda: False) -> Iterator[None]:
         """Block until the claim's lock is ours; unlink the file on release if `drop_when()` (claim gone)."""
-        fd = _open_locked(self.path(uid), blocking=True)
+        fd = open_locked(self.path(uid), blocking=True)
         assert fd is not None
         try:
             yield
@@ -134,7 +134,7 @@ class ClaimFileLocks:
     @contextmanager
     def try_hold(self, uid: str) -> Iterator[bool]:
         """Yield True holding the lock, or False at once when another holder has it."""
-        fd = _open_locked(self.path(uid), blocking=False)
+        fd = open_locked(self.path(uid), blocking=False)
         if fd is None:
             yield False
             return
