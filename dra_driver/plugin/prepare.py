@@ -208,6 +208,8 @@ class PrepareService:
     def _prepare_one(self, ref: ClaimRef, deadline: float | None = None) -> list[CheckpointDevice]:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
+        if record is not None:
+            _check_identity(ref, record, "prepare")
         if record is not None and record.completed:
             return self._answer_again(ref, record)
         if record is not None:  # an earlier attempt failed half-way, or an unprepare was interrupted
@@ -399,6 +401,8 @@ class PrepareService:
                 if record is not None:
                     log.error("unprepare of a claim whose record is gone; undoing what its CDI spec records",
                               extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
+            if record is not None:
+                _check_identity(ref, record, "unprepare")
             if record is not None and record.completed:
                 # From here on a crash finishes this unprepare instead of answering from a record whose
                 # backend state or spec may already be gone.
@@ -508,6 +512,19 @@ def _held(record: ClaimRecord | None) -> HeldClaim | None:
 
 def _name(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
+
+
+def _check_identity(ref: ClaimRef, record: ClaimRecord, operation: str) -> None:
+    """A record answers only to the UID, namespace and name it was prepared for: a call naming another claim with
+    its UID would get its devices (prepare) or tear down its running holder (unprepare). A record rebuilt from a
+    spec without claim data knows no name; its UID alone identifies it."""
+    if not record.namespace and not record.name:
+        return
+    if (record.namespace, record.name) != (ref.namespace, ref.name):
+        raise ClaimError(
+            f"{operation} of ResourceClaim {_name(ref)} refused: claim UID {ref.uid} is prepared on this node for ResourceClaim "
+            f"{record.namespace}/{record.name}; UID, namespace and name must all match the claim's (nothing was changed)"
+        )
 
 
 def _logged(ref: ClaimRef) -> dict[str, str]:
