@@ -12,6 +12,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ContextManager
 
+from dra_driver import file_modes
 from dra_driver.logs import fields
 from dra_driver.model.names import file_stem
 
@@ -49,7 +50,7 @@ class KeyedLocks:
 @contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive flock on `path`; excludes other processes and other threads of this one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -86,7 +87,7 @@ def open_locked(path: Path, blocking: bool) -> int | None:
         try:
             fd = open_lock_file(path)
         except FileNotFoundError:  # the first lock in a new directory (not checked up front: this runs per claim)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
             fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -218,7 +219,7 @@ class SharedSection:
             self._fd = self._open()
 
     def _open(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        file_modes.make_dirs(self.path.parent, file_modes.PRIVATE_DIR)
         return open_lock_file(self.path)
 
     def _current_stamp(self) -> bytes:

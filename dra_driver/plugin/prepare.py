@@ -43,6 +43,7 @@ from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
 from dra_driver.plugin.recovery import Recovery, claim_file_data
+from dra_driver.plugin.storage_errors import Place, StorageError, in_place
 from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
@@ -99,6 +100,9 @@ class PrepareService:
         self._claims = claims
         self._checkpoint = checkpoint
         self._cdi_dir = cdi_dir
+        # Where a disk failure happened, for the claim's error (storage_errors).
+        self._cdi_place = Place("CDI directory", cdi_dir, "--cdi-dir")
+        self._state_place = Place("state directory", checkpoint.path, "--state-dir")
         self._metrics = metrics
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"prepare-{self.driver}")
         self._uid_locks = KeyedLocks()
@@ -239,15 +243,19 @@ class PrepareService:
                 # Recorded before anything else so a crash from here on is undone with the real state.
                 # A state with only empty values (nothing was created: whole GPUs) adds nothing to the
                 # PrepareStarted record a rollback would use, so that write is skipped.
-                with self._checkpoint_section():
+                with self._checkpoint_section(), in_place(self._state_place, f"recording the prepare of ResourceClaim {_name(ref)}"):
                     self._checkpoint.put(started, durable=False)
             self._hold_for_tests(ref.uid, "after-backend")
-            completed = self._write_cdi(ref, started, prepared)
+            with in_place(self._cdi_place, f"writing the CDI spec of ResourceClaim {_name(ref)}"):
+                completed = self._write_cdi(ref, started, prepared)
             self._hold_for_tests(ref.uid, "after-cdi")
-            with self._checkpoint_section():
+            with self._checkpoint_section(), in_place(self._state_place, f"recording the prepare of ResourceClaim {_name(ref)}"):
                 self._checkpoint.put(completed)
-        except BaseException:
-            self._roll_back(started)
+        except BaseException as exc:
+            rolled_back = self._roll_back(started)
+            if isinstance(exc, StorageError):  # say what became of the claim, too
+                outcome = "the claim was rolled back" if rolled_back else "rolling it back failed too: its devices stay reserved until it is prepared or unprepared again"
+                raise StorageError(f"{exc}; {outcome}", exc.errno) from exc
             raise
         self._hold_for_tests(ref.uid, "after-completed")
         log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
@@ -282,13 +290,15 @@ class PrepareService:
             )
         log.error("CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
                   extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
-        cdi.write_text_atomic(path, record.spec_json)
+        with in_place(self._cdi_place, f"rewriting the lost CDI spec of ResourceClaim {_name(ref)}"):
+            cdi.write_text_atomic(path, record.spec_json)
         return record.devices
 
-    def _roll_back(self, record: ClaimRecord) -> None:
-        """Undo a prepare that failed; if that fails too, keep the record (the devices stay reserved)."""
+    def _roll_back(self, record: ClaimRecord) -> bool:
+        """Undo a prepare that failed; if that fails too, keep the record (the devices stay reserved) and say False."""
         try:
             self._undo(record)
+            return True
         except Exception as exc:
             if self._metrics is not None:
                 self._metrics.state_damage.labels(self.driver, "rollback-failed").inc()
@@ -296,10 +306,12 @@ class PrepareService:
                 "rollback of a failed prepare failed; the claim's devices stay reserved until it is unprepared or prepared again",
                 extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid, error=f"{type(exc).__name__}: {exc}"),
             )
+            return False
 
     def _commit_started(self, ref: ClaimRef, staged: ClaimRecord) -> None:
         try:
-            self._checkpoint.commit(staged)
+            with in_place(self._state_place, f"recording the prepare of ResourceClaim {_name(ref)}"):
+                self._checkpoint.commit(staged)
         except BaseException:
             self._checkpoint.forget(ref.uid)
             raise
@@ -407,10 +419,12 @@ class PrepareService:
                 # From here on a crash finishes this unprepare instead of answering from a record whose
                 # backend state or spec may already be gone.
                 record = replace(record, phase=UNPREPARE_STARTED)
-                self._checkpoint.put(record, durable=False)
+                with in_place(self._state_place, f"recording the unprepare of ResourceClaim {_name(ref)}"):
+                    self._checkpoint.put(record, durable=False)
         if record is None:  # nothing readable: just the files
-            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
-            cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, ref.uid))
+            with in_place(self._cdi_place, f"removing the CDI spec of ResourceClaim {_name(ref)}"):
+                cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
+                cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, ref.uid))
             return
         self._undo(record)
         log.info("claim unprepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
@@ -428,10 +442,11 @@ class PrepareService:
         except DraError as exc:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
         self._hold_for_tests(record.uid, "during-unprepare")
-        cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
-        cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, record.uid))  # after the spec: evidence to the last
+        with in_place(self._cdi_place, f"removing the CDI spec of ResourceClaim {_name(ref)}"):
+            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
+            cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, record.uid))  # after the spec: evidence to the last
         self._hold_for_tests(record.uid, "after-spec-removed")
-        with nullcontext() if section_held else self._checkpoint_section():
+        with nullcontext() if section_held else self._checkpoint_section(), in_place(self._state_place, f"removing the record of ResourceClaim {_name(ref)}"):
             self._checkpoint.remove(record.uid)
 
     # --- start-up -------------------------------------------------------------
