@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from dra_driver import file_modes
 from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError
 from dra_driver.kube.api_source import api_source
@@ -83,14 +84,15 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def writable_dir(flag: str, path: Path) -> None:
-    """Create `path` if needed and prove it writable, or raise DraError naming the flag and the fix.
+def writable_dir(flag: str, path: Path, mode: int) -> None:
+    """Create `path` if needed (with `mode`, whatever the umask) and prove it writable, or raise DraError naming
+    the flag and the fix.
 
     Checked before anything starts: otherwise every driver would fail its start (state dir) or every
     claim its prepare (CDI dir) with a bare OSError.
     """
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        file_modes.make_dirs(path, mode)
         probe = path / f".dra-driver-write-check-{os.getpid()}"
         probe.touch()
         probe.unlink()
@@ -128,8 +130,8 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
     `connect_api` after the sockets serve.
     """
     check_identity(args.node_name, args.pod_uid)
-    writable_dir("--state-dir", args.state_dir)
-    writable_dir("--cdi-dir", args.cdi_dir)
+    writable_dir("--state-dir", args.state_dir, file_modes.PRIVATE_DIR)
+    writable_dir("--cdi-dir", args.cdi_dir, file_modes.CDI_DIR)
     api_source(args.api_server, args.kubeconfig)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = None

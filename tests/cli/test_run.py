@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,16 @@ def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Pat
     assert not (tmp_path / "k").exists()  # nothing was started
 
 
-def test_missing_directories_are_created(tmp_path: Path) -> None:
+def test_missing_directories_are_created_with_their_mode_whatever_the_umask(tmp_path: Path) -> None:
     from dra_driver.cli.run import writable_dir
 
-    writable_dir("--state-dir", tmp_path / "a" / "b")
+    previous = os.umask(0)
+    try:
+        writable_dir("--state-dir", tmp_path / "a" / "b", 0o700)
+    finally:
+        os.umask(previous)
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+    assert [oct((tmp_path / part).stat().st_mode & 0o777) for part in ("a", "a/b")] == ["0o700", "0o700"]
 
 
 @pytest.mark.parametrize(
