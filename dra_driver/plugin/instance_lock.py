@@ -235,3 +235,14 @@ def _refusal(directory: Path, pod_uid: str | None, mode_busy: bool) -> InstanceL
     else:
         fix = f"it has the same --pod-uid {pod_uid}: each instance needs its own (the pod's metadata.uid through the downward API)"
     return InstanceLockError(f"{where}; {fix}", found)
+
+
+def holders_under(state_dir: Path) -> dict[str, list[Holder]]:
+    """The live instances of every driver under a `--state-dir` (each driver's state is `<state-dir>/<driver>/`),
+    by driver name; drivers without a live instance are left out."""
+    try:
+        roots = sorted(p for p in state_dir.iterdir() if (p / MODE_LOCK).is_file())
+    except OSError:
+        return {}
+    found = {root.name: holders(root) for root in roots}
+    return {driver: live for driver, live in found.items() if live}

@@ -296,3 +296,12 @@ def test_grpc_refuses_one_byte_more_than_the_limit(short_tmp: Path):
             server.add_insecure_port(f"unix://{path}")
     finally:
         server.stop(0)
+
+
+def test_holders_under_a_state_dir_by_driver(short_tmp, apiserver, daemons):
+    settings = make_settings(short_tmp, pod_uid="pod-a")
+    daemon, _ = start(daemons, apiserver, settings)
+    live = instance_lock.holders_under(settings.state_dir)
+    assert list(live) == [DRIVER] and [h.pod_uid for h in live[DRIVER]] == ["pod-a"]
+    daemon.stop()
+    assert instance_lock.holders_under(settings.state_dir) == {}
