@@ -31,7 +31,7 @@ from dra_driver import file_modes
 from dra_driver.errors import DraError
 from dra_driver.logs import fields
 from dra_driver.model.names import file_stem
-from dra_driver.plugin.locks import open_lock_file, open_locked
+from dra_driver.plugin.locks import flock_or_close, open_lock_file, open_locked
 
 log = logging.getLogger(__name__)
 
@@ -140,16 +140,7 @@ def holders(directory: Path) -> list[Holder]:
 
 
 def _try_mode_lock(path: Path, shared: bool) -> int | None:
-    fd = open_lock_file(path)
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return flock_or_close(open_lock_file(path), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
 
 
 def _is_held(path: Path) -> bool:

@@ -76,6 +76,19 @@ def optional_file_lock(path: Path | None) -> ContextManager[None]:
     return file_lock(path) if path is not None else nullcontext()
 
 
+def flock_or_close(fd: int, operation: int) -> int | None:
+    """`fd` once `flock(fd, operation)` holds; None (fd closed) when LOCK_NB found it taken; fd closed on any error."""
+    try:
+        fcntl.flock(fd, operation)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_locked(path: Path, blocking: bool) -> int | None:
     """Open and flock `path`; retry if the file was unlinked (released for good) while we waited.
 
@@ -89,14 +102,8 @@ def open_locked(path: Path, blocking: bool) -> int | None:
         except FileNotFoundError:  # the first lock in a new directory (not checked up front: this runs per claim)
             file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
             fd = open_lock_file(path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
+        if flock_or_close(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)) is None:
             return None
-        except BaseException:
-            os.close(fd)
-            raise
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:

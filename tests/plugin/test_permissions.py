@@ -8,19 +8,19 @@ driver's own modes.
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import socket
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from example_backend import DRIVER
+from tests.unprivileged import as_nobody
 
 from dra_driver import cdi, file_modes
 from dra_driver.kube.claims import allocated_claim_object
@@ -29,48 +29,33 @@ from dra_driver.plugin.sockets import PluginPaths
 from dra_driver.vendor import ClaimRef
 
 DAEMON = Path(__file__).parent / "example_daemon.py"
-NOBODY = 65534
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
 
 
-def as_nobody(sockets: list[Path], directories: list[Path], timeout_s: float = 30.0) -> dict[str, str]:
-    """What nobody got for each socket (connect) and directory (create a file): "ok" or the errno's name."""
-    reading, writing = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - reports over the pipe, never returns to pytest
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            outcome: dict[str, str] = {}
-            for path in sockets:
-                probe = socket.socket(socket.AF_UNIX)
-                try:
-                    probe.connect(str(path))
-                    outcome[str(path)] = "ok"
-                except OSError as exc:
-                    outcome[str(path)] = os.strerror(exc.errno or 0)
-                finally:
-                    probe.close()
-            for directory in directories:
-                try:
-                    os.close(os.open(directory / "planted.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-                    outcome[str(directory)] = "ok"
-                except OSError as exc:
-                    outcome[str(directory)] = os.strerror(exc.errno or 0)
-            os.write(writing, json.dumps(outcome).encode())
-        finally:
-            os._exit(0)
-    os.close(writing)
-    with os.fdopen(reading, "rb") as pipe:
-        ready, _, _ = select.select([pipe], [], [], timeout_s)
-        answer = pipe.read() if ready else b""
-    if not ready:
-        os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
-    assert answer, "the unprivileged child gave no answer"
-    return json.loads(answer)
+def probes(sockets: list[Path], directories: list[Path]) -> Callable[[], dict[str, str]]:
+    """What the caller gets for each socket (connect) and directory (create a file): "ok" or the system's words."""
+
+    def run() -> dict[str, str]:
+        outcome: dict[str, str] = {}
+        for path in sockets:
+            probe = socket.socket(socket.AF_UNIX)
+            try:
+                probe.connect(str(path))
+                outcome[str(path)] = "ok"
+            except OSError as exc:
+                outcome[str(path)] = os.strerror(exc.errno or 0)
+            finally:
+                probe.close()
+        for directory in directories:
+            try:
+                os.close(os.open(directory / "planted.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                outcome[str(directory)] = "ok"
+            except OSError as exc:
+                outcome[str(directory)] = os.strerror(exc.errno or 0)
+        return outcome
+
+    return run
 
 
 def wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
@@ -103,7 +88,7 @@ def test_nothing_the_daemon_creates_under_umask_000_lets_another_user_in(apiserv
         conn.close()
 
         directories = [root / "kubelet" / "plugins", paths.plugin_dir, paths.registry_dir, root / "cdi", root / "run", paths.state_root, paths.checkpoint]
-        outcome = as_nobody(list(paths.sockets), directories)
+        outcome = as_nobody(probes(list(paths.sockets), directories))
         assert outcome == {str(p): "Permission denied" for p in [*paths.sockets, *directories]}
 
         # The modes themselves, exactly.
