@@ -2,7 +2,7 @@
 
 | What | Mode | Why |
 |---|---|---|
-| state dir and everything under it (checkpoint.d, claims/, instances/, backend records) | 0700 | only the driver reads or writes its records and locks |
+| state dir when the driver creates it, and everything under it (`<driver>/`, checkpoint.d, claims/, instances/) | 0700 | only the driver reads or writes its records and locks |
 | kubelet plugin dirs (`plugins/<driver>`, `plugins_registry` when the driver creates it) | 0750 | the kubelet (root) dials the sockets in them |
 | CDI dir when the driver creates it | 0755 | container runtimes read the specs |
 | sockets | 0600 | connecting needs write permission on the socket file: the kubelet (root) only |
@@ -10,11 +10,12 @@
 | claim files, checkpoint records, lock files | 0600 | the driver's own |
 
 A mode is applied with chmod after the file or directory exists: `mkdir` and `open` only ever clear bits with
-the umask, never set them, so the result would otherwise depend on it. Directories the driver owns (the state
-dir and below, `plugins/<driver>`) are corrected when found wider, and refused when another user owns them
-(that user could rewrite the records); shared directories (the CDI dir, `plugins_registry`) that the driver's own
-user owns lose group and other write permission, with a warning; the driver never changes one owned by
-someone else, and `check` reports it.
+the umask, never set them, so the result would otherwise depend on it. Directories whose names the driver
+chooses (`<state-dir>/<driver>` and below, `plugins/<driver>`) are corrected when found wider, and refused when
+another user owns them (that user could rewrite the records); directories named by a flag or owned by the
+kubelet (`--state-dir`, `--cdi-dir`, `plugins_registry`) that the driver's own user owns lose group and other
+write permission, with a warning (a sticky one such as /tmp only gets the warning); the driver never changes
+one owned by someone else, and `check` reports it.
 """
 
 from __future__ import annotations
@@ -74,15 +75,18 @@ def own_dir(path: Path, mode: int = PRIVATE_DIR) -> None:
 
 
 def shared_dir(path: Path, mode: int) -> None:
-    """A directory others use too (the CDI dir, the kubelet's registry): created with `mode`; an existing one that
-    our user owns loses group/other write permission (anyone who can write there could plant a CDI spec the
-    runtime applies as root, or a registration socket)."""
+    """A directory named by a flag or owned by the kubelet (`--state-dir`, `--cdi-dir`, the registry): created with
+    `mode`; an existing one that our user owns loses group/other write permission (anyone who can write there
+    could plant a CDI spec the runtime applies as root, or a registration socket). A sticky world-writable one is
+    a shared temporary directory by design (/tmp): only a warning, never a change."""
     make_dirs(path, mode)
     info = os.stat(path)
     current = stat.S_IMODE(info.st_mode)
     if not current & _WRITABLE_BY_OTHERS:
         return
-    if info.st_uid == os.geteuid():
+    if current & stat.S_ISVTX:
+        log.warning("directory is a shared temporary directory; give the driver a directory of its own", extra=fields(path=str(path), mode=oct(current)))
+    elif info.st_uid == os.geteuid():
         log.warning("directory was writable by group or others; that permission is removed",
                     extra=fields(path=str(path), found=oct(current), mode=oct(current & ~_WRITABLE_BY_OTHERS)))  # fmt: skip
         os.chmod(path, current & ~_WRITABLE_BY_OTHERS)

@@ -109,7 +109,7 @@ class PluginPaths:
     def make_dirs(self, cdi_dir: Path) -> None:
         """Every directory this instance writes in, with the modes of dra_driver.file_modes, whatever the umask."""
         if self.state_dir is not None:
-            file_modes.own_dir(self.state_dir)
+            file_modes.shared_dir(self.state_dir, file_modes.PRIVATE_DIR)  # named by a flag: could be any directory
         file_modes.own_dir(self.plugin_dir, file_modes.PLUGIN_DIR)
         file_modes.shared_dir(self.registry_dir, file_modes.PLUGIN_DIR)
         for private in self._private_dirs():
@@ -123,7 +123,7 @@ class PluginPaths:
 
     def expectations(self, cdi_dir: Path) -> list[file_modes.Expectation]:
         """What each directory and socket of this instance should look like (`file_modes.check` each one)."""
-        expected = [file_modes.Expectation(self.state_dir, file_modes.PRIVATE_DIR, "state dir")] if self.state_dir is not None else []
+        expected = [file_modes.Expectation(self.state_dir, file_modes.PRIVATE_DIR, "state dir", exact=False)] if self.state_dir is not None else []
         expected += [file_modes.Expectation(path, file_modes.PRIVATE_DIR, "driver state dir") for path in self._private_dirs()]
         expected += [
             file_modes.Expectation(self.plugin_dir, file_modes.PLUGIN_DIR, "kubelet plugin dir"),
