@@ -107,7 +107,15 @@ class PluginPaths:
             check_socket_path(path)
 
     def make_dirs(self, cdi_dir: Path) -> None:
-        """Every directory this instance writes in, with the modes of dra_driver.file_modes, whatever the umask."""
+        """Every directory this instance writes in, with the modes of dra_driver.file_modes, whatever the umask;
+        DraError naming the directory when one cannot be made."""
+        try:
+            self._make_dirs(cdi_dir)
+        except OSError as exc:
+            where = exc.filename or cdi_dir
+            raise DraError(f"cannot make the driver's directory {where}: {exc.strerror or exc}; it must be a directory the driver can write") from exc
+
+    def _make_dirs(self, cdi_dir: Path) -> None:
         if self.state_dir is not None:
             file_modes.shared_dir(self.state_dir, file_modes.PRIVATE_DIR)  # named by a flag: could be any directory
         file_modes.own_dir(self.plugin_dir, file_modes.PLUGIN_DIR)
