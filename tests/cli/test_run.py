@@ -112,3 +112,23 @@ def test_an_unreadable_kubeconfig_fails_after_start_with_a_clear_line(short_tmp:
     assert run(args) == 1
     assert "cannot load the API client configuration (kubeconfig)" in capsys.readouterr().err
     assert not list((short_tmp / "k" / "plugins_registry").glob("*.sock"))  # deregistered
+
+
+def test_a_second_instance_on_the_state_dir_is_refused_in_one_line(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another instance holds the NVIDIA driver's state: run exits 1 with one line naming it and the fix."""
+    from dra_driver.plugin.instance_lock import InstanceLock
+
+    held = InstanceLock.acquire(short_tmp / "state" / "gpu.nvidia.com", None)
+    try:
+        args = parse(
+            "--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:9", "--kubelet-dir", str(short_tmp / "k"),
+            "--state-dir", str(short_tmp / "state"), "--cdi-dir", str(short_tmp / "cdi"),
+        )  # fmt: skip
+        assert run(args) == 1
+    finally:
+        held.release()
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    assert err.startswith(f"dra-driver run: no driver could start: gpu.nvidia.com: state directory {short_tmp / 'state' / 'gpu.nvidia.com'} is in use")
+    assert f"(pid {os.getpid()} on host " in err and "stop the other instance" in err
+    assert not list((short_tmp / "k" / "plugins_registry").glob("*.sock"))  # nothing was served

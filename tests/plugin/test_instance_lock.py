@@ -305,3 +305,21 @@ def test_holders_under_a_state_dir_by_driver(short_tmp, apiserver, daemons):
     assert list(live) == [DRIVER] and [h.pod_uid for h in live[DRIVER]] == ["pod-a"]
     daemon.stop()
     assert instance_lock.holders_under(settings.state_dir) == {}
+
+
+def test_of_two_plain_instances_started_at_the_same_moment_one_serves(short_tmp, apiserver, daemons):
+    made = [Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp)) for _ in range(2)]
+    daemons.extend(made)
+    barrier = threading.Barrier(2)
+
+    def start_now(daemon: Daemon) -> None:
+        barrier.wait()
+        daemon.start()
+
+    threads = [threading.Thread(target=start_now, args=(d,)) for d in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(len(d.status.running) for d in made) == [0, 1]
+    assert "is in use by another dra-driver instance" in next(d for d in made if not d.status.running).status.failed[DRIVER]
