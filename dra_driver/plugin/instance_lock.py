@@ -95,10 +95,10 @@ class InstanceLock:
         deadline = time.monotonic() + wait_s
         while True:
             mode_fd = _try_mode_lock(directory / MODE_LOCK, shared=pod_uid is not None)
-            owner_fd = open_locked(directory / OWNERS_DIR / owner_name(pod_uid), blocking=False) if mode_fd is not None else None
-            if mode_fd is not None and owner_fd is not None:
-                break
             if mode_fd is not None:
+                owner_fd = open_locked(directory / OWNERS_DIR / owner_name(pod_uid), blocking=False)
+                if owner_fd is not None:
+                    break
                 os.close(mode_fd)
             if time.monotonic() >= deadline:
                 raise _refusal(directory, pod_uid, mode_busy=mode_fd is None)
