@@ -6,6 +6,8 @@ import errno
 import os
 from pathlib import Path
 
+from dra_driver import file_modes
+
 TEMP_SUFFIX = ".tmp"
 
 
@@ -17,13 +19,13 @@ def replace_file(path: Path, data: bytes, *, durable: bool, mode: int | None = N
     `.<name>.<random>.tmp`: a leading dot and no .json/.yaml ending, so neither CDI
     runtimes (*.json/*.yaml only) nor our loaders pick it up, and the target's name
     inside it lets start-up tell whose leftover (kill -9 mid-write) it is.
-    The parent directory is created (0755) when missing.
+    The parent directory is created (0755, whatever the umask) when missing.
     """
     target = os.fspath(path)
     try:
         fd, tmp = create_temp(target)
     except FileNotFoundError:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        file_modes.make_dirs(path.parent, file_modes.CDI_DIR)
         fd, tmp = create_temp(target)
     try:
         try:

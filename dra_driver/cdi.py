@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -358,11 +359,16 @@ def write_text_atomic(path: Path, text: str) -> None:
 def remove_spec(path: Path) -> bool:
     """Delete a spec file; True if it existed. Not flushed, for the reason write_spec_atomic gives.
 
-    A CDI directory that is missing or not a directory holds no spec (False); any other
+    A CDI directory that is missing or not a directory holds no spec (False), and so does a
+    read-only one where the file is not there (unlink says EROFS before it looks); any other
     failure raises, so the caller keeps the claim's reservation.
     """
     try:
         path.unlink()
     except (FileNotFoundError, NotADirectoryError):
         return False
+    except OSError:
+        if not os.path.lexists(path):
+            return False
+        raise
     return True

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dra_driver import atomic_file
+from dra_driver import file_modes
 from dra_driver.logs import fields
 from dra_driver.signed_json import SignedJsonError, canonical, verified_body
 
@@ -265,7 +266,7 @@ class Checkpoint:
         if exc.errno == errno.ENOTDIR:
             moved = _set_aside(self.path, reason, "the claims it held are rebuilt from their CDI specs where possible")
             try:
-                self.path.mkdir(parents=True, exist_ok=True)
+                file_modes.make_dirs(self.path, file_modes.PRIVATE_DIR)
             except OSError as mkdir_exc:
                 log.error("cannot create the checkpoint directory", extra=fields(path=str(self.path), error=str(mkdir_exc)))
         else:
@@ -360,7 +361,7 @@ class Checkpoint:
             return
         if not entries:
             return
-        self.path.mkdir(parents=True, exist_ok=True)
+        file_modes.make_dirs(self.path, file_modes.PRIVATE_DIR)
         for entry in entries:
             target = self.path / entry.name
             if not target.exists():
@@ -649,7 +650,7 @@ def _append_file(path: Path, data: bytes, durable: bool) -> None:
     try:
         fd = os.open(path, flags, 0o600)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
         fd = os.open(path, flags, 0o600)
     written = 0
     try:

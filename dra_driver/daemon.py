@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dra_driver.errors import DraError
 from dra_driver.logs import fields
 from dra_driver.metrics import Metrics
 from dra_driver.metrics_http import BindAddress, HttpEndpoint, Response
@@ -247,7 +248,7 @@ class Daemon:
         return self._stopped.wait(timeout)
 
     def run_until_signal(self) -> int:
-        """Serve until SIGTERM/SIGINT; exit code 1 when no driver could start.
+        """Serve until SIGTERM/SIGINT; DraError naming each driver's reason when none could start.
 
         The handlers are in place before start: a SIGTERM during start-up stops the daemon once start
         returns, through the same clean path (sockets, and a simulated backend's scratch dir, removed),
@@ -260,7 +261,8 @@ class Daemon:
             status = self.start()
             if not status.running:
                 log.error("no driver is running", extra=fields(failed=status.failed))
-                return 1
+                reasons = "; ".join(f"{driver}: {reason}" for driver, reason in status.failed.items()) or "no backend"
+                raise DraError(f"no driver could start: {reasons}")
             while not self._stopped.wait(1.0):
                 self._poll_guard()
             log.info("shutting down")

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dra_driver import file_modes
 from dra_driver.daemon import ApiWiring, Daemon
 from dra_driver.errors import DraError, UsageError
 from dra_driver.cli import failures
@@ -127,14 +128,15 @@ def _bind_address(text: str) -> BindAddress:
         raise argparse.ArgumentTypeError(f"{exc} (--metrics-bind-address or ${METRICS_ENV})") from exc
 
 
-def writable_dir(flag: str, path: Path) -> None:
-    """Create `path` if needed and prove it writable, or raise DraError naming the flag and the fix.
+def writable_dir(flag: str, path: Path, mode: int) -> None:
+    """Create `path` if needed (with `mode`, whatever the umask) and prove it writable, or raise DraError naming
+    the flag and the fix.
 
     Checked before anything starts: otherwise every driver would fail its start (state dir) or every
     claim its prepare (CDI dir) with a bare OSError.
     """
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        file_modes.make_dirs(path, mode)
         probe = path / f".dra-driver-write-check-{os.getpid()}"
         probe.touch()
         probe.unlink()
@@ -177,8 +179,8 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
     source = api_source(args.api_server, args.kubeconfig, args.context, instead="--api-server URL")
     check_api_server(source)
     warn_without_kubelet(args.kubelet_dir)
-    writable_dir("--state-dir", args.state_dir)
-    writable_dir("--cdi-dir", args.cdi_dir)
+    writable_dir("--state-dir", args.state_dir, file_modes.PRIVATE_DIR)
+    writable_dir("--cdi-dir", args.cdi_dir, file_modes.CDI_DIR)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = None
     if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)

@@ -1,6 +1,8 @@
 """One driver instance on the node: a backend with its DRA socket, registration socket and health feed.
 
-Start order follows the kubelet contract: recover the checkpoint, serve the
+Start order follows the kubelet contract, after the checks that refuse a
+start that cannot work (socket paths too long; another instance on the state
+directory, dra_driver.plugin.instance_lock): recover the checkpoint, serve the
 DRA socket (v1, v1beta1, health), and only then create the registration
 socket. The slice publisher starts after that: the kubelet needs the sockets
 to run pods that are already scheduled, while publishing can follow a moment
@@ -33,6 +35,7 @@ from dra_driver.metrics import Metrics
 from dra_driver.model.device import Inventory
 from dra_driver.node_checks.same_name import mark_registration, unmark_registration
 from dra_driver.plugin.health import MAX_STREAMS, HealthHub, HealthServicer
+from dra_driver.plugin.instance_lock import InstanceLock
 from dra_driver.plugin.lease import LeasedPublisher, Publisher
 from dra_driver.plugin.prepare import ClaimSource, DeviceCheck, PrepareService
 from dra_driver.plugin.registration import RegistrationServicer
@@ -108,6 +111,7 @@ class DriverPlugin:
         self._stopping = False
         self._stop_health = threading.Event()
         self._health_thread: threading.Thread | None = None
+        self._instance_lock: InstanceLock | None = None
 
     def start(self) -> None:
         """Start everything, or nothing: a failure half-way stops what was started (slices withdrawn
@@ -123,6 +127,9 @@ class DriverPlugin:
             raise
 
     def _start(self) -> None:
+        self.paths.check_socket_paths()
+        self.paths.make_dirs(self.settings.cdi_dir)
+        self._instance_lock = InstanceLock.acquire(self.paths.state_root, self.settings.pod_uid)
         inventory = self._inventory or self.backend.discover()
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
         self.service.recover()
@@ -198,6 +205,9 @@ class DriverPlugin:
         for step in (self._stop_registration, self._stop_publisher, self._stop_health_feed, self._stop_dra):
             self._best_effort(step)
         self.service.close()
+        if self._instance_lock is not None:  # last: nothing of this instance touches the state any more
+            self._instance_lock.release()
+            self._instance_lock = None
         log.info("driver plugin stopped", extra=fields(driver=self.driver))
 
     def _best_effort(self, step: Callable[[], object]) -> None:

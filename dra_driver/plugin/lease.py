@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from dra_driver import file_modes
 from dra_driver.logs import fields
 from dra_driver.vendor import HealthEvent
 
@@ -59,7 +60,7 @@ class LeasedPublisher:
         with self._guard:
             if self._stop.is_set():
                 return False
-            self.lease.parent.mkdir(parents=True, exist_ok=True)
+            file_modes.make_dirs(self.lease.parent, file_modes.PRIVATE_DIR)
             fd = os.open(self.lease, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,6 +12,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ContextManager
 
+from dra_driver import file_modes
 from dra_driver.logs import fields
 from dra_driver.model.names import file_stem
 
@@ -49,7 +50,7 @@ class KeyedLocks:
 @contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive flock on `path`; excludes other processes and other threads of this one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -75,7 +76,20 @@ def optional_file_lock(path: Path | None) -> ContextManager[None]:
     return file_lock(path) if path is not None else nullcontext()
 
 
-def _open_locked(path: Path, blocking: bool) -> int | None:
+def flock_or_close(fd: int, operation: int) -> int | None:
+    """`fd` once `flock(fd, operation)` holds; None (fd closed) when LOCK_NB found it taken; fd closed on any error."""
+    try:
+        fcntl.flock(fd, operation)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_locked(path: Path, blocking: bool) -> int | None:
     """Open and flock `path`; retry if the file was unlinked (released for good) while we waited.
 
     A holder may unlink its lock file on release (see ClaimFileLocks.release), so
@@ -86,16 +100,10 @@ def _open_locked(path: Path, blocking: bool) -> int | None:
         try:
             fd = open_lock_file(path)
         except FileNotFoundError:  # the first lock in a new directory (not checked up front: this runs per claim)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
             fd = open_lock_file(path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
+        if flock_or_close(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)) is None:
             return None
-        except BaseException:
-            os.close(fd)
-            raise
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -124,7 +132,7 @@ class ClaimFileLocks:
     @contextmanager
     def hold(self, uid: str, drop_when: Callable[[], bool] = lambda: False) -> Iterator[None]:
         """Block until the claim's lock is ours; unlink the file on release if `drop_when()` (claim gone)."""
-        fd = _open_locked(self.path(uid), blocking=True)
+        fd = open_locked(self.path(uid), blocking=True)
         assert fd is not None
         try:
             yield
@@ -134,7 +142,7 @@ class ClaimFileLocks:
     @contextmanager
     def try_hold(self, uid: str) -> Iterator[bool]:
         """Yield True holding the lock, or False at once when another holder has it."""
-        fd = _open_locked(self.path(uid), blocking=False)
+        fd = open_locked(self.path(uid), blocking=False)
         if fd is None:
             yield False
             return
@@ -218,7 +226,7 @@ class SharedSection:
             self._fd = self._open()
 
     def _open(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        file_modes.make_dirs(self.path.parent, file_modes.PRIVATE_DIR)
         return open_lock_file(self.path)
 
     def _current_stamp(self) -> bytes:

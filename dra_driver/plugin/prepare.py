@@ -43,6 +43,7 @@ from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
 from dra_driver.plugin.recovery import Recovery, claim_file_data
+from dra_driver.plugin.storage_errors import Place, StorageError, in_place
 from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.daemon)
@@ -107,6 +108,9 @@ class PrepareService:
         self._claims = claims
         self._checkpoint = checkpoint
         self._cdi_dir = cdi_dir
+        # Where a disk failure happened, for the claim's error (storage_errors).
+        self._cdi_place = Place("CDI directory", cdi_dir, "--cdi-dir")
+        self._state_place = Place("state directory", checkpoint.path, "--state-dir")
         self._metrics = metrics
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"prepare-{self.driver}")
         self._uid_locks = KeyedLocks()
@@ -218,6 +222,8 @@ class PrepareService:
     def _prepare_one(self, ref: ClaimRef, deadline: float | None = None) -> list[CheckpointDevice]:
         with self._checkpoint_section():
             record = self._checkpoint.get(ref.uid)
+        if record is not None:
+            _check_identity(ref, record, "prepare")
         if record is not None and record.completed:
             return self._answer_again(ref, record)
         if record is not None:  # an earlier attempt failed half-way, or an unprepare was interrupted
@@ -248,15 +254,19 @@ class PrepareService:
                 # Recorded before anything else so a crash from here on is undone with the real state.
                 # A state with only empty values (nothing was created: whole GPUs) adds nothing to the
                 # PrepareStarted record a rollback would use, so that write is skipped.
-                with self._checkpoint_section():
+                with self._checkpoint_section(), in_place(self._state_place, f"recording the prepare of ResourceClaim {_name(ref)}"):
                     self._checkpoint.put(started, durable=False)
             self._hold_for_tests(ref.uid, "after-backend")
-            completed = self._write_cdi(ref, started, prepared)
+            with in_place(self._cdi_place, f"writing the CDI spec of ResourceClaim {_name(ref)}"):
+                completed = self._write_cdi(ref, started, prepared)
             self._hold_for_tests(ref.uid, "after-cdi")
-            with self._checkpoint_section():
+            with self._checkpoint_section(), in_place(self._state_place, f"recording the prepare of ResourceClaim {_name(ref)}"):
                 self._checkpoint.put(completed)
-        except BaseException:
-            self._roll_back(started)
+        except BaseException as exc:
+            rolled_back = self._roll_back(started)
+            if isinstance(exc, StorageError):  # say what became of the claim, too
+                outcome = "the claim was rolled back" if rolled_back else "rolling it back failed too: its devices stay reserved until it is prepared or unprepared again"
+                raise StorageError(f"{exc}; {outcome}", exc.errno) from exc
             raise
         self._hold_for_tests(ref.uid, "after-completed")
         log.info("claim prepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, devices=len(devices)))
@@ -293,13 +303,15 @@ class PrepareService:
                   extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
         if self._device_nodes is not None:
             self._device_nodes(cdi.parse_spec(record.spec_json))
-        cdi.write_text_atomic(path, record.spec_json)
+        with in_place(self._cdi_place, f"rewriting the lost CDI spec of ResourceClaim {_name(ref)}"):
+            cdi.write_text_atomic(path, record.spec_json)
         return record.devices
 
-    def _roll_back(self, record: ClaimRecord) -> None:
-        """Undo a prepare that failed; if that fails too, keep the record (the devices stay reserved)."""
+    def _roll_back(self, record: ClaimRecord) -> bool:
+        """Undo a prepare that failed; if that fails too, keep the record (the devices stay reserved) and say False."""
         try:
             self._undo(record)
+            return True
         except Exception as exc:
             if self._metrics is not None:
                 self._metrics.state_damage.labels(self.driver, "rollback-failed").inc()
@@ -307,10 +319,12 @@ class PrepareService:
                 "rollback of a failed prepare failed; the claim's devices stay reserved until it is unprepared or prepared again",
                 extra=fields(driver=self.driver, claim=f"{record.namespace}/{record.name}", uid=record.uid, error=f"{type(exc).__name__}: {exc}"),
             )
+            return False
 
     def _commit_started(self, ref: ClaimRef, staged: ClaimRecord) -> None:
         try:
-            self._checkpoint.commit(staged)
+            with in_place(self._state_place, f"recording the prepare of ResourceClaim {_name(ref)}"):
+                self._checkpoint.commit(staged)
         except BaseException:
             self._checkpoint.forget(ref.uid)
             raise
@@ -423,14 +437,18 @@ class PrepareService:
                 if record is not None:
                     log.error("unprepare of a claim whose record is gone; undoing what its CDI spec records",
                               extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
+            if record is not None:
+                _check_identity(ref, record, "unprepare")
             if record is not None and record.completed:
                 # From here on a crash finishes this unprepare instead of answering from a record whose
                 # backend state or spec may already be gone.
                 record = replace(record, phase=UNPREPARE_STARTED)
-                self._checkpoint.put(record, durable=False)
+                with in_place(self._state_place, f"recording the unprepare of ResourceClaim {_name(ref)}"):
+                    self._checkpoint.put(record, durable=False)
         if record is None:  # nothing readable: just the files
-            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
-            cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, ref.uid))
+            with in_place(self._cdi_place, f"removing the CDI spec of ResourceClaim {_name(ref)}"):
+                cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, ref.uid))
+                cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, ref.uid))
             return
         self._undo(record)
         log.info("claim unprepared", extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
@@ -448,10 +466,11 @@ class PrepareService:
         except DraError as exc:
             raise ClaimError(f"unprepare of ResourceClaim {_name(ref)} failed in the {self.backend.vendor} backend: {exc}") from exc
         self._hold_for_tests(record.uid, "during-unprepare")
-        cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
-        cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, record.uid))  # after the spec: evidence to the last
+        with in_place(self._cdi_place, f"removing the CDI spec of ResourceClaim {_name(ref)}"):
+            cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
+            cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, record.uid))  # after the spec: evidence to the last
         self._hold_for_tests(record.uid, "after-spec-removed")
-        with nullcontext() if section_held else self._checkpoint_section():
+        with nullcontext() if section_held else self._checkpoint_section(), in_place(self._state_place, f"removing the record of ResourceClaim {_name(ref)}"):
             self._checkpoint.remove(record.uid)
 
     # --- start-up -------------------------------------------------------------
@@ -532,6 +551,19 @@ def _held(record: ClaimRecord | None) -> HeldClaim | None:
 
 def _name(ref: ClaimRef) -> str:
     return f"{ref.namespace}/{ref.name}"
+
+
+def _check_identity(ref: ClaimRef, record: ClaimRecord, operation: str) -> None:
+    """A record answers only to the UID, namespace and name it was prepared for: a call naming another claim with
+    its UID would get its devices (prepare) or tear down its running holder (unprepare). A record rebuilt from a
+    spec without claim data knows no name; its UID alone identifies it."""
+    if not record.namespace and not record.name:
+        return
+    if (record.namespace, record.name) != (ref.namespace, ref.name):
+        raise ClaimError(
+            f"{operation} of ResourceClaim {_name(ref)} refused: claim UID {ref.uid} is prepared on this node for ResourceClaim "
+            f"{record.namespace}/{record.name}; UID, namespace and name must all match the claim's (nothing was changed)"
+        )
 
 
 def _logged(ref: ClaimRef) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,16 @@ def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Pat
     assert not (tmp_path / "k").exists()  # nothing was started
 
 
-def test_missing_directories_are_created(tmp_path: Path) -> None:
+def test_missing_directories_are_created_with_their_mode_whatever_the_umask(tmp_path: Path) -> None:
     from dra_driver.cli.run import writable_dir
 
-    writable_dir("--state-dir", tmp_path / "a" / "b")
+    previous = os.umask(0)
+    try:
+        writable_dir("--state-dir", tmp_path / "a" / "b", 0o700)
+    finally:
+        os.umask(previous)
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+    assert [oct((tmp_path / part).stat().st_mode & 0o777) for part in ("a", "a/b")] == ["0o700", "0o700"]
 
 
 @pytest.mark.parametrize(
@@ -165,3 +171,22 @@ def test_run_says_what_it_serves_and_warns_without_a_kubelet(short_tmp: Path) ->
     assert f"dra-driver run: warning: no kubelet here: {short_tmp / 'k' / 'plugins_registry'} does not exist" in err
     assert f"dra-driver run: serving gpu.nvidia.com on node node-a, simulating profile l4; sockets under {short_tmp / 'k'}" in err
     assert f"API server: {server.url}" in err
+
+
+def test_a_second_instance_on_the_state_dir_is_refused_in_one_line(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another instance holds the NVIDIA driver's state: run exits 1 with one line naming it and the fix."""
+    from dra_driver.plugin.instance_lock import InstanceLock
+
+    held = InstanceLock.acquire(short_tmp / "state" / "gpu.nvidia.com", None)
+    try:
+        args = parse(
+            "--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:9", "--kubelet-dir", str(short_tmp / "k"),
+            "--state-dir", str(short_tmp / "state"), "--cdi-dir", str(short_tmp / "cdi"),
+        )  # fmt: skip
+        assert run(args) == 1
+    finally:
+        held.release()
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # the one line the command prints (log lines may precede it)
+    assert f"error: no driver could start: gpu.nvidia.com: state directory {short_tmp / 'state' / 'gpu.nvidia.com'} is in use" in err
+    assert f"(pid {os.getpid()} on host " in err and "stop the other instance" in err
+    assert not list((short_tmp / "k" / "plugins_registry").glob("*.sock"))  # nothing was served

@@ -6,11 +6,8 @@ shows: a C-level crash (SIGSEGV), an endless standard input, the -vv traceback.
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +18,7 @@ import pytest
 
 from bench.hostile_inputs import CASES, Case, running_as_root
 from input_commands import COMMANDS, Outcome, assert_refused, assert_survived, run_in_process, run_process, write_companions
+from tests.unprivileged import as_nobody
 from dra_driver.inputs import reader
 
 
@@ -63,9 +61,6 @@ def test_every_command_survives(workdir: Path, case: Case, command: str) -> None
         assert_survived(outcome)
 
 
-NOBODY = 65534
-
-
 @contextmanager
 def open_to_all(case: Case) -> Iterator[tuple[Path, Path, Path]]:
     """The case's file and the companions in a directory anyone may enter (pytest's are 0700), so that only the
@@ -80,33 +75,15 @@ def open_to_all(case: Case) -> Iterator[tuple[Path, Path, Path]]:
 
 
 def run_unprivileged(argv: list[str], timeout_s: float = 60.0) -> Outcome:
-    """run_in_process in a forked child that dropped root for nobody; its outcome comes back over a pipe.
-
-    The command runs once as root first, so the child finds every module it needs already imported (after
-    setuid it may not be able to read the project's files, e.g. in a 0700 CI checkout). A child that does not
-    answer in time is killed and the test fails, rather than hang.
-    """
+    """run_in_process as nobody (tests/unprivileged.py). The command runs once as root first, so the child finds
+    every module it needs already imported."""
     run_in_process(argv)
-    reading, writing = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child reports over the pipe and never returns to pytest
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            outcome = run_in_process(argv)
-            os.write(writing, json.dumps([outcome.code, outcome.out, outcome.err]).encode())
-        finally:
-            os._exit(0)
-    os.close(writing)
-    with os.fdopen(reading, "rb") as pipe:
-        ready, _, _ = select.select([pipe], [], [], timeout_s)
-        answer = pipe.read() if ready else b""
-    if not ready:
-        os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
-    assert answer, f"the unprivileged command gave no answer within {timeout_s:.0f} s"
-    code, out, err = json.loads(answer)
+
+    def work() -> list[object]:
+        outcome = run_in_process(argv)
+        return [outcome.code, outcome.out, outcome.err]
+
+    code, out, err = as_nobody(work, timeout_s)
     return Outcome(code, out, err)
 
 

@@ -1,0 +1,113 @@
+"""Under umask 000 the daemon still creates nothing an unprivileged user can connect to or write in.
+
+The daemon runs as a process of its own with umask 000; a forked child that dropped root for nobody then
+tries to connect to both sockets and to create a file in every directory the driver made. Its parents are
+made traversable for everyone (as /var/lib/kubelet and /var/run are), so each refusal comes from the
+driver's own modes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from example_backend import DRIVER
+from tests.unprivileged import as_nobody
+
+from dra_driver import cdi, file_modes
+from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.vendor import ClaimRef
+
+DAEMON = Path(__file__).parent / "example_daemon.py"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+
+
+def probes(sockets: list[Path], directories: list[Path]) -> Callable[[], dict[str, str]]:
+    """What the caller gets for each socket (connect) and directory (create a file): "ok" or the system's words."""
+
+    def run() -> dict[str, str]:
+        outcome: dict[str, str] = {}
+        for path in sockets:
+            probe = socket.socket(socket.AF_UNIX)
+            try:
+                probe.connect(str(path))
+                outcome[str(path)] = "ok"
+            except OSError as exc:
+                outcome[str(path)] = os.strerror(exc.errno or 0)
+            finally:
+                probe.close()
+        for directory in directories:
+            try:
+                os.close(os.open(directory / "planted.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                outcome[str(directory)] = "ok"
+            except OSError as exc:
+                outcome[str(directory)] = os.strerror(exc.errno or 0)
+        return outcome
+
+    return run
+
+
+def wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_nothing_the_daemon_creates_under_umask_000_lets_another_user_in(apiserver, short_tmp: Path):
+    root = short_tmp
+    root.chmod(0o755)
+    (root / "boot_id").write_text("boot-1\n")
+    (root / "state").mkdir(mode=0o700)  # the example backend's own journal, not the driver's
+    # As a kubelet may leave them: its root and registry traversable; a CDI dir someone made world-writable.
+    (root / "kubelet" / "plugins_registry").mkdir(parents=True)
+    for made in (root / "kubelet", root / "kubelet" / "plugins_registry"):
+        made.chmod(0o755)
+    (root / "cdi").mkdir()
+    (root / "cdi").chmod(0o777)
+    paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")
+    stored = apiserver.store.put(allocated_claim_object("job", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
+    ref = ClaimRef("default", "job", stored["metadata"]["uid"])
+
+    daemon = subprocess.Popen([sys.executable, str(DAEMON), apiserver.url, str(root)], umask=0, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(paths.registration_socket.exists)
+        conn = register(paths.registration_socket)
+        assert conn.prepare([ref]).claims[ref.uid].error == ""
+        conn.close()
+
+        directories = [root / "kubelet" / "plugins", paths.plugin_dir, paths.registry_dir, root / "cdi", root / "run", paths.state_root, paths.checkpoint]
+        outcome = as_nobody(probes(list(paths.sockets), directories))
+        assert outcome == {str(p): "Permission denied" for p in [*paths.sockets, *directories]}
+
+        # The modes themselves, exactly.
+        assert [problem for e in paths.expectations(root / "cdi") if (problem := file_modes.check(e))] == []
+        modes = {
+            paths.dra_socket: file_modes.SOCKET,
+            paths.registration_socket: file_modes.SOCKET,
+            root / "run": file_modes.PRIVATE_DIR,
+            paths.state_root: file_modes.PRIVATE_DIR,
+            paths.checkpoint: file_modes.PRIVATE_DIR,
+            paths.plugin_dir: file_modes.PLUGIN_DIR,
+            root / "cdi": file_modes.CDI_DIR,  # group/other write removed from the existing one
+            cdi.spec_path(root / "cdi", DRIVER, ref.uid): file_modes.SPEC_FILE,
+            cdi.claim_file_path(root / "cdi", DRIVER, ref.uid): file_modes.PRIVATE_FILE,
+            paths.checkpoint / f"{ref.uid}.json": file_modes.PRIVATE_FILE,
+        }
+        assert {str(p): oct(stat.S_IMODE(os.lstat(p).st_mode)) for p in modes} == {str(p): oct(m) for p, m in modes.items()}
+        locks = [p for p in paths.state_root.rglob("*.lock")]
+        assert locks and {oct(stat.S_IMODE(p.stat().st_mode)) for p in locks} == {oct(file_modes.PRIVATE_FILE)}
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(20)
