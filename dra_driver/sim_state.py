@@ -71,6 +71,7 @@ class SimulatedState:
         self._held: int | None = None
         self._held_inode: int | None = None
         self._warned = False
+        self._lock_fd: int | None = None
 
     @classmethod
     def for_settings(cls, state_dir: Path | None, vendor: str, section: Any) -> SimulatedState | None:
@@ -107,18 +108,19 @@ class SimulatedState:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the exclusive lock for a change (read again with `load` inside if `changed`, then `save`)."""
+        if self._lock_fd is None:  # opened once: a prepare changes the hardware several times
+            try:
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                self._unwritable(exc)
+                yield
+                return
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            self._unwritable(exc)
-            yield
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)  # drops the lock
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def save(self, hardware: dict[str, Any]) -> None:
         """Replace the file with `hardware` (call inside `locked`)."""
@@ -133,6 +135,9 @@ class SimulatedState:
 
     def close(self) -> None:
         self._release()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _unwritable(self, exc: OSError) -> None:
         if not self._warned:

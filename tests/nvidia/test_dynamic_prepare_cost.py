@@ -171,3 +171,28 @@ def test_gpu_instance_that_cannot_be_undone_is_left_alone_and_logged(
     assert [start for _, _, start in fake.live_instances()] == [0]
     offered = {device.name for device in restarted.discover().devices}
     assert EIGHT[0] not in offered and "gpu-0" not in offered and EIGHT[1] in offered
+
+
+def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second write of a prepare and the removals of an unprepare use what the call read or wrote itself (the
+    claim is held by the call); each call still reads the file once, as a rolling-update peer may have written it."""
+    read: list[Path] = []
+    real = OwnershipJournal._parse
+
+    def spy(self: OwnershipJournal, path: Path) -> Any:
+        read.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(OwnershipJournal, "_parse", spy)
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    assert read == [tmp_path / SUBDIR / "uid-8.json"]
+    read.clear()
+    backend.unprepare(claim("uid-8"), prepared.state)
+    assert read == [tmp_path / SUBDIR / "uid-8.json"]
+    assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
+    read.clear()
+    OwnershipJournal.under(tmp_path).record(OwnedInstance("uid-x", EIGHT[0], "GPU-x", 19, 0))  # a peer's write
+    backend.prepare(claim("uid-x"), alloc(EIGHT[1]))
+    assert [e.device for e in OwnershipJournal.under(tmp_path).entries("uid-x")] == [EIGHT[0], EIGHT[1]]  # the peer's entry kept

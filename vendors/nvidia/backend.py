@@ -288,7 +288,7 @@ class NvidiaBackend(VendorBackend):
         return validate_config(parameters)
 
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
-        with self._lock:
+        with self._lock, self._journal.held(claim.uid):
             index = self._index()
             created: list[dict[str, Any]] = []
             prepared: dict[int, PreparedDevice] = {}
@@ -466,7 +466,7 @@ class NvidiaBackend(VendorBackend):
         The journal matters for a rollback with an empty state: the daemon died after the
         instance was created but before the plugin saved the claim's state.
         """
-        with self._lock:
+        with self._lock, self._journal.held(claim.uid):
             self._release_whole(claim.uid)
             listed = list(state.get(STATE_KEY) or [])
             listed_keys = {_entry_key(entry) for entry in listed}
