@@ -196,3 +196,14 @@ def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
     OwnershipJournal.under(tmp_path).record(OwnedInstance("uid-x", EIGHT[0], "GPU-x", 19, 0))  # a peer's write
     backend.prepare(claim("uid-x"), alloc(EIGHT[1]))
     assert [e.device for e in OwnershipJournal.under(tmp_path).entries("uid-x")] == [EIGHT[0], EIGHT[1]]  # the peer's entry kept
+
+
+def test_the_mig_uuids_of_a_claim_are_found_in_one_walk_per_gpu(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML finds a MIG device's UUID only by walking the parent's MIG handles: one walk per GPU of the claim,
+    not one per instance (seven instances on GPU 0 walked 1 + 2 + ... + 7 handles)."""
+    calls = count(monkeypatch, backend.simulator, "nvmlDeviceGetMigDeviceHandleByIndex")  # type: ignore[arg-type]
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    assert calls["nvmlDeviceGetMigDeviceHandleByIndex"] <= 7 + 1  # GPU 0's seven MIG devices, GPU 1's one
+    uuids = [e.split("=", 1)[1] for d in prepared.devices for e in d.edits.env if e.startswith("NVIDIA_DRA_UUID")]
+    assert len(set(uuids)) == 8 and all(u.startswith("MIG-") for u in uuids)
+    assert uuids == [entry["uuid"] for entry in prepared.state["migInstances"]]  # each device got its own instance's UUID

@@ -367,13 +367,12 @@ class NvidiaBackend(VendorBackend):
             return []
         self._journal_record(*(item.intent for item in planned))  # before creating: a crash from here on still leaves our mark
         self._owned.update(item.key for item in planned)
-        made: list[tuple[ContainerEdits, str]] = []
-        results: list[OwnedInstance] = []
+        instances: list[mig.CreatedInstance] = []
         for number, item in enumerate(planned):
             gpu, profile, placement, name = item.gpu, item.profile, item.placement, item.intent.device
             try:
                 compute_profiles = partial(self._compute_profiles.of, gpu.uuid)
-                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, compute_profiles)
+                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, compute_profiles, find_uuid=False)
             except NvmlError as exc:
                 self._compute_profiles.forget(gpu.uuid)  # in case what NVML answered before is stale now
                 # create_instance_in undid its own GI; this and the later intents made nothing. Whatever is at
@@ -382,15 +381,35 @@ class NvidiaBackend(VendorBackend):
                 raise DeviceError(name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
             created.append(
                 {"device": name, "parentUUID": gpu.uuid, "giId": instance.gi_id, "ciId": instance.ci_id,
-                 "profileId": profile.info.id, "start": placement.start, "uuid": instance.uuid}
+                 "profileId": profile.info.id, "start": placement.start}
             )  # fmt: skip
-            results.append(item.intent.created(instance.gi_id, instance.ci_id))
+            instances.append(instance)
             self._dynamic_by_gi[(gpu.uuid, instance.gi_id)] = name
-            log.info("created MIG device", extra=fields(device=name, gi=instance.gi_id, ci=instance.ci_id, uuid=instance.uuid))
-            mig_edits = edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors)
-            made.append((mig_edits, instance.uuid))
-        self._journal_record(*results)  # failing: rolled back via `created` (the intents still name every instance)
+        uuids = self._mig_uuids(claim, planned, instances)  # failing: rolled back via `created`
+        made: list[tuple[ContainerEdits, str]] = []
+        for item, instance, entry in zip(planned, instances, created[-len(planned):], strict=True):
+            entry["uuid"] = uuid = uuids[(item.gpu.uuid, instance.gi_id, instance.ci_id)]
+            log.info("created MIG device", extra=fields(device=item.intent.device, gi=instance.gi_id, ci=instance.ci_id, uuid=uuid))
+            mig_edits = edits.mig_edits(item.gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors)
+            made.append((mig_edits, uuid))
+        # Failing: rolled back via `created` (the intents still name every instance).
+        self._journal_record(*(item.intent.created(i.gi_id, i.ci_id) for item, i in zip(planned, instances, strict=True)))
         return made
+
+    def _mig_uuids(
+        self, claim: ClaimRef, planned: Sequence[_PlannedInstance], instances: Sequence[mig.CreatedInstance]
+    ) -> dict[tuple[str, int, int], str]:
+        """(GPU uuid, GI id, CI id) -> MIG UUID of each instance just created: one walk of each GPU's MIG devices."""
+        wanted: dict[str, tuple[GpuInfo, set[tuple[int, int]]]] = {}
+        for item, instance in zip(planned, instances, strict=True):
+            wanted.setdefault(item.gpu.uuid, (item.gpu, set()))[1].add((instance.gi_id, instance.ci_id))
+        found: dict[tuple[str, int, int], str] = {}
+        for gpu, pairs in wanted.values():
+            try:
+                found.update({(gpu.uuid, gi, ci): uuid for (gi, ci), uuid in mig.mig_uuids(gpu.handle, pairs).items()})
+            except NvmlError as exc:
+                raise DeviceError(gpu.name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
+        return found
 
     def _forget_intents(self, claim: ClaimRef, planned: Sequence[_PlannedInstance]) -> None:
         """Intents of instances never created: those placements are not ours (unless their GI was before)."""
