@@ -28,12 +28,12 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.atomic_file import replace_file  # bound here: the simulated hardware's writes are not the driver's
+from dra_driver.atomic_file import create_temp
 from dra_driver.checkpoint import read_boot_id
 from dra_driver.logs import fields
 
@@ -125,13 +125,29 @@ class SimulatedState:
     def save(self, hardware: dict[str, Any]) -> None:
         """Replace the file with `hardware` (call inside `locked`)."""
         document = {"version": FORMAT_VERSION, "profile": self._digest, "boot": self._boot_id, "hardware": hardware}
-        # Not flushed to disk: a kill -9 keeps the page cache, and the state dir is a tmpfs on a node.
+        # Not flushed to disk: a kill -9 keeps the page cache, and the state dir is a tmpfs on a node. The temp
+        # file's descriptor is kept as the one last seen (a rename keeps the inode). Not atomic_file.replace_file:
+        # this is the simulated hardware's write, which tests counting the driver's writes must not see.
         try:
-            replace_file(self.path, json.dumps(document, sort_keys=True).encode(), durable=False)
+            fd, temp = create_temp(str(self.path))
         except OSError as exc:
             self._unwritable(exc)
             return
-        self._hold()
+        try:
+            data = memoryview(json.dumps(document).encode())
+            while data:
+                data = data[os.write(fd, data) :]
+            os.replace(temp, self.path)
+        except BaseException as exc:
+            os.close(fd)
+            with suppress(OSError):
+                os.unlink(temp)
+            if not isinstance(exc, OSError):
+                raise
+            self._unwritable(exc)
+            return
+        self._release()
+        self._held, self._held_inode = fd, os.fstat(fd).st_ino
 
     def close(self) -> None:
         self._release()
