@@ -53,7 +53,7 @@ import re
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,6 +99,14 @@ class ClaimRecord:
     cdi_spec: str | None = None  # path of the claim's spec file once written
     spec_json: str | None = None  # the spec file's content as written, so a lost spec can be rewritten
     recovered: str = ""  # rebuilt at start-up from evidence: what it was rebuilt from (empty: written by prepare)
+    # In memory only: the record's file holds spec_json, which the copy in memory leaves out (a spec is ~6 KiB,
+    # more than the rest of a claim's state; it is needed only to rewrite a lost spec: Checkpoint.spec_text).
+    spec_on_disk: bool = False
+
+    @property
+    def answerable(self) -> bool:
+        """Whether a lost spec can be rewritten from the record (its text is in memory or in the record's file)."""
+        return self.spec_json is not None or self.spec_on_disk
 
     @property
     def completed(self) -> bool:
@@ -249,7 +257,7 @@ class Checkpoint:
             if record is _STALE:
                 stale_boot += 1
             elif record is not None:
-                files[entry.name] = (stamp, record)  # type: ignore[assignment]
+                files[entry.name] = (stamp, _slim(record))  # type: ignore[arg-type]
         if stale_boot:
             log.warning(
                 "checkpoint records from another boot are void; removed",
@@ -440,9 +448,27 @@ class Checkpoint:
                 return
         self._write_record(current, durable)
         with self._lock:
-            self._written[uid] = current
+            kept = _as_written(current)
+            if kept is not current and self._claims.get(uid) is current:
+                self._account(current, -1)
+                self._claims[uid] = kept
+                self._account(kept, 1)
+            else:
+                kept = current
+            self._written[uid] = kept
             if durable:
-                self._durable[uid] = current
+                self._durable[uid] = kept
+
+    def spec_text(self, uid: str) -> str | None:
+        """The spec text the claim's record file holds (read now: memory keeps records without it), or None."""
+        path = self.path / _file_name(uid)
+        try:
+            lines = [line for line in _read_regular_file(path).split(b"\n") if line]
+            record = self._record_of_line(lines[-1], path) if lines else None
+        except (OSError, CheckpointCorrupt) as exc:
+            log.warning("cannot read the spec text of a checkpoint record", extra=fields(path=str(path), error=str(exc)))
+            return None
+        return record.spec_json if isinstance(record, ClaimRecord) else None
 
     def completed_device_count(self) -> int:
         """Devices of completed claims, kept up to date on every change (a metrics gauge reads it per call)."""
@@ -525,6 +551,17 @@ class Checkpoint:
 
 
 _STALE = object()
+
+
+def _slim(record: ClaimRecord) -> ClaimRecord:
+    """The copy of a record read from its file that memory keeps: without the spec text, which stays in the file."""
+    return record if record.spec_json is None else replace(record, spec_json=None, spec_on_disk=True)
+
+
+def _as_written(record: ClaimRecord) -> ClaimRecord:
+    """What memory keeps of a record just written: `_slim`, and a copy of a slim record (whose new line holds
+    no spec text) no longer says its file holds one."""
+    return replace(record, spec_on_disk=False) if record.spec_json is None and record.spec_on_disk else _slim(record)
 
 
 def _file_name(uid: str) -> str:

@@ -272,7 +272,8 @@ class PrepareService:
             problem = f"it does not define {', '.join(sorted(missing))}"
         if not missing:
             return record.devices
-        if record.spec_json is None:
+        text = record.spec_json if record.spec_json is not None else self._checkpoint.spec_text(ref.uid) if record.spec_on_disk else None
+        if text is None:
             raise ClaimError(
                 f"ResourceClaim {_name(ref)} is prepared on this node but its CDI spec {path} is unusable ({problem}) and its "
                 f"checkpoint record {'was rebuilt from ' + record.recovered if record.recovered else 'has no copy of it'}; "
@@ -280,7 +281,7 @@ class PrepareService:
             )
         log.error("CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
                   extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
-        cdi.write_text_atomic(path, record.spec_json)
+        cdi.write_text_atomic(path, text)
         return record.devices
 
     def _roll_back(self, record: ClaimRecord) -> None:

@@ -196,7 +196,7 @@ class Recovery:
             return
         found.sources.append("damaged-record")
         if damage.last_good is not None:
-            found.base = replace(damage.last_good, spec_json=None)  # its spec text may be older than the spec
+            found.base = replace(damage.last_good, spec_json=None, spec_on_disk=False)  # its spec text may be older than the spec
             found.state = dict(damage.last_good.backend_state)
         else:
             found.salvaged += source.devices  # failed its checksum: reservations only
@@ -258,7 +258,7 @@ class Recovery:
             "claim state was lost or damaged; rebuilt from evidence, its devices stay reserved",
             extra=fields(
                 driver=self.driver, uid=record.uid, claim=f"{record.namespace}/{record.name}", source=record.recovered,
-                devices=[f"{d.pool or '*'}/{d.device}" for d in record.devices], answerable=record.spec_json is not None,
+                devices=[f"{d.pool or '*'}/{d.device}" for d in record.devices], answerable=record.answerable,
             ),
         )
 

@@ -49,11 +49,29 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_record_json_matches_asdict():
     rec = record("u1", PREPARE_COMPLETED, devices=2)
-    # The two later fields are left out while unset (older builds read the same lines).
-    assert rec.to_json() == {k: v for k, v in asdict(rec).items() if k not in ("spec_json", "recovered")}
+    # The two later fields are left out while unset (older builds read the same lines); spec_on_disk is memory only.
+    assert rec.to_json() == {k: v for k, v in asdict(rec).items() if k not in ("spec_json", "recovered", "spec_on_disk")}
     full = replace(rec, spec_json='{"devices":[]}', recovered="cdi-spec")
-    assert full.to_json() == asdict(full)
+    assert full.to_json() == {k: v for k, v in asdict(full).items() if k != "spec_on_disk"}
     assert ClaimRecord.from_json(full.to_json()) == full
+
+
+def test_memory_keeps_records_without_their_spec_text_which_stays_readable_in_the_file(tmp_path: Path, boot: Path):
+    """A completed claim's spec text (~6 KiB) is the largest part of its record: memory leaves it to the file."""
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    ckpt.put(replace(record("u1", PREPARE_COMPLETED, devices=1), spec_json='{"cdiVersion":"0.5.0"}'))
+    kept = ckpt.get("u1")
+    assert kept is not None and kept.spec_json is None and kept.spec_on_disk and kept.answerable
+    assert ckpt.spec_text("u1") == '{"cdiVersion":"0.5.0"}'
+    restarted = Checkpoint(tmp_path / "cp.json", boot)
+    restarted.load()
+    loaded = restarted.get("u1")
+    assert loaded is not None and loaded.spec_json is None and loaded.spec_on_disk
+    assert restarted.spec_text("u1") == '{"cdiVersion":"0.5.0"}'
+    # A record written again without the text (unprepare started) no longer claims the file holds one.
+    restarted.put(replace(loaded, phase="UnprepareStarted"))
+    again = restarted.get("u1")
+    assert again is not None and not again.spec_on_disk and restarted.spec_text("u1") is None
 
 
 def test_with_a_boot_id_nothing_is_flushed_yet_every_write_is_visible_to_a_restart(tmp_path: Path, boot: Path, syncs: list[int]):
