@@ -160,11 +160,9 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
 
 def connect_api(args: argparse.Namespace) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
-    from kubernetes import client
-
     from dra_driver.kube.claim_cache import ClaimCache
     from dra_driver.kube.claims import ClaimReader
-    from dra_driver.kube.client import load_configuration
+    from dra_driver.kube.client import api_client_for, load_configuration
     from dra_driver.publisher.daemon_adapter import publisher_factory
 
     try:
@@ -174,7 +172,7 @@ def connect_api(args: argparse.Namespace) -> ApiWiring:
     except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
         raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig).kind}): {exc}") from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
-    api_client = client.ApiClient(configuration)
+    api_client = api_client_for(configuration)
     return ApiWiring(
         claims=ClaimReader(api_client),
         publisher_factory=publisher_factory(api_client, args.node_name),
