@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +50,19 @@ class Loaded:
 
     hardware: dict[str, Any]
     boot_changed: bool
+
+
+@contextmanager
+def changing(state: SimulatedState | None, refresh: Callable[[], None], export: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    """A change to simulated hardware: under the state's lock, on its latest saved version (`refresh` reads it if
+    another process replaced it), saved after (`export`); in memory only without a state."""
+    if state is None:
+        yield
+        return
+    with state.locked():
+        refresh()
+        yield
+        state.save(export())
 
 
 def profile_digest(section: Any) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from dra_driver.sim_state import SimulatedState
+from dra_driver.sim_state import SimulatedState, changing
 
 from dra_driver_amd.profile import AmdProfile, GpuEntry, GpuModel
 
@@ -177,17 +177,11 @@ class FakeAmdSmi:
     @contextmanager
     def _changing(self) -> Iterator[None]:
         """A setter: under the state's lock, on its latest version, saved after (in memory only without a state)."""
-        if self.state is None:
+        with changing(self.state, self._read_state, self._export):
             yield
-            return
-        with self.state.locked():
-            self._read_state()
-            yield
-            self._save_state()
 
-    def _save_state(self) -> None:
-        if self.state is not None:
-            self.state.save({"gpus": {bdf: {"compute": gpu.compute, "memory": gpu.memory} for bdf, gpu in self._gpus.items()}})
+    def _export(self) -> dict[str, Any]:
+        return {"gpus": {bdf: {"compute": gpu.compute, "memory": gpu.memory} for bdf, gpu in self._gpus.items()}}
 
     # -- helpers -------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from typing import Any
 import pynvml
 
 from dra_driver.errors import ProfileError
-from dra_driver.sim_state import SimulatedState
+from dra_driver.sim_state import SimulatedState, changing
 from dra_driver_nvidia.profile import GpuInstanceProfile, GpuModel, GpuSpec, NvidiaSection
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)
@@ -230,14 +230,8 @@ class FakeNvmlLibrary:
     @contextmanager
     def _changing(self) -> Iterator[None]:
         """A call that may change the hardware: under the state's lock, on its latest version, saved after."""
-        with self._lock:
-            if self.state is None:
-                yield
-                return
-            with self.state.locked():
-                self._sync()
-                yield
-                self.state.save(self._export())
+        with self._lock, changing(self.state, self._sync, self._export):
+            yield
 
     def close(self) -> None:
         if self.state is not None:
