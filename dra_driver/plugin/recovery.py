@@ -170,7 +170,7 @@ class Recovery:
             self._add_damage(evidence.setdefault(damage.uid, _Evidence(damage.uid)), damage)
         for claim in recorded:
             self._add_backend(evidence.setdefault(claim.claim_uid, _Evidence(claim.claim_uid)), claim)
-        on_disk = set(cdi.our_spec_files(self._cdi_dir, self.driver)) | set(cdi.our_claim_files(self._cdi_dir, self.driver))
+        on_disk = cdi.claims_on_disk(self._cdi_dir, self.driver)
         known = {r.uid for r in self._checkpoint.records()}
         for uid in sorted((set(evidence) | on_disk) - known):
             if uid_problem(uid) is not None:  # a file name no claim of ours can have: never a path of its own
