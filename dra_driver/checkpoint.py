@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 from dra_driver import atomic_file
 from dra_driver.logs import fields
-from dra_driver.signed_json import SignedJsonError, canonical, verified_body
+from dra_driver.signed_json import SignedJsonError, body_as_written, canonical, verified_body
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ class Checkpoint:
             if record is _STALE:
                 stale_boot += 1
             elif record is not None:
-                files[entry.name] = (stamp, _slim(record))  # type: ignore[arg-type]
+                files[entry.name] = (stamp, record)  # type: ignore[assignment]
         if stale_boot:
             log.warning(
                 "checkpoint records from another boot are void; removed",
@@ -300,7 +300,7 @@ class Checkpoint:
             _unlink(path)
             return None
         try:
-            record = self._record_of_line(lines[-1], path)
+            record = self._record_of_line(lines[-1], path, keep_spec=False)
         except CheckpointCorrupt as exc:
             # Even a last line cut short is damage, not "the append before the crash": the claim
             # may have been answered long ago and the file truncated since. Recovery decides with
@@ -339,13 +339,22 @@ class Checkpoint:
             found, self.damaged = self.damaged, []
         return found
 
-    def _record_of_line(self, line: bytes, path: Path) -> ClaimRecord | object:
-        body = _parse_signed(line, FORMAT_VERSION)
+    def _record_of_line(self, line: bytes, path: Path, keep_spec: bool = True) -> ClaimRecord | object:
+        """The record of one line (_STALE for another boot); without `keep_spec`, as memory keeps it (`_slim`),
+        the spec text cut out before parsing where the line is laid out as written."""
+        body = None if keep_spec else _body_without_spec(line)
+        if body is None:
+            body = _parse_signed(line, FORMAT_VERSION)
+        elif body.get("version") != FORMAT_VERSION:
+            raise CheckpointCorrupt(f"unknown format version {body.get('version')!r} (expected {FORMAT_VERSION})")
         if not isinstance(body.get("record"), dict):
             raise CheckpointCorrupt("missing 'record' object")
         if body.get("boot_id") != self.boot_id:
             return _STALE
         record = record_from_json(body["record"])
+        if not keep_spec:
+            record = _slim(record)
+            record.spec_on_disk = record.spec_on_disk or bool(body.get(_SPEC_CUT))
         if path.name != _file_name(record.uid):
             raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
         return record
@@ -551,6 +560,37 @@ class Checkpoint:
 
 
 _STALE = object()
+
+
+_SPEC_KEY = b'"spec_json":"'
+_RECORD_LAST_KEY = b',"uid":"'  # keys are sorted: the record's uid follows its spec_json
+_SPEC_CUT = "_spec_cut"
+
+
+def _body_without_spec(line: bytes) -> dict[str, Any] | None:
+    """The body of a record line laid out as written (checksum verified on its bytes), parsed without the spec
+    text (~6 KiB of a line's ~8, most of its parse time); the body notes `_SPEC_CUT` when it had one. None: check
+    the line the full way (another layout, or damage).
+
+    Keys are sorted, so the record's spec_json is its last key but uid and its string ends where the record's
+    `,"uid":"` begins (the last one of the body). A quote inside a string is escaped, so neither byte pattern can come
+    from a value; a key of the same name nested deeper (in backend_state) would make the cut span unbalanced
+    braces, which no parser accepts: such a line is checked the full way.
+    """
+    body = body_as_written(line)
+    if body is None:
+        return None
+    try:
+        last = body.rfind(_RECORD_LAST_KEY)
+        start = body.rfind(_SPEC_KEY, 0, last)
+        if start > 0 and body[start - 1 : start] == b",":
+            parsed = json.loads(body[: start - 1] + body[last:])  # from the comma before the key to the one after it
+            parsed[_SPEC_CUT] = True
+        else:
+            parsed = json.loads(body)
+    except ValueError:  # includes a cut that was not the record's spec text: see above
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _slim(record: ClaimRecord) -> ClaimRecord:

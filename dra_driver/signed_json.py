@@ -58,7 +58,13 @@ def _signed_as_written(raw: bytes, doc: dict[str, Any]) -> bool:
     """Whether `raw` is laid out as `signed_text` writes it and its body's bytes hash to its checksum: then the
     canonical re-encoding of the parsed body (most of a verification's cost, for a claim of thousands at start-up)
     is not needed. Any other layout is checked the canonical way."""
+    return body_as_written(raw) is not None and doc.get("checksum") == raw[-66:-2].decode("ascii", "replace")
+
+
+def body_as_written(raw: bytes) -> bytes | None:
+    """The body's bytes of a document laid out as `signed_text` writes it, if they hash to its checksum; else None
+    (another layout, or damage: check it with `verified_body`)."""
     if not (raw.startswith(_HEAD) and raw[-_TAIL_LEN : -_TAIL_LEN + len(_TAIL)] == _TAIL and raw.endswith(b'"}')):
-        return False
-    digest = hashlib.sha256(raw[len(_HEAD) : -_TAIL_LEN]).hexdigest()
-    return digest == doc.get("checksum") == raw[-66:-2].decode("ascii", "replace")
+        return None
+    body = raw[len(_HEAD) : -_TAIL_LEN]
+    return body if hashlib.sha256(body).hexdigest().encode() == raw[-66:-2] else None

@@ -192,3 +192,24 @@ def test_device_index_lists_every_holder_and_follows_changes(tmp_path: Path, boo
     again.load()
     assert [r.uid for r, _ in again.holders("pool", "gpu-0")] == ["a"]
     assert again.holders("other-pool", "gpu-0") == []
+
+
+@pytest.mark.parametrize(
+    "state", [{}, {"spec_json": "x", "uid": "u9"}, {"nested": {"spec_json": "y\"z", "uid": "u9"}}], ids=["plain", "key-in-state", "deeper"]
+)
+def test_a_load_reads_records_without_their_spec_text_whatever_the_backend_state_holds(tmp_path: Path, boot: Path, state: dict) -> None:
+    """The load cuts the spec text out of each line before parsing it; keys of the same name in the backend state
+    are never taken for it (such a line is read the full way)."""
+    written = [
+        replace(record("u1", PREPARE_COMPLETED, devices=1), backend_state=dict(state), spec_json='{"a":"b\\\\","c":"\\"d"}'),
+        replace(record("u2", PREPARE_COMPLETED, devices=1), backend_state=dict(state)),
+    ]
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    for rec in written:
+        ckpt.put(rec)
+    restarted = Checkpoint(tmp_path / "cp.json", boot)
+    restarted.load()
+    for rec in written:
+        loaded = restarted.get(rec.uid)
+        assert loaded == replace(rec, spec_json=None, spec_on_disk=rec.spec_json is not None)
+        assert restarted.spec_text(rec.uid) == rec.spec_json
