@@ -35,6 +35,7 @@ ending in .json/.yaml keeps runtimes from reading it.
 from __future__ import annotations
 
 import json
+import os
 import logging
 import os
 import re
@@ -110,11 +111,32 @@ def claim_uid_of(path: Path, driver: str) -> str | None:
     We only ever write names with a valid UID (spec_path), so a name holding anything else is not ours,
     and an odd name never flows back into a path or a lock name.
     """
-    prefix = f"{cdi_vendor(driver)}-{CDI_CLASS}_"
-    if path.name.startswith(prefix) and path.name.endswith(SPEC_SUFFIX):
-        uid = path.name[len(prefix) : -len(SPEC_SUFFIX)]
+    return _uid_of_spec_name(path.name, f"{cdi_vendor(driver)}-{CDI_CLASS}_")
+
+
+def _uid_of_spec_name(name: str, prefix: str) -> str | None:
+    if name.startswith(prefix) and name.endswith(SPEC_SUFFIX):
+        uid = name[len(prefix) : -len(SPEC_SUFFIX)]
         return uid if uid_problem(uid) is None else None
     return None
+
+
+def _uid_of_claim_file_name(name: str, prefix: str) -> str | None:
+    if not (name.startswith(".") and name.endswith(CLAIM_FILE_SUFFIX)):
+        return None
+    return _uid_of_spec_name(name[1 : -len(CLAIM_FILE_SUFFIX)] + SPEC_SUFFIX, prefix)
+
+
+def claims_on_disk(cdi_dir: Path, driver: str) -> set[str]:
+    """UIDs of the claims with a spec or a claim file of this driver in cdi_dir: one listing, names only (start-up
+    looks for claims on disk without a record; with thousands of claims a Path per entry cost more than the rest)."""
+    prefix = f"{cdi_vendor(driver)}-{CDI_CLASS}_"
+    found: set[str] = set()
+    for name in _names(cdi_dir):
+        uid = _uid_of_spec_name(name, prefix) or _uid_of_claim_file_name(name, prefix)
+        if uid is not None:
+            found.add(uid)
+    return found
 
 
 def our_spec_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
@@ -161,8 +183,12 @@ def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str | None, Pa
 
 
 def _entries(cdi_dir: Path) -> list[Path]:
+    return [cdi_dir / name for name in _names(cdi_dir)]
+
+
+def _names(cdi_dir: Path) -> list[str]:
     try:
-        return list(cdi_dir.iterdir())
+        return os.listdir(cdi_dir)
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:  # unreadable: nothing can be listed, and that must not stop the driver
@@ -268,10 +294,7 @@ def claim_file_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
 
 
 def claim_uid_of_claim_file(path: Path, driver: str) -> str | None:
-    name = path.name
-    if not (name.startswith(".") and name.endswith(CLAIM_FILE_SUFFIX)):
-        return None
-    return claim_uid_of(path.with_name(name[1 : -len(CLAIM_FILE_SUFFIX)] + SPEC_SUFFIX), driver)
+    return _uid_of_claim_file_name(path.name, f"{cdi_vendor(driver)}-{CDI_CLASS}_")
 
 
 def our_claim_files(cdi_dir: Path, driver: str) -> dict[str, Path]:

@@ -53,14 +53,14 @@ import re
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from dra_driver import atomic_file
 from dra_driver import file_modes
 from dra_driver.logs import fields
-from dra_driver.signed_json import SignedJsonError, canonical, verified_body
+from dra_driver.signed_json import SignedJsonError, body_as_written, canonical, verified_body
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,14 @@ class ClaimRecord:
     cdi_spec: str | None = None  # path of the claim's spec file once written
     spec_json: str | None = None  # the spec file's content as written, so a lost spec can be rewritten
     recovered: str = ""  # rebuilt at start-up from evidence: what it was rebuilt from (empty: written by prepare)
+    # In memory only: the record's file holds spec_json, which the copy in memory leaves out (a spec is ~6 KiB,
+    # more than the rest of a claim's state; it is needed only to rewrite a lost spec: Checkpoint.spec_text).
+    spec_on_disk: bool = False
+
+    @property
+    def answerable(self) -> bool:
+        """Whether a lost spec can be rewritten from the record (its text is in memory or in the record's file)."""
+        return self.spec_json is not None or self.spec_on_disk
 
     @property
     def completed(self) -> bool:
@@ -293,7 +301,7 @@ class Checkpoint:
             _unlink(path)
             return None
         try:
-            record = self._record_of_line(lines[-1], path)
+            record = self._record_of_line(lines[-1], path, keep_spec=False)
         except CheckpointCorrupt as exc:
             # Even a last line cut short is damage, not "the append before the crash": the claim
             # may have been answered long ago and the file truncated since. Recovery decides with
@@ -332,13 +340,22 @@ class Checkpoint:
             found, self.damaged = self.damaged, []
         return found
 
-    def _record_of_line(self, line: bytes, path: Path) -> ClaimRecord | object:
-        body = _parse_signed(line, FORMAT_VERSION)
+    def _record_of_line(self, line: bytes, path: Path, keep_spec: bool = True) -> ClaimRecord | object:
+        """The record of one line (_STALE for another boot); without `keep_spec`, as memory keeps it (`_slim`),
+        the spec text cut out before parsing where the line is laid out as written."""
+        body = None if keep_spec else _body_without_spec(line)
+        if body is None:
+            body = _parse_signed(line, FORMAT_VERSION)
+        elif body.get("version") != FORMAT_VERSION:
+            raise CheckpointCorrupt(f"unknown format version {body.get('version')!r} (expected {FORMAT_VERSION})")
         if not isinstance(body.get("record"), dict):
             raise CheckpointCorrupt("missing 'record' object")
         if body.get("boot_id") != self.boot_id:
             return _STALE
         record = record_from_json(body["record"])
+        if not keep_spec:
+            record = _slim(record)
+            record.spec_on_disk = record.spec_on_disk or bool(body.get(_SPEC_CUT))
         if path.name != _file_name(record.uid):
             raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
         return record
@@ -441,9 +458,27 @@ class Checkpoint:
                 return
         self._write_record(current, durable)
         with self._lock:
-            self._written[uid] = current
+            kept = _as_written(current)
+            if kept is not current and self._claims.get(uid) is current:
+                self._account(current, -1)
+                self._claims[uid] = kept
+                self._account(kept, 1)
+            else:
+                kept = current
+            self._written[uid] = kept
             if durable:
-                self._durable[uid] = current
+                self._durable[uid] = kept
+
+    def spec_text(self, uid: str) -> str | None:
+        """The spec text the claim's record file holds (read now: memory keeps records without it), or None."""
+        path = self.path / _file_name(uid)
+        try:
+            lines = [line for line in _read_regular_file(path).split(b"\n") if line]
+            record = self._record_of_line(lines[-1], path) if lines else None
+        except (OSError, CheckpointCorrupt) as exc:
+            log.warning("cannot read the spec text of a checkpoint record", extra=fields(path=str(path), error=str(exc)))
+            return None
+        return record.spec_json if isinstance(record, ClaimRecord) else None
 
     def completed_device_count(self) -> int:
         """Devices of completed claims, kept up to date on every change (a metrics gauge reads it per call)."""
@@ -526,6 +561,48 @@ class Checkpoint:
 
 
 _STALE = object()
+
+
+_SPEC_KEY = b'"spec_json":"'
+_RECORD_LAST_KEY = b',"uid":"'  # keys are sorted: the record's uid follows its spec_json
+_SPEC_CUT = "_spec_cut"
+
+
+def _body_without_spec(line: bytes) -> dict[str, Any] | None:
+    """The body of a record line laid out as written (checksum verified on its bytes), parsed without the spec
+    text (~6 KiB of a line's ~8, most of its parse time); the body notes `_SPEC_CUT` when it had one. None: check
+    the line the full way (another layout, or damage).
+
+    Keys are sorted, so the record's spec_json is its last key but uid and its string ends where the record's
+    `,"uid":"` begins (the last one of the body). A quote inside a string is escaped, so neither byte pattern can come
+    from a value; a key of the same name nested deeper (in backend_state) would make the cut span unbalanced
+    braces, which no parser accepts: such a line is checked the full way.
+    """
+    body = body_as_written(line)
+    if body is None:
+        return None
+    try:
+        last = body.rfind(_RECORD_LAST_KEY)
+        start = body.rfind(_SPEC_KEY, 0, last)
+        if start > 0 and body[start - 1 : start] == b",":
+            parsed = json.loads(body[: start - 1] + body[last:])  # from the comma before the key to the one after it
+            parsed[_SPEC_CUT] = True
+        else:
+            parsed = json.loads(body)
+    except ValueError:  # includes a cut that was not the record's spec text: see above
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _slim(record: ClaimRecord) -> ClaimRecord:
+    """The copy of a record read from its file that memory keeps: without the spec text, which stays in the file."""
+    return record if record.spec_json is None else replace(record, spec_json=None, spec_on_disk=True)
+
+
+def _as_written(record: ClaimRecord) -> ClaimRecord:
+    """What memory keeps of a record just written: `_slim`, and a copy of a slim record (whose new line holds
+    no spec text) no longer says its file holds one."""
+    return replace(record, spec_on_disk=False) if record.spec_json is None and record.spec_on_disk else _slim(record)
 
 
 def _file_name(uid: str) -> str:

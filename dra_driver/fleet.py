@@ -183,12 +183,12 @@ def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from dra_driver.kube.client import load_configuration, server_label
+    from dra_driver.kube.client import api_client_for, load_configuration, server_label
     from dra_driver.kube.server_check import check_dra_served, without_retries
 
     configuration = without_retries(load_configuration(source=source))
     server = server_label(source, configuration)
-    api_client = client.ApiClient(configuration)
+    api_client = api_client_for(configuration)
     check_dra_served(api_client, server)
     resource = client.ResourceV1Api(api_client)
     core = client.CoreV1Api(api_client)

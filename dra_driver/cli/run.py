@@ -249,11 +249,9 @@ def coexistence_settings(args: argparse.Namespace) -> CoexistenceSettings:
 
 def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None, conflicts: ConflictBoard | None = None) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
-    from kubernetes import client
-
     from dra_driver.kube.claim_cache import ClaimCache
     from dra_driver.kube.claims import ClaimReader
-    from dra_driver.kube.client import load_configuration
+    from dra_driver.kube.client import api_client_for, load_configuration
     from dra_driver.publisher.daemon_adapter import publisher_factory
 
     try:
@@ -263,7 +261,7 @@ def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None
     except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
         raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig, args.context).kind}): {exc}") from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
-    api_client = client.ApiClient(configuration)
+    api_client = api_client_for(configuration)
     if guard is not None:
         guard.set_node(read_node(api_client, args.node_name))
     return ApiWiring(

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from dra_driver import __version__
 from dra_driver.errors import UsageError
+
+# Sent with every request (the kubernetes client's and the start-up check's), so an operator can tell this
+# driver's traffic apart in the API server's audit log and metrics (the generated client's default is
+# "OpenAPI-Generator/<client version>/python").
+USER_AGENT = f"dra-driver/{__version__}"
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 

@@ -37,7 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver.kube.claims import ResourceClaim
 from dra_driver.kube.client import JsonApi, WatchStream
 from dra_driver.logs import fields
-from dra_driver.publisher.backoff import Backoff
+from dra_driver.publisher.backoff import Backoff, jittered
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class ClaimCache:
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch_once(self, version: str) -> str:
-        query = {"timeoutSeconds": str(self._watch_timeout_s), "allowWatchBookmarks": "true"}
+        query = {"timeoutSeconds": str(int(jittered(self._watch_timeout_s))), "allowWatchBookmarks": "true"}
         if version:
             query["resourceVersion"] = version
         stream = self._api.watch(CLAIMS_PATH, query)

@@ -16,9 +16,12 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from dra_driver import suggest
-from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, ApiSource, KubeConfigError, api_source
+from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource, KubeConfigError, api_source
 
-__all__ = ["IN_CLUSTER_TOKEN", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "chosen_context", "configuration_for_url", "load_configuration", "make_api_client", "server_label"]
+__all__ = [
+    "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for", "chosen_context",
+    "configuration_for_url", "load_configuration", "make_api_client", "server_label",
+]  # fmt: skip
 
 
 def configuration_for_url(base_url: str) -> client.Configuration:
@@ -83,9 +86,16 @@ def server_label(source: ApiSource, configuration: client.Configuration) -> str:
     return configuration.host if source.kind == "url" else f"{configuration.host} ({source.describe()})"
 
 
+def api_client_for(configuration: client.Configuration) -> client.ApiClient:
+    """The ApiClient every part of the driver uses: `configuration`'s server and auth, our User-Agent."""
+    api_client = client.ApiClient(configuration)
+    api_client.user_agent = USER_AGENT
+    return api_client
+
+
 def make_api_client(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     """An ApiClient ready for ResourceV1Api / CoreV1Api."""
-    return client.ApiClient(load_configuration(base_url, kubeconfig, context))
+    return api_client_for(load_configuration(base_url, kubeconfig, context))
 
 
 class JsonApi:

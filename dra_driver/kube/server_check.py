@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dra_driver.errors import DraError
-from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, ApiSource
+from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -84,7 +84,7 @@ def plain_fetch(base_url: str, token: str | None = None, ca_file: str | None = N
             connection: http.client.HTTPConnection = http.client.HTTPSConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S, context=context)
         else:
             connection = http.client.HTTPConnection(parts.netloc, timeout=CONNECT_TIMEOUT_S)
-        headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **({"Authorization": f"Bearer {token}"} if token else {})}
         try:
             connection.request("GET", parts.path.rstrip("/") + path, headers=headers)
             response = connection.getresponse()
@@ -110,10 +110,10 @@ def check_source(source: ApiSource) -> None:
         return
     from kubernetes import client
 
-    from dra_driver.kube.client import load_configuration, server_label
+    from dra_driver.kube.client import api_client_for, load_configuration, server_label
 
     configuration = without_retries(load_configuration(source=source))
-    with client.ApiClient(configuration) as api_client:
+    with api_client_for(configuration) as api_client:
         check_dra_served(api_client, server_label(source, configuration))
 
 

@@ -1144,9 +1144,10 @@ class SimApiServer:
         return config
 
     def api_client(self) -> Any:
-        from kubernetes import client
+        """A client as the driver builds one (its User-Agent too), pointing at this server."""
+        from dra_driver.kube.client import api_client_for
 
-        return client.ApiClient(self.client_configuration())
+        return api_client_for(self.client_configuration())
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig file pointing at this server (no auth), for commands that take --kubeconfig."""

@@ -149,13 +149,12 @@ def _backend_settings(settings: DoctorSettings) -> BackendSettings:
 
 def _connect(settings: DoctorSettings, facts: NodeFacts) -> None:
     try:
-        from dra_driver.kube.client import JsonApi, load_configuration
+        from dra_driver.kube.client import JsonApi, api_client_for, load_configuration
+        from dra_driver.kube.server_check import without_retries
 
-        configuration = load_configuration(settings.api_server, settings.kubeconfig)
-        configuration.retries = 0  # answer now: the doctor reports an unreachable server, it does not wait for it
-        from kubernetes import client
-
-        facts.api = JsonApi(client.ApiClient(configuration))
+        # No retries: the doctor reports an unreachable server now, it does not wait for it.
+        configuration = without_retries(load_configuration(settings.api_server, settings.kubeconfig))
+        facts.api = JsonApi(api_client_for(configuration))
     except DraError as exc:
         facts.api_problem = str(exc)
         return

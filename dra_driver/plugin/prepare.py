@@ -293,7 +293,8 @@ class PrepareService:
             problem = f"it does not define {', '.join(sorted(missing))}"
         if not missing:
             return record.devices
-        if record.spec_json is None:
+        text = record.spec_json if record.spec_json is not None else self._checkpoint.spec_text(ref.uid) if record.spec_on_disk else None
+        if text is None:
             raise ClaimError(
                 f"ResourceClaim {_name(ref)} is prepared on this node but its CDI spec {path} is unusable ({problem}) and its "
                 f"checkpoint record {'was rebuilt from ' + record.recovered if record.recovered else 'has no copy of it'}; "
@@ -302,9 +303,9 @@ class PrepareService:
         log.error("CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
                   extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
         if self._device_nodes is not None:
-            self._device_nodes(cdi.parse_spec(record.spec_json))
+            self._device_nodes(cdi.parse_spec(text))
         with in_place(self._cdi_place, f"rewriting the lost CDI spec of ResourceClaim {_name(ref)}"):
-            cdi.write_text_atomic(path, record.spec_json)
+            cdi.write_text_atomic(path, text)
         return record.devices
 
     def _roll_back(self, record: ClaimRecord) -> bool:

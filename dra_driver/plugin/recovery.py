@@ -170,7 +170,7 @@ class Recovery:
             self._add_damage(evidence.setdefault(damage.uid, _Evidence(damage.uid)), damage)
         for claim in recorded:
             self._add_backend(evidence.setdefault(claim.claim_uid, _Evidence(claim.claim_uid)), claim)
-        on_disk = set(cdi.our_spec_files(self._cdi_dir, self.driver)) | set(cdi.our_claim_files(self._cdi_dir, self.driver))
+        on_disk = cdi.claims_on_disk(self._cdi_dir, self.driver)
         known = {r.uid for r in self._checkpoint.records()}
         for uid in sorted((set(evidence) | on_disk) - known):
             if uid_problem(uid) is not None:  # a file name no claim of ours can have: never a path of its own
@@ -196,7 +196,7 @@ class Recovery:
             return
         found.sources.append("damaged-record")
         if damage.last_good is not None:
-            found.base = replace(damage.last_good, spec_json=None)  # its spec text may be older than the spec
+            found.base = replace(damage.last_good, spec_json=None, spec_on_disk=False)  # its spec text may be older than the spec
             found.state = dict(damage.last_good.backend_state)
         else:
             found.salvaged += source.devices  # failed its checksum: reservations only
@@ -258,7 +258,7 @@ class Recovery:
             "claim state was lost or damaged; rebuilt from evidence, its devices stay reserved",
             extra=fields(
                 driver=self.driver, uid=record.uid, claim=f"{record.namespace}/{record.name}", source=record.recovered,
-                devices=[f"{d.pool or '*'}/{d.device}" for d in record.devices], answerable=record.spec_json is not None,
+                devices=[f"{d.pool or '*'}/{d.device}" for d in record.devices], answerable=record.answerable,
             ),
         )
 

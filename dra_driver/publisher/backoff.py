@@ -30,3 +30,9 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+def jittered(seconds: float, spread: float = 1.0, source: random.Random | None = None) -> float:
+    """`seconds` stretched by a random fraction of up to `spread` (client-go's reflector draws its watch timeouts
+    from [5 min, 10 min) this way), so the nodes of a rollout that started together do not renew in lockstep."""
+    return seconds * (1.0 + spread * (source or random).random())

@@ -171,3 +171,39 @@ def test_gpu_instance_that_cannot_be_undone_is_left_alone_and_logged(
     assert [start for _, _, start in fake.live_instances()] == [0]
     offered = {device.name for device in restarted.discover().devices}
     assert EIGHT[0] not in offered and "gpu-0" not in offered and EIGHT[1] in offered
+
+
+def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second write of a prepare and the removals of an unprepare use what the call read or wrote itself (the
+    claim is held by the call); each call still reads the file once, as a rolling-update peer may have written it."""
+    read: list[Path] = []
+    real = OwnershipJournal._parse
+
+    def spy(self: OwnershipJournal, path: Path) -> Any:
+        read.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(OwnershipJournal, "_parse", spy)
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    assert read == [tmp_path / SUBDIR / "uid-8.json"]
+    read.clear()
+    backend.unprepare(claim("uid-8"), prepared.state)
+    assert read == [tmp_path / SUBDIR / "uid-8.json"]
+    assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
+    read.clear()
+    OwnershipJournal.under(tmp_path).record(OwnedInstance("uid-x", EIGHT[0], "GPU-x", 19, 0))  # a peer's write
+    backend.prepare(claim("uid-x"), alloc(EIGHT[1]))
+    assert [e.device for e in OwnershipJournal.under(tmp_path).entries("uid-x")] == [EIGHT[0], EIGHT[1]]  # the peer's entry kept
+
+
+def test_the_mig_uuids_of_a_claim_are_found_in_one_walk_per_gpu(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML finds a MIG device's UUID only by walking the parent's MIG handles: one walk per GPU of the claim,
+    not one per instance (seven instances on GPU 0 walked 1 + 2 + ... + 7 handles)."""
+    calls = count(monkeypatch, backend.simulator, "nvmlDeviceGetMigDeviceHandleByIndex")  # type: ignore[arg-type]
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    assert calls["nvmlDeviceGetMigDeviceHandleByIndex"] <= 7 + 1  # GPU 0's seven MIG devices, GPU 1's one
+    uuids = [e.split("=", 1)[1] for d in prepared.devices for e in d.edits.env if e.startswith("NVIDIA_DRA_UUID")]
+    assert len(set(uuids)) == 8 and all(u.startswith("MIG-") for u in uuids)
+    assert uuids == [entry["uuid"] for entry in prepared.state["migInstances"]]  # each device got its own instance's UUID

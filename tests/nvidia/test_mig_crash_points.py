@@ -4,8 +4,9 @@ or is reconciled away, and a completed claim's instances are never touched.
 The kill is modelled in process: the step raises an exception nothing in the backend catches (as a killed
 process runs no rollback), before or after the step took effect. Steps are every NVML call that changes
 the GPUs (MIG mode, GPU and compute instances) and every write of the ownership journal. The restarted
-daemon is a fresh NvidiaBackend over the same simulated GPUs and state dir, doing what plugin recovery
-does: roll the half-prepared claim back with no recorded state (`unprepare(claim, {})`), then
+daemon is a fresh NvidiaBackend opened from the profile with the same state dir: a new simulated library
+that finds the MIG modes and instances the killed one left in the node's simulated-hardware state (as a
+real GPU keeps them), doing what plugin recovery does: roll the half-prepared claim back with no recorded state (`unprepare(claim, {})`), then
 `reconcile` with the live claims' states. A second variant loses the claim's checkpoint record too:
 start-up then rebuilds the claim from `recorded_claims` (reserved), `reconcile` gets that state too,
 and the kubelet's unprepare releases it. Either way the completed claim keeps its instances (same GI IDs), an admin's
@@ -121,6 +122,7 @@ class Node:
     completed_state: dict[str, Any]
     admin: tuple[str, int, int]  # (GPU uuid, GI profile, placement start)
     state_dir: Path
+    reopen: Callable[[], NvidiaBackend]  # the restarted daemon's backend: from the profile, same state dir
 
 
 @pytest.fixture
@@ -138,7 +140,8 @@ def node(open_backend: OpenBackend, tmp_path: Path) -> Iterator[Callable[[], Nod
         completed = backend.prepare(COMPLETED, alloc(COMPLETED_DEVICES)).state
         admin = admin_create(*ADMIN)
         backend.discover()  # the admin's instance is now known as foreign, as a periodic discovery would find it
-        return Node(backend, fake, dict(completed), admin, state_dir)
+        reopen = lambda: open_backend("dgx-h100", partitioning="dynamic", state_dir=state_dir)  # noqa: E731
+        return Node(backend, fake, dict(completed), admin, state_dir, reopen)
 
     yield _node
 
@@ -159,8 +162,15 @@ def kill_points(total: int) -> Iterator[tuple[int, bool, str]]:
 
 
 def restart(n: Node) -> NvidiaBackend:
-    """The backend the restarted daemon builds: fresh memory, the same GPUs (simulated library) and state dir."""
-    return NvidiaBackend(n.backend.settings, simulator=n.fake, sysfs_root=n.backend._sysfs_root, proc_root=None)
+    """The backend the restarted daemon builds: fresh memory and a fresh simulated library over the node's saved
+    GPU state, the same state dir. `n.fake` is the new library from here on."""
+    killed = live(n.fake), [(gpu.mig_mode, gpu.mig_pending) for gpu in n.fake.gpus]
+    restarted = n.reopen()
+    assert restarted.simulator is not None and restarted.simulator is not n.fake
+    n.backend, n.fake = restarted, restarted.simulator
+    # The GPUs kept every MIG mode, instance and ID the killed daemon left.
+    assert (live(n.fake), [(gpu.mig_mode, gpu.mig_pending) for gpu in n.fake.gpus]) == killed
+    return restarted
 
 
 def assert_only_the_completed_claim_left(n: Node, restarted: NvidiaBackend, before: set[Any], where: str) -> None:

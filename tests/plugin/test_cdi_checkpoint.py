@@ -45,6 +45,10 @@ def test_atomic_write_and_ownership(tmp_path: Path):
     (path.parent / "k8s.amd.com-device_uid-2.json").write_text("{}")
     (path.parent / "other.json").write_text("{}")
     assert cdi.our_spec_files(path.parent, "gpu.nvidia.com") == {"uid-1": path}
+    cdi.claim_file_path(path.parent, "gpu.nvidia.com", "uid-3").write_text("{}")  # a claim file whose spec is gone
+    (path.parent / "k8s.gpu.nvidia.com-device_bad uid!.json").write_text("{}")  # no claim UID: never ours
+    assert cdi.claims_on_disk(path.parent, "gpu.nvidia.com") == {"uid-1", "uid-3"}
+    assert cdi.claims_on_disk(path.parent / "missing", "gpu.nvidia.com") == set()
     assert cdi.remove_spec(path) and not cdi.remove_spec(path)
 
 

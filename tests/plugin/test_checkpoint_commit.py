@@ -49,11 +49,29 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_record_json_matches_asdict():
     rec = record("u1", PREPARE_COMPLETED, devices=2)
-    # The two later fields are left out while unset (older builds read the same lines).
-    assert rec.to_json() == {k: v for k, v in asdict(rec).items() if k not in ("spec_json", "recovered")}
+    # The two later fields are left out while unset (older builds read the same lines); spec_on_disk is memory only.
+    assert rec.to_json() == {k: v for k, v in asdict(rec).items() if k not in ("spec_json", "recovered", "spec_on_disk")}
     full = replace(rec, spec_json='{"devices":[]}', recovered="cdi-spec")
-    assert full.to_json() == asdict(full)
+    assert full.to_json() == {k: v for k, v in asdict(full).items() if k != "spec_on_disk"}
     assert ClaimRecord.from_json(full.to_json()) == full
+
+
+def test_memory_keeps_records_without_their_spec_text_which_stays_readable_in_the_file(tmp_path: Path, boot: Path):
+    """A completed claim's spec text (~6 KiB) is the largest part of its record: memory leaves it to the file."""
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    ckpt.put(replace(record("u1", PREPARE_COMPLETED, devices=1), spec_json='{"cdiVersion":"0.5.0"}'))
+    kept = ckpt.get("u1")
+    assert kept is not None and kept.spec_json is None and kept.spec_on_disk and kept.answerable
+    assert ckpt.spec_text("u1") == '{"cdiVersion":"0.5.0"}'
+    restarted = Checkpoint(tmp_path / "cp.json", boot)
+    restarted.load()
+    loaded = restarted.get("u1")
+    assert loaded is not None and loaded.spec_json is None and loaded.spec_on_disk
+    assert restarted.spec_text("u1") == '{"cdiVersion":"0.5.0"}'
+    # A record written again without the text (unprepare started) no longer claims the file holds one.
+    restarted.put(replace(loaded, phase="UnprepareStarted"))
+    again = restarted.get("u1")
+    assert again is not None and not again.spec_on_disk and restarted.spec_text("u1") is None
 
 
 def test_with_a_boot_id_nothing_is_flushed_yet_every_write_is_visible_to_a_restart(tmp_path: Path, boot: Path, syncs: list[int]):
@@ -174,3 +192,24 @@ def test_device_index_lists_every_holder_and_follows_changes(tmp_path: Path, boo
     again.load()
     assert [r.uid for r, _ in again.holders("pool", "gpu-0")] == ["a"]
     assert again.holders("other-pool", "gpu-0") == []
+
+
+@pytest.mark.parametrize(
+    "state", [{}, {"spec_json": "x", "uid": "u9"}, {"nested": {"spec_json": "y\"z", "uid": "u9"}}], ids=["plain", "key-in-state", "deeper"]
+)
+def test_a_load_reads_records_without_their_spec_text_whatever_the_backend_state_holds(tmp_path: Path, boot: Path, state: dict) -> None:
+    """The load cuts the spec text out of each line before parsing it; keys of the same name in the backend state
+    are never taken for it (such a line is read the full way)."""
+    written = [
+        replace(record("u1", PREPARE_COMPLETED, devices=1), backend_state=dict(state), spec_json='{"a":"b\\\\","c":"\\"d"}'),
+        replace(record("u2", PREPARE_COMPLETED, devices=1), backend_state=dict(state)),
+    ]
+    ckpt = Checkpoint(tmp_path / "cp.json", boot)
+    for rec in written:
+        ckpt.put(rec)
+    restarted = Checkpoint(tmp_path / "cp.json", boot)
+    restarted.load()
+    for rec in written:
+        loaded = restarted.get(rec.uid)
+        assert loaded == replace(rec, spec_json=None, spec_on_disk=rec.spec_json is not None)
+        assert restarted.spec_text(rec.uid) == rec.spec_json

@@ -31,3 +31,25 @@ def test_any_changed_byte_of_the_body_is_caught(body: dict[str, object]) -> None
         damaged = text[:at] + ("x" if text[at] != "x" else "y") + text[at + 1 :]
         with pytest.raises(SignedJsonError):
             verified_body(damaged)
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_a_document_as_written_is_checked_on_its_bytes_and_any_other_layout_the_canonical_way(
+    body: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up verifies thousands of claim records: re-encoding each body canonically was most of the cost."""
+    from dra_driver import signed_json
+
+    encoded: list[object] = []
+    real = signed_json.canonical
+    monkeypatch.setattr(signed_json, "canonical", lambda value: (encoded.append(value), real(value))[1])
+    text = signed_text(body)
+    encoded.clear()
+    assert verified_body(text) == body and verified_body(text.encode()) == body
+    assert encoded == []
+    spaced = json.dumps({"body": body, "checksum": checksum(body)}, indent=1)  # signed the same, laid out otherwise
+    encoded.clear()
+    assert verified_body(spaced) == body and len(encoded) == 1
+    wrong = text[: -len('0"}')] + ('1"}' if text[-3] == "0" else '0"}')  # the checksum's last digit changed
+    with pytest.raises(SignedJsonError, match="checksum mismatch"):
+        verified_body(wrong)

@@ -17,6 +17,7 @@ from dra_driver import sim_scratch
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import Inventory
+from dra_driver.sim_state import SimulatedState
 from dra_driver.sysfs_util import pci_device_dir, pcie_root, read_text
 from dra_driver.vendor import (
     AllocatedDevice,
@@ -105,7 +106,8 @@ class AmdBackend(VendorBackend):
                 owned = undo.enter_context(sim_scratch.create(cls.vendor))
                 sysfs_root = owned.path
             build_pci_tree(sysfs_root, profile)
-            smi = Smi(FakeAmdSmi(profile))
+            # With a state dir, the simulated GPUs keep their partition modes across restarts as real ones do.
+            smi = Smi(FakeAmdSmi(profile, SimulatedState.for_settings(settings.state_dir, cls.vendor, dict(section))))
             smi.init()
             undo.callback(smi.shutdown)
             if not profile.gpus:

@@ -9,16 +9,20 @@ codes, so the production code above it takes the same paths as on a real node.
 
 State that real hardware keeps (current partition modes, ECC counters, pending
 reset events) lives here; tests drive it through the `inject_*` methods and read
-`calls` to see which setters were used.
+`calls` to see which setters were used. Given a `SimulatedState`
+(dra_driver.sim_state), the partition modes outlive the process like a real GPU's.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
+
+from dra_driver.sim_state import SimulatedState, changing
 
 from dra_driver_amd.profile import AmdProfile, GpuEntry, GpuModel
 
@@ -129,8 +133,9 @@ class FakeAmdSmi:
     AmdSmiLinkType = AmdSmiLinkType
     AmdSmiEvtNotificationType = AmdSmiEvtNotificationType
 
-    def __init__(self, profile: AmdProfile) -> None:
+    def __init__(self, profile: AmdProfile, state: SimulatedState | None = None) -> None:
         self.profile = profile
+        self.state = state
         self.initialized = False
         self.calls: list[tuple[Any, ...]] = []  # setter calls, in order
         self._lock = threading.Condition()
@@ -139,6 +144,7 @@ class FakeAmdSmi:
             entry.bdf: _GpuState(entry, profile.models[entry.model], entry.compute_partition, entry.memory_partition)
             for entry in profile.gpus
         }
+        self._read_state()
         outer = self
 
         class AmdSmiEventReader:
@@ -157,6 +163,26 @@ class FakeAmdSmi:
 
         self.AmdSmiEventReader = AmdSmiEventReader
 
+    # -- persistent state ----------------------------------------------------
+
+    def _read_state(self) -> None:
+        """Take the partition modes saved by an earlier daemon or another process (a stat when nothing changed)."""
+        if self.state is None or not self.state.changed():
+            return
+        loaded = self.state.load()
+        for bdf, modes in (loaded.hardware.get("gpus", {}) if loaded else {}).items():
+            if bdf in self._gpus:
+                self._gpus[bdf].compute, self._gpus[bdf].memory = modes.get("compute"), modes.get("memory")
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """A setter: under the state's lock, on its latest version, saved after (in memory only without a state)."""
+        with changing(self.state, self._read_state, self._export):
+            yield
+
+    def _export(self) -> dict[str, Any]:
+        return {"gpus": {bdf: {"compute": gpu.compute, "memory": gpu.memory} for bdf, gpu in self._gpus.items()}}
+
     # -- helpers -------------------------------------------------------------
 
     def _check_init(self) -> None:
@@ -167,6 +193,7 @@ class FakeAmdSmi:
         self._check_init()
         if not isinstance(handle, FakeHandle) or handle.gpu_bdf not in self._gpus:
             raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
+        self._read_state()
         state = self._gpus[handle.gpu_bdf]
         if handle.partition >= self._num_partitions(state):
             raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_FOUND)  # stale handle after a mode change
@@ -196,9 +223,12 @@ class FakeAmdSmi:
 
     def amdsmi_shut_down(self) -> None:
         self.initialized = False
+        if self.state is not None:
+            self.state.close()  # lets go of the state file it held open; the next call reads it again
 
     def amdsmi_get_processor_handles(self) -> list[FakeHandle]:
         self._check_init()
+        self._read_state()
         return [
             FakeHandle(bdf, index) for bdf, state in self._gpus.items() for index in range(self._num_partitions(state))
         ]
@@ -317,6 +347,10 @@ class FakeAmdSmi:
         }
 
     def amdsmi_set_gpu_compute_partition(self, handle: FakeHandle, compute_partition: AmdSmiComputePartitionType) -> None:
+        with self._changing():
+            self._set_compute_partition(handle, compute_partition)
+
+    def _set_compute_partition(self, handle: FakeHandle, compute_partition: AmdSmiComputePartitionType) -> None:
         state = self._gpu(handle)
         self._partitioning_supported(state)
         name = AmdSmiComputePartitionType(compute_partition).name
@@ -328,6 +362,10 @@ class FakeAmdSmi:
         state.compute = name
 
     def amdsmi_set_gpu_memory_partition(self, handle: FakeHandle, memory_partition: AmdSmiMemoryPartitionType) -> None:
+        with self._changing():
+            self._set_memory_partition(handle, memory_partition)
+
+    def _set_memory_partition(self, handle: FakeHandle, memory_partition: AmdSmiMemoryPartitionType) -> None:
         state = self._gpu(handle)
         name = AmdSmiMemoryPartitionType(memory_partition).name
         if name not in state.model.memory_partition_caps or not self._valid_pair(state, state.compute, name):

@@ -15,6 +15,7 @@ from dra_driver import sim_node, sim_scratch
 from dra_driver.errors import BackendUnavailable, DeviceError
 from dra_driver.logs import fields
 from dra_driver.model.device import CounterSet, Device, Inventory
+from dra_driver.sim_state import SimulatedState
 from dra_driver.vendor import (
     AllocatedDevice,
     BackendSettings,
@@ -38,6 +39,8 @@ from dra_driver_nvidia.profile import NvidiaSection, parse_section
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
 STATE_KEY = "migInstances"
+# Claim state of a dynamic claim using GPUs whole (MIG mode held off): {"claim": uid, "gpus": [GPU uuid, ...]}.
+WHOLE_KEY = "wholeGpus"
 # Architectures whose MIG mode changes only at the next GPU reset (NVIDIA MIG user guide: A100/A30);
 # a GPU that answers nvmlDeviceSetMigMode with RESET_REQUIRED is added at run time as well.
 RESET_TO_SWITCH_MIG = frozenset({"Ampere"})
@@ -108,6 +111,8 @@ class NvidiaBackend(VendorBackend):
         self._journal = OwnershipJournal.under(settings.state_dir)
         self._owned: set[GiKey] = {entry.key for entry in self._journal.all_entries()}
         self._needs_reset: set[str] = set()  # GPU uuids seen to answer RESET_REQUIRED
+        # Dynamic partitioning: GPU uuid -> claims using the GPU whole, whose MIG mode must stay off until released.
+        self._whole_users: dict[str, set[str]] = {}
         self._compute_profiles = mig.ComputeProfiles()  # read once per (GPU, GI profile), not per lookup
 
     # ---- opening ------------------------------------------------------------------
@@ -136,7 +141,9 @@ class NvidiaBackend(VendorBackend):
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> NvidiaBackend:
         parsed = parse_section(section)
-        simulator = fake_nvml.FakeNvmlLibrary(parsed)
+        # With a state dir, the simulated GPUs keep MIG modes and instances across restarts as real ones do.
+        state = SimulatedState.for_settings(settings.state_dir, cls.vendor, parsed.model_dump(mode="json"))
+        simulator = fake_nvml.FakeNvmlLibrary(parsed, state)
         fake_nvml.install(simulator)
         try:
             _start_nvml()
@@ -286,7 +293,7 @@ class NvidiaBackend(VendorBackend):
         return validate_config(parameters)
 
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> PreparedClaim:
-        with self._lock:
+        with self._lock, self._journal.held(claim.uid):
             index = self._index()
             created: list[dict[str, Any]] = []
             prepared: dict[int, PreparedDevice] = {}
@@ -303,12 +310,17 @@ class NvidiaBackend(VendorBackend):
                     prepared[slot] = _prepared_device(devices[slot].device, device_edits, uuid)
             except (NvmlError, DeviceError) as exc:
                 self._destroy(claim, created)  # leave nothing half-done behind
+                self._release_whole(claim.uid)
                 if isinstance(exc, DeviceError):
                     raise
                 raise DeviceError(allocated.device, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
+            state: dict[str, Any] = {STATE_KEY: created}
+            whole = sorted(uuid for uuid, users in self._whole_users.items() if claim.uid in users)
+            if whole:
+                state[WHOLE_KEY] = {"claim": claim.uid, "gpus": whole}
             return PreparedClaim(
                 devices=[prepared[slot] for slot in range(len(devices))], claim_edits=self._claim_edits(devices),
-                request_edits=_request_env(devices), state={STATE_KEY: created},
+                request_edits=_request_env(devices), state=state,
             )  # fmt: skip
 
     def _claim_edits(self, devices: Sequence[AllocatedDevice]) -> ContainerEdits:
@@ -329,14 +341,15 @@ class NvidiaBackend(VendorBackend):
         if name in index.gpus:
             gpu = index.gpus[name]
             if self.settings.partitioning == "dynamic" and index.profiles.get(gpu.uuid):
-                self._set_mig_mode(gpu, enabled=False)
+                self._set_mig_mode(gpu, claim, enabled=False)
+                self._whole_users.setdefault(gpu.uuid, set()).add(claim.uid)  # holds MIG mode off until released
             return edits.gpu_edits(gpu.minor, dev_root), gpu.uuid
         if name in index.static_migs:
             gpu, mig_device = index.static_migs[name]
             return edits.mig_edits(gpu.minor, mig_device.gi_id, mig_device.ci_id, dev_root, self._mig_minors), mig_device.uuid
         if name in index.placements:
             gpu, profile, placement = index.placements[name]
-            self._set_mig_mode(gpu, enabled=True)
+            self._set_mig_mode(gpu, claim, enabled=True)
             existing = mig.find_instance(gpu.handle, profile.info.id, placement.start)
             if existing is not None and (gpu.uuid, profile.info.id, placement.start) not in self._owned:
                 raise DeviceError(name, "its placement holds a MIG device this driver did not create (admin-created?); "
@@ -359,13 +372,12 @@ class NvidiaBackend(VendorBackend):
             return []
         self._journal_record(*(item.intent for item in planned))  # before creating: a crash from here on still leaves our mark
         self._owned.update(item.key for item in planned)
-        made: list[tuple[ContainerEdits, str]] = []
-        results: list[OwnedInstance] = []
+        instances: list[mig.CreatedInstance] = []
         for number, item in enumerate(planned):
             gpu, profile, placement, name = item.gpu, item.profile, item.placement, item.intent.device
             try:
                 compute_profiles = partial(self._compute_profiles.of, gpu.uuid)
-                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, compute_profiles)
+                instance = mig.create_instance_in(gpu.handle, profile, placement, item.existing, compute_profiles, find_uuid=False)
             except NvmlError as exc:
                 self._compute_profiles.forget(gpu.uuid)  # in case what NVML answered before is stale now
                 # create_instance_in undid its own GI; this and the later intents made nothing. Whatever is at
@@ -374,15 +386,35 @@ class NvidiaBackend(VendorBackend):
                 raise DeviceError(name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
             created.append(
                 {"device": name, "parentUUID": gpu.uuid, "giId": instance.gi_id, "ciId": instance.ci_id,
-                 "profileId": profile.info.id, "start": placement.start, "uuid": instance.uuid}
+                 "profileId": profile.info.id, "start": placement.start}
             )  # fmt: skip
-            results.append(item.intent.created(instance.gi_id, instance.ci_id))
+            instances.append(instance)
             self._dynamic_by_gi[(gpu.uuid, instance.gi_id)] = name
-            log.info("created MIG device", extra=fields(device=name, gi=instance.gi_id, ci=instance.ci_id, uuid=instance.uuid))
-            mig_edits = edits.mig_edits(gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors)
-            made.append((mig_edits, instance.uuid))
-        self._journal_record(*results)  # failing: rolled back via `created` (the intents still name every instance)
+        uuids = self._mig_uuids(claim, planned, instances)  # failing: rolled back via `created`
+        made: list[tuple[ContainerEdits, str]] = []
+        for item, instance, entry in zip(planned, instances, created[-len(planned):], strict=True):
+            entry["uuid"] = uuid = uuids[(item.gpu.uuid, instance.gi_id, instance.ci_id)]
+            log.info("created MIG device", extra=fields(device=item.intent.device, gi=instance.gi_id, ci=instance.ci_id, uuid=uuid))
+            mig_edits = edits.mig_edits(item.gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors)
+            made.append((mig_edits, uuid))
+        # Failing: rolled back via `created` (the intents still name every instance).
+        self._journal_record(*(item.intent.created(i.gi_id, i.ci_id) for item, i in zip(planned, instances, strict=True)))
         return made
+
+    def _mig_uuids(
+        self, claim: ClaimRef, planned: Sequence[_PlannedInstance], instances: Sequence[mig.CreatedInstance]
+    ) -> dict[tuple[str, int, int], str]:
+        """(GPU uuid, GI id, CI id) -> MIG UUID of each instance just created: one walk of each GPU's MIG devices."""
+        wanted: dict[str, tuple[GpuInfo, set[tuple[int, int]]]] = {}
+        for item, instance in zip(planned, instances, strict=True):
+            wanted.setdefault(item.gpu.uuid, (item.gpu, set()))[1].add((instance.gi_id, instance.ci_id))
+        found: dict[tuple[str, int, int], str] = {}
+        for gpu, pairs in wanted.values():
+            try:
+                found.update({(gpu.uuid, gi, ci): uuid for (gi, ci), uuid in mig.mig_uuids(gpu.handle, pairs).items()})
+            except NvmlError as exc:
+                raise DeviceError(gpu.name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
+        return found
 
     def _forget_intents(self, claim: ClaimRef, planned: Sequence[_PlannedInstance]) -> None:
         """Intents of instances never created: those placements are not ours (unless their GI was before)."""
@@ -390,8 +422,8 @@ class NvidiaBackend(VendorBackend):
         if planned:
             self._journal_remove(claim.uid, *(item.key for item in planned))
 
-    def _set_mig_mode(self, gpu: GpuInfo, enabled: bool) -> None:
-        """Switch MIG mode for a dynamic claim (logged as a warning: it changes what the GPU offers).
+    def _set_mig_mode(self, gpu: GpuInfo, claim: ClaimRef, enabled: bool) -> None:
+        """Switch MIG mode for a dynamic claim, never while another claim uses the GPU (normal operation: logged at info).
 
         A change that would only be pending (the GPU needs a reset, as on A100) is undone and
         refused, so the GPU never sits in a state its published devices do not describe.
@@ -400,6 +432,7 @@ class NvidiaBackend(VendorBackend):
         if bool(current) == enabled:
             return
         action = "enable" if enabled else "disable"
+        self._refuse_mode_change_in_use(gpu, enabled)
         try:
             activation = nvml.set_mig_mode(gpu.handle, enabled)
         except NvmlError as exc:
@@ -416,7 +449,26 @@ class NvidiaBackend(VendorBackend):
                                         "the GPU is now published in its current mode only")
         gpu.mig_enabled = gpu.mig_pending = enabled
         self._compute_profiles.forget(gpu.uuid)
-        log.warning("switched MIG mode for a claim", extra=fields(gpu=gpu.name, enabled=enabled))
+        log.info("switched MIG mode for a claim", extra=fields(gpu=gpu.name, enabled=enabled, claim=claim.uid))
+
+    def _refuse_mode_change_in_use(self, gpu: GpuInfo, enabling: bool) -> None:
+        """A GPU a claim uses whole (MIG off) or through any MIG instance (MIG on) keeps its mode: its containers depend on it."""
+        if enabling:
+            holders = sorted(self._whole_users.get(gpu.uuid, set()))
+            if holders:
+                raise DeviceError(gpu.name, f"cannot enable MIG mode: claim {holders[0]} uses the GPU whole; "
+                                            "its partitions can be prepared once that claim is released")  # fmt: skip
+            return
+        live = [info.id for _, info in mig.live_instances(gpu.handle, self._index().profiles.get(gpu.uuid) or [])]
+        if live:
+            raise DeviceError(gpu.name, f"cannot disable MIG mode: MIG instances {sorted(live)} exist on it (claims or an "
+                                        "admin use them); the whole GPU can be prepared once they are gone")  # fmt: skip
+
+    def _release_whole(self, claim_uid: str) -> None:
+        for uuid in [uuid for uuid, users in self._whole_users.items() if claim_uid in users]:
+            self._whole_users[uuid].discard(claim_uid)
+            if not self._whole_users[uuid]:
+                del self._whole_users[uuid]
 
     def _journal_record(self, *entries: OwnedInstance) -> None:
         try:
@@ -438,7 +490,8 @@ class NvidiaBackend(VendorBackend):
         The journal matters for a rollback with an empty state: the daemon died after the
         instance was created but before the plugin saved the claim's state.
         """
-        with self._lock:
+        with self._lock, self._journal.held(claim.uid):
+            self._release_whole(claim.uid)
             listed = list(state.get(STATE_KEY) or [])
             listed_keys = {_entry_key(entry) for entry in listed}
             recorded = [_state_entry(e) for e in self._journal.entries(claim.uid) if e.key not in listed_keys]
@@ -537,6 +590,10 @@ class NvidiaBackend(VendorBackend):
             index = self._index()
             recorded = self._journal.all_entries()  # re-read: a rolling-update peer may have written since start
             self._owned |= {entry.key for entry in recorded}
+            self._whole_users = {}
+            for whole in (s.get(WHOLE_KEY) or {} for s in live_states):
+                for uuid in whole.get("gpus") or []:
+                    self._whole_users.setdefault(str(uuid), set()).add(str(whole.get("claim")))
             entries = [e for s in live_states for e in (s.get(STATE_KEY) or [])]
             keep = {(str(e.get("parentUUID")), int(e["giId"])) for e in entries if e.get("giId") is not None}
             live_keys = {_entry_key(e) for e in entries}
@@ -649,6 +706,7 @@ def _stop_simulated_nvml(simulator: fake_nvml.FakeNvmlLibrary) -> None:
     _shutdown_nvml()
     if fake_nvml.installed() is simulator:
         fake_nvml.install(None)
+    simulator.close()
 
 
 def _write_sysfs(root: Path, section: NvidiaSection) -> None:

@@ -9,7 +9,10 @@ Handles (nvmlDevice_t, nvmlGpuInstance_t, ...) are opaque pointers; the fake
 hands out distinct fake addresses and maps them back to its objects. It keeps
 state like the driver does: MIG mode, GPU and compute instances created and
 destroyed, event sets; tests can make any call fail per GPU and inject XID
-and GPU-lost events.
+and GPU-lost events. Given a `SimulatedState` (dra_driver.sim_state), MIG modes
+and instances outlive the process like a real GPU's: every change is saved
+under its lock, and a change another process saved is read before the next call.
+A new boot voids the instances and makes a pending MIG mode current.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import threading
 import uuid as uuidlib
 from collections import deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 from dra_driver.errors import ProfileError
+from dra_driver.sim_state import SimulatedState, changing
 from dra_driver_nvidia.profile import GpuInstanceProfile, GpuModel, GpuSpec, NvidiaSection
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)
@@ -121,8 +126,9 @@ class FakeEventSet:
 class FakeNvmlLibrary:
     """The simulated library. One instance per profile; see install()."""
 
-    def __init__(self, section: NvidiaSection) -> None:
+    def __init__(self, section: NvidiaSection, state: SimulatedState | None = None) -> None:
         self.section = section
+        self.state = state
         self._lock = threading.RLock()
         self._wakeup = threading.Condition(self._lock)
         self._objects: dict[int, Any] = {}
@@ -134,6 +140,7 @@ class FakeNvmlLibrary:
         self.event_sets: list[FakeEventSet] = []
         self.created: list[tuple[str, int]] = []  # (GPU uuid, GI id) in creation order
         self.destroyed: list[tuple[str, int]] = []
+        self._serial = 0  # GPU instances ever created on this node: part of each new MIG UUID
         for index, spec in enumerate(section.gpus):
             model = section.models[spec.model]
             gpu = FakeGpu(index, spec, model, mig_mode=int(spec.migEnabled), mig_pending=int(spec.migEnabled))
@@ -146,6 +153,89 @@ class FakeNvmlLibrary:
                     raise ValueError(f"GPU {index}: MIG profile ID {mig.profileId} is not in model {spec.model!r}")
                 gi = self._new_gpu_instance(gpu, profile, mig.start)
                 self._new_compute_instance(gi, self._full_ci_profile(profile), mig.uuid)
+        if state is not None:
+            with self._lock:
+                self._read_state()
+
+    # ---- persistent state ------------------------------------------------
+
+    def _export(self) -> dict[str, Any]:
+        gpus = {
+            gpu.spec.uuid: {
+                "migMode": gpu.mig_mode, "migPending": gpu.mig_pending,
+                "instances": [
+                    {"id": gi.id, "profileId": gi.profile.id, "start": gi.start,
+                     "computes": [{"id": ci.id, "profileId": ci.profile_id, "uuid": ci.uuid} for ci in gi.computes.values()]}
+                    for gi in gpu.instances.values()
+                ],
+            }
+            for gpu in self.gpus
+        }  # fmt: skip
+        return {"serial": self._serial, "gpus": gpus}
+
+    def _read_state(self) -> None:
+        """Take the saved state (what another process or an earlier daemon left), keeping the handles of what is unchanged."""
+        assert self.state is not None
+        loaded = self.state.load()
+        if loaded is None:
+            return
+        saved = loaded.hardware
+        self._serial = max(self._serial, int(saved.get("serial", 0)))
+        for gpu in self.gpus:
+            entry = saved.get("gpus", {}).get(gpu.spec.uuid)
+            if entry is None:
+                continue
+            gpu.mig_pending = int(entry["migPending"])
+            gpu.mig_mode = gpu.mig_pending if loaded.boot_changed else int(entry["migMode"])
+            self._take_instances(gpu, [] if loaded.boot_changed else entry["instances"])
+
+    def _take_instances(self, gpu: FakeGpu, saved: list[dict[str, Any]]) -> None:
+        wanted = {int(gi["id"]): gi for gi in saved}
+        for gi_id, gi in list(gpu.instances.items()):
+            entry = wanted.get(gi_id)
+            if entry is None or (int(entry["profileId"]), int(entry["start"])) != (gi.profile.id, gi.start):
+                self._forget_gpu_instance(gi)
+        for gi_id, entry in wanted.items():
+            gi = gpu.instances.get(gi_id)
+            if gi is None:
+                profile = self._profile_by_id(gpu, int(entry["profileId"]))
+                if profile is None:
+                    continue  # not in this profile's table: the digest check makes this unreachable
+                gi = FakeGpuInstance(gpu, gi_id, profile, int(entry["start"]))
+                gpu.instances[gi_id] = gi
+                self._register(gi)
+            computes = {int(ci["id"]): ci for ci in entry["computes"]}
+            for ci_id, ci in list(gi.computes.items()):
+                if ci_id not in computes or computes[ci_id]["uuid"] != ci.uuid:
+                    del gi.computes[ci_id]
+                    self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
+            for ci_id, ci_entry in computes.items():
+                if ci_id not in gi.computes:
+                    profile_id = int(ci_entry["profileId"])
+                    ci = FakeComputeInstance(gi, ci_id, profile_id, _CI_PROFILE_SLICES[profile_id], str(ci_entry["uuid"]))
+                    gi.computes[ci_id] = ci
+                    self._register(ci)
+
+    def _forget_gpu_instance(self, gi: FakeGpuInstance) -> None:
+        for ci in gi.computes.values():
+            self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
+        self._objects.pop(gi._address, None)  # type: ignore[attr-defined]
+        gi.gpu.instances.pop(gi.id, None)
+
+    def _sync(self) -> None:
+        """Read the state again if another process has saved a change since (a stat when it has not)."""
+        if self.state is not None and self.state.changed():
+            self._read_state()
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """A call that may change the hardware: under the state's lock, on its latest version, saved after."""
+        with self._lock, changing(self.state, self._sync, self._export):
+            yield
+
+    def close(self) -> None:
+        if self.state is not None:
+            self.state.close()
 
     # ---- test controls -------------------------------------------------
 
@@ -178,18 +268,16 @@ class FakeNvmlLibrary:
 
     def reset_gpu(self, gpu: int) -> None:
         """A GPU reset (nvidia-smi -r): MIG instances are gone and a pending MIG mode takes effect."""
-        with self._lock:
+        with self._changing():
             target = self.gpus[gpu]
             for gi in list(target.instances.values()):
-                for ci in gi.computes.values():
-                    self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
-                self._objects.pop(gi._address, None)  # type: ignore[attr-defined]
-            target.instances.clear()
+                self._forget_gpu_instance(gi)
             target.mig_mode = target.mig_pending
 
     def live_instances(self) -> Iterator[tuple[str, int, int]]:
         """(GPU uuid, GI id, placement start) of every GPU instance that exists now."""
         with self._lock:
+            self._sync()
             for gpu in self.gpus:
                 for gi in gpu.instances.values():
                     yield gpu.spec.uuid, gi.id, gi.start
@@ -204,7 +292,9 @@ class FakeNvmlLibrary:
         return address
 
     def _lookup(self, handle: Any, kind: type) -> Any:
-        obj = self._objects.get(_address(handle) or 0)
+        with self._lock:
+            self._sync()
+            obj = self._objects.get(_address(handle) or 0)
         return obj if isinstance(obj, kind) else None
 
     def _gpu_call(self, symbol: str, handle: Any) -> tuple[int, FakeGpu | None]:
@@ -213,7 +303,7 @@ class FakeNvmlLibrary:
             return pynvml.NVML_ERROR_UNINITIALIZED, None
         if symbol in self.failures:
             return self.failures[symbol], None
-        gpu = self._lookup(handle, FakeGpu)
+        gpu = self._lookup(handle, FakeGpu)  # reads what another process saved since
         if gpu is None:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT, None
         if gpu.lost:
@@ -251,12 +341,13 @@ class FakeNvmlLibrary:
         gpu.instances[gi_id] = gi
         self._register(gi)
         self.created.append((gpu.spec.uuid, gi_id))
+        self._serial += 1
         return gi
 
     def _new_compute_instance(self, gi: FakeGpuInstance, ci_profile: int, mig_uuid: str | None = None) -> FakeComputeInstance:
         ci_id = next(i for i in range(8) if i not in gi.computes)
         if mig_uuid is None:
-            digest = hashlib.sha256(f"{gi.gpu.spec.uuid}/{gi.id}/{ci_id}/{len(self.created)}".encode()).digest()
+            digest = hashlib.sha256(f"{gi.gpu.spec.uuid}/{gi.id}/{ci_id}/{self._serial}".encode()).digest()
             mig_uuid = f"MIG-{uuidlib.UUID(bytes=digest[:16])}"
         ci = FakeComputeInstance(gi, ci_id, ci_profile, _CI_PROFILE_SLICES[ci_profile], mig_uuid)
         gi.computes[ci_id] = ci
@@ -436,7 +527,7 @@ class FakeNvmlLibrary:
             return pynvml.NVML_SUCCESS
 
     def nvmlDeviceSetMigMode(self, handle: Any, mode: Any, activation: Any) -> int:
-        with self._lock:
+        with self._changing():
             ret, gpu = self._gpu_call("nvmlDeviceSetMigMode", handle)
             if gpu is None:
                 return ret
@@ -521,7 +612,7 @@ class FakeNvmlLibrary:
             return pynvml.NVML_SUCCESS
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: Any, profile_id: Any, placement: Any, ref: Any) -> int:
-        with self._lock:
+        with self._changing():
             ret, gpu = self._gpu_call("nvmlDeviceCreateGpuInstanceWithPlacement", handle)
             if gpu is None:
                 return ret
@@ -576,7 +667,7 @@ class FakeNvmlLibrary:
         return pynvml.NVML_SUCCESS
 
     def nvmlGpuInstanceDestroy(self, handle: Any) -> int:
-        with self._lock:
+        with self._changing():
             gi = self._lookup(handle, FakeGpuInstance)
             if gi is None or gi.gpu.instances.get(gi.id) is not gi:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -611,7 +702,7 @@ class FakeNvmlLibrary:
         return pynvml.NVML_SUCCESS
 
     def nvmlGpuInstanceCreateComputeInstance(self, handle: Any, profile_id: Any, ref: Any) -> int:
-        with self._lock:
+        with self._changing():
             gi = self._lookup(handle, FakeGpuInstance)
             if gi is None:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -662,7 +753,7 @@ class FakeNvmlLibrary:
         return pynvml.NVML_SUCCESS
 
     def nvmlComputeInstanceDestroy(self, handle: Any) -> int:
-        with self._lock:
+        with self._changing():
             ci = self._lookup(handle, FakeComputeInstance)
             if ci is None or ci.gi.computes.get(ci.id) is not ci:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT

@@ -8,7 +8,7 @@ from tables in code, so a new board or driver works without a code change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import pynvml
@@ -175,16 +175,30 @@ def find_instance(handle: Handle, profile_id: int, start: int) -> Handle | None:
 
 def mig_uuid(handle: Handle, gi_id: int, ci_id: int) -> str:
     """The UUID of the MIG device backed by (GI, CI); found by walking the parent's MIG handles."""
+    return mig_uuids(handle, {(gi_id, ci_id)})[(gi_id, ci_id)]
+
+
+def mig_uuids(handle: Handle, wanted: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The UUIDs of the MIG devices backed by each (GI, CI) in `wanted`, in one walk of the parent's MIG handles
+    (NVML has no lookup by ID: a claim's instances found one walk each cost a walk per instance)."""
+    left, found = set(wanted), {}
     for position in range(nvml.max_mig_device_count(handle)):
+        if not left:
+            break
         try:
             mig = nvml.mig_device_handle(handle, position)
         except NvmlError as exc:
             if exc.not_found or exc.not_supported:
                 continue
             raise
-        if nvml.gpu_instance_id(mig) == gi_id and nvml.compute_instance_id(mig) == ci_id:
-            return nvml.uuid(mig)
-    raise NvmlError("nvmlDeviceGetMigDeviceHandleByIndex", pynvml.NVML_ERROR_NOT_FOUND, f"no MIG device for GI {gi_id} CI {ci_id}")
+        key = (nvml.gpu_instance_id(mig), nvml.compute_instance_id(mig))
+        if key in left:
+            found[key] = nvml.uuid(mig)
+            left.discard(key)
+    if left:
+        gi_id, ci_id = min(left)
+        raise NvmlError("nvmlDeviceGetMigDeviceHandleByIndex", pynvml.NVML_ERROR_NOT_FOUND, f"no MIG device for GI {gi_id} CI {ci_id}")
+    return found
 
 
 def create_instance(
@@ -196,12 +210,14 @@ def create_instance(
 
 
 def create_instance_in(
-    handle: Handle, profile: MigProfile, placement: Placement, gi: Handle | None, compute_profiles: ComputeProfilesOf
+    handle: Handle, profile: MigProfile, placement: Placement, gi: Handle | None, compute_profiles: ComputeProfilesOf,
+    find_uuid: bool = True,
 ) -> CreatedInstance:
     """`create_instance` with the GI at the placement already looked up (None: there is none, create it).
 
     A GI created here whose compute instance then fails is destroyed again before the error is
-    raised, so a failure leaves the placement as it was.
+    raised, so a failure leaves the placement as it was. Without `find_uuid` the UUID is left empty
+    for the caller to look up with `mig_uuids` (once for all the instances it creates on a GPU).
     """
     made = gi is None
     if gi is None:
@@ -212,7 +228,7 @@ def create_instance_in(
         existing = nvml.compute_instances(gi, ci_profile)
         ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
         ci_id = nvml.compute_instance_id_of(ci)
-        return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id))
+        return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id) if find_uuid else "")
     except NvmlError:
         if made:
             _destroy_quietly(gi, profile.info.id, compute_profiles)

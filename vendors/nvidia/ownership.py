@@ -31,6 +31,8 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -96,11 +98,28 @@ class OwnershipJournal:
         self.directory = directory
         self.boot_id = read_boot_id(boot_id_path) if boot_id_path is not None else read_boot_id()
         self._memory: dict[str, list[OwnedInstance]] = {}  # used when there is no directory
+        # Claims inside `held`: their record as last read or written in this call (None: not read yet).
+        self._held: dict[str, list[OwnedInstance] | None] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def under(cls, state_dir: Path | None, boot_id_path: Path | None = None) -> OwnershipJournal:
         return cls(state_dir / SUBDIR if state_dir is not None else None, boot_id_path)
+
+    @contextmanager
+    def held(self, claim_uid: str) -> Iterator[None]:
+        """For one prepare or unprepare of the claim: its record is read from disk once and then kept in memory.
+
+        The caller holds the claim (prepares are serialised per UID, also across the plugin instances of a
+        rolling update), so nobody else writes its file meanwhile; a later call reads the file again.
+        """
+        with self._lock:
+            self._held[claim_uid] = None
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.pop(claim_uid, None)
 
     # ---- reading -------------------------------------------------------------------
 
@@ -128,6 +147,15 @@ class OwnershipJournal:
     def _read(self, claim_uid: str) -> list[OwnedInstance]:
         if self.directory is None:
             return list(self._memory.get(claim_uid, []))
+        known = self._held.get(claim_uid)
+        if known is not None:
+            return list(known)
+        entries = self._read_file(claim_uid)
+        if claim_uid in self._held:
+            self._held[claim_uid] = list(entries)
+        return entries
+
+    def _read_file(self, claim_uid: str) -> list[OwnedInstance]:
         parsed = self._parse(self._path(claim_uid))
         if parsed is None:
             return []
@@ -198,8 +226,12 @@ class OwnershipJournal:
                 self._memory.pop(claim_uid, None)
             return
         path = self._path(claim_uid)
+        if claim_uid in self._held:
+            self._held[claim_uid] = None  # read again if this write fails half-way; set once it is done
         if not entries:
             self._unlink(path)
+            if claim_uid in self._held:
+                self._held[claim_uid] = []
             return
         body = {
             "version": FORMAT_VERSION,
@@ -212,6 +244,8 @@ class OwnershipJournal:
             ],
         }
         atomic_file.replace_file(path, json.dumps(body, sort_keys=True).encode(), durable=True)
+        if claim_uid in self._held:
+            self._held[claim_uid] = list(entries)
 
     def _unlink(self, path: Path) -> None:
         try:

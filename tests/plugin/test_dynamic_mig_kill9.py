@@ -1,0 +1,94 @@
+"""kill -9 of a real `dra-driver run --partitioning dynamic` process with a MIG device prepared: the restarted
+process finds the GPU as the killed one left it (MIG on, the claim's instance with its IDs, in the node's
+simulated-hardware state under --state-dir), answers the kubelet's repeated prepare with the same devices
+without switching MIG mode again, prepares a second slice of the same GPU beside it, and unprepares both."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from crash_support import wait_for
+
+from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.plugin.kubelet_client import register
+from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.vendor import ClaimRef
+
+pytest.importorskip("dra_driver_nvidia.backend")
+DRIVER = "gpu.nvidia.com"
+FIRST, SECOND = "gpu-2-mig-1g10gb-19-0", "gpu-2-mig-1g10gb-19-1"  # dgx-h100: GPU 2 starts with MIG off
+
+
+@pytest.fixture
+def apiserver() -> Iterator[SimApiServer]:
+    with SimApiServer() as server:
+        yield server
+
+
+def spawn(server: SimApiServer, work: Path, log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "dra_driver.cli.main", "-v", "run", "--profile", "dgx-h100", "--partitioning", "dynamic",
+        "--node-name", "node-a", "--api-server", server.url,
+        "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"),
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=out)
+
+
+def gpu2(work: Path) -> dict[str, Any]:
+    """GPU 2 in the node's simulated-hardware state file (what a real GPU would keep)."""
+    document = json.loads((work / "s" / "simulated-hardware" / "nvidia.json").read_text())
+    return next(gpu for uuid, gpu in document["hardware"]["gpus"].items() if uuid.startswith("GPU-daf2b511"))
+
+
+def claim(server: SimApiServer, name: str, device: str) -> ClaimRef:
+    stored = server.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", {"gpu": [device]}))
+    return ClaimRef("default", name, stored["metadata"]["uid"])
+
+
+def test_a_restarted_daemon_recovers_against_the_mig_state_the_killed_one_left(apiserver: SimApiServer, short_tmp: Path) -> None:
+    paths = PluginPaths(short_tmp / "k", DRIVER)
+    first_ref = claim(apiserver, "first", FIRST)
+    daemon = spawn(apiserver, short_tmp, short_tmp / "first.log")
+    try:
+        wait_for(paths.registration_socket.exists, what="the first daemon's registration socket")
+        with closing(register(paths.registration_socket)) as conn:
+            entry = conn.prepare([first_ref]).claims[first_ref.uid]
+        assert entry.error == ""
+        cdi_ids = list(entry.devices[0].cdi_device_ids)
+        left = gpu2(short_tmp)
+        assert left["migMode"] == 1 and len(left["instances"]) == 1
+    finally:
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+    assert "switched MIG mode for a claim" in (short_tmp / "first.log").read_text()
+
+    daemon = spawn(apiserver, short_tmp, short_tmp / "second.log")
+    try:
+        wait_for(paths.registration_socket.exists, what="the restarted daemon's registration socket")
+        second_ref = claim(apiserver, "second", SECOND)
+        with closing(register(paths.registration_socket)) as conn:
+            again = conn.prepare([first_ref]).claims[first_ref.uid]  # the kubelet prepares its claims again
+            assert again.error == "" and list(again.devices[0].cdi_device_ids) == cdi_ids
+            assert conn.prepare([second_ref]).claims[second_ref.uid].error == ""
+            assert gpu2(short_tmp)["instances"][0] == left["instances"][0]  # untouched: same GI, CI and MIG UUID
+            assert len(gpu2(short_tmp)["instances"]) == 2
+            released = conn.unprepare([first_ref, second_ref]).claims
+            assert released[first_ref.uid].error == "" and released[second_ref.uid].error == ""
+        assert gpu2(short_tmp)["instances"] == []
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    log = (short_tmp / "second.log").read_text()
+    assert "switched MIG mode for a claim" not in log  # the GPU kept its MIG mode: nothing to switch
+    assert "destroyed MIG device" in log

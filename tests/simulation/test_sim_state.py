@@ -1,0 +1,118 @@
+"""The simulated GPUs' state outlives the process that changed it, is shared by two processes of one node, and
+is what a reboot (or another profile) would leave; a damaged or unwritable state never breaks the simulation.
+
+Each "process" is a FakeNvmlLibrary of its own over one SimulatedState path (what two daemons, or a daemon and
+its restarted successor, each build from the same profile and state dir).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.hardware_profiles import load_profile
+from dra_driver.sim_state import SimulatedState, profile_digest
+
+fake_nvml = pytest.importorskip("dra_driver_nvidia.fake_nvml")
+from dra_driver_nvidia import mig, nvml  # noqa: E402
+from dra_driver_nvidia.profile import parse_section  # noqa: E402
+
+
+def section(name: str) -> dict[str, Any]:
+    return copy.deepcopy(dict(load_profile(name).sections["nvidia"]))
+
+
+@pytest.fixture
+def library(tmp_path: Path) -> Iterator[Any]:
+    """library(profile, boot=...): a new simulated library over tmp_path's state, installed and initialised."""
+    opened: list[Any] = []
+
+    def _open(profile: str | dict[str, Any] = "dgx-h100", boot: str = "boot-1", state_dir: Path = tmp_path) -> Any:
+        data = section(profile) if isinstance(profile, str) else profile
+        lib = fake_nvml.FakeNvmlLibrary(parse_section(data), SimulatedState(state_dir, "nvidia", profile_digest(data), boot_id=boot))
+        fake_nvml.install(lib)
+        nvml.init()
+        opened.append(lib)
+        return lib
+
+    yield _open
+    for lib in opened:
+        lib.close()
+    fake_nvml.install(None)
+
+
+def create_1g(gpu: int, start: int) -> int:
+    """A 1g.10gb MIG device at `start` on GPU `gpu` (MIG switched on first); its GI ID."""
+    handle = nvml.handle_by_index(gpu)
+    if not nvml.mig_mode(handle)[0]:
+        nvml.set_mig_mode(handle, True)
+    profile = next(p for p in mig.read_profiles(handle) if p.info.id == 19)
+    return mig.create_instance(handle, profile, next(p for p in profile.placements if p.start == start)).gi_id
+
+
+def state_of(lib: Any) -> list[tuple[int, int, list[tuple[int, int, list[str]]]]]:
+    """(MIG mode, pending, [(GI id, start, [MIG UUIDs])]) per GPU, as the next NVML call on `lib` sees it."""
+    list(lib.live_instances())  # a call: reads what another process saved
+    return [
+        (g.mig_mode, g.mig_pending, sorted((gi.id, gi.start, sorted(ci.uuid for ci in gi.computes.values())) for gi in g.instances.values()))
+        for g in lib.gpus
+    ]
+
+
+def test_a_restarted_process_meets_the_modes_and_instances_the_killed_one_left(library: Any) -> None:
+    first = library()
+    gi = create_1g(0, 2)
+    left = state_of(first)
+    assert left[0][0] == 1 and [i[0] for i in left[0][2]] == [gi]
+    second = library()  # kill -9 of the first: nothing of it is closed; the GPUs keep what it made
+    assert state_of(second) == left
+    # The second process destroys it; the first (a rolling-update peer) sees that at its next call.
+    assert mig.destroy_instance(nvml.handle_by_index(0), gi, 19, 2)
+    assert state_of(first) == state_of(second) and state_of(first)[0][2] == []
+
+
+def test_new_mig_uuids_stay_unique_across_processes(library: Any) -> None:
+    library()
+    create_1g(0, 0)
+    library()
+    create_1g(0, 1)
+    uuids = [u for gi in state_of(library())[0][2] for u in gi[2]]
+    assert len(uuids) == len(set(uuids)) == 2
+
+
+def test_a_reboot_voids_instances_and_makes_the_pending_mode_current(library: Any) -> None:
+    library("dgx-a100-mig")
+    handle = nvml.handle_by_index(6)  # an A100 with MIG off: enabling it is only pending until a reset
+    nvml.set_mig_mode(handle, True)
+    assert nvml.mig_mode(handle) == (0, 1)
+    same_boot = state_of(library("dgx-a100-mig"))
+    assert same_boot[6][:2] == (0, 1) and any(gpu[2] for gpu in same_boot)  # the profile's MIG devices
+    rebooted = state_of(library("dgx-a100-mig", boot="boot-2"))
+    assert rebooted[6][:2] == (1, 1) and all(gpu[2] == [] for gpu in rebooted)
+
+
+def test_state_of_another_profile_or_damaged_state_is_not_taken(library: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    library()
+    create_1g(0, 0)
+    other = section("dgx-h100")
+    other["driverVersion"] = "999.1.1"  # another node's hardware, or an edited profile
+    assert all(gpu[2] == [] and gpu[0] == 0 for gpu in state_of(library(other)))
+    (tmp_path / "simulated-hardware" / "nvidia.json").write_bytes(b"\x00not json")
+    with caplog.at_level(logging.WARNING):
+        assert all(gpu[2] == [] for gpu in state_of(library()))
+    assert "simulated hardware state unreadable" in caplog.text
+
+
+def test_an_unwritable_state_dir_keeps_the_state_in_the_process(library: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING):
+        lib = library(state_dir=blocker)
+        gi = create_1g(0, 0)
+    assert [i[0] for i in state_of(lib)[0][2]] == [gi]
+    assert caplog.text.count("cannot keep the simulated hardware state") == 1
