@@ -23,7 +23,6 @@ from dra_driver.model.device import Inventory
 from dra_driver.node_checks import runtime_config
 from dra_driver.node_checks.coexistence import Offer, withheld_devices
 from dra_driver.node_checks.device_plugins import DevicePluginReport, scan
-from dra_driver.node_checks.instance import LockState, instance_lock_path, instance_lock_state
 from dra_driver.node_checks.permissions import world_writable
 from dra_driver.node_checks.same_name import created_here, describe_foreign, plugin_info, same_name_registrations, written_by_other
 from dra_driver.plugin.sockets import PluginPaths
@@ -345,20 +344,18 @@ def _foreign_slices(settings: DoctorSettings, facts: NodeFacts, driver: str) -> 
 
 
 def check_instance(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
-    state = instance_lock_state(settings.state_dir)
+    """Which daemons hold the drivers' state (their instance locks and records) and how many registered."""
+    from dra_driver.plugin.instance_lock import holders_under
+
+    held = holders_under(settings.state_dir)
     registered = {driver: _our_registrations(settings, driver) for driver in facts.drivers}
     several = [f"{driver}: {count} instances registered" for driver, count in registered.items() if count > 1]
-    lock = instance_lock_path(settings.state_dir)
-    if state is LockState.UNREADABLE:
-        return CheckResult("instance", Status.WARN, f"cannot read {lock}", "run the doctor as the driver's user (root) or in its pod")
-    summary = {
-        LockState.HELD: f"a driver daemon runs on {settings.state_dir} (it holds {lock})",
-        LockState.FREE: f"no driver daemon runs on {settings.state_dir} ({lock} is not held)",
-        LockState.ABSENT: f"no driver daemon has run on {settings.state_dir} since boot",
-    }[state]
+    several += [f"{driver}: {len(holders)} instances hold its state" for driver, holders in held.items() if len(holders) > 1]
+    running = "; ".join(f"{driver} held by {', '.join(h.describe() for h in holders)}" for driver, holders in held.items())
+    summary = f"a driver daemon runs on {settings.state_dir}: {running}" if held else f"no driver daemon runs on {settings.state_dir}"
     if several:
-        return CheckResult("instance", Status.WARN, f"{summary}; {'; '.join(several)}",
-                           "normal for the seconds of a rolling update; otherwise stop the extra daemon (one per state dir)")  # fmt: skip
+        return CheckResult("instance", Status.WARN, f"{summary}; {'; '.join(sorted(set(several)))}",
+                           "normal for the seconds of a rolling update (each pod with its own --pod-uid); otherwise stop the extra daemon")  # fmt: skip
     return CheckResult("instance", Status.PASS, summary)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from pathlib import Path
@@ -13,7 +12,7 @@ from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, nvidi
 from dra_driver.cli.main import main
 from dra_driver.kube import sim_apiserver
 from dra_driver.node_checks import runtime_config
-from dra_driver.node_checks.instance import instance_lock_path
+from dra_driver.plugin.instance_lock import InstanceLock
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"
@@ -149,19 +148,16 @@ def test_api_without_resource_v1_fails(tree: Path):
 
 
 def test_instance_lock_held_or_free(tree: Path):
-    lock = instance_lock_path(tree / "run")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    """The daemon's own instance lock (plugin/instance_lock.py) tells the doctor who runs; it never takes it."""
+    held = InstanceLock.acquire(tree / "run" / DRIVER, None)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        assert "a driver daemon runs" in by_name(doctor(tree)[1])["instance"]["summary"]
+        summary = by_name(doctor(tree)[1])["instance"]["summary"]
+        assert "a driver daemon runs" in summary and f"pid {os.getpid()}" in summary
     finally:
-        os.close(fd)
+        held.release()
     assert "no driver daemon runs" in by_name(doctor(tree)[1])["instance"]["summary"]
-    fd = os.open(lock, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the doctor left it free (its descriptor closed)
-    finally:
-        os.close(fd)
+    again = InstanceLock.acquire(tree / "run" / DRIVER, None, wait_s=0)  # the doctor left it free
+    again.release()
 
 
 def test_two_registered_instances_are_a_warning(tree: Path):
