@@ -16,6 +16,7 @@ from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
 from dra_driver.errors import DraError
 from dra_driver.explain import ExplainRequest, explain, parse_gates
+from dra_driver.explain.admin_access import parse_namespace_labels
 from dra_driver.explain.gates import GATES
 
 EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVALID
@@ -32,13 +33,20 @@ def add_parser(subparsers: Any) -> None:
     add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
     parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="Kubernetes feature gates that change the answer (1.35 defaults otherwise): " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
+    parser.add_argument("--namespace-labels", action="append", default=[], metavar="NS=KEY=VALUE[,KEY=VALUE]", help="labels of a namespace, as the API server sees them (admin access needs resource.kubernetes.io/admin-access=true); repeatable; they replace the file's and the cluster's")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")
     parser.set_defaults(func=run)
 
 
 def request_from_args(args: argparse.Namespace) -> ExplainRequest:
-    return ExplainRequest(file=args.file, source=fleet_source(args), class_paths=tuple(args.classes), gates=parse_gates(args.feature_gates))
+    return ExplainRequest(
+        file=args.file,
+        source=fleet_source(args),
+        class_paths=tuple(args.classes),
+        gates=parse_gates(args.feature_gates),
+        namespace_labels=parse_namespace_labels(args.namespace_labels),
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ class ExplainRequest:
     source: FleetSource
     class_paths: Sequence[str] = ()
     gates: FeatureGates = FeatureGates()
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --namespace-labels (admin access)
 
 
 @dataclass
@@ -64,7 +65,8 @@ def explain(request: ExplainRequest) -> ExplainResult:
     extra = fleets.load_paths(request.class_paths) if request.class_paths else fleets.Fleet()
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
-    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates)
+    subject.namespace_labels.update({name: dict(labels) for name, labels in request.namespace_labels.items()})
+    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates, unknown_namespaces_unlabelled=True)
 
 
 def explain_subject(
@@ -72,14 +74,19 @@ def explain_subject(
     subject: Subject,
     class_layers: Sequence[tuple[str, list[dict[str, Any]]]] = (),
     gates: FeatureGates = FeatureGates(),
+    unknown_namespaces_unlabelled: bool = False,
 ) -> ExplainResult:
-    """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes."""
+    """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes.
+
+    `unknown_namespaces_unlabelled`: admin access in a namespace whose labels are not known is
+    refused as the API server refuses it in an unlabelled one (else only noted)."""
     matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
     layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers]
     classes = merge_classes(layers, matcher)
     _add_extended_resource_claims(subject, layers, set(classes), gates)
     claims = validated_claims(subject, classes, matcher)
-    admin_errors, admin_notes = admin_access_problems(subject.claims, {**fleet.namespace_labels, **subject.namespace_labels}, gates)
+    namespaces = {**fleet.namespace_labels, **subject.namespace_labels}
+    admin_errors, admin_notes = admin_access_problems(subject.claims, namespaces, gates, unknown_namespaces_unlabelled)
     if admin_errors:
         raise InputError(admin_errors)
     subject.notes += admin_notes

@@ -67,10 +67,33 @@ def test_admin_access_needs_the_namespace_label(tmp_path: Path, capsys: pytest.C
     assert code == 0 and json.loads(out)["notes"] == []
 
 
-def test_admin_access_without_the_namespace_object_is_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_admin_access_in_a_namespace_explain_knows_nothing_about_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The API server refuses the claim in any namespace without the label; explain must not say ALLOCATABLE."""
     path = write_yaml(tmp_path / "a.yaml", class_docs() + [_admin_claim()])
-    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
-    assert code == 0 and any("could not check" in note for note in json.loads(out)["notes"])
+    fleet = fleet_list(tmp_path, nodes())
+    code, out, err = explain(capsys, path, "--fleet", fleet)
+    assert code == 2 and "ALLOCATABLE" not in out
+    assert "refuses to create this claim" in err and "requests[0].exactly.adminAccess" in err
+    assert "--namespace-labels ml=resource.kubernetes.io/admin-access=true" in err  # how to tell explain otherwise
+    code, out, _ = explain(capsys, path, "--fleet", fleet, "--namespace-labels", "ml=team=a,resource.kubernetes.io/admin-access=true", "-o", "json")
+    assert code == 0 and json.loads(out)["notes"] == []
+    code, _, err = explain(capsys, path, "--fleet", fleet, "--namespace-labels", "ml=resource.kubernetes.io/admin-access=false")
+    assert code == 2 and "namespace 'ml' does not have it" in err
+    code, _, _ = explain(capsys, path, "--fleet", fleet, "--feature-gates", "DRAAdminAccess=false")
+    assert code == 0  # gate off: the API server drops the field, an ordinary request
+
+
+def test_namespace_labels_flag_overrides_the_namespace_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_yaml(tmp_path / "a.yaml", class_docs() + [_namespace({}), _admin_claim()])
+    code, _, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "--namespace-labels", "ml=resource.kubernetes.io/admin-access=true")
+    assert code == 0
+
+
+@pytest.mark.parametrize("entry", ["ml", "ML=a=b", "ml=novalue", "ml=bad key=x"])
+def test_bad_namespace_labels_are_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str) -> None:
+    path = write_yaml(tmp_path / "a.yaml", class_docs() + [_admin_claim()])
+    code, _, err = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "--namespace-labels", entry)
+    assert code == 2 and "--namespace-labels" in err and repr(entry) in err
 
 
 def _mig_claim(tmp_path: Path, count: int, device_class: str = "mig.nvidia.com", selector: str = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"') -> Path:
