@@ -14,7 +14,7 @@ from dra_driver.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
-from dra_driver.explain.extended_resources import class_for_resources, extended_resource_claims, pod_extended_requests
+from dra_driver.explain.extended_resources import class_for_resources, extended_resource_claims, insufficient, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.search_size import timeout_warnings
@@ -41,17 +41,24 @@ class ExplainResult:
     warnings: list[str] = field(default_factory=list)  # the scheduler will likely time out (search_size.py)
 
 
-def split_by_reused_claims(nodes: Sequence[Node], reused: Mapping[str, Mapping[str, Any] | None]) -> tuple[list[Node], list[NodeOutcome]]:
-    """Nodes where every already-allocated claim the pod reuses is available, and an outcome for the rest.
+def split_nodes(
+    nodes: Sequence[Node],
+    reused: Mapping[str, Mapping[str, Any] | None],
+    plugin_needs: Mapping[str, int],
+    allocatable: Mapping[str, Mapping[str, Any]],
+) -> tuple[list[Node], list[NodeOutcome]]:
+    """Nodes the scheduler's other filters let the pod onto, and an outcome in its words for the rest.
 
-    An allocated claim is usable only where its status.allocation.nodeSelector matches
-    (unset: everywhere); elsewhere the scheduler rejects the pod with its own words."""
+    An allocated claim the pod reuses is usable only where its status.allocation.nodeSelector
+    matches (unset: everywhere); extended resources left to device plugins need the node's
+    allocatable (extended_resources.py)."""
     usable: list[Node] = []
     elsewhere: list[NodeOutcome] = []
     for node in nodes:
         missing = [label for label, selector in reused.items() if selector is not None and not node_selector_matches(selector, node)]
-        if missing:
-            reasons = [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
+        reasons = [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
+        reasons += insufficient(plugin_needs, allocatable.get(node.name) or {})
+        if reasons:
             elsewhere.append(NodeOutcome(node.label, reasons=reasons))
         else:
             usable.append(node)
@@ -83,7 +90,10 @@ def explain_subject(
     matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
     layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers]
     classes = merge_classes(layers, matcher)
-    _add_extended_resource_claims(subject, layers, set(classes), gates)
+    # The scheduler maps extended resources with the classes that exist: a cluster's own, not
+    # the shipped ones explain otherwise assumes installed (deploy/ installs them).
+    mapping_layers = layers[1:] if fleet.cluster else layers
+    plugin_needs = _add_extended_resource_claims(subject, mapping_layers, set(classes), gates)
     claims = validated_claims(subject, classes, matcher)
     namespaces = {**fleet.namespace_labels, **subject.namespace_labels}
     admin_errors, admin_notes = admin_access_problems(subject.claims, namespaces, gates, unknown_namespaces_unlabelled)
@@ -99,7 +109,7 @@ def explain_subject(
     others = [*fleet.claims, *subject.allocated_claims]
     allocated = fleets.allocated_devices(others, skip=subject.own_claims)
     capacity = ConsumableCapacity(gates.consumable_capacity, shared_consumption(others, skip=subject.own_claims))
-    usable, elsewhere = split_by_reused_claims(nodes, subject.reused)
+    usable, elsewhere = split_nodes(nodes, subject.reused, plugin_needs, fleet.allocatable)
     explanation = Allocator(pools, classes, matcher, allocated, capacity=capacity).explain(claims, usable)
     explanation.nodes += elsewhere
     summary = {
@@ -115,12 +125,18 @@ def explain_subject(
     return ExplainResult(explanation, summary, subject.notes, timeout_warnings(explanation, pools))
 
 
-def _add_extended_resource_claims(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> None:
-    """The claim the scheduler adds for the extended resources the file's Pods ask for (extended_resources.py)."""
+def _add_extended_resource_claims(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> dict[str, int]:
+    """The claim the scheduler adds for the extended resources the file's Pods ask for (extended_resources.py);
+    returns what device plugins must give (resource -> count)."""
     extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
     if not extended:
-        return
+        return {}
     merged = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
-    claims, notes = extended_resource_claims(extended, class_for_resources(merged), known, gates)
-    subject.claims += claims
-    subject.notes += notes
+    found = extended_resource_claims(extended, class_for_resources(merged), known, gates)
+    subject.claims += found.claims
+    subject.notes += found.notes
+    needs: dict[str, int] = {}
+    for per_pod in found.plugin.values():
+        for resource, count in per_pod.items():
+            needs[resource] = needs.get(resource, 0) + count
+    return needs

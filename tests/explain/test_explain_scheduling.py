@@ -136,8 +136,30 @@ def test_extended_resource_is_allocated_through_its_device_class(tmp_path: Path,
     (results,) = [a["devices"]["results"] for a in json.loads(out)["allocations"].values()]
     assert [r["device"] for r in results] == ["gpu-0", "gpu-1"]
     code, out, _ = explain(capsys, path, "--fleet", fleet, "-o", "json")  # gate off (the 1.35 default): a device plugin's job
-    assert code == 0 and json.loads(out)["allocations"] == {}
-    assert any("left to a device plugin" in note for note in json.loads(out)["notes"])
+    assert code == 1 and json.loads(out)["allocations"] == {}  # these nodes advertise no nvidia.com/gpu
+    assert all(n["reasons"] == ["Insufficient nvidia.com/gpu"] for n in json.loads(out)["nodes"])
+    assert any("must come from a device plugin (the DRAExtendedResource gate is off)" in note for note in json.loads(out)["notes"])
+
+
+def _node_doc(name: str, fpgas: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "status": {"allocatable": {"cpu": "8", "example.com/fpga": str(fpgas)}}}
+
+
+def test_extended_resource_no_class_maps_is_insufficient_like_the_scheduler(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Gate on, but no DeviceClass names example.com/fpga: NodeResourcesFit wants it in the node's allocatable."""
+    pod = _pod([])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"example.com/fpga": 2}}
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [pod])
+    gates = ("--feature-gates", "DRAExtendedResource=true")
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), *gates)
+    assert code == 1 and "ALLOCATABLE on" not in out
+    assert "2 nodes (e.g. node-0):" in out and "Insufficient example.com/fpga" in out
+    # A node whose device plugin advertises enough takes the Pod; one with too few does not.
+    fleet = fleet_list(tmp_path, nodes(count=2, per_node=2), [_node_doc("node-0", 1), _node_doc("node-1", 4)])
+    code, out, _ = explain(capsys, path, "--fleet", fleet, *gates, "-o", "json")
+    report = json.loads(out)
+    assert code == 0 and report["node"] == "node-1"
+    assert next(n for n in report["nodes"] if n["node"] == "node-0")["reasons"] == ["Insufficient example.com/fpga"]
 
 
 def test_extended_resource_beside_a_claim_shares_the_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
