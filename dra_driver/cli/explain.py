@@ -18,6 +18,7 @@ from dra_driver.errors import DraError
 from dra_driver.explain import ExplainRequest, explain, parse_gates
 from dra_driver.explain.admin_access import parse_namespace_labels
 from dra_driver.explain.gates import GATES
+from dra_driver.explain.report import pods_json, pods_text
 
 EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVALID
 
@@ -57,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     explanation, summary, notes = result.explanation, result.summary, result.notes
     if args.output == "json":
         out = to_json(explanation, summary)
+        if result.pods:  # the pods of the file, placed one after another
+            out["allocatable"] = result.allocatable
+            out["pods"] = pods_json(result)
         out["notes"] = notes
         out["warnings"] = result.warnings
         print(json.dumps(out, indent=2))
@@ -65,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
         if summary["allocatedElsewhere"]:
             line += f"; {summary['allocatedElsewhere']} devices allocated to other claims"
         line += f"\nCEL: selectors validated as {summary['celEnvironments']['validation']}, matched as {summary['celEnvironments']['matching']}"
-        text = to_text(explanation, line, verbose=args.explain_all)
+        text = pods_text(result, line, args.explain_all) if len(result.pods) > 1 else to_text(explanation, line, verbose=args.explain_all)
         if notes:
             text = "\n".join(f"Note: {n}" for n in notes) + "\n" + text
         if result.warnings:
             text += "".join(f"Warning: {w}\n" for w in result.warnings)
         sys.stdout.write(text)
-    return EXIT_ALLOCATABLE if explanation.allocatable else EXIT_NOT_ALLOCATABLE
+    return EXIT_ALLOCATABLE if result.allocatable else EXIT_NOT_ALLOCATABLE

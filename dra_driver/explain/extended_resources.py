@@ -74,7 +74,7 @@ def class_for_resources(class_docs: Sequence[Mapping[str, Any]]) -> dict[str, st
 class ExtendedResources:
     """What the scheduler makes of a Pod's extended resources."""
 
-    claims: list[ClaimInput] = field(default_factory=list)  # served through DRA, one claim per Pod
+    claims: dict[str, ClaimInput] = field(default_factory=dict)  # pod -> the claim serving them through DRA
     plugin: dict[str, dict[str, int]] = field(default_factory=dict)  # pod -> resource -> count a node's allocatable must hold
     notes: list[str] = field(default_factory=list)
 
@@ -99,7 +99,7 @@ def extended_resource_claims(requests: Sequence[ExtendedRequest], classes: Mappi
     for pod, device_requests in by_pod.items():
         namespace, name = pod.split("/", 1)
         spec = ResourceClaimSpec.model_validate({"devices": {"requests": device_requests}})
-        out.claims.append(ClaimInput(f"Pod {pod} extended resources", spec, f"{name}-extended-resources", namespace))
+        out.claims[pod] = ClaimInput(f"Pod {pod} extended resources", spec, f"{name}-extended-resources", namespace)
     return out
 
 

@@ -7,18 +7,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver import fleet as fleets
-from dra_driver.allocator import Allocator, CelMatcher, Explanation, Node, NodeOutcome, build_pools
+from dra_driver.allocator import Allocator, CelMatcher, ClaimSpec, DeviceClassSpec, Explanation, Node, NodeOutcome, build_pools
 from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
 from dra_driver.allocator.pools import node_selector_matches
+from dra_driver.allocator.types import Pool
 from dra_driver.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
-from dra_driver.explain.extended_resources import class_for_resources, extended_resource_claims, insufficient, pod_extended_requests
+from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, insufficient, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.search_size import timeout_warnings
-from dra_driver.explain.subject import Subject, read_subject, validated_claims
+from dra_driver.explain.subject import ClaimInput, Subject, read_subject, validated_claims
 from dra_driver.explain.taint_rules import apply_rules, parse_rules
 
 
@@ -34,11 +35,24 @@ class ExplainRequest:
 
 
 @dataclass
-class ExplainResult:
+class PodResult:
+    """One pod of the file, placed after the ones before it."""
+
+    pod: str  # "Pod ml/trainer (Deployment ml/trainer, replica 1 of 2)"
     explanation: Explanation
+
+
+@dataclass
+class ExplainResult:
+    explanation: Explanation  # the first pod that cannot be placed, else the last one (or the file's claims)
     summary: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the scheduler will likely time out (search_size.py)
+    pods: list[PodResult] = field(default_factory=list)  # every pod in placement order; empty for a file of claims
+
+    @property
+    def allocatable(self) -> bool:
+        return all(pod.explanation.allocatable for pod in self.pods) if self.pods else self.explanation.allocatable
 
 
 def split_nodes(
@@ -85,16 +99,18 @@ def explain_subject(
 ) -> ExplainResult:
     """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes.
 
-    `unknown_namespaces_unlabelled`: admin access in a namespace whose labels are not known is
-    refused as the API server refuses it in an unlabelled one (else only noted)."""
+    The file's pods are placed one after another, as the scheduler takes them: each on its own
+    node, with what the pods before it got in use. `unknown_namespaces_unlabelled`: admin access
+    in a namespace whose labels are not known is refused as the API server refuses it in an
+    unlabelled one (else only noted)."""
     matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
     layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers]
     classes = merge_classes(layers, matcher)
     # The scheduler maps extended resources with the classes that exist: a cluster's own, not
     # the shipped ones explain otherwise assumes installed (deploy/ installs them).
     mapping_layers = layers[1:] if fleet.cluster else layers
-    plugin_needs = _add_extended_resource_claims(subject, mapping_layers, set(classes), gates)
-    claims = validated_claims(subject, classes, matcher)
+    placements = _placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates))
+    specs = dict(zip(map(id, subject.claims), validated_claims(subject, classes, matcher)))
     namespaces = {**fleet.namespace_labels, **subject.namespace_labels}
     admin_errors, admin_notes = admin_access_problems(subject.claims, namespaces, gates, unknown_namespaces_unlabelled)
     if admin_errors:
@@ -107,36 +123,93 @@ def explain_subject(
     subject.notes += apply_rules(pools, rules, gates)
     nodes = fleet_nodes(pools, fleet.nodes)
     others = [*fleet.claims, *subject.allocated_claims]
-    allocated = fleets.allocated_devices(others, skip=subject.own_claims)
-    capacity = ConsumableCapacity(gates.consumable_capacity, shared_consumption(others, skip=subject.own_claims))
-    usable, elsewhere = split_nodes(nodes, subject.reused, plugin_needs, fleet.allocatable)
-    explanation = Allocator(pools, classes, matcher, allocated, capacity=capacity).explain(claims, usable)
-    explanation.nodes += elsewhere
+    scheduler = _Scheduler(pools, classes, matcher, nodes, fleet.allocatable, others, subject.own_claims, gates)
+    pods = [PodResult(placement.label, scheduler.place(placement, specs)) for placement in placements]
     summary = {
         "sources": fleet.sources,
         "nodes": len(nodes),
         "pools": len(pools),
         "devices": sum(len(p.devices) for p in pools),
-        "allocatedElsewhere": len(allocated),
+        "allocatedElsewhere": len(fleets.allocated_devices(others, skip=subject.own_claims)),
         "celEvaluations": matcher.evaluations,
         "featureGates": gates.describe(),
         "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
-    return ExplainResult(explanation, summary, subject.notes, timeout_warnings(explanation, pools))
+    decisive = next((pod.explanation for pod in pods if not pod.explanation.allocatable), pods[-1].explanation)
+    warnings = [w for pod in pods for w in timeout_warnings(pod.explanation, pools)]
+    return ExplainResult(decisive, summary, subject.notes, warnings, pods if subject.pod_plans else [])
 
 
-def _add_extended_resource_claims(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> dict[str, int]:
-    """The claim the scheduler adds for the extended resources the file's Pods ask for (extended_resources.py);
-    returns what device plugins must give (resource -> count)."""
+@dataclass
+class _Placement:
+    """What is allocated together on one node: one pod's claims, or the file's claims."""
+
+    label: str
+    claims: list[ClaimInput]
+    reused: dict[str, dict[str, Any] | None]
+    plugin_needs: dict[str, int] = field(default_factory=dict)  # extended resources device plugins must give
+
+
+def _placements(subject: Subject, extended: ExtendedResources) -> list[_Placement]:
+    if not subject.pod_plans:
+        return [_Placement("", subject.claims, subject.reused)]
+    out: list[_Placement] = []
+    for plan in subject.pod_plans:
+        claims = plan.claims + ([extended.claims[plan.key]] if plan.key in extended.claims else [])
+        out.append(_Placement(plan.label, claims, dict(plan.reused), extended.plugin.get(plan.key, {})))
+    return out
+
+
+class _Scheduler:
+    """Places pods one after another: the devices (and shared capacity) each placed pod got are in use for the next."""
+
+    def __init__(
+        self,
+        pools: Sequence[Pool],
+        classes: Mapping[str, DeviceClassSpec],
+        matcher: CelMatcher,
+        nodes: Sequence[Node],
+        allocatable: Mapping[str, Mapping[str, Any]],
+        others: Sequence[Mapping[str, Any]],
+        own_claims: set[str],
+        gates: FeatureGates,
+    ) -> None:
+        self.pools, self.classes, self.matcher, self.nodes, self.allocatable = pools, classes, matcher, nodes, allocatable
+        self.claim_docs = list(others)  # allocated claims: the fleet's, the file's, then each placed pod's
+        self.own_claims, self.gates = own_claims, gates
+        self.placed: dict[str, dict[str, Any] | None] = {}  # claim label -> its allocation's nodeSelector
+
+    def place(self, placement: _Placement, specs: Mapping[int, ClaimSpec]) -> Explanation:
+        reused = dict(placement.reused)
+        claims: list[ClaimSpec] = []
+        for claim in placement.claims:
+            label = f"{claim.namespace}/{claim.name}"
+            if label in self.placed:  # a ResourceClaim an earlier pod got allocated: this pod shares it
+                reused[label] = self.placed[label]
+            else:
+                claims.append(specs[id(claim)])
+        allocated = fleets.allocated_devices(self.claim_docs, skip=self.own_claims)
+        capacity = ConsumableCapacity(self.gates.consumable_capacity, shared_consumption(self.claim_docs, skip=self.own_claims))
+        usable, elsewhere = split_nodes(self.nodes, reused, placement.plugin_needs, self.allocatable)
+        explanation = Allocator(self.pools, self.classes, self.matcher, allocated, capacity=capacity).explain(claims, usable)
+        explanation.nodes += elsewhere
+        chosen = explanation.chosen
+        for label, allocation in (chosen.allocations if chosen else {}).items():
+            namespace, _, name = label.rpartition("/")
+            self.claim_docs.append({"metadata": {"namespace": namespace, "name": name}, "status": {"allocation": allocation}})
+            selector = allocation.get("nodeSelector")
+            self.placed[label] = dict(selector) if isinstance(selector, Mapping) else None
+        return explanation
+
+
+def _extended_resources(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> ExtendedResources:
+    """The claims the scheduler adds for the extended resources the file's Pods ask for, and what device plugins
+    must give (extended_resources.py); the claims join subject.claims for validation."""
     extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
     if not extended:
-        return {}
+        return ExtendedResources()
     merged = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
     found = extended_resource_claims(extended, class_for_resources(merged), known, gates)
-    subject.claims += found.claims
+    subject.claims += found.claims.values()
     subject.notes += found.notes
-    needs: dict[str, int] = {}
-    for per_pod in found.plugin.values():
-        for resource, count in per_pod.items():
-            needs[resource] = needs.get(resource, 0) + count
-    return needs
+    return found
