@@ -135,7 +135,9 @@ class _Checker:
             return self.infer(parts[0], scope)
         condition, left, right = (self.infer(p, scope) for p in parts)
         self._require_bool(condition, "_?_:_")
-        return _join(left, right) if compatible(left, right) else DYN
+        if not compatible(left, right):  # cel-go declares _?_:_ as (bool, A, A) -> A
+            raise TypeCheckError(f"found no matching overload for '_?_:_' applied to '({_name(condition)}, {_name(left)}, {_name(right)})'")
+        return _join(left, right)
 
     def _conditionalor(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
         return self._logic(node, scope, "||")
@@ -281,6 +283,8 @@ class _Checker:
             return DYN
         if name in _STRING_PARSERS and kinds and kinds[0] not in (DYN, "string"):
             raise TypeCheckError(f"found no matching overload for '{name}' applied to '({_name(kinds[0])})'")
+        if name == "size" and len(kinds) == 1 and not _sized(kinds[0]):
+            raise TypeCheckError(f"found no matching overload for 'size' applied to '({_name(kinds[0])})'")
         if name == "matches" and len(args) == 2:
             _check_regex(args[1])
         return _GLOBAL_RESULTS.get(name, DYN)
@@ -304,6 +308,8 @@ class _Checker:
             self._check_format(target_tree, cast(lark.Tree, _list_literal(args[0])), scope)
             return "string"
         kinds = [self.infer(a, scope) for a in args]
+        if name == "size" and not args and not _sized(receiver):
+            raise TypeCheckError(f"found no matching overload for 'size' applied to '{_name(receiver)}.()'")
         if name in _OBJECT_METHODS:
             _check_object_method(name, receiver, kinds)
         if name in _STRING_METHODS and receiver not in (DYN, "string"):
@@ -348,6 +354,11 @@ class _Checker:
         if len(body) == 2:
             self._require_bool(body[0], f"{name}() filter")
         return ("list", body[-1])
+
+
+def _sized(kind: CelType) -> bool:
+    """size() is declared on strings, bytes, lists and maps."""
+    return kind in (DYN, "string", "bytes") or (isinstance(kind, tuple) and kind[0] in ("list", "map"))
 
 
 def _iteration_types(receiver: CelType, two_vars: bool) -> tuple[CelType, CelType]:
