@@ -18,6 +18,7 @@ from dra_driver.explain.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, insufficient, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
+from dra_driver.explain.node_affinity import NodeConstraints, pod_constraints
 from dra_driver.explain.search_size import timeout_warnings
 from dra_driver.explain.subject import ClaimInput, Subject, read_subject, validated_claims
 from dra_driver.explain.taint_rules import apply_rules, parse_rules
@@ -60,17 +61,20 @@ def split_nodes(
     reused: Mapping[str, Mapping[str, Any] | None],
     plugin_needs: Mapping[str, int],
     allocatable: Mapping[str, Mapping[str, Any]],
+    constraints: NodeConstraints = NodeConstraints(),
 ) -> tuple[list[Node], list[NodeOutcome]]:
     """Nodes the scheduler's other filters let the pod onto, and an outcome in its words for the rest.
 
-    An allocated claim the pod reuses is usable only where its status.allocation.nodeSelector
-    matches (unset: everywhere); extended resources left to device plugins need the node's
+    The pod's own node name, selector and required affinity (node_affinity.py); an allocated
+    claim the pod reuses is usable only where its status.allocation.nodeSelector matches
+    (unset: everywhere); extended resources left to device plugins need the node's
     allocatable (extended_resources.py)."""
     usable: list[Node] = []
     elsewhere: list[NodeOutcome] = []
     for node in nodes:
+        reasons = constraints.reasons(node)
         missing = [label for label, selector in reused.items() if selector is not None and not node_selector_matches(selector, node)]
-        reasons = [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
+        reasons += [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
         reasons += insufficient(plugin_needs, allocatable.get(node.name) or {})
         if reasons:
             elsewhere.append(NodeOutcome(node.label, reasons=reasons))
@@ -109,7 +113,7 @@ def explain_subject(
     # The scheduler maps extended resources with the classes that exist: a cluster's own, not
     # the shipped ones explain otherwise assumes installed (deploy/ installs them).
     mapping_layers = layers[1:] if fleet.cluster else layers
-    placements = _placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates))
+    placements = _placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates), labels_known=bool(fleet.nodes))
     specs = dict(zip(map(id, subject.claims), validated_claims(subject, classes, matcher)))
     namespaces = {**fleet.namespace_labels, **subject.namespace_labels}
     admin_errors, admin_notes = admin_access_problems(subject.claims, namespaces, gates, unknown_namespaces_unlabelled)
@@ -148,15 +152,27 @@ class _Placement:
     claims: list[ClaimInput]
     reused: dict[str, dict[str, Any] | None]
     plugin_needs: dict[str, int] = field(default_factory=dict)  # extended resources device plugins must give
+    constraints: NodeConstraints = NodeConstraints()  # the pod's node name, selector and required affinity
 
 
-def _placements(subject: Subject, extended: ExtendedResources) -> list[_Placement]:
+def _placements(subject: Subject, extended: ExtendedResources, labels_known: bool) -> list[_Placement]:
+    """One placement per pod; `labels_known`: the fleet has Node objects, so the pods' node constraints are checked."""
     if not subject.pod_plans:
         return [_Placement("", subject.claims, subject.reused)]
     out: list[_Placement] = []
+    unchecked: list[str] = []
     for plan in subject.pod_plans:
         claims = plan.claims + ([extended.claims[plan.key]] if plan.key in extended.claims else [])
-        out.append(_Placement(plan.label, claims, dict(plan.reused), extended.plugin.get(plan.key, {})))
+        constraints = pod_constraints(plan.doc)
+        if constraints and not labels_known:
+            unchecked.append(plan.key)
+            constraints = NodeConstraints()
+        out.append(_Placement(plan.label, claims, dict(plan.reused), extended.plugin.get(plan.key, {}), constraints))
+    if unchecked:
+        subject.notes.append(
+            f"node selector / affinity of {len(unchecked)} pod(s) not checked ({unchecked[0]}{', ...' if len(unchecked) > 1 else ''}): "
+            "the fleet has no Node objects, so explain does not know the nodes' labels (use --kubeconfig, or add Node documents to --fleet)"
+        )
     return out
 
 
@@ -190,7 +206,7 @@ class _Scheduler:
                 claims.append(specs[id(claim)])
         allocated = fleets.allocated_devices(self.claim_docs, skip=self.own_claims)
         capacity = ConsumableCapacity(self.gates.consumable_capacity, shared_consumption(self.claim_docs, skip=self.own_claims))
-        usable, elsewhere = split_nodes(self.nodes, reused, placement.plugin_needs, self.allocatable)
+        usable, elsewhere = split_nodes(self.nodes, reused, placement.plugin_needs, self.allocatable, placement.constraints)
         explanation = Allocator(self.pools, self.classes, self.matcher, allocated, capacity=capacity).explain(claims, usable)
         explanation.nodes += elsewhere
         chosen = explanation.chosen

@@ -239,3 +239,38 @@ def test_capacity_request_larger_than_any_device_rules_it_out(tmp_path: Path, ca
     claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([_memory_request("a", "100Gi")])])
     code, out, _ = explain(capsys, claim, "--fleet", fleet_list(tmp_path, nodes(count=1, per_node=1)), "--feature-gates", "DRAConsumableCapacity=true")
     assert code == 1 and "requested capacity does not fit" in out
+
+
+def _zoned_nodes() -> list[dict[str, Any]]:
+    return [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{n}", "labels": {"kubernetes.io/hostname": f"node-{n}", "zone": zone}}} for n, zone in enumerate("ab")]
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        {"nodeSelector": {"zone": "b"}},
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}]}}}},
+        {"nodeName": "node-1"},
+    ],
+    ids=["nodeSelector", "required-affinity", "nodeName"],
+)
+def test_pods_own_node_constraints_filter_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str], constraint: dict[str, Any]) -> None:
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    pod["spec"].update(constraint)
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1), _zoned_nodes()), "-o", "json")
+    report = json.loads(out)
+    assert code == 0 and report["node"] == "node-1"
+    (node_0,) = [n for n in report["nodes"] if n["node"] == "node-0"]
+    assert node_0["reasons"] == ["node(s) didn't match the requested node name" if "nodeName" in constraint else "node(s) didn't match Pod's node affinity/selector"]
+
+
+def test_pod_node_constraints_need_known_node_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Simulated nodes carry only their hostname: a selector on other labels is not judged, and a note says so."""
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    pod["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1)), "-o", "json")
+    assert code == 0 and any("node selector / affinity of 1 pod(s) not checked (ml/trainer)" in n for n in json.loads(out)["notes"])
+    code, _, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1), _zoned_nodes()))
+    assert code == 1  # with the Node objects known, no node has the instance type
