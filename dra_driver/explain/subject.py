@@ -1,4 +1,4 @@
-"""What a file given to explain asks about: the claims to allocate together and the classes it brings."""
+"""What a file given to explain asks about: the claims to allocate together (or the pods to place one after another) and the classes it brings."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dra_driver.claims_input import (
 from dra_driver.errors import FieldError
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.workloads import MAX_PODS, WorkloadPod, asks_for_devices, is_workload, workload_pods
-from dra_driver.inputs import read_objects
+from dra_driver.inputs import SourcedObject, read_objects
 
 
 
@@ -113,7 +113,7 @@ class _Sorted:
     stream: bool = False  # the file holds workloads: a manifest stream
 
 
-def _sort(path: str, found: Sequence[Any], subject: Subject) -> _Sorted:
+def _sort(path: str, found: Sequence[SourcedObject], subject: Subject) -> _Sorted:
     out = _Sorted()
     # A file with workloads is a manifest stream (migrate's output): its Services, ConfigMaps... schedule nothing.
     # (is_workload imports migrate, ~0.4 s: only for kinds that are not explain's own)
