@@ -153,7 +153,7 @@ def test_extended_resource_no_class_maps_is_insufficient_like_the_scheduler(tmp_
     gates = ("--feature-gates", "DRAExtendedResource=true")
     code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), *gates)
     assert code == 1 and "ALLOCATABLE on" not in out
-    assert "2 nodes (e.g. node-0):" in out and "Insufficient example.com/fpga" in out
+    assert "2 nodes (e.g. node-0):" in out and "NOT ALLOCATABLE: 0/2 nodes are available: 2 Insufficient example.com/fpga." in out
     # A node whose device plugin advertises enough takes the Pod; one with too few does not.
     fleet = fleet_list(tmp_path, nodes(count=2, per_node=2), [_node_doc("node-0", 1), _node_doc("node-1", 4)])
     code, out, _ = explain(capsys, path, "--fleet", fleet, *gates, "-o", "json")
