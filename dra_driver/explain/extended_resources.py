@@ -19,6 +19,7 @@ from typing import Any
 from dra_driver.claims_input import ResourceClaimSpec
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.subject import ClaimInput
+from dra_driver.explain.workloads import mappings
 
 CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 
@@ -38,9 +39,10 @@ def pod_extended_requests(pod: Mapping[str, Any]) -> list[ExtendedRequest]:
     meta = pod.get("metadata") or {}
     label = f"{meta.get('namespace') or 'default'}/{meta.get('name') or 'pod'}"
     out: list[ExtendedRequest] = []
-    for index, container in enumerate((pod.get("spec") or {}).get("containers") or []):
-        resources = (container or {}).get("resources") or {}
-        amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+    for index, container in enumerate(mappings((pod.get("spec") or {}).get("containers"))):
+        resources = container.get("resources")
+        parts = [resources.get(part) for part in ("requests", "limits")] if isinstance(resources, Mapping) else []
+        amounts = {name: amount for part in parts if isinstance(part, Mapping) for name, amount in part.items()}
         for name, amount in sorted(amounts.items()):
             if _is_extended(str(name)):
                 out.append(ExtendedRequest(label, index, str(name), _count(amount)))

@@ -62,6 +62,9 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
         count = replicas(doc, workload.spec_keys)
         if count == 0:
             out.notes.append(f"{workload.ref}: 0 replicas, no pod to place")
+        elif count > MAX_PODS:
+            out.notes.append(f"{workload.ref}: {count:,} replicas; explain places at most {MAX_PODS} pods, the others are not checked")
+            count = MAX_PODS
         base = _pod_name(workload.name or str((doc.get("metadata") or {}).get("generateName") or "").rstrip("-") or workload.kind.lower(), workload.role)
         for index in range(count):
             name = base if count == 1 else f"{base}-{index}"
@@ -93,9 +96,15 @@ def asks_for_devices(pod_spec: Mapping[str, Any]) -> bool:
     """Whether a pod spec names claims or asks for any domain-qualified resource (an extended resource)."""
     if pod_spec.get("resourceClaims"):
         return True
-    for container in [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]:
-        resources = (container or {}).get("resources") or {}
+    for container in [*mappings(pod_spec.get("containers")), *mappings(pod_spec.get("initContainers"))]:
+        resources = container.get("resources")
         for part in ("limits", "requests"):
-            if any("/" in str(name) for name in (resources.get(part) or {})):
+            amounts = resources.get(part) if isinstance(resources, Mapping) else None
+            if isinstance(amounts, Mapping) and any("/" in str(name) for name in amounts):
                 return True
     return False
+
+
+def mappings(value: Any) -> list[Mapping[str, Any]]:
+    """The mappings of a list from the input (containers); anything else in it is not a container."""
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []

@@ -43,10 +43,10 @@ OTHER_OBJECTS = [
 ]
 
 
-def _pipeline(app: Path, *explain_args: str) -> subprocess.CompletedProcess[str]:
+def _pipeline(app: Path, *explain_args: str, migrate_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """`dra-driver migrate app.yaml | dra-driver explain - ...`, two real processes and a real pipe."""
     command = [sys.executable, "-m", "dra_driver.cli.main"]
-    migrate = subprocess.Popen([*command, "migrate", str(app)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    migrate = subprocess.Popen([*command, "migrate", *migrate_args, str(app)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         done = subprocess.run([*command, "explain", "-", *explain_args], stdin=migrate.stdout, capture_output=True, text=True, timeout=120)
     finally:
@@ -86,6 +86,15 @@ def test_migrate_then_explain_an_operator_job(tmp_path: Path) -> None:
     assert sorted(p["node"] for p in pods) == ["node-0", "node-1", "node-2", "node-3"]
     done = _pipeline(app, "--profile", "dgx-h100", "--nodes", "3")
     assert done.returncode == 1 and "NOT ALLOCATABLE: 3 of 4 pods placed; not placed: Pod ml/bert-worker-2" in done.stdout
+
+
+def test_migrate_to_extended_resources_then_explain_with_and_without_the_gate(tmp_path: Path) -> None:
+    """--strategy extended-resource keeps nvidia.com/gpu: DRA serves it only with DRAExtendedResource on."""
+    app = write_yaml(tmp_path / "app.yaml", [_deployment(1, 2)])
+    done = _pipeline(app, "--profile", "dgx-h100", "--feature-gates", "DRAExtendedResource=true", migrate_args=("--strategy", "extended-resource"))
+    assert done.returncode == 0 and "ALLOCATABLE on node-0" in done.stdout, done.stdout + done.stderr
+    done = _pipeline(app, "--profile", "dgx-h100", migrate_args=("--strategy", "extended-resource"))
+    assert done.returncode == 1 and "NOT ALLOCATABLE: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in done.stdout
 
 
 def _migrated(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:
@@ -165,11 +174,29 @@ def test_workload_pods_without_devices_are_not_placed(tmp_path: Path, capsys: py
 
 
 def test_at_most_max_pods_are_placed_and_the_rest_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _migrated(tmp_path, [_deployment(MAX_PODS + 6, 1)])
+    second = _deployment(40, 1)
+    second["metadata"]["name"] = "llm-b"
+    path = _migrated(tmp_path, [_deployment(40, 1), second])
     code, out, _ = explain(capsys, path, "--profile", "dgx-h100", "--nodes", "8", "-o", "json")
     report = json.loads(out)
     assert code == 0 and len(report["pods"]) == MAX_PODS
-    assert f"only the first {MAX_PODS} of {MAX_PODS + 6} workload pods are placed; the other 6 are not checked" in report["notes"]
+    assert f"only the first {MAX_PODS} of 80 workload pods are placed; the other 16 are not checked" in report["notes"]
+
+
+def test_a_huge_replica_count_is_not_expanded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _migrated(tmp_path, [_deployment(10**9, 1)])
+    code, out, _ = explain(capsys, path, "--profile", "dgx-h100", "--nodes", "8", "-o", "json")
+    report = json.loads(out)
+    assert code == 0 and len(report["pods"]) == MAX_PODS
+    assert f"Deployment/serving/llm: 1,000,000,000 replicas; explain places at most {MAX_PODS} pods, the others are not checked" in report["notes"]
+
+
+def test_odd_pod_specs_are_read_without_crashing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = _deployment(1, 1)
+    odd["spec"]["template"]["spec"]["containers"] = ["not-a-container", {"name": "c", "resources": {"limits": ["x"]}}, _container(1)]
+    code, out, err = explain(capsys, write_yaml(tmp_path / "app.yaml", [odd]), "--profile", "dgx-h100", "--feature-gates", "DRAExtendedResource=true", "-o", "json")
+    assert code == 0, err
+    assert len(json.loads(out)["pods"]) == 1
 
 
 def test_unknown_kinds_are_still_refused_in_a_file_without_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
