@@ -67,22 +67,34 @@ class Subject:
     pod_plans: list[PodPlan] = field(default_factory=list)
 
 
-def _pod_claims(pod: Pod, templates: Mapping[str, ResourceClaimTemplate], claims: Mapping[str, ResourceClaim], path: str, subject: Subject, plan: PodPlan) -> list[FieldError]:
+_Named = Mapping[tuple[str, str], Any]  # (namespace, name) -> object; namespace "" for one the file gives without
+
+
+def _in_namespace(objects: _Named, namespace: str, name: str) -> Any:
+    """A pod names claims and templates of its own namespace; one given without a namespace is taken as in it."""
+    return objects.get((namespace, name)) or objects.get(("", name))
+
+
+def _by_name(objects: list[Any]) -> dict[tuple[str, str], Any]:
+    return {(obj.metadata.namespace, obj.metadata.name): obj for obj in objects}
+
+
+def _pod_claims(pod: Pod, templates: _Named, claims: _Named, path: str, subject: Subject, plan: PodPlan) -> list[FieldError]:
     errors: list[FieldError] = []
     namespace = pod.metadata.namespace or "default"
     pod_name = pod.metadata.name or "pod"
     for index, entry in enumerate(pod.spec.resource_claims):
         epath = f"{path}.spec.resourceClaims[{index}]"
         if entry.resource_claim_template_name:
-            template = templates.get(entry.resource_claim_template_name)
+            template = _in_namespace(templates, namespace, entry.resource_claim_template_name)
             if template is None:
-                errors.append(FieldError(f"{epath}.resourceClaimTemplateName", f"ResourceClaimTemplate {entry.resource_claim_template_name!r} is not in the file; add it"))
+                errors.append(FieldError(f"{epath}.resourceClaimTemplateName", f"ResourceClaimTemplate {entry.resource_claim_template_name!r} of namespace {namespace!r} is not in the file; add it"))
                 continue
             plan.claims.append(ClaimInput(f"ResourceClaimTemplate {entry.resource_claim_template_name}.spec.spec", template.spec.spec, f"{pod_name}-{entry.name}", namespace))
         elif entry.resource_claim_name:
-            claim = claims.get(entry.resource_claim_name)
+            claim = _in_namespace(claims, namespace, entry.resource_claim_name)
             if claim is None:
-                errors.append(FieldError(f"{epath}.resourceClaimName", f"ResourceClaim {entry.resource_claim_name!r} is neither in the file nor in the cluster"))
+                errors.append(FieldError(f"{epath}.resourceClaimName", f"ResourceClaim {entry.resource_claim_name!r} of namespace {namespace!r} is neither in the file nor in the cluster"))
                 continue
             allocation = (claim.status or {}).get("allocation")
             if allocation:
@@ -155,12 +167,12 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     if sorted_docs.skipped:
         subject.notes.append("not read (they ask for no devices): " + ", ".join(f"{count} {kind}" for kind, count in sorted(sorted_docs.skipped.items())))
     parsed = sorted_docs.parsed
-    templates = {obj.metadata.name: obj for _, obj, _ in parsed if isinstance(obj, ResourceClaimTemplate)}
-    claims = {obj.metadata.name: obj for _, obj, _ in parsed if isinstance(obj, ResourceClaim)}
+    templates = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaimTemplate)])
+    claims = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaim)])
     for doc in cluster_claims:
         candidate = parse_object(doc, "cluster claim")
         if isinstance(candidate, ResourceClaim):
-            claims.setdefault(candidate.metadata.name, candidate)
+            claims.setdefault((candidate.metadata.namespace, candidate.metadata.name), candidate)
     subject.classes = [doc for doc in docs if doc.get("kind") == "DeviceClass"]
     subject.allocated_claims = [doc for doc in docs if doc.get("kind") == "ResourceClaim" and (doc.get("status") or {}).get("allocation")]
     pods = [(label, obj, doc) for label, obj, doc in parsed if isinstance(obj, Pod)]

@@ -274,3 +274,14 @@ def test_pod_node_constraints_need_known_node_labels(tmp_path: Path, capsys: pyt
     assert code == 0 and any("node selector / affinity of 1 pod(s) not checked (ml/trainer)" in n for n in json.loads(out)["notes"])
     code, _, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1), _zoned_nodes()))
     assert code == 1  # with the Node objects known, no node has the instance type
+
+
+def test_pods_use_templates_of_their_own_namespace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two namespaces each have a template 'one-gpu'; the pod in 'ml' gets ml's (two GPUs), not the other's."""
+    other = {**TEMPLATE, "metadata": {"name": "one-gpu", "namespace": "other"}}
+    two = {**TEMPLATE, "spec": {"spec": {"devices": {"requests": [b.exact("gpu", count=2)]}}}}
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    code, out, _ = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [other, two, pod]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
+    assert code == 0 and len(json.loads(out)["allocations"]["ml/trainer-fresh"]["devices"]["results"]) == 2
+    code, _, err = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [other, pod]), "--fleet", fleet_list(tmp_path, nodes()))
+    assert code == 2 and "ResourceClaimTemplate 'one-gpu' of namespace 'ml' is not in the file" in err
