@@ -281,7 +281,7 @@ def test_pods_use_templates_of_their_own_namespace(tmp_path: Path, capsys: pytes
     other = {**TEMPLATE, "metadata": {"name": "one-gpu", "namespace": "other"}}
     two = {**TEMPLATE, "spec": {"spec": {"devices": {"requests": [b.exact("gpu", count=2)]}}}}
     pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
-    code, out, _ = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [other, two, pod]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
+    code, out, _ = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [two, other, pod]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
     assert code == 0 and len(json.loads(out)["allocations"]["ml/trainer-fresh"]["devices"]["results"]) == 2
     code, _, err = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [other, pod]), "--fleet", fleet_list(tmp_path, nodes()))
     assert code == 2 and "ResourceClaimTemplate 'one-gpu' of namespace 'ml' is not in the file" in err
