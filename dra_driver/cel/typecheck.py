@@ -371,10 +371,16 @@ def _iteration_types(receiver: CelType, two_vars: bool) -> tuple[CelType, CelTyp
 
 
 def _check_object_method(name: str, receiver: CelType, kinds: list[CelType]) -> None:
-    """Quantity and Semver methods exist only on their own receivers, with the arguments declared for them."""
+    """Quantity and Semver methods exist only on their own receivers, with the arguments declared for them.
+
+    A dyn receiver (an attribute value) still needs an argument some overload takes:
+    `attr.isGreaterThan("1.0.0")` matches neither (Semver, Semver) nor (Quantity, Quantity)."""
     if receiver == DYN:
-        return
-    accepts = _OBJECT_METHODS[name].get(receiver) if isinstance(receiver, str) else None
+        accepts: frozenset[str] | None = frozenset().union(*_OBJECT_METHODS[name].values())
+        if not accepts:
+            return
+    else:
+        accepts = _OBJECT_METHODS[name].get(receiver) if isinstance(receiver, str) else None
     if accepts is None or any(kind != DYN and kind not in accepts for kind in kinds[:1]):
         arguments = ", ".join(_name(kind) for kind in kinds)
         raise TypeCheckError(f"found no matching overload for '{name}' applied to '{_name(receiver)}.({arguments})'")

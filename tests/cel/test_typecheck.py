@@ -70,6 +70,9 @@ ROOT = Path(__file__).resolve().parents[2]
         ('semver("1.0.0").isLessThan(quantity("1"))', "isLessThan"),
         ('device.capacity["gpu.nvidia.com"].memory.major() == 1', "major"),
         ('semver("1.0.0").add(1).isInteger()', "add"),
+        # an attribute is dyn, but no overload takes a string argument
+        ('device.attributes["gpu.nvidia.com"].driverVersion.isGreaterThan("550.0.0")', "'dyn.(string)'"),
+        ('device.attributes["gpu.nvidia.com"].driverVersion.compareTo("550.0.0") > 0', "compareTo"),
         ('(device.driver == "a" ? 1 : "b") == 1', "'(bool, int, string)'"),  # _?_:_ is (bool, A, A) -> A
         ("size(1) == 1", "'size' applied to '(int)'"),
         ("device.capacity['gpu.nvidia.com'].memory.size() == 1", "'size' applied to 'kubernetes.Quantity.()'"),
@@ -143,6 +146,7 @@ REALISTIC = [
     'device.capacity["gpu.nvidia.com"].exists(k, v, k == "memory" && v.isGreaterThan(quantity("1")))',
     'device.capacity["gpu.nvidia.com"].memory.asApproximateFloat() > 1.0 && "%s".format([device.capacity["gpu.nvidia.com"].memory.asInteger()]) != ""',
     'dyn(device.capacity["gpu.nvidia.com"].memory) < quantity("1")',  # dyn: left to run time, as cel-go does
+    'device.attributes["a"].v.isLessThan(device.attributes["a"].w) && device.attributes["a"].q.add(1).sign() == 1',  # dyn arguments
     '(device.driver == "a" ? device.attributes["a"].x : 1) == 1 && (true ? [] : [1]).size() == 0 && (false ? null : 1) == 1',
     'size(device.attributes["gpu.nvidia.com"].productName) > 0 && sets.intersects(device.attributes["a"].l, [1])',
     '[semver("1.0.0")].exists(s, s.major() == 1) && device.attributes["gpu.nvidia.com"].driverVersion.major() >= 550',
