@@ -105,6 +105,16 @@ def extended_resource_claims(requests: Sequence[ExtendedRequest], classes: Mappi
     return out
 
 
+def replaced_by_dra(resource: str) -> bool:
+    """A resource a node running dra-driver has no device plugin for: the accelerator vendors' own
+    (migrate's list of device-plugin domains) and DRA's class-named resources. A simulated node
+    lacks these for sure; of anything else (vpc.amazonaws.com/efa) explain knows nothing."""
+    from dra_driver.migrate.resources import VENDOR_DOMAINS
+
+    domain = resource.split("/", 1)[0]
+    return resource.startswith(CLASS_PREFIX) or any(domain == d or domain.endswith("." + d) for d in VENDOR_DOMAINS)
+
+
 def insufficient(needs: Mapping[str, int], allocatable: Mapping[str, Any]) -> list[str]:
     """The scheduler's NodeResourcesFit reasons for a node whose allocatable lacks what device plugins must give."""
     return [f"Insufficient {resource}" for resource, count in sorted(needs.items()) if count > 0 and _count(allocatable.get(resource, 0)) < count]

@@ -15,7 +15,14 @@ from dra_driver.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
-from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, insufficient, pod_extended_requests
+from dra_driver.explain.extended_resources import (
+    ExtendedResources,
+    class_for_resources,
+    extended_resource_claims,
+    insufficient,
+    pod_extended_requests,
+    replaced_by_dra,
+)
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.node_affinity import NodeConstraints, pod_constraints
@@ -161,19 +168,29 @@ def _placements(subject: Subject, extended: ExtendedResources, labels_known: boo
         return [_Placement("", subject.claims, subject.reused)]
     out: list[_Placement] = []
     unchecked: list[str] = []
+    unknown_resources: set[str] = set()
     for plan in subject.pod_plans:
         claims = plan.claims + ([extended.claims[plan.key]] if plan.key in extended.claims else [])
         constraints = pod_constraints(plan.doc)
-        if constraints and not labels_known:
-            unchecked.append(plan.key)
-            constraints = NodeConstraints()
-        out.append(_Placement(plan.label, claims, dict(plan.reused), extended.plugin.get(plan.key, {}), constraints))
+        needs = extended.plugin.get(plan.key, {})
+        if not labels_known:
+            if constraints:
+                unchecked.append(plan.key)
+                constraints = NodeConstraints()
+            unknown_resources |= {r for r in needs if not replaced_by_dra(r)}
+            needs = {r: n for r, n in needs.items() if replaced_by_dra(r)}
+        out.append(_Placement(plan.label, claims, dict(plan.reused), needs, constraints))
     if unchecked:
         subject.notes.append(
             f"node selector / affinity of {len(unchecked)} pod(s) not checked ({unchecked[0]}{', ...' if len(unchecked) > 1 else ''}): "
-            "the fleet has no Node objects, so explain does not know the nodes' labels (use --kubeconfig, or add Node documents to --fleet)"
+            f"{_NO_NODES}, so explain does not know the nodes' labels (use --kubeconfig, or add Node documents to --fleet)"
         )
+    if unknown_resources:
+        subject.notes.append(f"{', '.join(sorted(unknown_resources))} not checked: {_NO_NODES}, so explain does not know which device plugins the nodes run (use --kubeconfig, or add Node documents with status.allocatable to --fleet)")
     return out
+
+
+_NO_NODES = "the fleet has no Node objects"
 
 
 class _Scheduler:

@@ -146,20 +146,41 @@ def _node_doc(name: str, fpgas: int) -> dict[str, Any]:
 
 
 def test_extended_resource_no_class_maps_is_insufficient_like_the_scheduler(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Gate on, but no DeviceClass names example.com/fpga: NodeResourcesFit wants it in the node's allocatable."""
+    """Gate on, but no DeviceClass names nvidia.com/gpu (the file replaces the shipped class that did):
+    NodeResourcesFit wants it in the node's allocatable, and a node running dra-driver has no such device plugin."""
+    unmapping = b.class_doc("extended.gpu.nvidia.com", b.CLASS_SELECTORS[b.GPU_CLASS])
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [unmapping, _extended_pod(2)])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), "--feature-gates", "DRAExtendedResource=true")
+    assert code == 1 and "ALLOCATABLE on" not in out
+    assert "2 nodes (e.g. node-0):" in out and "NOT ALLOCATABLE: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in out
+
+
+def _fpga_pod() -> dict[str, Any]:
     pod = _pod([])
     pod["spec"]["containers"][0]["resources"] = {"limits": {"example.com/fpga": 2}}
-    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [pod])
+    return pod
+
+
+def test_other_device_plugin_resources_need_the_nodes_allocatable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [_fpga_pod()])
     gates = ("--feature-gates", "DRAExtendedResource=true")
-    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), *gates)
-    assert code == 1 and "ALLOCATABLE on" not in out
-    assert "2 nodes (e.g. node-0):" in out and "NOT ALLOCATABLE: 0/2 nodes are available: 2 Insufficient example.com/fpga." in out
     # A node whose device plugin advertises enough takes the Pod; one with too few does not.
     fleet = fleet_list(tmp_path, nodes(count=2, per_node=2), [_node_doc("node-0", 1), _node_doc("node-1", 4)])
     code, out, _ = explain(capsys, path, "--fleet", fleet, *gates, "-o", "json")
     report = json.loads(out)
     assert code == 0 and report["node"] == "node-1"
     assert next(n for n in report["nodes"] if n["node"] == "node-0")["reasons"] == ["Insufficient example.com/fpga"]
+    fleet = fleet_list(tmp_path, nodes(count=2, per_node=2), [_node_doc("node-0", 0), _node_doc("node-1", 0)])
+    code, out, _ = explain(capsys, path, "--fleet", fleet, *gates)
+    assert code == 1 and "NOT ALLOCATABLE: 0/2 nodes are available: 2 Insufficient example.com/fpga." in out
+
+
+def test_other_device_plugin_resources_are_not_judged_without_node_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A simulated node says nothing about device plugins other than the accelerators dra-driver replaces."""
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [_fpga_pod()])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), "-o", "json")
+    assert code == 0
+    assert any(n.startswith("example.com/fpga not checked: the fleet has no Node objects") for n in json.loads(out)["notes"])
 
 
 def test_extended_resource_beside_a_claim_shares_the_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
