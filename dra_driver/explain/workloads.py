@@ -52,7 +52,7 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
     out = WorkloadPods()
     entry = operator_kind(doc)
     if entry is not None and not entry.convert:
-        out.errors.append(FieldError(f"{label}.kind", f"explain cannot place a {entry.kind}'s pods: {entry.check}"))
+        out.errors.append(FieldError(f"{label}.kind", f"explain cannot place the pods of this {entry.kind}: {entry.check}"))
         return out
     found = workloads(doc, "") or []
     if not found:

@@ -159,7 +159,7 @@ def test_operator_kind_without_pod_templates_is_invalid_with_advice(tmp_path: Pa
     train_job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "t"},
                  "spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}}}  # fmt: skip
     code, _, err = explain(capsys, write_yaml(tmp_path / "t.yaml", [train_job]), "--profile", "dgx-h100")
-    assert code == 2 and "explain cannot place a TrainJob's pods" in err and "resourcesPerNode" in err
+    assert code == 2 and "explain cannot place the pods of this TrainJob" in err and "resourcesPerNode" in err
 
 
 def test_workload_pods_without_devices_are_not_placed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
