@@ -7,27 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver import fleet as fleets
-from dra_driver.allocator import Allocator, CelMatcher, ClaimSpec, DeviceClassSpec, Explanation, Node, NodeOutcome, build_pools
-from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
-from dra_driver.allocator.pools import node_selector_matches
-from dra_driver.allocator.types import Pool
+from dra_driver.allocator import CelMatcher, Explanation, build_pools
 from dra_driver.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
-from dra_driver.explain.extended_resources import (
-    ExtendedResources,
-    class_for_resources,
-    extended_resource_claims,
-    insufficient,
-    pod_extended_requests,
-    replaced_by_dra,
-)
+from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
-from dra_driver.explain.node_affinity import NodeConstraints, pod_constraints
+from dra_driver.explain.placement import Scheduler, placements
 from dra_driver.explain.search_size import timeout_warnings
-from dra_driver.explain.subject import ClaimInput, Subject, read_subject, validated_claims
+from dra_driver.explain.subject import Subject, read_subject, validated_claims
 from dra_driver.explain.taint_rules import apply_rules, parse_rules
 
 
@@ -63,33 +53,6 @@ class ExplainResult:
         return all(pod.explanation.allocatable for pod in self.pods) if self.pods else self.explanation.allocatable
 
 
-def split_nodes(
-    nodes: Sequence[Node],
-    reused: Mapping[str, Mapping[str, Any] | None],
-    plugin_needs: Mapping[str, int],
-    allocatable: Mapping[str, Mapping[str, Any]],
-    constraints: NodeConstraints = NodeConstraints(),
-) -> tuple[list[Node], list[NodeOutcome]]:
-    """Nodes the scheduler's other filters let the pod onto, and an outcome in its words for the rest.
-
-    The pod's own node name, selector and required affinity (node_affinity.py); an allocated
-    claim the pod reuses is usable only where its status.allocation.nodeSelector matches
-    (unset: everywhere); extended resources left to device plugins need the node's
-    allocatable (extended_resources.py)."""
-    usable: list[Node] = []
-    elsewhere: list[NodeOutcome] = []
-    for node in nodes:
-        reasons = constraints.reasons(node)
-        missing = [label for label, selector in reused.items() if selector is not None and not node_selector_matches(selector, node)]
-        reasons += [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
-        reasons += insufficient(plugin_needs, allocatable.get(node.name) or {})
-        if reasons:
-            elsewhere.append(NodeOutcome(node.label, reasons=reasons))
-        else:
-            usable.append(node)
-    return usable, elsewhere
-
-
 def explain(request: ExplainRequest) -> ExplainResult:
     """Allocate the file's claims on the fleet as kube-scheduler would; InputError for bad input."""
     fleet = load_fleet(request.source)
@@ -120,7 +83,7 @@ def explain_subject(
     # The scheduler maps extended resources with the classes that exist: a cluster's own, not
     # the shipped ones explain otherwise assumes installed (deploy/ installs them).
     mapping_layers = layers[1:] if fleet.cluster else layers
-    placements = _placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates), labels_known=bool(fleet.nodes))
+    to_place = placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates), labels_known=bool(fleet.nodes))
     specs = dict(zip(map(id, subject.claims), validated_claims(subject, classes, matcher)))
     namespaces = {**fleet.namespace_labels, **subject.namespace_labels}
     admin_errors, admin_notes = admin_access_problems(subject.claims, namespaces, gates, unknown_namespaces_unlabelled)
@@ -134,8 +97,8 @@ def explain_subject(
     subject.notes += apply_rules(pools, rules, gates)
     nodes = fleet_nodes(pools, fleet.nodes)
     others = [*fleet.claims, *subject.allocated_claims]
-    scheduler = _Scheduler(pools, classes, matcher, nodes, fleet.allocatable, others, subject.own_claims, gates)
-    pods = [PodResult(placement.label, scheduler.place(placement, specs)) for placement in placements]
+    scheduler = Scheduler(pools, classes, matcher, nodes, fleet.allocatable, others, subject.own_claims, gates)
+    pods = [PodResult(placement.label, scheduler.place(placement, specs)) for placement in to_place]
     summary = {
         "sources": fleet.sources,
         "nodes": len(nodes),
@@ -149,90 +112,6 @@ def explain_subject(
     decisive = next((pod.explanation for pod in pods if not pod.explanation.allocatable), pods[-1].explanation)
     warnings = [w for pod in pods for w in timeout_warnings(pod.explanation, pools)]
     return ExplainResult(decisive, summary, subject.notes, warnings, pods if subject.pod_plans else [])
-
-
-@dataclass
-class _Placement:
-    """What is allocated together on one node: one pod's claims, or the file's claims."""
-
-    label: str
-    claims: list[ClaimInput]
-    reused: dict[str, dict[str, Any] | None]
-    plugin_needs: dict[str, int] = field(default_factory=dict)  # extended resources device plugins must give
-    constraints: NodeConstraints = NodeConstraints()  # the pod's node name, selector and required affinity
-
-
-def _placements(subject: Subject, extended: ExtendedResources, labels_known: bool) -> list[_Placement]:
-    """One placement per pod; `labels_known`: the fleet has Node objects, so the pods' node constraints are checked."""
-    if not subject.pod_plans:
-        return [_Placement("", subject.claims, subject.reused)]
-    out: list[_Placement] = []
-    unchecked: list[str] = []
-    unknown_resources: set[str] = set()
-    for plan in subject.pod_plans:
-        claims = plan.claims + ([extended.claims[plan.key]] if plan.key in extended.claims else [])
-        constraints = pod_constraints(plan.doc)
-        needs = extended.plugin.get(plan.key, {})
-        if not labels_known:
-            if constraints:
-                unchecked.append(plan.key)
-                constraints = NodeConstraints()
-            unknown_resources |= {r for r in needs if not replaced_by_dra(r)}
-            needs = {r: n for r, n in needs.items() if replaced_by_dra(r)}
-        out.append(_Placement(plan.label, claims, dict(plan.reused), needs, constraints))
-    if unchecked:
-        subject.notes.append(
-            f"node selector / affinity of {len(unchecked)} pod(s) not checked ({unchecked[0]}{', ...' if len(unchecked) > 1 else ''}): "
-            f"{_NO_NODES}, so explain does not know the nodes' labels (use --kubeconfig, or add Node documents to --fleet)"
-        )
-    if unknown_resources:
-        subject.notes.append(f"{', '.join(sorted(unknown_resources))} not checked: {_NO_NODES}, so explain does not know which device plugins the nodes run (use --kubeconfig, or add Node documents with status.allocatable to --fleet)")
-    return out
-
-
-_NO_NODES = "the fleet has no Node objects"
-
-
-class _Scheduler:
-    """Places pods one after another: the devices (and shared capacity) each placed pod got are in use for the next."""
-
-    def __init__(
-        self,
-        pools: Sequence[Pool],
-        classes: Mapping[str, DeviceClassSpec],
-        matcher: CelMatcher,
-        nodes: Sequence[Node],
-        allocatable: Mapping[str, Mapping[str, Any]],
-        others: Sequence[Mapping[str, Any]],
-        own_claims: set[str],
-        gates: FeatureGates,
-    ) -> None:
-        self.pools, self.classes, self.matcher, self.nodes, self.allocatable = pools, classes, matcher, nodes, allocatable
-        self.claim_docs = list(others)  # allocated claims: the fleet's, the file's, then each placed pod's
-        self.own_claims, self.gates = own_claims, gates
-        self.placed: dict[str, dict[str, Any] | None] = {}  # claim label -> its allocation's nodeSelector
-
-    def place(self, placement: _Placement, specs: Mapping[int, ClaimSpec]) -> Explanation:
-        reused = dict(placement.reused)
-        claims: list[ClaimSpec] = []
-        for claim in placement.claims:
-            label = f"{claim.namespace}/{claim.name}"
-            if label in self.placed:  # a ResourceClaim an earlier pod got allocated: this pod shares it
-                reused[label] = self.placed[label]
-            else:
-                claims.append(specs[id(claim)])
-        allocated = fleets.allocated_devices(self.claim_docs, skip=self.own_claims)
-        capacity = ConsumableCapacity(self.gates.consumable_capacity, shared_consumption(self.claim_docs, skip=self.own_claims))
-        usable, elsewhere = split_nodes(self.nodes, reused, placement.plugin_needs, self.allocatable, placement.constraints)
-        explanation = Allocator(self.pools, self.classes, self.matcher, allocated, capacity=capacity).explain(claims, usable)
-        explanation.nodes += elsewhere
-        chosen = explanation.chosen
-        for label, allocation in (chosen.allocations if chosen else {}).items():
-            namespace, _, name = label.rpartition("/")
-            self.claim_docs.append({"metadata": {"namespace": namespace, "name": name}, "status": {"allocation": allocation}})
-            selector = allocation.get("nodeSelector")
-            self.placed[label] = dict(selector) if isinstance(selector, Mapping) else None
-        return explanation
 
 
 def _extended_resources(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> ExtendedResources:
