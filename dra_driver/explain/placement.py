@@ -73,9 +73,9 @@ def placements(subject: Subject, extended: ExtendedResources, labels_known: bool
         constraints = pod_constraints(plan.doc)
         needs = extended.plugin.get(plan.key, {})
         if not labels_known:
-            if constraints:
+            if constraints.selectors:  # node names are known without Node objects, labels are not
                 unchecked.append(plan.key)
-                constraints = NodeConstraints()
+                constraints = NodeConstraints(constraints.node_name)
             unknown_resources |= {r for r in needs if not replaced_by_dra(r)}
             needs = {r: n for r, n in needs.items() if replaced_by_dra(r)}
         out.append(Placement(plan.label, claims, dict(plan.reused), needs, constraints))

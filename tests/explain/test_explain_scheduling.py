@@ -297,6 +297,14 @@ def test_pod_node_constraints_need_known_node_labels(tmp_path: Path, capsys: pyt
     assert code == 1  # with the Node objects known, no node has the instance type
 
 
+def test_node_name_is_checked_without_node_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    pod["spec"]["nodeName"] = "node-1"
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1)), "-o", "json")
+    assert code == 0 and json.loads(out)["node"] == "node-1" and json.loads(out)["notes"] == []
+
+
 def test_pods_use_templates_of_their_own_namespace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two namespaces each have a template 'one-gpu'; the pod in 'ml' gets ml's (two GPUs), not the other's."""
     other = {**TEMPLATE, "metadata": {"name": "one-gpu", "namespace": "other"}}
