@@ -1,7 +1,8 @@
 """`dra-driver explain`: would the scheduler allocate this claim on this fleet, and if not, why?
 
-Exit codes: 0 allocatable, 1 not allocatable (including CEL runtime errors),
-2 invalid input (claim, class, fleet, arguments), with field paths.
+Exit codes: 0 allocatable (every pod placed), 1 not allocatable (including CEL runtime
+errors), 2 invalid input (claim, class, fleet, arguments, and what the API server refuses
+to create), with field paths.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVAL
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "explain",
-        help="check a ResourceClaim/Template/Pod against a fleet offline and explain the allocation",
+        help="check a ResourceClaim/Template/Pod/workload against a fleet offline and explain the allocation",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, or a Pod with its templates (and optional DeviceClasses)")
+    parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, Pods or workloads (Deployment, Job, PyTorchJob...: what migrate writes) with their templates (and optional DeviceClasses); - reads standard input")
     add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
     parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="Kubernetes feature gates that change the answer (1.35 defaults otherwise): " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
