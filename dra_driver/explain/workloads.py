@@ -58,6 +58,8 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
     if not found:
         out.errors.append(FieldError(label, "holds no pod template explain can read; give its pods (or their ResourceClaims) instead"))
         return out
+    if entry is None and doc.get("kind") == "DaemonSet":
+        out.notes.append(f"{label}: a DaemonSet runs one pod on every node it selects; explain places one, and its node summary says how many nodes could take it")
     for workload in found:
         count = replicas(doc, workload.spec_keys)
         if count == 0:
@@ -65,11 +67,12 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
         elif count > MAX_PODS:
             out.notes.append(f"{workload.ref}: {count:,} replicas; explain places at most {MAX_PODS} pods, the others are not checked")
             count = MAX_PODS
-        base = _pod_name(workload.name or str((doc.get("metadata") or {}).get("generateName") or "").rstrip("-") or workload.kind.lower(), workload.role)
+        shown = workload.name or str((doc.get("metadata") or {}).get("generateName") or "")  # generateName: "eval-"
+        base = _pod_name(shown.rstrip("-") or workload.kind.lower(), workload.role)
         for index in range(count):
             name = base if count == 1 else f"{base}-{index}"
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": workload.namespace or "default"}, "spec": dict(workload.pod_spec)}
-            origin = f"{workload.kind} {workload.namespace or 'default'}/{workload.name}" + (f" ({workload.role})" if workload.role else "")
+            origin = f"{workload.kind} {workload.namespace or 'default'}/{shown}" + (f" ({workload.role})" if workload.role else "")
             out.pods.append(WorkloadPod(pod, origin + (f", replica {index + 1} of {count}" if count > 1 else "")))
     return out
 

@@ -128,6 +128,15 @@ def test_core_workloads_become_one_pod_per_replica(tmp_path: Path, capsys: pytes
         return
     assert code == 0, out + err
     assert len(json.loads(out)["pods"]) == pods
+    if workload["kind"] == "DaemonSet":
+        assert any("a DaemonSet runs one pod on every node it selects" in note for note in json.loads(out)["notes"])
+
+
+def test_a_workload_with_generate_name_names_its_pods_after_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "eval-"}, "spec": {"template": {"spec": {"containers": [_container(1)]}}}}
+    code, out, err = explain(capsys, _migrated(tmp_path, [job]), "--profile", "dgx-h100", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["pods"][0]["pod"] == "Pod default/eval (Job default/eval-)"
 
 
 def test_replicas_multiply_along_the_path() -> None:
