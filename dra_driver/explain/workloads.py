@@ -61,20 +61,27 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
     if entry is None and doc.get("kind") == "DaemonSet":
         out.notes.append(f"{label}: a DaemonSet runs one pod on every node it selects; explain places one, and its node summary says how many nodes could take it")
     for workload in found:
-        count = replicas(doc, workload.spec_keys)
-        if count == 0:
-            out.notes.append(f"{workload.ref}: 0 replicas, no pod to place")
-        elif count > MAX_PODS:
-            out.notes.append(f"{workload.ref}: {count:,} replicas; explain places at most {MAX_PODS} pods, the others are not checked")
-            count = MAX_PODS
-        shown = workload.name or str((doc.get("metadata") or {}).get("generateName") or "")  # generateName: "eval-"
-        base = _pod_name(shown.rstrip("-") or workload.kind.lower(), workload.role)
-        for index in range(count):
-            name = base if count == 1 else f"{base}-{index}"
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": workload.namespace or "default"}, "spec": dict(workload.pod_spec)}
-            origin = f"{workload.kind} {workload.namespace or 'default'}/{shown}" + (f" ({workload.role})" if workload.role else "")
-            out.pods.append(WorkloadPod(pod, origin + (f", replica {index + 1} of {count}" if count > 1 else "")))
+        out.pods += _replica_pods(doc, workload, out.notes)
     return out
+
+
+def _replica_pods(doc: Mapping[str, Any], workload: Any, notes: list[str]) -> list[WorkloadPod]:
+    """One Pod per replica of one pod template (migrate's Workload), at most MAX_PODS."""
+    total = replicas(doc, workload.spec_keys)
+    if total == 0:
+        notes.append(f"{workload.ref}: 0 replicas, no pod to place")
+    elif total > MAX_PODS:
+        notes.append(f"{workload.ref}: {total:,} replicas; explain places at most {MAX_PODS} pods, the others are not checked")
+    shown = workload.name or str((doc.get("metadata") or {}).get("generateName") or "")  # generateName: "eval-"
+    base = _pod_name(shown.rstrip("-") or workload.kind.lower(), workload.role)
+    namespace = workload.namespace or "default"
+    origin = f"{workload.kind} {namespace}/{shown}" + (f" ({workload.role})" if workload.role else "")
+    pods: list[WorkloadPod] = []
+    for index in range(min(total, MAX_PODS)):
+        name = base if total == 1 else f"{base}-{index}"
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": dict(workload.pod_spec)}
+        pods.append(WorkloadPod(pod, origin + (f", replica {index + 1} of {total:,}" if total > 1 else "")))
+    return pods
 
 
 def replicas(obj: Mapping[str, Any], keys: tuple[str | int, ...]) -> int:
