@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.errors import FieldError
+
+if TYPE_CHECKING:  # migrate is imported only for files that hold workloads (~0.4 s)
+    from dra_driver.migrate.workloads import Workload
 
 MAX_PODS = 64  # pods placed per run; a bigger workload is checked for its first ones, and says so
 REPLICA_KEYS = ("replicas", "parallelism")
@@ -65,7 +68,7 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
     return out
 
 
-def _replica_pods(doc: Mapping[str, Any], workload: Any, notes: list[str]) -> list[WorkloadPod]:
+def _replica_pods(doc: Mapping[str, Any], workload: Workload, notes: list[str]) -> list[WorkloadPod]:
     """One Pod per replica of one pod template (migrate's Workload), at most MAX_PODS."""
     total = replicas(doc, workload.spec_keys)
     if total == 0:
