@@ -255,8 +255,15 @@ def _selector_errors(selectors: list[DeviceSelector], path: str, compile_check: 
             continue
         problem = compile_check(expression) if compile_check else None
         if problem:
-            out.append(FieldError(f"{spath}.expression", f"CEL does not compile: {problem}"))
+            # A syntax error's problem ends in lines of its own (the expression, a caret): the note goes after them.
+            note = "\n(the API server refuses it at creation)" if "\n" in problem else " (the API server refuses it at creation)"
+            out.append(FieldError(f"{spath}.expression", f"Invalid value: {_quoted(expression)}: {problem}{note}"))
     return out
+
+
+def _quoted(expression: str, limit: int = 120) -> str:
+    """The expression as the API server quotes an invalid value (Go %q), shortened."""
+    return json.dumps(expression if len(expression) <= limit else expression[: limit - 3] + "...")
 
 
 def _toleration_errors(tolerations: list[DeviceToleration], path: str) -> list[FieldError]:

@@ -39,20 +39,24 @@ class Fleet:
     classes: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
+    allocatable: dict[str, dict[str, Any]] = field(default_factory=dict)  # node name -> status.allocatable (device plugins' extended resources)
     pods: list[dict[str, Any]] = field(default_factory=list)  # only `dra-driver fleet` reads them (who holds a claim)
     sources: list[str] = field(default_factory=list)
     taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # cluster only (admin access)
+    cluster: bool = False  # read from an API server: its DeviceClasses are the ones that exist
 
     def merge(self, other: Fleet) -> None:
         self.slices += other.slices
         self.classes += other.classes
         self.claims += other.claims
         self.nodes += other.nodes
+        self.allocatable.update(other.allocatable)
         self.taint_rules += other.taint_rules
         self.namespace_labels.update(other.namespace_labels)
         self.pods += other.pods
         self.sources += other.sources
+        self.cluster = self.cluster or other.cluster
 
 
 # -- documents ------------------------------------------------------------------------------------
@@ -84,6 +88,15 @@ def _node(doc: Mapping[str, Any]) -> Node:
     return Node(str(meta.get("name", "")), dict(meta.get("labels") or {}))
 
 
+def _add_node(fleet: Fleet, doc: Mapping[str, Any]) -> None:
+    """A Node object's name and labels, and its status.allocatable (what device plugins advertise)."""
+    node = _node(doc)
+    fleet.nodes.append(node)
+    allocatable = (doc.get("status") or {}).get("allocatable")
+    if isinstance(allocatable, Mapping):
+        fleet.allocatable[node.name] = dict(allocatable)
+
+
 def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
     """Split objects by kind; anything else than slices, classes, claims (and ignorable kinds) is an error."""
     fleet = Fleet(sources=[source])
@@ -96,7 +109,7 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
         elif kind == "ResourceClaim":
             fleet.claims.append(dict(doc))
         elif kind == "Node":
-            fleet.nodes.append(_node(doc))
+            _add_node(fleet, doc)
         elif kind == "DeviceTaintRule":
             fleet.taint_rules.append(dict(doc))
         elif kind == "Pod":
@@ -213,11 +226,12 @@ def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
             if not token:
                 return items
 
-    fleet = Fleet(sources=[f"cluster {server}"])
+    fleet = Fleet(sources=[f"cluster {server}"], cluster=True)
     fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
-    fleet.nodes = [_node(item) for item in listed(core.list_node)]
+    for item in listed(core.list_node):
+        _add_node(fleet, item)
     fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
     fleet.namespace_labels = {str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {}) for item in listed(core.list_namespace)}
     if with_pods:

@@ -132,6 +132,14 @@ def node_summary(explanation: Explanation) -> list[str]:
     return _outcome_lines(explanation, verbose=False)
 
 
+def scheduler_summary(explanation: Explanation) -> str:
+    """kube-scheduler's FailedScheduling summary: `0/2 nodes are available: 2 Insufficient nvidia.com/gpu.`"""
+    counts = Counter(reason for outcome in explanation.nodes if not outcome.allocated for reason in outcome.reasons)
+    parts = ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items()))
+    available = sum(1 for outcome in explanation.nodes if outcome.allocated)
+    return f"{available}/{len(explanation.nodes)} nodes are available: {parts}."
+
+
 def to_text(explanation: Explanation, fleet_line: str, verbose: bool = False) -> str:
     chosen = explanation.chosen
     lines = [fleet_line, ""]
@@ -145,6 +153,8 @@ def to_text(explanation: Explanation, fleet_line: str, verbose: bool = False) ->
         erring = next(o.node for o in explanation.nodes if o.error)
         lines.append(f"NOT ALLOCATABLE: {explanation.error}")
         lines.append(f"  (on {erring}; the scheduler stops on a selector error instead of treating it as no match: fix the expression or guard it with has()/in)")
+    elif chosen is None and not explanation.claims:  # no devices asked: other filters (node affinity, extended resources) said no
+        lines.append(f"NOT ALLOCATABLE: {scheduler_summary(explanation)}")
     elif chosen is None:
         lines.append("NOT ALLOCATABLE: no node has devices that satisfy every request")
     else:

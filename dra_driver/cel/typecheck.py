@@ -25,8 +25,14 @@ CelType = Union[str, tuple[Any, ...]]
 DYN = "dyn"
 NUMBERS = frozenset({"int", "uint", "double"})
 _ORDERED = frozenset({"bool", "string", "bytes", "timestamp", "duration"}) | NUMBERS
-_DOMAINS: CelType = ("map", "string", ("map", "string", DYN))
-_DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _DOMAINS, "capacity": _DOMAINS, "allowMultipleAllocations": "bool"}
+# device.attributes values are dyn (int, bool, string or Semver); device.capacity values are
+# declared Quantity, so `capacity < quantity(...)` is a type error at creation (dra-api-facts 4.1).
+_ATTRIBUTES: CelType = ("map", "string", ("map", "string", DYN))
+_CAPACITY: CelType = ("map", "string", ("map", "string", "Quantity"))
+_DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _ATTRIBUTES, "capacity": _CAPACITY, "allowMultipleAllocations": "bool"}
+# cel-go's names of the Kubernetes object types, as its error messages print them.
+_OBJECT_NAMES = {"Quantity": "kubernetes.Quantity", "Semver": "kubernetes.Semver"}
+_OBJECT_HINT = "; quantities and versions are ordered with a.compareTo(b) < 0, a.isLessThan(b) or a.isGreaterThan(b), not < or >"
 _LITERALS = {
     "INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
     "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null",
@@ -56,6 +62,14 @@ _STRING_METHODS = frozenset({
 })  # fmt: skip
 _STRING_ARGUMENTS = frozenset({"contains", "startsWith", "endsWith", "matches", "find", "findAll"})
 _STRING_PARSERS = frozenset({"quantity", "isQuantity", "semver", "isSemver"})
+# Methods of the Kubernetes object types: the receivers they are declared on, and the argument
+# types each receiver takes (Quantity.add(int) as well as Quantity.add(Quantity)).
+_OBJECT_METHODS: dict[str, dict[str, frozenset[str]]] = {
+    **{name: {"Quantity": frozenset({"Quantity"}), "Semver": frozenset({"Semver"})} for name in ("isGreaterThan", "isLessThan", "compareTo")},
+    **{name: {"Quantity": frozenset({"Quantity", "int"})} for name in ("add", "sub")},
+    **{name: {"Quantity": frozenset()} for name in ("isInteger", "asInteger", "asApproximateFloat", "sign")},
+    **{name: {"Semver": frozenset()} for name in ("major", "minor", "patch")},
+}
 _MACROS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter", "transformList"})
 
 
@@ -73,7 +87,7 @@ def check_types(tree: lark.Tree) -> None:
 def _name(kind: CelType) -> str:
     if isinstance(kind, tuple):
         return f"{kind[0]}({', '.join(_name(k) for k in kind[1:])})"
-    return kind
+    return _OBJECT_NAMES.get(kind, kind)
 
 
 def compatible(left: CelType, right: CelType) -> bool:
@@ -121,7 +135,9 @@ class _Checker:
             return self.infer(parts[0], scope)
         condition, left, right = (self.infer(p, scope) for p in parts)
         self._require_bool(condition, "_?_:_")
-        return _join(left, right) if compatible(left, right) else DYN
+        if not compatible(left, right):  # cel-go declares _?_:_ as (bool, A, A) -> A
+            raise TypeCheckError(f"found no matching overload for '_?_:_' applied to '({_name(condition)}, {_name(left)}, {_name(right)})'")
+        return _join(left, right)
 
     def _conditionalor(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
         return self._logic(node, scope, "||")
@@ -166,7 +182,8 @@ class _Checker:
         result = _operator_result(symbol, left, right)
         if result is None:
             function = "@in" if symbol == "in" else f"_{symbol}_"  # cel-go's operator function names
-            raise TypeCheckError(f"found no matching overload for '{function}' applied to '({_name(left)}, {_name(right)})'")
+            hint = _OBJECT_HINT if symbol in ("<", "<=", ">", ">=") and {left, right} & set(_OBJECT_NAMES) else ""
+            raise TypeCheckError(f"found no matching overload for '{function}' applied to '({_name(left)}, {_name(right)})'{hint}")
         return result
 
     def _unary(self, node: lark.Tree, scope: dict[str, CelType]) -> CelType:
@@ -266,6 +283,8 @@ class _Checker:
             return DYN
         if name in _STRING_PARSERS and kinds and kinds[0] not in (DYN, "string"):
             raise TypeCheckError(f"found no matching overload for '{name}' applied to '({_name(kinds[0])})'")
+        if name == "size" and len(kinds) == 1 and not _sized(kinds[0]):
+            raise TypeCheckError(f"found no matching overload for 'size' applied to '({_name(kinds[0])})'")
         if name == "matches" and len(args) == 2:
             _check_regex(args[1])
         return _GLOBAL_RESULTS.get(name, DYN)
@@ -289,6 +308,10 @@ class _Checker:
             self._check_format(target_tree, cast(lark.Tree, _list_literal(args[0])), scope)
             return "string"
         kinds = [self.infer(a, scope) for a in args]
+        if name == "size" and not args and not _sized(receiver):
+            raise TypeCheckError(f"found no matching overload for 'size' applied to '{_name(receiver)}.()'")
+        if name in _OBJECT_METHODS:
+            _check_object_method(name, receiver, kinds)
         if name in _STRING_METHODS and receiver not in (DYN, "string"):
             raise TypeCheckError(f"found no matching overload for '{name}' on a {_name(receiver)} receiver")
         if name in _STRING_ARGUMENTS and any(k not in (DYN, "string") for k in kinds[:1]):
@@ -319,7 +342,8 @@ class _Checker:
     def _macro(self, name: str, receiver: CelType, args: list[lark.Tree], scope: dict[str, CelType]) -> CelType:
         two_vars = name == "transformList" or (name in ("all", "exists", "existsOne") and len(args) == 3)
         count = 2 if two_vars else 1
-        inner = {**scope, **{ident_name(a) or "": DYN for a in args[:count]}}
+        variables = _iteration_types(receiver, two_vars)
+        inner = {**scope, **{ident_name(a) or "": kind for a, kind in zip(args[:count], variables)}}
         body = [self.infer(a, inner) for a in args[count:]]
         if name in ("all", "exists", "exists_one", "existsOne"):
             self._require_bool(body[-1], f"{name}() predicate")
@@ -330,6 +354,36 @@ class _Checker:
         if len(body) == 2:
             self._require_bool(body[0], f"{name}() filter")
         return ("list", body[-1])
+
+
+def _sized(kind: CelType) -> bool:
+    """size() is declared on strings, bytes, lists and maps."""
+    return kind in (DYN, "string", "bytes") or (isinstance(kind, tuple) and kind[0] in ("list", "map"))
+
+
+def _iteration_types(receiver: CelType, two_vars: bool) -> tuple[CelType, CelType]:
+    """The types a macro's variables take over `receiver`: a list's elements (index, element), a map's keys (key, value)."""
+    if isinstance(receiver, tuple) and receiver[0] == "list":
+        return ("int", receiver[1]) if two_vars else (receiver[1], DYN)
+    if isinstance(receiver, tuple) and receiver[0] == "map":
+        return (receiver[1], receiver[2]) if two_vars else (receiver[1], DYN)
+    return DYN, DYN
+
+
+def _check_object_method(name: str, receiver: CelType, kinds: list[CelType]) -> None:
+    """Quantity and Semver methods exist only on their own receivers, with the arguments declared for them.
+
+    A dyn receiver (an attribute value) still needs an argument some overload takes:
+    `attr.isGreaterThan("1.0.0")` matches neither (Semver, Semver) nor (Quantity, Quantity)."""
+    if receiver == DYN:
+        accepts: frozenset[str] | None = frozenset().union(*_OBJECT_METHODS[name].values())
+        if not accepts:
+            return
+    else:
+        accepts = _OBJECT_METHODS[name].get(receiver) if isinstance(receiver, str) else None
+    if accepts is None or any(kind != DYN and kind not in accepts for kind in kinds[:1]):
+        arguments = ", ".join(_name(kind) for kind in kinds)
+        raise TypeCheckError(f"found no matching overload for '{name}' applied to '{_name(receiver)}.({arguments})'")
 
 
 def _operator_result(symbol: str, left: CelType, right: CelType) -> CelType | None:

@@ -7,16 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver import fleet as fleets
-from dra_driver.allocator import Allocator, CelMatcher, Explanation, Node, NodeOutcome, build_pools
-from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
-from dra_driver.allocator.pools import node_selector_matches
+from dra_driver.allocator import CelMatcher, Explanation, build_pools
 from dra_driver.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
-from dra_driver.explain.extended_resources import class_for_resources, extended_resource_claims, pod_extended_requests
+from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
+from dra_driver.explain.placement import Scheduler, placements
 from dra_driver.explain.search_size import timeout_warnings
 from dra_driver.explain.subject import Subject, read_subject, validated_claims
 from dra_driver.explain.taint_rules import apply_rules, parse_rules
@@ -30,31 +29,28 @@ class ExplainRequest:
     source: FleetSource
     class_paths: Sequence[str] = ()
     gates: FeatureGates = FeatureGates()
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --namespace-labels (admin access)
+
+
+@dataclass
+class PodResult:
+    """One pod of the file, placed after the ones before it."""
+
+    pod: str  # "Pod ml/trainer (Deployment ml/trainer, replica 1 of 2)"
+    explanation: Explanation
 
 
 @dataclass
 class ExplainResult:
-    explanation: Explanation
+    explanation: Explanation  # the first pod that cannot be placed, else the last one (or the file's claims)
     summary: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the scheduler will likely time out (search_size.py)
+    pods: list[PodResult] = field(default_factory=list)  # every pod in placement order; empty for a file of claims
 
-
-def split_by_reused_claims(nodes: Sequence[Node], reused: Mapping[str, Mapping[str, Any] | None]) -> tuple[list[Node], list[NodeOutcome]]:
-    """Nodes where every already-allocated claim the pod reuses is available, and an outcome for the rest.
-
-    An allocated claim is usable only where its status.allocation.nodeSelector matches
-    (unset: everywhere); elsewhere the scheduler rejects the pod with its own words."""
-    usable: list[Node] = []
-    elsewhere: list[NodeOutcome] = []
-    for node in nodes:
-        missing = [label for label, selector in reused.items() if selector is not None and not node_selector_matches(selector, node)]
-        if missing:
-            reasons = [f"resourceclaim not available on the node: {label} is allocated for another node" for label in missing]
-            elsewhere.append(NodeOutcome(node.label, reasons=reasons))
-        else:
-            usable.append(node)
-    return usable, elsewhere
+    @property
+    def allocatable(self) -> bool:
+        return all(pod.explanation.allocatable for pod in self.pods) if self.pods else self.explanation.allocatable
 
 
 def explain(request: ExplainRequest) -> ExplainResult:
@@ -64,7 +60,8 @@ def explain(request: ExplainRequest) -> ExplainResult:
     extra = fleets.load_paths(request.class_paths) if request.class_paths else fleets.Fleet()
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
-    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates)
+    subject.namespace_labels.update({name: dict(labels) for name, labels in request.namespace_labels.items()})
+    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates, unknown_namespaces_unlabelled=True)
 
 
 def explain_subject(
@@ -72,14 +69,24 @@ def explain_subject(
     subject: Subject,
     class_layers: Sequence[tuple[str, list[dict[str, Any]]]] = (),
     gates: FeatureGates = FeatureGates(),
+    unknown_namespaces_unlabelled: bool = False,
 ) -> ExplainResult:
-    """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes."""
+    """Allocate claims already read (a Subject) on a loaded fleet; `class_layers` go over the shipped and fleet classes.
+
+    The file's pods are placed one after another, as the scheduler takes them: each on its own
+    node, with what the pods before it got in use. `unknown_namespaces_unlabelled`: admin access
+    in a namespace whose labels are not known is refused as the API server refuses it in an
+    unlabelled one (else only noted)."""
     matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
     layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers]
     classes = merge_classes(layers, matcher)
-    _add_extended_resource_claims(subject, layers, set(classes), gates)
-    claims = validated_claims(subject, classes, matcher)
-    admin_errors, admin_notes = admin_access_problems(subject.claims, {**fleet.namespace_labels, **subject.namespace_labels}, gates)
+    # The scheduler maps extended resources with the classes that exist: a cluster's own, not
+    # the shipped ones explain otherwise assumes installed (deploy/ installs them).
+    mapping_layers = layers[1:] if fleet.cluster else layers
+    to_place = placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates), labels_known=bool(fleet.nodes))
+    specs = dict(zip(map(id, subject.claims), validated_claims(subject, classes, matcher)))
+    namespaces = {**fleet.namespace_labels, **subject.namespace_labels}
+    admin_errors, admin_notes = admin_access_problems(subject.claims, namespaces, gates, unknown_namespaces_unlabelled)
     if admin_errors:
         raise InputError(admin_errors)
     subject.notes += admin_notes
@@ -90,30 +97,31 @@ def explain_subject(
     subject.notes += apply_rules(pools, rules, gates)
     nodes = fleet_nodes(pools, fleet.nodes)
     others = [*fleet.claims, *subject.allocated_claims]
-    allocated = fleets.allocated_devices(others, skip=subject.own_claims)
-    capacity = ConsumableCapacity(gates.consumable_capacity, shared_consumption(others, skip=subject.own_claims))
-    usable, elsewhere = split_by_reused_claims(nodes, subject.reused)
-    explanation = Allocator(pools, classes, matcher, allocated, capacity=capacity).explain(claims, usable)
-    explanation.nodes += elsewhere
+    scheduler = Scheduler(pools, classes, matcher, nodes, fleet.allocatable, others, subject.own_claims, gates)
+    pods = [PodResult(placement.label, scheduler.place(placement, specs)) for placement in to_place]
     summary = {
         "sources": fleet.sources,
         "nodes": len(nodes),
         "pools": len(pools),
         "devices": sum(len(p.devices) for p in pools),
-        "allocatedElsewhere": len(allocated),
+        "allocatedElsewhere": len(fleets.allocated_devices(others, skip=subject.own_claims)),
         "celEvaluations": matcher.evaluations,
         "featureGates": gates.describe(),
         "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
-    return ExplainResult(explanation, summary, subject.notes, timeout_warnings(explanation, pools))
+    decisive = next((pod.explanation for pod in pods if not pod.explanation.allocatable), pods[-1].explanation)
+    warnings = [w for pod in pods for w in timeout_warnings(pod.explanation, pools)]
+    return ExplainResult(decisive, summary, subject.notes, warnings, pods if subject.pod_plans else [])
 
 
-def _add_extended_resource_claims(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> None:
-    """The claim the scheduler adds for the extended resources the file's Pods ask for (extended_resources.py)."""
+def _extended_resources(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> ExtendedResources:
+    """The claims the scheduler adds for the extended resources the file's Pods ask for, and what device plugins
+    must give (extended_resources.py); the claims join subject.claims for validation."""
     extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
     if not extended:
-        return
+        return ExtendedResources()
     merged = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
-    claims, notes = extended_resource_claims(extended, class_for_resources(merged), known, gates)
-    subject.claims += claims
-    subject.notes += notes
+    found = extended_resource_claims(extended, class_for_resources(merged), known, gates)
+    subject.claims += found.claims.values()
+    subject.notes += found.notes
+    return found

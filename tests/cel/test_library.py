@@ -69,8 +69,8 @@ def test_function(expression: str) -> None:
     "expression, message",
     [
         ('quantity("1.5").asInteger() == 1', "asInteger"),
-        ('quantity("1").compareTo(semver("1.0.0")) == 0', "compareTo"),
-        ('semver("1.0.0").isGreaterThan(quantity("1"))', "isGreaterThan"),
+        ('quantity("1").compareTo(dyn(semver("1.0.0"))) == 0', "compareTo"),  # dyn: only known at run time
+        ('semver("1.0.0").isGreaterThan(dyn(quantity("1")))', "isGreaterThan"),
         ('"abc".charAt(9) == ""', "charAt"),
         ('"abc".substring(2, 1) == ""', "substring"),
         ('"abc".indexOf("a", 10) == 0', "index"),

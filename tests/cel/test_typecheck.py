@@ -54,6 +54,28 @@ ROOT = Path(__file__).resolve().parents[2]
         ("true + 1 == 2", "'_+_'"),
         ("[1] + [2.0] == [1]", "'_+_'"),
         ('quantity("1") < quantity("2")', "'_<_'"),  # Quantity has compareTo, no operators
+        # capacity values are declared kubernetes.Quantity: the API server refuses operators on them
+        ('device.capacity["gpu.nvidia.com"].memory < quantity("80Gi")', "applied to '(kubernetes.Quantity, kubernetes.Quantity)'"),
+        ('device.capacity["gpu.nvidia.com"]["memory"] >= device.capacity["gpu.nvidia.com"].memory', "'_>=_'"),
+        ('device.capacity["gpu.nvidia.com"].memory > 0', "(kubernetes.Quantity, int)"),
+        ('device.capacity["gpu.nvidia.com"].memory == 1', "'_==_'"),
+        ('cel.bind(c, device.capacity["gpu.nvidia.com"], c.memory < quantity("1"))', "'_<_'"),
+        ('device.capacity["gpu.nvidia.com"].exists(k, v, v > 0)', "'_>_'"),  # map macro variables: key, value
+        ('[quantity("1")].all(q, q < quantity("2"))', "'_<_'"),  # list macro variable: the element type
+        ('"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"', "%d clause"),
+        ('"%.1f".format([quantity("1")]) == "1"', "%f clause"),
+        # Quantity and Semver methods exist only on their own receivers and arguments
+        ('device.driver.isGreaterThan(quantity("1"))', "'string.(kubernetes.Quantity)'"),
+        ('quantity("1").compareTo(semver("1.0.0")) == 0', "'kubernetes.Quantity.(kubernetes.Semver)'"),
+        ('semver("1.0.0").isLessThan(quantity("1"))', "isLessThan"),
+        ('device.capacity["gpu.nvidia.com"].memory.major() == 1', "major"),
+        ('semver("1.0.0").add(1).isInteger()', "add"),
+        # an attribute is dyn, but no overload takes a string argument
+        ('device.attributes["gpu.nvidia.com"].driverVersion.isGreaterThan("550.0.0")', "'dyn.(string)'"),
+        ('device.attributes["gpu.nvidia.com"].driverVersion.compareTo("550.0.0") > 0', "compareTo"),
+        ('(device.driver == "a" ? 1 : "b") == 1', "'(bool, int, string)'"),  # _?_:_ is (bool, A, A) -> A
+        ("size(1) == 1", "'size' applied to '(int)'"),
+        ("device.capacity['gpu.nvidia.com'].memory.size() == 1", "'size' applied to 'kubernetes.Quantity.()'"),
         ('quantity("1") == 1', "'_==_'"),
         ("[1] < [2]", "'_<_'"),
         ('"x".startsWith(1)', "startsWith"),
@@ -120,6 +142,14 @@ REALISTIC = [
     '["a", "b"].join("-") == "a-b" && "a,b".split(",").size() == 2 && "abc".find("[a-z]+") == "abc"',
     'sets.contains(["a", "b"], ["a"]) && [3, 1].isSorted() == false && [1, 2].sum() == 3',
     "cel.bind(x, 1, cel.bind(x, 2, x)) == 2 && [1, 2].transformList(i, v, v * 2) == [2, 4]",
+    'device.capacity["gpu.nvidia.com"].memory == quantity("80Gi") && device.capacity["gpu.nvidia.com"].memory.add(1).sign() == 1',
+    'device.capacity["gpu.nvidia.com"].exists(k, v, k == "memory" && v.isGreaterThan(quantity("1")))',
+    'device.capacity["gpu.nvidia.com"].memory.asApproximateFloat() > 1.0 && "%s".format([device.capacity["gpu.nvidia.com"].memory.asInteger()]) != ""',
+    'dyn(device.capacity["gpu.nvidia.com"].memory) < quantity("1")',  # dyn: left to run time, as cel-go does
+    'device.attributes["a"].v.isLessThan(device.attributes["a"].w) && device.attributes["a"].q.add(1).sign() == 1',  # dyn arguments
+    '(device.driver == "a" ? device.attributes["a"].x : 1) == 1 && (true ? [] : [1]).size() == 0 && (false ? null : 1) == 1',
+    'size(device.attributes["gpu.nvidia.com"].productName) > 0 && sets.intersects(device.attributes["a"].l, [1])',
+    '[semver("1.0.0")].exists(s, s.major() == 1) && device.attributes["gpu.nvidia.com"].driverVersion.major() >= 550',
 ]
 
 

@@ -44,7 +44,9 @@ def test_bad_feature_gates_are_invalid_input(tmp_path: Path, capsys: pytest.Capt
 @pytest.mark.parametrize(
     ("selector", "message"),
     [
-        ('quantity("1Gi") < quantity("2Gi")', "found no matching overload for '_<_' applied to '(Quantity, Quantity)'"),
+        ('quantity("1Gi") < quantity("2Gi")', "found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'"),
+        ('device.capacity["gpu.nvidia.com"].memory < quantity("80Gi")', "found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'"),
+        ('"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"', "%d clause can only be used on int, uint, was given kubernetes.Quantity"),
         ('"%s-%d".format(["a", "b"]) == "a-b"', "%d clause can only be used on int, uint, was given string"),
     ],
 )

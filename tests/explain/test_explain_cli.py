@@ -51,7 +51,7 @@ def test_cel_runtime_error_exits_1_and_shows_the_error(tmp_path: Path, capsys: p
         ({"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "All", "count": 2}}, None, "requests[0].exactly.count", "All"),
         ({"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "Some"}}, None, "requests[0].exactly.allocationMode", "ExactCount or All"),
         (b.exact("gpu", device_class="nope.example.com"), None, "requests[0].exactly.deviceClassName", "does not exist"),
-        (b.exact("gpu", selectors=("device.attributes[",)), None, "requests[0].exactly.selectors[0].cel.expression", "does not compile"),
+        (b.exact("gpu", selectors=("device.attributes[",)), None, "requests[0].exactly.selectors[0].cel.expression", 'Invalid value: "device.attributes[": Syntax error'),
         (b.exact("gpu", selectors=("true || " * 1300 + "true",)), None, "requests[0].exactly.selectors[0].cel.expression", "10240"),
         (b.exact("GPU"), None, "requests[0].name", "DNS label"),
         ({"name": "gpu"}, None, "requests[0]", "exactly one of exactly or firstAvailable"),

@@ -74,3 +74,22 @@ def test_cluster_namespace_labels_decide_admin_access(cluster: tuple[SimApiServe
     assert "resource.kubernetes.io/admin-access" in capsys.readouterr().err
     server.store.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"resource.kubernetes.io/admin-access": "true"}}})
     assert main(["explain", str(claim), "--kubeconfig", str(kubeconfig)]) == 0
+
+
+def test_cluster_without_an_extended_resource_class_says_insufficient(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The cluster has no DeviceClass with extendedResourceName nvidia.com/gpu (the shipped one is not installed there)."""
+    server, kubeconfig = cluster
+    server.store.put(b.resource_slice("node-0", [b.device("gpu-0"), b.device("gpu-1")]))
+    server.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"}, "status": {"allocatable": {"cpu": "8"}}})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    argv = ["explain", str(path), "--kubeconfig", str(kubeconfig), "--feature-gates", "DRAExtendedResource=true"]
+    assert main(argv) == 1
+    assert "Insufficient nvidia.com/gpu" in capsys.readouterr().out
+    mapped = b.class_doc("extended.gpu.nvidia.com", [f'device.driver == "{b.NV}"'])
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    server.store.put(mapped)
+    assert main(argv) == 0  # now the scheduler serves it through DRA
+    capsys.readouterr()

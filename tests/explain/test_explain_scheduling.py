@@ -67,10 +67,33 @@ def test_admin_access_needs_the_namespace_label(tmp_path: Path, capsys: pytest.C
     assert code == 0 and json.loads(out)["notes"] == []
 
 
-def test_admin_access_without_the_namespace_object_is_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_admin_access_in_a_namespace_explain_knows_nothing_about_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The API server refuses the claim in any namespace without the label; explain must not say ALLOCATABLE."""
     path = write_yaml(tmp_path / "a.yaml", class_docs() + [_admin_claim()])
-    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
-    assert code == 0 and any("could not check" in note for note in json.loads(out)["notes"])
+    fleet = fleet_list(tmp_path, nodes())
+    code, out, err = explain(capsys, path, "--fleet", fleet)
+    assert code == 2 and "ALLOCATABLE" not in out
+    assert "refuses to create this claim" in err and "requests[0].exactly.adminAccess" in err
+    assert "--namespace-labels ml=resource.kubernetes.io/admin-access=true" in err  # how to tell explain otherwise
+    code, out, _ = explain(capsys, path, "--fleet", fleet, "--namespace-labels", "ml=team=a,resource.kubernetes.io/admin-access=true", "-o", "json")
+    assert code == 0 and json.loads(out)["notes"] == []
+    code, _, err = explain(capsys, path, "--fleet", fleet, "--namespace-labels", "ml=resource.kubernetes.io/admin-access=false")
+    assert code == 2 and "namespace 'ml' does not have it" in err
+    code, _, _ = explain(capsys, path, "--fleet", fleet, "--feature-gates", "DRAAdminAccess=false")
+    assert code == 0  # gate off: the API server drops the field, an ordinary request
+
+
+def test_namespace_labels_flag_overrides_the_namespace_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_yaml(tmp_path / "a.yaml", class_docs() + [_namespace({}), _admin_claim()])
+    code, _, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "--namespace-labels", "ml=resource.kubernetes.io/admin-access=true")
+    assert code == 0
+
+
+@pytest.mark.parametrize("entry", ["ml", "ML=a=b", "ml=novalue", "ml=bad key=x"])
+def test_bad_namespace_labels_are_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str) -> None:
+    path = write_yaml(tmp_path / "a.yaml", class_docs() + [_admin_claim()])
+    code, _, err = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes()), "--namespace-labels", entry)
+    assert code == 2 and "--namespace-labels" in err and repr(entry) in err
 
 
 def _mig_claim(tmp_path: Path, count: int, device_class: str = "mig.nvidia.com", selector: str = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"') -> Path:
@@ -113,8 +136,51 @@ def test_extended_resource_is_allocated_through_its_device_class(tmp_path: Path,
     (results,) = [a["devices"]["results"] for a in json.loads(out)["allocations"].values()]
     assert [r["device"] for r in results] == ["gpu-0", "gpu-1"]
     code, out, _ = explain(capsys, path, "--fleet", fleet, "-o", "json")  # gate off (the 1.35 default): a device plugin's job
-    assert code == 0 and json.loads(out)["allocations"] == {}
-    assert any("left to a device plugin" in note for note in json.loads(out)["notes"])
+    assert code == 1 and json.loads(out)["allocations"] == {}  # these nodes advertise no nvidia.com/gpu
+    assert all(n["reasons"] == ["Insufficient nvidia.com/gpu"] for n in json.loads(out)["nodes"])
+    assert any("must come from a device plugin (the DRAExtendedResource gate is off)" in note for note in json.loads(out)["notes"])
+
+
+def _node_doc(name: str, fpgas: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "status": {"allocatable": {"cpu": "8", "example.com/fpga": str(fpgas)}}}
+
+
+def test_extended_resource_no_class_maps_is_insufficient_like_the_scheduler(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Gate on, but no DeviceClass names nvidia.com/gpu (the file replaces the shipped class that did):
+    NodeResourcesFit wants it in the node's allocatable, and a node running dra-driver has no such device plugin."""
+    unmapping = b.class_doc("extended.gpu.nvidia.com", b.CLASS_SELECTORS[b.GPU_CLASS])
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [unmapping, _extended_pod(2)])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), "--feature-gates", "DRAExtendedResource=true")
+    assert code == 1 and "ALLOCATABLE on" not in out
+    assert "2 nodes (e.g. node-0):" in out and "NOT ALLOCATABLE: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in out
+
+
+def _fpga_pod() -> dict[str, Any]:
+    pod = _pod([])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"example.com/fpga": 2}}
+    return pod
+
+
+def test_other_device_plugin_resources_need_the_nodes_allocatable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [_fpga_pod()])
+    gates = ("--feature-gates", "DRAExtendedResource=true")
+    # A node whose device plugin advertises enough takes the Pod; one with too few does not.
+    fleet = fleet_list(tmp_path, nodes(count=2, per_node=2), [_node_doc("node-0", 1), _node_doc("node-1", 4)])
+    code, out, _ = explain(capsys, path, "--fleet", fleet, *gates, "-o", "json")
+    report = json.loads(out)
+    assert code == 0 and report["node"] == "node-1"
+    assert next(n for n in report["nodes"] if n["node"] == "node-0")["reasons"] == ["Insufficient example.com/fpga"]
+    fleet = fleet_list(tmp_path, nodes(count=2, per_node=2), [_node_doc("node-0", 0), _node_doc("node-1", 0)])
+    code, out, _ = explain(capsys, path, "--fleet", fleet, *gates)
+    assert code == 1 and "NOT ALLOCATABLE: 0/2 nodes are available: 2 Insufficient example.com/fpga." in out
+
+
+def test_other_device_plugin_resources_are_not_judged_without_node_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A simulated node says nothing about device plugins other than the accelerators dra-driver replaces."""
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [_fpga_pod()])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), "-o", "json")
+    assert code == 0
+    assert any(n.startswith("example.com/fpga not checked: the fleet has no Node objects") for n in json.loads(out)["notes"])
 
 
 def test_extended_resource_beside_a_claim_shares_the_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,3 +260,57 @@ def test_capacity_request_larger_than_any_device_rules_it_out(tmp_path: Path, ca
     claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([_memory_request("a", "100Gi")])])
     code, out, _ = explain(capsys, claim, "--fleet", fleet_list(tmp_path, nodes(count=1, per_node=1)), "--feature-gates", "DRAConsumableCapacity=true")
     assert code == 1 and "requested capacity does not fit" in out
+
+
+def _zoned_nodes() -> list[dict[str, Any]]:
+    return [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{n}", "labels": {"kubernetes.io/hostname": f"node-{n}", "zone": zone}}} for n, zone in enumerate("ab")]
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        {"nodeSelector": {"zone": "b"}},
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}]}}}},
+        {"nodeName": "node-1"},
+    ],
+    ids=["nodeSelector", "required-affinity", "nodeName"],
+)
+def test_pods_own_node_constraints_filter_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str], constraint: dict[str, Any]) -> None:
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    pod["spec"].update(constraint)
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1), _zoned_nodes()), "-o", "json")
+    report = json.loads(out)
+    assert code == 0 and report["node"] == "node-1"
+    (node_0,) = [n for n in report["nodes"] if n["node"] == "node-0"]
+    assert node_0["reasons"] == ["node(s) didn't match the requested node name" if "nodeName" in constraint else "node(s) didn't match Pod's node affinity/selector"]
+
+
+def test_pod_node_constraints_need_known_node_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Simulated nodes carry only their hostname: a selector on other labels is not judged, and a note says so."""
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    pod["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1)), "-o", "json")
+    assert code == 0 and any("node selector / affinity of 1 pod(s) not checked (ml/trainer)" in n for n in json.loads(out)["notes"])
+    code, _, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1), _zoned_nodes()))
+    assert code == 1  # with the Node objects known, no node has the instance type
+
+
+def test_node_name_is_checked_without_node_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    pod["spec"]["nodeName"] = "node-1"
+    path = write_yaml(tmp_path / "pod.yaml", class_docs() + [TEMPLATE, pod])
+    code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=1)), "-o", "json")
+    assert code == 0 and json.loads(out)["node"] == "node-1" and json.loads(out)["notes"] == []
+
+
+def test_pods_use_templates_of_their_own_namespace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two namespaces each have a template 'one-gpu'; the pod in 'ml' gets ml's (two GPUs), not the other's."""
+    other = {**TEMPLATE, "metadata": {"name": "one-gpu", "namespace": "other"}}
+    two = {**TEMPLATE, "spec": {"spec": {"devices": {"requests": [b.exact("gpu", count=2)]}}}}
+    pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
+    code, out, _ = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [two, other, pod]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
+    assert code == 0 and len(json.loads(out)["allocations"]["ml/trainer-fresh"]["devices"]["results"]) == 2
+    code, _, err = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [other, pod]), "--fleet", fleet_list(tmp_path, nodes()))
+    assert code == 2 and "ResourceClaimTemplate 'one-gpu' of namespace 'ml' is not in the file" in err
