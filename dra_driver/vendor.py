@@ -55,6 +55,9 @@ class BackendSettings:
     nvidia_cdi_hook_path: str | None = None
     # Directory a backend may use for its own on-disk state (the plugin data dir).
     state_dir: Path | None = None
+    # MPS: switch a GPU a claim holds alone to the EXCLUSIVE_PROCESS compute mode (as NVIDIA's driver does) and
+    # back on unprepare; False leaves every compute mode as it is (MPS still works, other processes may share).
+    mps_exclusive_compute: bool = True
 
 
 @dataclass(frozen=True)
