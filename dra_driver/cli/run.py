@@ -75,6 +75,14 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: $NVIDIA_CDI_HOOK_PATH, else none)",
     )
     parser.add_argument(
+        "--mps-compute-mode",
+        choices=("exclusive-process", "unchanged"),
+        default=os.environ.get("MPS_COMPUTE_MODE") or "exclusive-process",
+        help="what an MPS claim does to the compute mode of a GPU it holds alone: exclusive-process switches it to "
+        "EXCLUSIVE_PROCESS (only the MPS server opens the GPU) and back on unprepare, as NVIDIA's driver does; "
+        "unchanged never touches it (default: $MPS_COMPUTE_MODE, else exclusive-process)",
+    )
+    parser.add_argument(
         "--claim-cache",
         action=argparse.BooleanOptionalAction,
         default=os.environ.get("CLAIM_CACHE", "").lower() in ("1", "true", "yes"),
@@ -141,6 +149,7 @@ def build_daemon(args: argparse.Namespace) -> Daemon:
         node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root,
         host_driver_root=_absolute("--host-driver-root", args.host_driver_root),
         nvidia_cdi_hook_path=str(_absolute("--nvidia-cdi-hook-path", args.nvidia_cdi_hook_path) or "") or None,
+        mps_exclusive_compute=args.mps_compute_mode == "exclusive-process",
     )  # fmt: skip
     opened = open_backends(backend_settings, profile, vendors)
     for problem in opened.unavailable:
