@@ -54,6 +54,15 @@ class TemplateRequest:
     hardware_check: bool = True  # explain against every shipped profile first
 
 
+# A ResourceClaimTemplate gives each pod a claim of its own: sharing settings then stay inside one pod.
+TEMPLATE_SHARES_NOTHING = (
+    "note: --sharing on a ResourceClaimTemplate shares nothing across pods: each pod gets its own claim and its own "
+    "GPU, and the setting applies to that pod's containers only. To share one GPU between pods, write a ResourceClaim "
+    "(add --claim) and name it in each pod's spec.resourceClaims[].resourceClaimName; those pods then run on the node "
+    "that holds it"
+)
+
+
 @dataclass
 class FleetCheck:
     sources: list[str]
@@ -109,6 +118,8 @@ def template(request: TemplateRequest) -> TemplateResult:
     document = yaml.safe_load(text)
     subject = _subject(document)
     result = TemplateResult(text, document, resolved)
+    if intent.sharing is not None and not intent.as_claim:
+        result.notes.append(TEMPLATE_SHARES_NOTHING)
     if request.hardware_check:
         known = known_fleet()
         if not explain_subject(known, subject).explanation.allocatable:

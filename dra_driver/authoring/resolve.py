@@ -178,6 +178,17 @@ def _unique_names(choices: list[Choice]) -> list[Choice]:
     return out
 
 
+# Why --sharing is NVIDIA only, said per vendor with what to do instead.
+NO_SHARING = {
+    "amd": "AMD GPUs have no sharing setting: amdgpu already runs the processes of several containers on one GPU at once "
+           "(pods referencing one ResourceClaim share it), and offers no per-process memory or compute limit a driver "
+           "could apply; for a hard split ask for a partition (--partition cpx)",
+    "gaudi": "Gaudi accelerators cannot be shared: the habanalabs driver gives one process at a time a compute context "
+             "on a device; ask for as many devices as processes",
+    "any": "add --vendor nvidia or a model",
+}  # fmt: skip
+
+
 def _sharing_parameters(sharing: Sharing, kind: str) -> dict[str, Any]:
     body: dict[str, Any] = {"strategy": sharing.strategy}
     if sharing.strategy == "TimeSlicing" and sharing.interval:
@@ -203,7 +214,8 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
     if intent.sharing:
         for choice in choices:
             if choice.vendor != "nvidia":
-                problems.add("--sharing", f"sharing is NVIDIA's GpuConfig ({NVIDIA_CONFIG_API}); {choice.name} is {'any vendor' if choice.vendor == 'any' else choice.vendor}: add --vendor nvidia or a model")
+                problems.add("--sharing", f"sharing is NVIDIA's GpuConfig ({NVIDIA_CONFIG_API}); {choice.name} is "
+                                          f"{'any vendor' if choice.vendor == 'any' else choice.vendor}: {NO_SHARING[choice.vendor]}")
                 continue
             kind = "MigDeviceConfig" if choice.want.mig else "GpuConfig"
             requests = (f"{intent.request}/{choice.name}",) if prioritized else (intent.request,)

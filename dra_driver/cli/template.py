@@ -123,4 +123,6 @@ def run(args: argparse.Namespace) -> int:
     except DraError as exc:  # InputError, TemplateError (no known hardware fits), a fleet that cannot be read
         return failures.report(exc)
     sys.stdout.write(result.text)
+    for note in result.notes:
+        print(note, file=sys.stderr)
     return _report(result)

@@ -105,6 +105,16 @@ def test_sharing_is_upstream_nvidia_config_the_backend_accepts(sharing: str, exp
         validate_config(config["opaque"]["parameters"])  # raises ConfigError on anything upstream's decoder refuses
 
 
+def test_sharing_on_a_template_says_nothing_is_shared_across_pods_and_how_to_share(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = write(capsys, "--model", "H100", "--sharing", "mps:threads=50")
+    assert code == 0 and "kind: ResourceClaimTemplate" in out
+    assert "shares nothing across pods" in err and "add --claim" in err and "resourceClaimName" in err
+    code, out, err = write(capsys, "--model", "H100", "--sharing", "mps:threads=50", "--claim")
+    assert code == 0 and "kind: ResourceClaim\n" in out and "shares nothing" not in err
+    code, out, err = write(capsys, "--model", "H100")
+    assert "shares nothing" not in err
+
+
 def test_admin_access_claim(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = write(capsys, "--vendor", "nvidia", "--admin-access", "--claim", "-n", "ops", "--name", "gpu-monitor")
     assert code == 0, err
@@ -152,7 +162,8 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
 
 @pytest.mark.parametrize(("flags", "names"), [
     (["--vendor", "nvidia", "--count", "2", "--same", "numa"], ["--same", "pcie-root"]),
-    (["--vendor", "amd", "--sharing", "mps"], ["--sharing", "nvidia"]),
+    (["--vendor", "amd", "--sharing", "mps"], ["--sharing", "nvidia", "no per-process memory or compute limit", "--partition cpx"]),
+    (["--vendor", "gaudi", "--sharing", "time-slicing"], ["--sharing", "cannot be shared", "one process at a time"]),
     (["--vendor", "nvidia", "--admin-access", "--fallback", "2"], ["--admin-access", "fallbacks"]),
     (["--model", 'H100") || true || ("'], ["model", "letters, digits"]),
     (["--vendor", "acme"], ["vendor", "nvidia, amd, gaudi, any"]),
