@@ -191,7 +191,7 @@ NO_SHARING = {
 
 def _sharing_parameters(sharing: Sharing, kind: str) -> dict[str, Any]:
     body: dict[str, Any] = {"strategy": sharing.strategy}
-    if sharing.strategy == "TimeSlicing" and sharing.interval:
+    if sharing.strategy == "TimeSlicing" and sharing.interval and kind == "GpuConfig":  # MIG devices take no interval
         body["timeSlicingConfig"] = {"interval": sharing.interval}
     if sharing.strategy == "MPS":
         mps: dict[str, Any] = {}
@@ -212,6 +212,9 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
         constraint = _constraint(intent, choices, prioritized, problems)
     configs: list[tuple[tuple[str, ...], dict[str, Any]]] = []
     if intent.sharing:
+        if intent.sharing.interval not in (None, "Default") and all(choice.want.mig for choice in choices):
+            problems.add("--sharing", "a time-slice interval applies to whole GPUs and every choice is a MIG device (the driver "
+                                      "refuses it at prepare); use time-slicing without an interval, or mps")
         for choice in choices:
             if choice.vendor != "nvidia":
                 problems.add("--sharing", f"sharing is NVIDIA's GpuConfig ({NVIDIA_CONFIG_API}); {choice.name} is "

@@ -1,7 +1,7 @@
 """`dra-driver template`: write a ResourceClaimTemplate from what you want, checked with explain.
 
     dra-driver template --count 4 --model H100 --fallback 8xA100 --same interconnect
-    dra-driver template --mig 1g.10gb --sharing time-slicing:Long --profile dgx-a100-mig --nodes 4
+    dra-driver template --mig 1g.10gb --sharing mps:threads=50 --profile dgx-a100-mig --nodes 4
     dra-driver template --vendor any --memory 128Gi --family hopper/cdna3/gaudi3 --claim
 
 The first choice comes from --count/--vendor/--model/--family/--memory/--mig/--partition.

@@ -101,7 +101,9 @@ def test_sharing_is_upstream_nvidia_config_the_backend_accepts(sharing: str, exp
     configs = devices_of(doc)["config"]
     assert [(c["requests"], c["opaque"]["parameters"]["kind"]) for c in configs] == [(["accel/h100"], "GpuConfig"), (["accel/1g-10gb"], "MigDeviceConfig")]
     for config in configs:
-        assert config["opaque"]["driver"] == "gpu.nvidia.com" and config["opaque"]["parameters"]["sharing"] == expected
+        # A MIG device takes no time-slice interval (it applies to whole GPUs; the driver refuses it at prepare).
+        wanted = expected if config["opaque"]["parameters"]["kind"] == "GpuConfig" else {k: v for k, v in expected.items() if k != "timeSlicingConfig"}
+        assert config["opaque"]["driver"] == "gpu.nvidia.com" and config["opaque"]["parameters"]["sharing"] == wanted
         validate_config(config["opaque"]["parameters"])  # raises ConfigError on anything upstream's decoder refuses
 
 
@@ -172,6 +174,7 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
     (["--mig", "1g.10gb", "--vendor", "amd"], ["MIG", "nvidia"]),
     (["--partition", "spx"], ["spx", "whole GPU"]),
     (["--sharing", "mps:threads=150"], ["threads", "0..100"]),
+    (["--mig", "1g.10gb", "--sharing", "time-slicing:Long"], ["--sharing", "applies to whole GPUs", "every choice is a MIG device", "without an interval"]),
     (["--fallback", "size=8"], ["unknown key 'size'"]),
     (["--model", "B200"], ["no known product", "H100"]),
     (["--name", "Not_Valid"], ["--name"]),
