@@ -250,6 +250,30 @@ def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
         out.add(f"{path}{suffix}", message)
 
 
+def _check_request_policy(out: _Collector, path: str, policy: Any, value: Any) -> None:
+    """The API server's CapacityRequestPolicy rules (validRange form; validValues is not published by this driver)."""
+    if not isinstance(policy, dict) or not isinstance(policy.get("validRange"), dict) or "validValues" in policy:
+        out.add(path, "must be an object with default and validRange {min, max?, step?}")
+        return
+    span = policy["validRange"]
+    amounts: dict[str, Any] = {}
+    for name, raw in (("default", policy.get("default")), ("min", span.get("min")), ("max", span.get("max")), ("step", span.get("step"))):
+        if raw is None:
+            continue
+        if not (isinstance(raw, str) and _is_quantity(raw)):
+            out.add(f"{path}.{name}", f"{raw!r} is not a quantity")
+            return
+        amounts[name] = quantity.parse(raw)
+    if "default" not in amounts or "min" not in amounts:
+        out.add(path, "default and validRange.min are required")
+        return
+    low, default, high, step = amounts["min"], amounts["default"], amounts.get("max"), amounts.get("step")
+    if not low <= default <= value or (high is not None and not default <= high <= value):
+        out.add(path, "must keep min <= default <= max <= the capacity's value")
+    if step is not None and (step <= 0 or low + step > value or any((x - low) % step for x in (default, high) if x is not None)):
+        out.add(f"{path}.validRange.step", "must be positive, min + step must fit the value, and default and max must be min plus whole steps")
+
+
 def _check_device(out: _Collector, path: str, device: Any) -> None:
     if not isinstance(device, dict):
         out.add(path, "must be an object")
@@ -276,6 +300,11 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         value = entry.get("value") if isinstance(entry, dict) else None
         if value is None or not (isinstance(value, (str, int)) and not isinstance(value, bool) and _is_quantity(value)):
             out.add(f"{path}.capacity[{key}].value", f"{value!r} is not a quantity such as '80Gi' or '132'")
+        elif isinstance(entry, dict) and entry.get("requestPolicy") is not None:
+            if device.get("allowMultipleAllocations") is not True:
+                out.add(f"{path}.capacity[{key}].requestPolicy", "is allowed only on a device with allowMultipleAllocations: true")
+            else:
+                _check_request_policy(out, f"{path}.capacity[{key}].requestPolicy", entry["requestPolicy"], quantity.parse(str(value)))
     consumptions = out.sequence(f"{path}.consumesCounters", device.get("consumesCounters"))
     if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
         out.add(f"{path}.consumesCounters", f"has {len(consumptions)} entries; at most {MAX_CONSUMPTIONS_PER_DEVICE} are allowed")

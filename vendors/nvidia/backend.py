@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from dra_driver import sim_scratch
 from dra_driver.errors import BackendUnavailable, DeviceError, DraError
 from dra_driver.logs import fields
+from dra_driver.model import quantity
 from dra_driver.model.device import CounterSet, Device, Inventory
 from dra_driver.vendor import (
     AllocatedDevice,
@@ -212,7 +213,10 @@ class NvidiaBackend(VendorBackend):
             # In MIG mode the parent is not usable as a whole: publish its MIG devices only.
             return self._static_mig_devices(gpu, profiles, published, lambda _device: True), []
         # Static mode, or a GPU that cannot leave whole-GPU mode without a reset: the GPU itself.
-        return [attributes.gpu_device(gpu, system, node, profiles)], []
+        device = attributes.gpu_device(gpu, system, node, profiles)
+        if self.settings.consumable_gpu_memory:
+            attributes.shareable(device, gpu.memory_bytes)
+        return [device], []
 
     def _can_switch_mig(self, gpu: GpuInfo) -> bool:
         """Whether prepare may switch this GPU's MIG mode now (no reset, nothing pending)."""
@@ -326,9 +330,11 @@ class NvidiaBackend(VendorBackend):
         name = allocated.device
         gpu = index.gpus.get(name) or (index.static_migs.get(name) or index.placements[name])[0]
         config = allocated.config if isinstance(allocated.config, (GpuConfig, MigDeviceConfig)) else None
+        whole = name in index.gpus
         return SharedDevice(
-            name=name, uuid=uuid, gpu_uuid=gpu.uuid, handle=gpu.handle, whole=name in index.gpus,
+            name=name, uuid=uuid, gpu_uuid=gpu.uuid, handle=gpu.handle, whole=whole,
             exclusive=allocated.share_id is None and not allocated.admin_access, sharing=config.sharing if config else None,
+            memory_bytes=gpu.memory_bytes if whole else 0, memory_share=_memory_share(allocated) if whole else None,
         )  # fmt: skip
 
     def _undo_sharing(self, claim: ClaimRef) -> None:
@@ -643,6 +649,19 @@ class NvidiaBackend(VendorBackend):
 def _prepared_device(name: str, device_edits: ContainerEdits, uuid: str) -> PreparedDevice:
     device_edits.env.append(edits.uuid_env(name, uuid))
     return PreparedDevice(name, device_edits)
+
+
+def _memory_share(allocated: AllocatedDevice) -> int | None:
+    """Bytes of the GPU's memory a consumable-capacity allocation takes (its `consumedCapacity`), or None."""
+    if allocated.share_id is None:
+        return None
+    for key, value in allocated.consumed_capacity:
+        if key in ("memory", f"{NvidiaBackend.driver_name}/memory"):
+            try:
+                return int(quantity.parse(value))
+            except (ValueError, TypeError, ArithmeticError):
+                raise DeviceError(allocated.device, f"consumedCapacity memory {value!r} is not a quantity") from None
+    return None
 
 
 def _entry_key(entry: StateEntry) -> GiKey:

@@ -59,6 +59,12 @@ class SharedDevice:
     whole: bool  # the device is the whole GPU (compute mode and time slice are per GPU)
     exclusive: bool  # allocated to this claim alone (no consumable-capacity share)
     sharing: Sharing | None
+    memory_bytes: int = 0  # the device's memory
+    memory_share: int | None = None  # bytes of it this claim consumes (consumable capacity), enforced through MPS
+
+    @property
+    def uses_mps(self) -> bool:
+        return (self.sharing is not None and self.sharing.strategy == "MPS") or self.memory_share is not None
 
 
 class SharingManager:
@@ -77,7 +83,7 @@ class SharingManager:
     def prepare(self, claim_uid: str, devices: Sequence[SharedDevice]) -> ContainerEdits | None:
         """Apply the claim's sharing: the claim-level edits MPS clients need, None when the claim changes nothing.
         Raises DraError; the caller undoes (`unprepare`)."""
-        mps_devices = [d for d in devices if d.sharing is not None and d.sharing.strategy == "MPS"]
+        mps_devices = [d for d in devices if d.uses_mps]
         sliced = self._intervals(claim_uid, devices)
         if not mps_devices and not sliced:
             return None
@@ -123,12 +129,12 @@ class SharingManager:
         return wanted
 
     def _start_mps(self, record: SharingRecord, devices: Sequence[SharedDevice]) -> ContainerEdits:
-        config = _one_mps_config(devices)
+        config = _one_mps_config([d for d in devices if d.sharing is not None and d.sharing.strategy == "MPS"] or devices[:1])
         if self._control is None or self._mps_root is None:
             raise DeviceError(devices[0].name, "MPS needs nvidia-cuda-mps-control under the driver root and a state "
                                                "directory for its daemon (--state-dir); check --driver-root")
         uuids = list(dict.fromkeys(d.uuid for d in devices))
-        limits = _limits(config, uuids, devices[0].name)
+        limits = _with_shares(_limits(config, uuids, devices[0].name), devices)
         where = DaemonDir(self._mps_root / claim_dir_name(record.claimUID))
         record.mps = MpsRecord(directory=str(where.root), gpus=uuids, commands=_commands(limits))
         self._put(record)
@@ -288,6 +294,23 @@ def _limits(config: MpsConfig, uuids: list[str], device: str) -> _Limits:
         pinned[target] = _mib(value)
     ordered = {uuid: pinned[uuid] for uuid in uuids if uuid in pinned}
     return _Limits(config.defaultActiveThreadPercentage, ordered)
+
+
+def _with_shares(limits: _Limits, devices: Sequence[SharedDevice]) -> _Limits:
+    """A consumable-capacity share caps its device's pinned memory at the share, and the daemon's thread
+    percentage at the largest share's fraction of its GPU (the server's limits: its clients cannot exceed them)."""
+    shared = [d for d in devices if d.memory_share is not None and d.memory_bytes > 0]
+    if not shared:
+        return limits
+    pinned = dict(limits.pinned_mib)
+    for device in shared:
+        assert device.memory_share is not None
+        share_mib = device.memory_share >> 20
+        pinned[device.uuid] = min(pinned.get(device.uuid, share_mib), share_mib)
+    fraction = max(-(-100 * d.memory_share // d.memory_bytes) for d in shared if d.memory_share is not None)  # ceiling
+    threads = min(limits.thread_percentage if limits.thread_percentage is not None else 100, max(1, fraction))
+    ordered = {d.uuid: pinned[d.uuid] for d in devices if d.uuid in pinned}
+    return _Limits(threads, ordered)
 
 
 def _mib(value: str) -> int:
