@@ -251,27 +251,46 @@ def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
 
 
 def _check_request_policy(out: _Collector, path: str, policy: Any, value: Any) -> None:
-    """The API server's CapacityRequestPolicy rules (validRange form; validValues is not published by this driver)."""
-    if not isinstance(policy, dict) or not isinstance(policy.get("validRange"), dict) or "validValues" in policy:
-        out.add(path, "must be an object with default and validRange {min, max?, step?}")
+    """The API server's CapacityRequestPolicy rules (dra-api-facts 3.1): default, then validValues or validRange."""
+    if not isinstance(policy, dict):
+        out.add(path, "must be an object with default and validValues or validRange")
         return
-    span = policy["validRange"]
-    amounts: dict[str, Any] = {}
-    for name, raw in (("default", policy.get("default")), ("min", span.get("min")), ("max", span.get("max")), ("step", span.get("step"))):
-        if raw is None:
-            continue
-        if not (isinstance(raw, str) and _is_quantity(raw)):
-            out.add(f"{path}.{name}", f"{raw!r} is not a quantity")
+    default = _policy_amount(out, f"{path}.default", policy.get("default"))
+    values, span = policy.get("validValues"), policy.get("validRange")
+    if values is not None and span is not None:
+        out.add(path, "may set validValues or validRange, not both")
+        return
+    if default is None:
+        if policy.get("default") is None and (values is not None or span is not None):
+            out.add(f"{path}.default", "is required with validValues or validRange")
+        return  # not a quantity: left to the allocator, which names the field
+    if default > value:
+        out.add(f"{path}.default", "must not exceed the capacity's value")
+    if values is not None:
+        amounts = [_policy_amount(out, f"{path}.validValues", v) for v in values] if isinstance(values, list) else [None]
+        if None in amounts:
             return
-        amounts[name] = quantity.parse(raw)
-    if "default" not in amounts or "min" not in amounts:
-        out.add(path, "default and validRange.min are required")
-        return
-    low, default, high, step = amounts["min"], amounts["default"], amounts.get("max"), amounts.get("step")
-    if not low <= default <= value or (high is not None and not default <= high <= value):
-        out.add(path, "must keep min <= default <= max <= the capacity's value")
-    if step is not None and (step <= 0 or low + step > value or any((x - low) % step for x in (default, high) if x is not None)):
-        out.add(f"{path}.validRange.step", "must be positive, min + step must fit the value, and default and max must be min plus whole steps")
+        if len(amounts) > 10 or amounts != sorted(set(amounts)) or amounts[-1] > value or default not in amounts:  # type: ignore[operator]
+            out.add(f"{path}.validValues", "must be at most 10 ascending quantities, none above the value, one of them the default")
+    elif isinstance(span, dict):
+        low = _policy_amount(out, f"{path}.validRange.min", span.get("min"))
+        high = _policy_amount(out, f"{path}.validRange.max", span.get("max")) if span.get("max") is not None else None
+        step = _policy_amount(out, f"{path}.validRange.step", span.get("step")) if span.get("step") is not None else None
+        if low is None or (span.get("max") is not None and high is None) or (span.get("step") is not None and step is None):
+            return
+        if not low <= default or (high is not None and not default <= high <= value):
+            out.add(f"{path}.validRange", "must keep min <= default <= max <= the capacity's value")
+        if step is not None and (step <= 0 or low + step > value or any((x - low) % step for x in (default, high) if x is not None)):
+            out.add(f"{path}.validRange.step", "must be positive, min + step must fit the value, and default and max must be min plus whole steps")
+    elif span is not None:
+        out.add(f"{path}.validRange", "must be an object with min, and optional max and step")
+
+
+def _policy_amount(out: _Collector, path: str, raw: Any) -> Any:
+    """The amount, or None when absent or not a quantity (explain rules such a device out naming the field)."""
+    if raw is None or not (isinstance(raw, (str, int)) and not isinstance(raw, bool) and _is_quantity(raw)):
+        return None
+    return quantity.parse(raw)
 
 
 def _check_device(out: _Collector, path: str, device: Any) -> None:

@@ -146,3 +146,27 @@ def test_publisher_falls_back_to_one_claim_per_gpu_when_the_server_drops_the_fie
             assert server.writes() == writes  # settled: the plain slices are not rewritten
         finally:
             publisher.stop()
+
+
+def test_fleet_shows_shared_gpus_with_what_is_left(shared: NvidiaBackend, capsys: pytest.CaptureFixture[str]) -> None:
+    from dra_driver.fleet import Fleet
+    from dra_driver.usage import Filters, build_view
+    from dra_driver.usage.render import to_data, to_table
+
+    def held(name: str, device: str, amount: str) -> dict[str, Any]:
+        result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-a", "device": device, "shareID": f"{name}0000000",
+                  "consumedCapacity": {"memory": amount}}  # fmt: skip
+        return {**_claim(name, amount), "status": {"allocation": {"devices": {"results": [result]}}}}
+
+    fleet = Fleet(sources=["test"], slices=render_pool(shared.discover(), "node-a"))
+    fleet.claims = [held("a", "gpu-0", "20Gi"), held("b", "gpu-0", "30Gi"), held("c", "gpu-1", "81559Mi")]
+    view = build_view(fleet, Filters())
+    rows = {d.device: d for d in view.devices}
+    assert rows["gpu-0"].state == "free" and [(s.used, s.left) for s in rows["gpu-0"].shared] == [("50Gi", "30359Mi")]
+    assert rows["gpu-1"].state == "allocated"  # nothing left for another claim
+    assert rows["gpu-2"].state == "free" and rows["gpu-2"].shared[0].used == "0"
+    table = to_table(view)
+    assert "Shared devices in use" in table
+    assert any(line.split() == ["node-a", "gpu.nvidia.com", "gpu-0", "gpu.nvidia.com/memory", "81559Mi", "50Gi", "30359Mi", "2"] for line in table.splitlines())
+    device = next(d for d in to_data(view)["devices"] if d["device"] == "gpu-0")
+    assert device["shared"] == [{"capacity": "gpu.nvidia.com/memory", "total": "81559Mi", "used": "50Gi", "left": "30359Mi"}]
