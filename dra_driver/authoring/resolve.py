@@ -223,6 +223,13 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
             kind = "MigDeviceConfig" if choice.want.mig else "GpuConfig"
             requests = (f"{intent.request}/{choice.name}",) if prioritized else (intent.request,)
             configs.append((requests, _sharing_parameters(intent.sharing, kind)))
+    if intent.share_memory:
+        for choice in choices:
+            if choice.vendor != "nvidia" or choice.want.mig:
+                problems.add("--share-memory", f"{choice.name}: a share of GPU memory is taken of a whole NVIDIA GPU published for "
+                                               "several claims (--consumable-gpu-memory); add --vendor nvidia or an NVIDIA model, without --mig")
+        if intent.admin_access:
+            problems.add("--share-memory", "admin access takes no share; drop one of the two")
     if intent.admin_access and prioritized:
         problems.add("--admin-access", "firstAvailable entries cannot ask for admin access (the API has no adminAccess there); drop the fallbacks")
     return Resolved(tuple(choices), constraint, tuple(configs))

@@ -24,7 +24,7 @@ import shlex
 import sys
 from typing import Any
 
-from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_sharing, parse_want, template
+from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_share_memory, parse_sharing, parse_want, template
 from dra_driver.authoring.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, fleet_given, fleet_source
@@ -52,6 +52,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--fallback", action="append", default=[], metavar="SPEC", help="a fallback choice, tried in order: 8xA100 or count=8,model=A100 (repeatable, at most 7)")
     parser.add_argument("--same", choices=sorted(GROUPINGS), help="all devices on one interconnect domain (NVLink clique, XGMI hive, Gaudi box), PCIe root or NUMA node (AMD)")
     parser.add_argument("--sharing", metavar="STRATEGY", help="NVIDIA sharing: time-slicing[:Short|Medium|Long] or mps[:threads=50,pinned-memory=10Gi]")
+    parser.add_argument("--share-memory", metavar="QUANTITY", help="a share of one NVIDIA GPU's memory (20Gi): the GPU may hold other claims too; "
+                        "needs nodes running with --consumable-gpu-memory and the DRAConsumableCapacity gate")
     parser.add_argument("--admin-access", action="store_true", help="admin access (monitoring): devices are shared, not reserved; the namespace needs the admin-access label")
     out = parser.add_argument_group("the object")
     out.add_argument("--name", default="accelerators", help="object name (default accelerators)")
@@ -74,7 +76,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, str]:
 
 
 # Flags that shape the YAML, in the order the written command line lists them.
-_SHAPING = ("name", "namespace", "request", "claim", "count", "vendor", "model", "family", "memory", "mig", "partition", "fallback", "same", "sharing", "admin_access")
+_SHAPING = ("name", "namespace", "request", "claim", "count", "vendor", "model", "family", "memory", "mig", "partition", "fallback", "same", "sharing",
+            "share_memory", "admin_access")
 _DEFAULTS = {"name": "accelerators", "request": "accel", "count": "1", "vendor": "any"}
 
 
@@ -101,7 +104,11 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     sharing = parse_sharing(args.sharing, problems) if args.sharing else None
     if problems.errors:
         raise InputError(problems.errors)
-    intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim, canonical_command(args))
+    share = parse_share_memory(args.share_memory, problems) if args.share_memory else None
+    if problems.errors:
+        raise InputError(problems.errors)
+    intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim,
+                    canonical_command(args), share_memory=share)  # fmt: skip
     return TemplateRequest(intent, fleet_source(args) if fleet_given(args) else None, hardware_check=not args.no_hardware_check)
 
 

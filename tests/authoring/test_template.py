@@ -115,6 +115,17 @@ def test_sharing_on_a_template_says_nothing_is_shared_across_pods_and_how_to_sha
     assert code == 0 and "kind: ResourceClaim\n" in out and "shares nothing" not in err
     code, out, err = write(capsys, "--model", "H100")
     assert "shares nothing" not in err
+    code, out, err = write(capsys, "--model", "H100", "--sharing", "mps", "--share-memory", "20Gi")  # each pod's claim takes a share
+    assert code == 0 and "shares nothing" not in err
+
+
+def test_share_memory_asks_for_part_of_one_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = write(capsys, "--model", "H100", "--share-memory", "20Gi")
+    assert code == 0, err
+    doc = yaml.safe_load(out)
+    validate_strictly(doc)
+    assert devices_of(doc)["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "20Gi"}}
+    assert "holds this one to the amount" in out
 
 
 def test_admin_access_claim(capsys: pytest.CaptureFixture[str]) -> None:
@@ -174,6 +185,9 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
     (["--mig", "1g.10gb", "--vendor", "amd"], ["MIG", "nvidia"]),
     (["--partition", "spx"], ["spx", "whole GPU"]),
     (["--sharing", "mps:threads=150"], ["threads", "0..100"]),
+    (["--share-memory", "512Mi", "--model", "H100"], ["--share-memory", "at least 1Gi"]),
+    (["--share-memory", "20Gi", "--mig", "1g.10gb"], ["--share-memory", "without --mig"]),
+    (["--share-memory", "20Gi", "--vendor", "amd"], ["--share-memory", "--vendor nvidia"]),
     (["--mig", "1g.10gb", "--sharing", "time-slicing:Long"], ["--sharing", "applies to whole GPUs", "every choice is a MIG device", "without an interval"]),
     (["--fallback", "size=8"], ["unknown key 'size'"]),
     (["--model", "B200"], ["no known product", "H100"]),
