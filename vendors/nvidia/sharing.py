@@ -38,7 +38,8 @@ from dra_driver_nvidia import nvml
 from dra_driver_nvidia.config import TIMESLICE_VALUES, MpsConfig, Sharing
 from dra_driver_nvidia.mps import DaemonDir, DaemonProcess, MpsControl, MpsError
 from dra_driver_nvidia.nvml import NvmlError
-from dra_driver_nvidia.sharing_records import MpsRecord, SharingRecord, SharingRecords, claim_dir_name
+from dra_driver_nvidia.ownership import claim_file_stem
+from dra_driver_nvidia.sharing_records import MpsRecord, SharingRecord, SharingRecords
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class SharingManager:
                                                "directory for its daemon (--state-dir); check --driver-root")
         uuids = list(dict.fromkeys(d.uuid for d in devices))
         limits = _with_shares(_limits(config, uuids, devices[0].name), devices)
-        where = DaemonDir(self._mps_root / claim_dir_name(record.claimUID))
+        where = DaemonDir(self._mps_root / claim_file_stem(record.claimUID))
         record.mps = MpsRecord(directory=str(where.root), gpus=uuids, commands=_commands(limits))
         self._put(record)
         for device in devices:

@@ -17,10 +17,8 @@ logged and ignored, never fatal; the next write for the claim replaces it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import threading
 from pathlib import Path
 
@@ -29,12 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dra_driver import atomic_file
 from dra_driver.checkpoint import read_boot_id
 from dra_driver.logs import fields
+from dra_driver_nvidia.ownership import claim_file_stem, remove_record
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 _SUFFIX = ".json"
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 
 
 class _Record(BaseModel):
@@ -60,17 +58,6 @@ class SharingRecord(_Record):
     devices: list[str]  # device names of the pool the claim holds: reserved while this record exists
     mps: MpsRecord | None = None
     timeSlice: dict[str, int] = Field(default_factory=dict)  # GPU UUID -> interval this claim applied
-
-
-def _safe_name(claim_uid: str) -> str:
-    if _PLAIN_NAME.fullmatch(claim_uid):
-        return claim_uid
-    return "sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest()
-
-
-def claim_dir_name(claim_uid: str) -> str:
-    """A directory name for a claim: the UID when it is a plain name, its SHA-256 otherwise."""
-    return _safe_name(claim_uid)
 
 
 class SharingRecords:
@@ -146,13 +133,8 @@ class SharingRecords:
         return record
 
     def _unlink(self, path: Path) -> None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("cannot remove sharing record", extra=fields(path=str(path), error=str(exc)))
+        remove_record(path, "sharing record")
 
     def _path(self, claim_uid: str) -> Path:
         assert self.directory is not None
-        return self.directory / (_safe_name(claim_uid) + _SUFFIX)
+        return self.directory / (claim_file_stem(claim_uid) + _SUFFIX)
