@@ -340,7 +340,7 @@ class NvidiaBackend(VendorBackend):
     def _undo_sharing(self, claim: ClaimRef) -> None:
         """Rollback of a failed prepare's sharing; what cannot be undone stays recorded (the next unprepare retries)."""
         try:
-            self._sharing.unprepare(claim.uid, self._handles())
+            self._sharing.unprepare(claim.uid, self._handles)
         except DraError as exc:
             log.error("rollback of a claim's GPU sharing failed; its record stays", extra=fields(claim=claim.uid, error=str(exc)))
 
@@ -473,7 +473,7 @@ class NvidiaBackend(VendorBackend):
         instance was created but before the plugin saved the claim's state.
         """
         with self._lock:
-            self._sharing.unprepare(claim.uid, self._handles())  # the daemon stops before its MIG device goes
+            self._sharing.unprepare(claim.uid, self._handles)  # the daemon stops before its MIG device goes
             listed = list(state.get(STATE_KEY) or [])
             listed_keys = {_entry_key(entry) for entry in listed}
             recorded = [_state_entry(e) for e in self._journal.entries(claim.uid) if e.key not in listed_keys]
@@ -574,7 +574,7 @@ class NvidiaBackend(VendorBackend):
         """
         with self._lock:
             live = {str(s[SHARING_KEY]) for s in live_states if s.get(SHARING_KEY)}
-            self._sharing.reconcile(live, self._handles())
+            self._sharing.reconcile(live, self._handles)
             if self.settings.partitioning == "dynamic":
                 self._reconcile_mig(live_states)
 

@@ -109,11 +109,21 @@ class MpsControl:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             found = self.running(where)
-            if found is not None and (where.pipe / CONTROL_SOCKET).exists():
+            if found is not None and self._answers(where):
                 return found
             time.sleep(_POLL_S)
         raise MpsError(str(where.root), f"the MPS control daemon did not come up within {START_TIMEOUT_S:.0f} s "
                                         f"(no live PID in {where.pipe / PID_FILE}); see {where.log}/control.log")
+
+    def _answers(self, where: DaemonDir) -> bool:
+        """Ready: its control socket is there, or (another layout of the pipe directory) it answers a query."""
+        if (where.pipe / CONTROL_SOCKET).exists():
+            return True
+        try:
+            self.send(where, "get_default_active_thread_percentage")  # the query NVIDIA's deployment probes with
+        except MpsError:
+            return False
+        return True
 
     def send(self, where: DaemonDir, command: str) -> str:
         """One command line to the daemon of `where`; its answer. A non-zero exit is an MpsError."""

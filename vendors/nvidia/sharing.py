@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,19 +165,18 @@ class SharingManager:
 
     # ---- unprepare ----------------------------------------------------------------------
 
-    def unprepare(self, claim_uid: str, handles: dict[str, nvml.Handle] | None = None) -> None:
+    def unprepare(self, claim_uid: str, handles: Callable[[], Mapping[str, nvml.Handle]] = dict) -> None:
         """Stop the claim's daemon, restore compute modes and intervals, then drop the record. Raises DraError."""
         record = self.records.get(claim_uid)
         if record is None:
             return
-        handles = handles or {}
         if record.mps is not None:
             where = DaemonDir(Path(record.mps.directory))
             if self._control is None:
                 raise DeviceError(claim_uid, "its MPS control daemon cannot be stopped: nvidia-cuda-mps-control is not under the driver root")
             self._control.stop(where, _process(record.mps))
             for gpu_uuid, mode in record.mps.computeModes.items():
-                self._restore_compute_mode(gpu_uuid, mode, handles.get(gpu_uuid))
+                self._restore_compute_mode(gpu_uuid, mode, handles().get(gpu_uuid))
             _remove_tree(where.root)
         others = [r for r in self.records.all() if r.claimUID != claim_uid]
         for gpu_uuid in record.timeSlice:
@@ -198,7 +197,7 @@ class SharingManager:
 
     # ---- restart ------------------------------------------------------------------------
 
-    def reconcile(self, live_claims: set[str], handles: dict[str, nvml.Handle]) -> None:
+    def reconcile(self, live_claims: set[str], handles: Callable[[], Mapping[str, nvml.Handle]]) -> None:
         """Keep live claims' daemons (start a dead one again); undo what records of other claims hold."""
         for record in self.records.all():
             if record.claimUID not in live_claims:
