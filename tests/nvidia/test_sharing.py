@@ -4,6 +4,7 @@ per GPU). The daemon is the stand-in nvidia-cuda-mps-control of the simulated dr
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -171,11 +172,14 @@ def test_a_dead_daemon_that_cannot_start_again_is_reported_and_keeps_its_claim(n
     binary = node._sharing._control.binary  # type: ignore[union-attr]
     original = binary.read_text()
     binary.write_text("#!/bin/sh\nexit 1\n")
+    sharing_log = logging.getLogger("dra_driver_nvidia.sharing")
+    sharing_log.addHandler(caplog.handler)  # directly: a CLI test earlier in the run may have stopped propagation
     try:
         restarted = restart(node)
         restarted.reconcile([prepared.state])
     finally:
         binary.write_text(original)
+        sharing_log.removeHandler(caplog.handler)
     assert any("cannot be started again" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
     assert [c.claim_uid for c in restarted.recorded_claims()] == [CLAIM.uid]  # still reserved
     assert node.simulator is not None and node.simulator.gpus[0].compute_mode == EXCLUSIVE  # still the claim's
