@@ -43,6 +43,15 @@ def pipe_of(prepared_mounts: list, root: Path) -> str:
     return next(m.host_path for m in prepared_mounts if m.container_path == "/tmp/nvidia-mps")
 
 
+def kill_and_wait(pid: int, root: Path) -> None:
+    """kill -9 a daemon and wait until it is gone (a process still exiting counts as alive)."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid in daemons_under(root):
+        assert time.monotonic() < deadline, f"daemon {pid} did not die"
+        time.sleep(0.01)
+
+
 def restart(backend: NvidiaBackend) -> NvidiaBackend:
     """A fresh backend over the same GPUs, driver root and state dir, as after a daemon restart."""
     return NvidiaBackend(backend.settings, simulator=backend.simulator, sysfs_root=backend._sysfs_root, proc_root=None,
@@ -148,10 +157,7 @@ def test_restart_keeps_a_live_daemon_and_starts_a_dead_one_again_with_its_limits
     before = daemons_under(mps_root(node))
     by_pipe = {pipe: pid for pid, pipe in before.items()}
     dead_pipe = pipe_of(second.claim_edits.mounts, mps_root(node))
-    os.kill(by_pipe[dead_pipe], signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while by_pipe[dead_pipe] in daemons_under(mps_root(node)) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    kill_and_wait(by_pipe[dead_pipe], mps_root(node))
 
     restarted = restart(node)
     restarted.reconcile([first.state, second.state])
@@ -168,7 +174,7 @@ def test_restart_keeps_a_live_daemon_and_starts_a_dead_one_again_with_its_limits
 def test_a_dead_daemon_that_cannot_start_again_is_reported_and_keeps_its_claim(node: NvidiaBackend, caplog: pytest.LogCaptureFixture) -> None:
     prepared = node.prepare(CLAIM, alloc("gpu-0", config=mps()))
     (pid, _), = daemons_under(mps_root(node)).items()
-    os.kill(pid, signal.SIGKILL)
+    kill_and_wait(pid, mps_root(node))
     binary = node._sharing._control.binary  # type: ignore[union-attr]
     original = binary.read_text()
     binary.write_text("#!/bin/sh\nexit 1\n")
