@@ -43,8 +43,8 @@ def main() -> None:
         devices = [cdi.SpecDevice(name="uid-node-a-gpu-0", device="gpu-0", edits=edits.gpu_edits(0, Path("/dev")))]
         cases = {
             "device nodes only": ContainerEdits(),
-            "driver files, no hook (soname mounts)": driver_files.claim_edits(files, None, mps=False),
-            "driver files, nvidia-cdi-hook": driver_files.claim_edits(files, "/usr/bin/nvidia-cdi-hook", mps=False),
+            "driver files, no hook (soname mounts)": driver_files.claim_edits(files, None),
+            "driver files, nvidia-cdi-hook": driver_files.claim_edits(files, "/usr/bin/nvidia-cdi-hook"),
         }
         for name, claim in cases.items():
             claim.env.insert(0, edits.VISIBLE_DEVICES_VOID)

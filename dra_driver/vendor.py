@@ -58,6 +58,12 @@ class BackendSettings:
     # Simulation in a real cluster (`run --simulated-root`): a host path, mounted at the same path in the pod,
     # where a simulated backend keeps the files CDI specs name (dra_driver.sim_node); None: its scratch dir.
     simulated_root: Path | None = None
+    # MPS: switch a GPU a claim holds alone to the EXCLUSIVE_PROCESS compute mode (as NVIDIA's driver does) and
+    # back on unprepare; False leaves every compute mode as it is (MPS still works, other processes may share).
+    mps_exclusive_compute: bool = True
+    # Consumable capacity (DRAConsumableCapacity): whole GPUs are published with allowMultipleAllocations and a
+    # `memory` request policy, so several claims can share one, each held to its share (NVIDIA: through MPS).
+    consumable_gpu_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,9 @@ class AllocatedDevice:
     device: str
     admin_access: bool = False
     share_id: str | None = None
+    # Consumable capacity: what the allocation takes of a shared device, (qualified name, quantity) pairs as the
+    # scheduler recorded them (unvalidated: a backend that enforces them parses them).
+    consumed_capacity: tuple[tuple[str, str], ...] = ()
     # The opaque configuration that applies to this device after the API's
     # precedence rules, already validated by validate_config; None if none.
     config: BaseModel | None = None

@@ -43,22 +43,27 @@ def _parse(value: Any) -> Decimal | None:
         return None
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def shared_consumption(claims: Iterable[Mapping[str, Any]], skip: Iterable[str] = ()) -> dict[DeviceID, Amounts]:
     """What other claims' results on shared devices (those with a shareID) consume."""
     skipped = set(skip)
     out: dict[DeviceID, Amounts] = {}
     for doc in claims:
-        meta = doc.get("metadata") or {}
+        meta = _mapping(doc.get("metadata"))
         if f"{meta.get('namespace')}/{meta.get('name')}" in skipped:
             continue
-        allocation = (doc.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            if not result.get("shareID"):
-                continue
+        allocation = _mapping(_mapping(doc.get("status")).get("allocation"))
+        results = _mapping(allocation.get("devices")).get("results")
+        for result in results if isinstance(results, list) else []:
+            if not isinstance(result, Mapping) or not result.get("shareID"):
+                continue  # fleet files may hold malformed claims: they are skipped (and counted) elsewhere
             driver = str(result.get("driver"))
             device = DeviceID(driver, str(result.get("pool")), str(result.get("device")))
             taken = out.setdefault(device, {})
-            for name, amount in (result.get("consumedCapacity") or {}).items():
+            for name, amount in _mapping(result.get("consumedCapacity")).items():
                 parsed = _parse(amount)
                 if parsed is not None:
                     key = _qualified(str(name), driver)

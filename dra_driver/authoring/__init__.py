@@ -20,7 +20,7 @@ import yaml
 
 from dra_driver.allocator.report import node_summary
 from dra_driver.authoring.document import build_document, to_yaml
-from dra_driver.authoring.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_sharing, parse_want
+from dra_driver.authoring.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_share_memory, parse_sharing, parse_want
 from dra_driver.authoring.known import known_fleet, known_kinds, nearest
 from dra_driver.authoring.resolve import Resolved, resolve
 from dra_driver.claims_input import ResourceClaim, ResourceClaimTemplate, parse_object
@@ -37,6 +37,7 @@ __all__ = [
     "TemplateRequest",
     "TemplateResult",
     "parse_fallback",
+    "parse_share_memory",
     "parse_sharing",
     "parse_want",
     "template",
@@ -52,6 +53,15 @@ class TemplateRequest:
     intent: Intent
     source: FleetSource | None = None  # a fleet to check the result against
     hardware_check: bool = True  # explain against every shipped profile first
+
+
+# A ResourceClaimTemplate gives each pod a claim of its own: sharing settings then stay inside one pod.
+TEMPLATE_SHARES_NOTHING = (
+    "note: --sharing on a ResourceClaimTemplate shares nothing across pods: each pod gets its own claim and its own "
+    "GPU, and the setting applies to that pod's containers only. To share one GPU between pods, write a ResourceClaim "
+    "(add --claim) and name it in each pod's spec.resourceClaims[].resourceClaimName (those pods then run on the node "
+    "that holds it), or give each pod's claim a share of a GPU with --share-memory (nodes running --consumable-gpu-memory)"
+)
 
 
 @dataclass
@@ -109,6 +119,8 @@ def template(request: TemplateRequest) -> TemplateResult:
     document = yaml.safe_load(text)
     subject = _subject(document)
     result = TemplateResult(text, document, resolved)
+    if intent.sharing is not None and not intent.as_claim and not intent.share_memory:
+        result.notes.append(TEMPLATE_SHARES_NOTHING)
     if request.hardware_check:
         known = known_fleet()
         if not explain_subject(known, subject).explanation.allocatable:

@@ -26,7 +26,11 @@ def _selectors(choice: Choice, indent: int) -> CommentedSeq:
     return seq
 
 
-def _device_fields(choice: Choice, indent: int, name: str | None = None) -> CommentedMap:
+SHARE_NOTE = ("a share of one GPU's memory: the GPU may hold other claims, and the driver holds this one to the amount "
+              "(its own MPS control daemon's pinned memory limit)")
+
+
+def _device_fields(choice: Choice, indent: int, name: str | None = None, share_memory: str | None = None) -> CommentedMap:
     """[name,] deviceClassName, allocationMode, count and selectors: an `exactly` or a firstAvailable entry."""
     body = CommentedMap() if name is None else CommentedMap(name=name)
     body["deviceClassName"] = choice.device_class
@@ -35,6 +39,9 @@ def _device_fields(choice: Choice, indent: int, name: str | None = None) -> Comm
     body["count"] = choice.count
     if choice.selectors:
         body["selectors"] = _selectors(choice, indent)
+    if share_memory:
+        body["capacity"] = CommentedMap(requests=CommentedMap(memory=share_memory))
+        body.yaml_add_eol_comment(SHARE_NOTE, "capacity")
     return body
 
 
@@ -42,7 +49,7 @@ def _request(intent: Intent, resolved: Resolved, depth: int) -> CommentedMap:
     """The one request; `depth` is the indentation of its keys."""
     request = CommentedMap(name=intent.request)
     if len(resolved.choices) == 1:
-        exactly = _device_fields(resolved.choices[0], depth + 2)
+        exactly = _device_fields(resolved.choices[0], depth + 2, share_memory=intent.share_memory)
         if intent.admin_access:
             exactly["adminAccess"] = True
             exactly.yaml_add_eol_comment(ADMIN_NOTE, "adminAccess")
@@ -50,7 +57,7 @@ def _request(intent: Intent, resolved: Resolved, depth: int) -> CommentedMap:
         return request
     entries = CommentedSeq()
     for index, choice in enumerate(resolved.choices):
-        entries.append(_device_fields(choice, depth + 2, name=choice.name))
+        entries.append(_device_fields(choice, depth + 2, name=choice.name, share_memory=intent.share_memory))
         entries.yaml_set_comment_before_after_key(index, before=f"choice {index + 1}: {choice.want.describe()}" + ("" if index == 0 else " (when the earlier ones cannot be allocated)"), indent=depth)
     request["firstAvailable"] = entries
     return request

@@ -72,6 +72,7 @@ class Intent:
     admin_access: bool = False
     as_claim: bool = False  # ResourceClaim instead of ResourceClaimTemplate
     command: str = ""  # the command line, written as the first comment
+    share_memory: str | None = None  # consumable capacity: this much of one GPU's memory (capacity.requests.memory)
 
 
 @dataclass
@@ -169,6 +170,14 @@ def parse_fallback(spec: str, index: int, problems: Problems) -> DeviceWant:
     if not values:
         problems.add(where, "is empty; write it like 8xA100 or count=8,model=A100")
     return parse_want(values, where, problems)
+
+
+def parse_share_memory(value: str, problems: Problems) -> str | None:
+    """`--share-memory 20Gi`: a quantity of at least 1Gi (the smallest share a shareable GPU gives)."""
+    if not quantity.is_quantity(value) or quantity.parse(value) < 1 << 30:
+        problems.add("--share-memory", f"{value!r} is not a quantity of at least 1Gi; write it like 20Gi")
+        return None
+    return value
 
 
 def parse_sharing(spec: str, problems: Problems) -> Sharing | None:

@@ -183,9 +183,20 @@ def _unique_names(choices: list[Choice]) -> list[Choice]:
     return out
 
 
+# Why --sharing is NVIDIA only, said per vendor with what to do instead.
+NO_SHARING = {
+    "amd": "AMD GPUs have no sharing setting: amdgpu already runs the processes of several containers on one GPU at once "
+           "(pods referencing one ResourceClaim share it), and offers no per-process memory or compute limit a driver "
+           "could apply; for a hard split ask for a partition (--partition cpx)",
+    "gaudi": "Gaudi accelerators cannot be shared: the habanalabs driver gives one process at a time a compute context "
+             "on a device; ask for as many devices as processes",
+    "any": "add --vendor nvidia or a model",
+}  # fmt: skip
+
+
 def _sharing_parameters(sharing: Sharing, kind: str) -> dict[str, Any]:
     body: dict[str, Any] = {"strategy": sharing.strategy}
-    if sharing.strategy == "TimeSlicing" and sharing.interval:
+    if sharing.strategy == "TimeSlicing" and sharing.interval and kind == "GpuConfig":  # MIG devices take no interval
         body["timeSlicingConfig"] = {"interval": sharing.interval}
     if sharing.strategy == "MPS":
         mps: dict[str, Any] = {}
@@ -206,13 +217,24 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
         constraint = _constraint(intent, choices, prioritized, problems)
     configs: list[tuple[tuple[str, ...], dict[str, Any]]] = []
     if intent.sharing:
+        if intent.sharing.interval not in (None, "Default") and all(choice.want.mig for choice in choices):
+            problems.add("--sharing", "a time-slice interval applies to whole GPUs and every choice is a MIG device (the driver "
+                                      "refuses it at prepare); use time-slicing without an interval, or mps")
         for choice in choices:
             if choice.vendor != "nvidia":
-                problems.add("--sharing", f"sharing is NVIDIA's GpuConfig ({NVIDIA_CONFIG_API}); {choice.name} is {'any vendor' if choice.vendor == 'any' else choice.vendor}: add --vendor nvidia or a model")
+                problems.add("--sharing", f"sharing is NVIDIA's GpuConfig ({NVIDIA_CONFIG_API}); {choice.name} is "
+                                          f"{'any vendor' if choice.vendor == 'any' else choice.vendor}: {NO_SHARING[choice.vendor]}")
                 continue
             kind = "MigDeviceConfig" if choice.want.mig else "GpuConfig"
             requests = (f"{intent.request}/{choice.name}",) if prioritized else (intent.request,)
             configs.append((requests, _sharing_parameters(intent.sharing, kind)))
+    if intent.share_memory:
+        for choice in choices:
+            if choice.vendor != "nvidia" or choice.want.mig:
+                problems.add("--share-memory", f"{choice.name}: a share of GPU memory is taken of a whole NVIDIA GPU published for "
+                                               "several claims (--consumable-gpu-memory); add --vendor nvidia or an NVIDIA model, without --mig")
+        if intent.admin_access:
+            problems.add("--share-memory", "admin access takes no share; drop one of the two")
     if intent.admin_access and prioritized:
         problems.add("--admin-access", "firstAvailable entries cannot ask for admin access (the API has no adminAccess there); drop the fallbacks")
     return Resolved(tuple(choices), constraint, tuple(configs))

@@ -113,6 +113,23 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         "holds are never offered (default: $OFFER_DEVICES, else none: every device a device plugin hands out is withheld)",
     )
     parser.add_argument(
+        "--mps-compute-mode",
+        choices=("exclusive-process", "unchanged"),
+        default=os.environ.get("MPS_COMPUTE_MODE") or "exclusive-process",
+        help="what an MPS claim does to the compute mode of a GPU it holds alone: exclusive-process switches it to "
+        "EXCLUSIVE_PROCESS (only the MPS server opens the GPU) and back on unprepare, as NVIDIA's driver does; "
+        "unchanged never touches it (default: $MPS_COMPUTE_MODE, else exclusive-process)",
+    )
+    parser.add_argument(
+        "--consumable-gpu-memory",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("CONSUMABLE_GPU_MEMORY", "").lower() in ("1", "true", "yes"),
+        help="publish whole NVIDIA GPUs with allowMultipleAllocations and a `memory` request policy (default: the whole "
+        "memory, min 1Gi, step 1Mi), so several claims share one GPU, each held to its share through its own MPS control "
+        "daemon; needs the DRAConsumableCapacity feature gate (falls back to one claim per GPU without it) "
+        "(default: off, or $CONSUMABLE_GPU_MEMORY=true)",
+    )
+    parser.add_argument(
         "--claim-cache",
         action=argparse.BooleanOptionalAction,
         default=os.environ.get("CLAIM_CACHE", "").lower() in ("1", "true", "yes"),
@@ -191,6 +208,7 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
         node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root,
         host_driver_root=_absolute("--host-driver-root", args.host_driver_root),
         nvidia_cdi_hook_path=str(_absolute("--nvidia-cdi-hook-path", args.nvidia_cdi_hook_path) or "") or None,
+        mps_exclusive_compute=args.mps_compute_mode == "exclusive-process", consumable_gpu_memory=args.consumable_gpu_memory,
     )  # fmt: skip
     if simulated is not None:
         backend_settings = dataclasses.replace(backend_settings, dev_root=simulated.dev_root, simulated_root=simulated.path)

@@ -1,7 +1,7 @@
 """`dra-driver template`: write a ResourceClaimTemplate from what you want, checked with explain.
 
     dra-driver template --count 4 --model H100 --fallback 8xA100 --same interconnect
-    dra-driver template --mig 1g.10gb --sharing time-slicing:Long --profile dgx-a100-mig --nodes 4
+    dra-driver template --mig 1g.10gb --sharing mps:threads=50 --profile dgx-a100-mig --nodes 4
     dra-driver template --vendor any --memory 128Gi --family hopper/cdna3/gaudi3 --claim
 
 The first choice comes from --count/--vendor/--model/--family/--memory/--mig/--partition.
@@ -25,7 +25,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_sharing, parse_want, template
+from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_share_memory, parse_sharing, parse_want, template
 from dra_driver.authoring.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, default_cluster, fleet_given, fleet_source
@@ -53,6 +53,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--fallback", action="append", default=[], metavar="SPEC", help="a fallback choice, tried in order: 8xA100 or count=8,model=A100 (repeatable, at most 7)")
     parser.add_argument("--same", choices=sorted(GROUPINGS), help="all devices on one interconnect domain (NVLink clique, XGMI hive, Gaudi box), PCIe root or NUMA node (AMD)")
     parser.add_argument("--sharing", metavar="STRATEGY", help="NVIDIA sharing: time-slicing[:Short|Medium|Long] or mps[:threads=50,pinned-memory=10Gi]")
+    parser.add_argument("--share-memory", metavar="QUANTITY", help="a share of one NVIDIA GPU's memory (20Gi): the GPU may hold other claims too; "
+                        "needs nodes running with --consumable-gpu-memory and the DRAConsumableCapacity gate")
     parser.add_argument("--admin-access", action="store_true", help="admin access (monitoring): devices are shared, not reserved; the namespace needs the admin-access label")
     out = parser.add_argument_group("the object")
     out.add_argument("--name", default="accelerators", help="object name (default accelerators)")
@@ -75,7 +77,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, str]:
 
 
 # Flags that shape the YAML, in the order the written command line lists them.
-_SHAPING = ("name", "namespace", "request", "claim", "count", "vendor", "model", "family", "memory", "mig", "partition", "fallback", "same", "sharing", "admin_access")
+_SHAPING = ("name", "namespace", "request", "claim", "count", "vendor", "model", "family", "memory", "mig", "partition", "fallback", "same", "sharing",
+            "share_memory", "admin_access")
 _DEFAULTS = {"name": "accelerators", "request": "accel", "count": "1", "vendor": "any"}
 
 
@@ -102,7 +105,11 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     sharing = parse_sharing(args.sharing, problems) if args.sharing else None
     if problems.errors:
         raise InputError(problems.errors)
-    intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim, canonical_command(args))
+    share = parse_share_memory(args.share_memory, problems) if args.share_memory else None
+    if problems.errors:
+        raise InputError(problems.errors)
+    intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim,
+                    canonical_command(args), share_memory=share)  # fmt: skip
     checked = fleet_given(args) or default_cluster()
     return TemplateRequest(intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check)
 
@@ -129,4 +136,6 @@ def run(args: argparse.Namespace) -> int:
         failures.warning(f"not checked against a cluster: {exc}")
         result = template(replace(request, source=None))
     sys.stdout.write(result.text)
+    for note in result.notes:
+        print(note, file=sys.stderr)
     return _report(result)

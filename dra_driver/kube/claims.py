@@ -69,6 +69,8 @@ class AllocationResult(_ApiModel):
     device: str
     admin_access: bool | None = Field(None, alias="adminAccess")
     share_id: str | None = Field(None, alias="shareID")
+    # Consumable capacity: what this result takes of the shared device (qualified name -> quantity).
+    consumed_capacity: dict[str, str] | None = Field(None, alias="consumedCapacity")
 
 
 class DeviceAllocation(_ApiModel):

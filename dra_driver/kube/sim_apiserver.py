@@ -31,7 +31,8 @@ Implemented semantics (what dra-driver uses, modelled on the real apiserver):
   `dra_driver.model.validation.slice_errors`;
 - feature gates: with `partitionable_devices=False` the server drops
   `sharedCounters`/`consumesCounters` (and per-device node selection), with
-  `taints=False` it drops `devices[].taints`, like the real apiserver for
+  `taints=False` it drops `devices[].taints`, with `consumable_capacity=False`
+  `allowMultipleAllocations` and `capacity[].requestPolicy`, like the real apiserver for
   disabled alpha fields (dra-api-facts.md 3.0); with taints on it fills
   `timeAdded` (seconds precision).
 
@@ -142,6 +143,7 @@ class ServerOptions:
 
     partitionable_devices: bool = True  # DRAPartitionableDevices
     taints: bool = True  # DRADeviceTaints
+    consumable_capacity: bool = True  # DRAConsumableCapacity
     history: int = 10_000  # watch events kept; older resourceVersions answer 410 Expired
     default_watch_timeout: float = 1800.0  # what the apiserver's min-request-timeout gives a watch
     # resource.k8s.io versions served (--runtime-config): () is a cluster without DRA, ("v1beta1",) an older one
@@ -362,6 +364,11 @@ def _uses_partitionable(obj: Mapping[str, Any] | None) -> bool:
     return any(any(d.get(k) for k in _PER_DEVICE_NODE_FIELDS) for d in spec.get("devices") or [] if isinstance(d, Mapping))
 
 
+def _uses_consumable(obj: Mapping[str, Any] | None) -> bool:
+    spec = (obj or {}).get("spec") or {}
+    return any(d.get("allowMultipleAllocations") for d in spec.get("devices") or [] if isinstance(d, Mapping))
+
+
 def _uses_taints(obj: Mapping[str, Any] | None) -> bool:
     spec = (obj or {}).get("spec") or {}
     return any(d.get("taints") for d in spec.get("devices") or [] if isinstance(d, Mapping))
@@ -383,6 +390,12 @@ def prepare_slice_for_storage(obj: JsonObject, old: Mapping[str, Any] | None, op
         for device in devices:
             for key in _PER_DEVICE_NODE_FIELDS:
                 device.pop(key, None)
+    if not options.consumable_capacity and not _uses_consumable(old):
+        for device in devices:
+            device.pop("allowMultipleAllocations", None)
+            for entry in (device.get("capacity") or {}).values():
+                if isinstance(entry, dict):
+                    entry.pop("requestPolicy", None)
     if not options.taints and not _uses_taints(old):
         for device in devices:
             device.pop("taints", None)

@@ -49,6 +49,20 @@ class CounterSet:
     counters: Mapping[str, str]  # counter name -> quantity string
 
 
+@dataclass(frozen=True)
+class CapacityPolicy:
+    """A consumable capacity's `requestPolicy` (DRAConsumableCapacity): what one allocation may take of it.
+
+    Amounts are quantity strings; `default` is what a request naming no amount consumes, and it and `max` are
+    `min` plus a whole number of `step`s.
+    """
+
+    default: str
+    min: str
+    step: str | None = None
+    max: str | None = None
+
+
 @dataclass
 class Device:
     name: str
@@ -56,6 +70,10 @@ class Device:
     capacity: dict[str, str] = field(default_factory=dict)  # qualified name -> quantity string
     consumes_counters: list[CounterConsumption] = field(default_factory=list)
     taints: list[DeviceTaint] = field(default_factory=list)
+    # Consumable capacity: several claims may hold the device at once, each taking part of the capacities
+    # that have a policy here (qualified name -> policy).
+    allow_multiple_allocations: bool = False
+    capacity_policies: dict[str, CapacityPolicy] = field(default_factory=dict)
 
     @property
     def uses_advanced_features(self) -> bool:

@@ -6,6 +6,7 @@ from typing import Any
 
 from dra_driver.model.device import (
     AttributeValue,
+    CapacityPolicy,
     CounterConsumption,
     CounterSet,
     Device,
@@ -48,12 +49,25 @@ def render_taint(taint: DeviceTaint) -> dict[str, Any]:
     return out
 
 
+def _render_capacity(value: str, policy: CapacityPolicy | None) -> dict[str, Any]:
+    if policy is None:
+        return {"value": value}
+    valid_range: dict[str, str] = {"min": policy.min}
+    if policy.max is not None:
+        valid_range["max"] = policy.max
+    if policy.step is not None:
+        valid_range["step"] = policy.step
+    return {"value": value, "requestPolicy": {"default": policy.default, "validRange": valid_range}}
+
+
 def render_device(device: Device) -> dict[str, Any]:
     out: dict[str, Any] = {"name": device.name}
     if device.attributes:
         out["attributes"] = {key: render_attribute(value) for key, value in device.attributes.items()}
     if device.capacity:
-        out["capacity"] = {key: {"value": str(value)} for key, value in device.capacity.items()}
+        out["capacity"] = {key: _render_capacity(str(value), device.capacity_policies.get(key)) for key, value in device.capacity.items()}
+    if device.allow_multiple_allocations:
+        out["allowMultipleAllocations"] = True
     if device.consumes_counters:
         out["consumesCounters"] = [render_consumption(c) for c in device.consumes_counters]
     if device.taints:

@@ -250,6 +250,49 @@ def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
         out.add(f"{path}{suffix}", message)
 
 
+def _check_request_policy(out: _Collector, path: str, policy: Any, value: Any) -> None:
+    """The API server's CapacityRequestPolicy rules (dra-api-facts 3.1): default, then validValues or validRange."""
+    if not isinstance(policy, dict):
+        out.add(path, "must be an object with default and validValues or validRange")
+        return
+    default = _policy_amount(out, f"{path}.default", policy.get("default"))
+    values, span = policy.get("validValues"), policy.get("validRange")
+    if values is not None and span is not None:
+        out.add(path, "may set validValues or validRange, not both")
+        return
+    if default is None:
+        if policy.get("default") is None and (values is not None or span is not None):
+            out.add(f"{path}.default", "is required with validValues or validRange")
+        return  # not a quantity: left to the allocator, which names the field
+    if default > value:
+        out.add(f"{path}.default", "must not exceed the capacity's value")
+    if values is not None:
+        amounts = [_policy_amount(out, f"{path}.validValues", v) for v in values] if isinstance(values, list) else [None]
+        if None in amounts:
+            return
+        if len(amounts) > 10 or amounts != sorted(set(amounts)) or amounts[-1] > value or default not in amounts:  # type: ignore[operator]
+            out.add(f"{path}.validValues", "must be at most 10 ascending quantities, none above the value, one of them the default")
+    elif isinstance(span, dict):
+        low = _policy_amount(out, f"{path}.validRange.min", span.get("min"))
+        high = _policy_amount(out, f"{path}.validRange.max", span.get("max")) if span.get("max") is not None else None
+        step = _policy_amount(out, f"{path}.validRange.step", span.get("step")) if span.get("step") is not None else None
+        if low is None or (span.get("max") is not None and high is None) or (span.get("step") is not None and step is None):
+            return
+        if not low <= default or (high is not None and not default <= high <= value):
+            out.add(f"{path}.validRange", "must keep min <= default <= max <= the capacity's value")
+        if step is not None and (step <= 0 or low + step > value or any((x - low) % step for x in (default, high) if x is not None)):
+            out.add(f"{path}.validRange.step", "must be positive, min + step must fit the value, and default and max must be min plus whole steps")
+    elif span is not None:
+        out.add(f"{path}.validRange", "must be an object with min, and optional max and step")
+
+
+def _policy_amount(out: _Collector, path: str, raw: Any) -> Any:
+    """The amount, or None when absent or not a quantity (explain rules such a device out naming the field)."""
+    if raw is None or not (isinstance(raw, (str, int)) and not isinstance(raw, bool) and _is_quantity(raw)):
+        return None
+    return quantity.parse(raw)
+
+
 def _check_device(out: _Collector, path: str, device: Any) -> None:
     if not isinstance(device, dict):
         out.add(path, "must be an object")
@@ -276,6 +319,11 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         value = entry.get("value") if isinstance(entry, dict) else None
         if value is None or not (isinstance(value, (str, int)) and not isinstance(value, bool) and _is_quantity(value)):
             out.add(f"{path}.capacity[{key}].value", f"{value!r} is not a quantity such as '80Gi' or '132'")
+        elif isinstance(entry, dict) and entry.get("requestPolicy") is not None:
+            if device.get("allowMultipleAllocations") is not True:
+                out.add(f"{path}.capacity[{key}].requestPolicy", "is allowed only on a device with allowMultipleAllocations: true")
+            else:
+                _check_request_policy(out, f"{path}.capacity[{key}].requestPolicy", entry["requestPolicy"], quantity.parse(str(value)))
     consumptions = out.sequence(f"{path}.consumesCounters", device.get("consumesCounters"))
     if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
         out.add(f"{path}.consumesCounters", f"has {len(consumptions)} entries; at most {MAX_CONSUMPTIONS_PER_DEVICE} are allowed")

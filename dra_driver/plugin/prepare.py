@@ -351,6 +351,7 @@ class PrepareService:
                 device=r.device,
                 admin_access=bool(r.admin_access),
                 share_id=r.share_id,
+                consumed_capacity=tuple(sorted((r.consumed_capacity or {}).items())),
                 config=config,
             )
             for r, config in zip(results, configs)

@@ -38,6 +38,12 @@ def strip_partitioning(inventory: Inventory) -> Inventory:
     return Inventory(driver=inventory.driver, devices=devices, counter_sets=[])
 
 
+def strip_consumable(inventory: Inventory) -> Inventory:
+    """The inventory without consumable capacity (for a server that drops it): each device for one claim at a time."""
+    devices = [replace(d, allow_multiple_allocations=False, capacity_policies={}) for d in inventory.devices]
+    return Inventory(driver=inventory.driver, devices=devices, counter_sets=list(inventory.counter_sets))
+
+
 def desired_specs(
     inventory: Inventory,
     node_name: str,

@@ -95,6 +95,10 @@ def uses_partitioning(spec: Mapping[str, Any]) -> bool:
     return bool(spec.get("sharedCounters")) or any(d.get("consumesCounters") for d in spec.get("devices") or [])
 
 
+def uses_consumable(spec: Mapping[str, Any]) -> bool:
+    return any(d.get("allowMultipleAllocations") for d in spec.get("devices") or [])
+
+
 def uses_taints(spec: Mapping[str, Any]) -> bool:
     return any(d.get("taints") for d in spec.get("devices") or [])
 
@@ -103,9 +107,10 @@ def uses_taints(spec: Mapping[str, Any]) -> bool:
 class DroppedFields:
     partitioning: bool = False
     taints: bool = False
+    consumable: bool = False
 
     def __bool__(self) -> bool:
-        return self.partitioning or self.taints
+        return self.partitioning or self.taints or self.consumable
 
 
 def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> DroppedFields:
@@ -113,6 +118,7 @@ def dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> Droppe
     return DroppedFields(
         partitioning=uses_partitioning(sent) and not uses_partitioning(stored),
         taints=uses_taints(sent) and not uses_taints(stored),
+        consumable=uses_consumable(sent) and not uses_consumable(stored),
     )
 
 

@@ -61,7 +61,7 @@ from dra_driver.node_checks.same_name import (
     written_by_other,
 )
 from dra_driver.publisher.backoff import Backoff, jittered
-from dra_driver.publisher.desired import desired_specs, strip_partitioning
+from dra_driver.publisher.desired import desired_specs, strip_consumable, strip_partitioning
 from dra_driver.publisher.plan import Plan, carry_taint_times, dropped_fields, plan_pool
 from dra_driver.vendor import HealthEvent, Partitioning
 
@@ -118,6 +118,7 @@ class SlicePublisher:
         self._source = inventory_source
         self._partitioning: Partitioning = self.options.partitioning
         self._taints_supported = True
+        self._consumable_supported = True
         self._inventory: Inventory | None = None
         self._unhealthy: dict[str, DeviceTaint] = {}
         self._last_generation: int | None = None
@@ -191,7 +192,7 @@ class SlicePublisher:
     def sync_once(self) -> Plan:
         """Reconcile once; raises the API error that stopped it (the worker retries with backoff)."""
         with self._sync_lock:
-            for _ in range(3):  # at most: partitioning fallback, then taint fallback, then a clean pass
+            for _ in range(4):  # at most: partitioning, taint and consumable-capacity fallbacks, then a clean pass
                 try:
                     plan = self._reconcile()
                 except _FieldsDropped:
@@ -250,6 +251,8 @@ class SlicePublisher:
                 inventory = self._source(self._partitioning)
                 if self._partitioning == "static" and (inventory.counter_sets or any(d.consumes_counters for d in inventory.devices)):
                     inventory = strip_partitioning(inventory)
+                if not self._consumable_supported and any(d.allow_multiple_allocations for d in inventory.devices):
+                    inventory = strip_consumable(inventory)
                 if inventory.driver != self.driver:
                     raise ValueError(f"inventory source returned driver {inventory.driver!r}, expected {self.driver!r}")
                 self._inventory = inventory
@@ -330,6 +333,16 @@ class SlicePublisher:
             )
             with self._lock:
                 self._partitioning = "static"
+                self._inventory = None
+            raise _FieldsDropped()
+        if dropped.consumable:
+            log.warning(
+                "the API server dropped allowMultipleAllocations/requestPolicy (feature gate DRAConsumableCapacity is off); "
+                "devices are published for one claim at a time instead",
+                extra=fields(driver=self.driver, node=self.node_name),
+            )
+            with self._lock:
+                self._consumable_supported = False
                 self._inventory = None
             raise _FieldsDropped()
         if dropped.taints:

@@ -16,11 +16,12 @@ from functools import lru_cache
 from typing import Any
 
 from dra_driver.allocator import CelMatcher, DeviceClassSpec, DeviceID, Matcher, SelectorRuntimeError, build_pools
+from dra_driver.allocator.capacity import shared_consumption
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Pool, PoolDevice
 from dra_driver.fleet import Fleet
 from dra_driver.model import quantity
-from dra_driver.usage.model import NO_NODE, CounterRow, DeviceRow, FleetView, GroupRow, Holder, PodRef, UnpublishedAllocation
+from dra_driver.usage.model import NO_NODE, CapacityShare, CounterRow, DeviceRow, FleetView, GroupRow, Holder, PodRef, UnpublishedAllocation
 from dra_driver.vocabulary import DRIVER_VENDORS, PARTITION, VENDOR
 
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -48,6 +49,7 @@ def build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None = None, p
 def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_listed: bool) -> FleetView:
     view = FleetView(sources=list(fleet.sources), device_class=filters.device_class.name if filters.device_class else None)
     holders, skipped = _holders(fleet.claims, _pod_phases(fleet.pods) if (fleet.pods or pods_listed) else None)
+    shares = shared_consumption(fleet.claims)
     if skipped:
         view.notes.append(f"{skipped} malformed allocation results or claims were skipped")
     published: set[DeviceID] = set()
@@ -60,7 +62,7 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
         shown: list[tuple[PoolDevice, DeviceRow]] = []
         for device in pool.devices:
             published.add(device.id)
-            row = _device_row(pool, device, holders.get(device.id, []), used)
+            row = _device_row(pool, device, holders.get(device.id, []), used, shares.get(device.id))
             if not _wanted(row, filters):
                 continue
             try:
@@ -239,9 +241,30 @@ def _mark_overlapping(pool: Pool, shown: Sequence[tuple[PoolDevice, DeviceRow]],
                 taken[(set_name, counter)] = taken.get((set_name, counter), Decimal(0)) + amount
 
 
-def _device_row(pool: Pool, device: PoolDevice, holders: list[Holder], used: Mapping[tuple[str, str], Decimal]) -> DeviceRow:
+
+def _capacity_shares(device: PoolDevice, taken: Mapping[str, Decimal] | None) -> list[CapacityShare]:
+    """Total, used and left of each capacity of a device several claims may hold (its shares' consumedCapacity)."""
+    rows = []
+    for name, value in sorted(device.capacity.items()):
+        total = quantity.parse(value)
+        used = (taken or {}).get(name, Decimal(0))
+        rows.append(CapacityShare(name, _format(total), _format(used), _format(max(total - used, Decimal(0)))))
+    return rows
+
+
+def _device_row(
+    pool: Pool, device: PoolDevice, holders: list[Holder], used: Mapping[tuple[str, str], Decimal], taken: Mapping[str, Decimal] | None = None
+) -> DeviceRow:
     taints = _taints(device)
     row = DeviceRow(_node_of(pool, device), device.id.driver, device.id.pool, device.id.device, device_kind(device), device_vendor(device), "free", holders, taints)
+    if device.wire.get("allowMultipleAllocations") is True:
+        row.shared = _capacity_shares(device, taken)
+        # Still free while some of every capacity is left for another claim (its policy may ask for more).
+        if holders and any(share.left == "0" for share in row.shared):
+            row.state = "allocated"
+        elif taints:
+            row.state = "tainted"
+        return row
     if _exclusive(holders):
         row.state = "allocated"
     elif taints:

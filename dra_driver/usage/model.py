@@ -37,6 +37,14 @@ class Holder:
         return f"{self.namespace}/{self.claim}" if self.namespace else self.claim
 
 
+@dataclass(frozen=True)
+class CapacityShare:
+    capacity: str  # qualified name
+    total: str
+    used: str
+    left: str
+
+
 @dataclass
 class DeviceRow:
     node: str
@@ -49,6 +57,8 @@ class DeviceRow:
     holders: list[Holder] = field(default_factory=list)
     taints: list[str] = field(default_factory=list)  # key=value:effect of NoSchedule/NoExecute taints
     blocked_by: str = ""  # the counter that is used up, for state "blocked"
+    # A device several claims may hold (allowMultipleAllocations): each capacity's total, used and left.
+    shared: list[CapacityShare] = field(default_factory=list)
 
 
 @dataclass

@@ -59,6 +59,10 @@ def to_table(view: FleetView) -> str:
     if used:
         lines += ["", "Shared counters in use (-o json lists every counter):"]
         lines += format_table(["NODE", "POOL", "COUNTER SET", "COUNTER", "TOTAL", "USED", "LEFT"], [[c.node, c.pool, c.counter_set, c.counter, c.total, c.used, c.left] for c in used])
+    shared = [[d.node, d.driver, d.device, s.capacity, s.total, s.used, s.left, str(len(d.holders))] for d in view.devices if d.holders for s in d.shared]
+    if shared:
+        lines += ["", "Shared devices in use (several claims each take part of a capacity):"]
+        lines += format_table(["NODE", "DRIVER", "DEVICE", "CAPACITY", "TOTAL", "USED", "LEFT", "CLAIMS"], shared)
     holders = _holder_rows(view)
     if holders:
         lines += ["", "Held devices:"]
@@ -90,6 +94,8 @@ def _device_json(device: DeviceRow) -> dict[str, Any]:
         out["taints"] = device.taints
     if device.blocked_by:
         out["blockedBy"] = device.blocked_by
+    if device.shared:
+        out["shared"] = [{"capacity": s.capacity, "total": s.total, "used": s.used, "left": s.left} for s in device.shared]
     return out
 
 

@@ -101,8 +101,31 @@ def test_sharing_is_upstream_nvidia_config_the_backend_accepts(sharing: str, exp
     configs = devices_of(doc)["config"]
     assert [(c["requests"], c["opaque"]["parameters"]["kind"]) for c in configs] == [(["accel/h100"], "GpuConfig"), (["accel/1g-10gb"], "MigDeviceConfig")]
     for config in configs:
-        assert config["opaque"]["driver"] == "gpu.nvidia.com" and config["opaque"]["parameters"]["sharing"] == expected
+        # A MIG device takes no time-slice interval (it applies to whole GPUs; the driver refuses it at prepare).
+        wanted = expected if config["opaque"]["parameters"]["kind"] == "GpuConfig" else {k: v for k, v in expected.items() if k != "timeSlicingConfig"}
+        assert config["opaque"]["driver"] == "gpu.nvidia.com" and config["opaque"]["parameters"]["sharing"] == wanted
         validate_config(config["opaque"]["parameters"])  # raises ConfigError on anything upstream's decoder refuses
+
+
+def test_sharing_on_a_template_says_nothing_is_shared_across_pods_and_how_to_share(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = write(capsys, "--model", "H100", "--sharing", "mps:threads=50")
+    assert code == 0 and "kind: ResourceClaimTemplate" in out
+    assert "shares nothing across pods" in err and "add --claim" in err and "resourceClaimName" in err
+    code, out, err = write(capsys, "--model", "H100", "--sharing", "mps:threads=50", "--claim")
+    assert code == 0 and "kind: ResourceClaim\n" in out and "shares nothing" not in err
+    code, out, err = write(capsys, "--model", "H100")
+    assert "shares nothing" not in err
+    code, out, err = write(capsys, "--model", "H100", "--sharing", "mps", "--share-memory", "20Gi")  # each pod's claim takes a share
+    assert code == 0 and "shares nothing" not in err
+
+
+def test_share_memory_asks_for_part_of_one_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = write(capsys, "--model", "H100", "--share-memory", "20Gi")
+    assert code == 0, err
+    doc = yaml.safe_load(out)
+    validate_strictly(doc)
+    assert devices_of(doc)["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "20Gi"}}
+    assert "holds this one to the amount" in out
 
 
 def test_admin_access_claim(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,7 +175,8 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
 
 @pytest.mark.parametrize(("flags", "names"), [
     (["--vendor", "nvidia", "--count", "2", "--same", "numa"], ["--same", "pcie-root"]),
-    (["--vendor", "amd", "--sharing", "mps"], ["--sharing", "nvidia"]),
+    (["--vendor", "amd", "--sharing", "mps"], ["--sharing", "nvidia", "no per-process memory or compute limit", "--partition cpx"]),
+    (["--vendor", "gaudi", "--sharing", "time-slicing"], ["--sharing", "cannot be shared", "one process at a time"]),
     (["--vendor", "nvidia", "--admin-access", "--fallback", "2"], ["--admin-access", "fallbacks"]),
     (["--model", 'H100") || true || ("'], ["model", "letters, digits"]),
     (["--vendor", "acme"], ["vendor", "nvidia, amd, gaudi, any"]),
@@ -161,6 +185,10 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
     (["--mig", "1g.10gb", "--vendor", "amd"], ["MIG", "nvidia"]),
     (["--partition", "spx"], ["spx", "whole GPU"]),
     (["--sharing", "mps:threads=150"], ["threads", "0..100"]),
+    (["--share-memory", "512Mi", "--model", "H100"], ["--share-memory", "at least 1Gi"]),
+    (["--share-memory", "20Gi", "--mig", "1g.10gb"], ["--share-memory", "without --mig"]),
+    (["--share-memory", "20Gi", "--vendor", "amd"], ["--share-memory", "--vendor nvidia"]),
+    (["--mig", "1g.10gb", "--sharing", "time-slicing:Long"], ["--sharing", "applies to whole GPUs", "every choice is a MIG device", "without an interval"]),
     (["--fallback", "size=8"], ["unknown key 'size'"]),
     (["--model", "B200"], ["no known product", "H100"]),
     (["--name", "Not_Valid"], ["--name"]),

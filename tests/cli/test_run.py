@@ -79,11 +79,14 @@ def test_driver_file_flags_reach_the_backend_settings(tmp_path: Path) -> None:
         "--profile", "dgx-h100", "--vendors", "nvidia", "--node-name", "n", "--api-server", "http://127.0.0.1:1",
         "--kubelet-dir", str(tmp_path / "k"), "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c"),
         "--host-driver-root", "/run/nvidia/driver", "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook",
+        "--mps-compute-mode", "unchanged", "--consumable-gpu-memory",
     )  # fmt: skip
     daemon = build_daemon(args)
     try:
         settings = daemon.backends[0].settings
         assert (settings.host_driver_root, settings.nvidia_cdi_hook_path) == (Path("/run/nvidia/driver"), "/usr/bin/nvidia-cdi-hook")
+        assert settings.mps_exclusive_compute is False and parse().mps_compute_mode == "exclusive-process"
+        assert settings.consumable_gpu_memory is True and parse().consumable_gpu_memory is False
     finally:
         for backend in daemon.backends:
             backend.close()

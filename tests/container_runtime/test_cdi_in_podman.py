@@ -103,14 +103,28 @@ def test_dgx_h100_whole_gpus(podman: Podman) -> None:
         assert_nvidia_driver_files(node, two_claims)
 
 
-def test_dgx_h100_mps_claim_gets_the_pipe_directory(podman: Podman) -> None:
+def test_dgx_h100_mps_claim_reaches_its_control_daemon_with_its_limits(podman: Podman) -> None:
     config = [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": {
-        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}}}]  # fmt: skip
+        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {
+            "defaultActiveThreadPercentage": 30, "defaultPinnedDeviceMemoryLimit": "20Gi"}}}}}]  # fmt: skip
     with profile_node("dgx-h100") as node:
         node.prepare("mps", "gpu.nvidia.com", {"gpu": ["gpu-3"]}, config=config)
-        seen = look_inside(podman, node, ("mps", None))
-        assert "/tmp/nvidia-mps" in seen.files
-        assert seen.env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+        mounts = {m["containerPath"]: m["hostPath"] for spec in node.specs() for m in (spec.get("containerEdits") or {}).get("mounts", [])}
+        pipe, shm = Path(mounts["/tmp/nvidia-mps"]), Path(mounts["/dev/shm"])
+        (shm / "from-the-server").write_text("segment\n")  # what the MPS server puts into its shm directory
+        podman.publish(node.spec_files())
+        try:
+            out = podman.run(node.cdi_ids(("mps", None)), "ls -l /tmp/nvidia-mps; cat /tmp/nvidia-mps/nvidia-cuda-mps-control.pid; "
+                                                       "cat /dev/shm/from-the-server; env")  # fmt: skip
+        finally:
+            podman.unpublish()
+        daemon_pid = (pipe / "nvidia-cuda-mps-control.pid").read_text().strip()
+        assert Path(f"/proc/{daemon_pid}/cmdline").read_bytes().split(b"\0")[1].endswith(b"nvidia-cuda-mps-control")
+        lines = out.splitlines()
+        assert any(line.startswith("s") and line.endswith(" control") for line in lines)  # the daemon's socket
+        assert daemon_pid in lines and "segment" in lines
+        assert sorted(line for line in lines if line.startswith("CUDA_MPS_")) == [
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"]
 
 
 def test_dgx_h100_dynamic_mig(podman: Podman) -> None:

@@ -61,11 +61,14 @@ def test_mps_environment(open_backend: OpenBackend) -> None:
     config = validate_config(
         {"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 25, "defaultPinnedDeviceMemoryLimit": "2Gi"}}}
     )
-    env = _prepare_env(open_backend, config)
+    backend = open_backend("dgx-h100")
+    prepared = backend.prepare(ClaimRef("ns", "c", "u"), [AllocatedDevice(request="gpu", pool="node-a", device="gpu-0", config=config)])
+    assert prepared.request_edits["gpu"].env == ["NVIDIA_DRA_SHARING_STRATEGY=MPS"]
+    env = prepared.claim_edits.env  # the claim's one MPS control daemon: every container of the claim is its client
     assert "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" in env
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in env
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M" in env
-    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES") for e in env)  # visibility is never per request
+    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES") for e in prepared.request_edits["gpu"].env)  # never per request
 
 
 def test_time_slicing_environment(open_backend: OpenBackend) -> None:

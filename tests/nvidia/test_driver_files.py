@@ -37,12 +37,11 @@ def test_finds_the_versioned_libraries_the_cache_lists_and_nothing_else(root: Pa
     assert not any("i386" in p or "1.0.0" in p or "libc.so" in p for p in paths)  # 32-bit, stale version, not the driver's
 
 
-def test_finds_binaries_firmware_sockets_and_the_mps_dir(root: Path) -> None:
+def test_finds_binaries_firmware_and_sockets(root: Path) -> None:
     found = driver_files.discover(root, VERSION)
     assert found.binaries == [f"/usr/bin/{name}" for name in driver_files.BINARIES]
     assert found.firmware == [f"/lib/firmware/nvidia/{VERSION}/{name}" for name in fake_driver_root.FIRMWARE]
     assert found.sockets == ["/var/run/nvidia-persistenced/socket", "/var/run/nvidia-fabricmanager/socket"]
-    assert found.mps_pipe_dir == "/tmp/nvidia-mps"
 
 
 def test_another_driver_version_finds_no_libraries_or_firmware(root: Path) -> None:
@@ -53,7 +52,7 @@ def test_another_driver_version_finds_no_libraries_or_firmware(root: Path) -> No
 
 def test_host_paths_are_translated_and_container_paths_stay_inside(root: Path) -> None:
     found = driver_files.discover(root, VERSION, host_root=Path("/run/nvidia/driver"))
-    edits = driver_files.claim_edits(found, hook_path=None, mps=False)
+    edits = driver_files.claim_edits(found, hook_path=None)
     smi = next(m for m in edits.mounts if m.container_path == "/usr/bin/nvidia-smi")
     assert smi.host_path == "/run/nvidia/driver/usr/bin/nvidia-smi"
     assert all(m.host_path.startswith("/run/nvidia/driver/") and not m.container_path.startswith("/run/") for m in edits.mounts)
@@ -106,25 +105,24 @@ def test_a_version_that_is_not_a_number_names_no_paths(root: Path, version: str,
 
 
 def test_without_a_hook_each_library_is_also_mounted_at_its_soname(root: Path) -> None:
-    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path=None, mps=False)
+    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path=None)
     by_container = {m.container_path: m for m in edits.mounts}
     for link in ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"):
         mount = by_container[f"{LIB}/{link}"]
         assert mount.host_path.endswith(f".so.{VERSION}") and mount.options == driver_files.READ_ONLY
     assert edits.hooks == []
-    assert "/tmp/nvidia-mps" not in by_container  # only for claims that use MPS
 
 
 def test_a_linker_name_in_the_cache_is_mounted_once(root: Path) -> None:
     """The cache lists libcuda.so beside libcuda.so.1 (a real host does): one mount per container path."""
-    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path=None, mps=False)
+    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path=None)
     container_paths = [m.container_path for m in edits.mounts]
     assert container_paths.count(f"{LIB}/libcuda.so") == 1
     assert len(container_paths) == len(set(container_paths))
 
 
 def test_with_a_hook_the_links_and_ldcache_come_from_nvidia_cdi_hook(root: Path) -> None:
-    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path="/usr/bin/nvidia-cdi-hook", mps=False)
+    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path="/usr/bin/nvidia-cdi-hook")
     assert f"{LIB}/libcuda.so.1" not in {m.container_path for m in edits.mounts}
     symlinks, ldconfig = edits.hooks
     assert symlinks.hook_name == ldconfig.hook_name == "createContainer"
@@ -134,11 +132,11 @@ def test_with_a_hook_the_links_and_ldcache_come_from_nvidia_cdi_hook(root: Path)
 
 
 def test_nvidia_ctk_as_the_hook_takes_the_hook_subcommand(root: Path) -> None:
-    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path="/usr/bin/nvidia-ctk", mps=False)
+    edits = driver_files.claim_edits(driver_files.discover(root, VERSION), hook_path="/usr/bin/nvidia-ctk")
     assert [h.args[:3] for h in edits.hooks] == [("nvidia-ctk", "hook", "create-symlinks"), ("nvidia-ctk", "hook", "update-ldcache")]
 
 
-def test_an_mps_claim_gets_the_pipe_directory_writable(open_backend: OpenBackend) -> None:
+def test_an_mps_claim_gets_its_own_pipe_directory_writable(open_backend: OpenBackend) -> None:
     backend = open_backend("dgx-h100")
     mps = validate_config({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}})
     plain = backend.prepare(ClaimRef("ns", "a", "u1"), [AllocatedDevice("gpu", "node-a", "gpu-0")]).claim_edits
@@ -146,7 +144,9 @@ def test_an_mps_claim_gets_the_pipe_directory_writable(open_backend: OpenBackend
     assert "/tmp/nvidia-mps" not in {m.container_path for m in plain.mounts}
     pipe = next(m for m in shared.mounts if m.container_path == "/tmp/nvidia-mps")
     assert pipe.options == driver_files.READ_WRITE
-    assert plain.env == shared.env == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert pipe.host_path.endswith("/mps/u2/pipe") and Path(pipe.host_path, "nvidia-cuda-mps-control.pid").is_file()
+    assert plain.env == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert shared.env == ["NVIDIA_VISIBLE_DEVICES=void", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"]
 
 
 def test_the_simulated_backend_mounts_its_profile_driver_version(open_backend: OpenBackend) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dra_driver.errors import DeviceError
 from dra_driver.logs import fields
 from dra_driver.model import quantity
-from dra_driver.model.device import AttributeValue, CounterConsumption, CounterSet, Device, Version
+from dra_driver.model.device import AttributeValue, CapacityPolicy, CounterConsumption, CounterSet, Device, Version
 from dra_driver.model.validation import MAX_ATTRIBUTES_AND_CAPACITIES, MAX_VALUE_LENGTH
 from dra_driver.vocabulary import PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo
@@ -111,6 +111,29 @@ def gpu_device(gpu: GpuInfo, system: SystemInfo, node_name: str, profiles: list[
         attributes["nvlinkCliqueID"] = gpu.fabric_clique_id
     attributes.update(common_attributes(VENDOR, family(gpu.architecture), False, interconnect, domain, gpu.nvlink_links))
     return checked(Device(name=gpu.name, attributes=attributes, capacity=_full_gpu_capacity(gpu, profiles)))
+
+
+# Consumable GPU memory (a node flag): a claim takes at least 1 GiB, in whole MiB (the unit of the MPS pinned
+# memory limit that enforces it); a request naming no amount takes all of it, so it gets the GPU to itself.
+SHARE_MIN_MIB = 1024
+SHARE_STEP = "1Mi"
+
+
+def shareable(device: Device, memory_bytes: int) -> Device:
+    """The whole GPU offered to several claims at once, each consuming part of its memory.
+
+    Memory is its only capacity then: the scheduler charges every allocation the whole of a capacity without a
+    request policy, so the engine counts a whole GPU publishes would let no second claim in.
+    """
+    whole_mib = memory_bytes >> 20
+    if whole_mib < SHARE_MIN_MIB:
+        return device
+    device.capacity = {"memory": device.capacity["memory"]}
+    device.allow_multiple_allocations = True
+    device.capacity_policies["memory"] = CapacityPolicy(
+        default=quantity.from_mebibytes(whole_mib), min=quantity.from_mebibytes(SHARE_MIN_MIB), step=SHARE_STEP
+    )
+    return device
 
 
 def _mig_attributes(gpu: GpuInfo, system: SystemInfo, profile: str) -> dict[str, AttributeValue]:

@@ -8,12 +8,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from dra_driver import sim_node, sim_scratch
-from dra_driver.errors import BackendUnavailable, DeviceError
+from dra_driver.errors import BackendUnavailable, DeviceError, DraError
 from dra_driver.logs import fields
+from dra_driver.model import quantity
 from dra_driver.model.device import CounterSet, Device, Inventory
 from dra_driver.sim_state import SimulatedState
 from dra_driver.vendor import (
@@ -27,7 +28,7 @@ from dra_driver.vendor import (
     RecordedClaim,
     VendorBackend,
 )
-from dra_driver_nvidia import attributes, driver_files, edits, fake_driver_root, fake_nvml, mig, nvml
+from dra_driver_nvidia import attributes, driver_files, edits, fake_driver_root, fake_nvml, mig, mps, nvml
 from dra_driver_nvidia.config import GpuConfig, MigDeviceConfig, NvidiaConfig, validate_config
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo, kubernetes_bus_id, read_gpus, system_info
 from dra_driver_nvidia.health import HealthWatcher, ignored_xids
@@ -35,12 +36,15 @@ from dra_driver_nvidia.mig import MigDevice, MigProfile
 from dra_driver_nvidia.nvml import NvmlError, Placement
 from dra_driver_nvidia.ownership import OwnedInstance, OwnershipJournal
 from dra_driver_nvidia.profile import NvidiaSection, parse_section
+from dra_driver_nvidia.sharing import SharedDevice, SharingManager
+from dra_driver_nvidia.sharing_records import SharingRecords
 
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
 STATE_KEY = "migInstances"
 # Claim state of a dynamic claim using GPUs whole (MIG mode held off): {"claim": uid, "gpus": [GPU uuid, ...]}.
 WHOLE_KEY = "wholeGpus"
+SHARING_KEY = "sharingClaim"  # the claim UID, in the state of a claim whose sharing changed something (sharing_records)
 # Architectures whose MIG mode changes only at the next GPU reset (NVIDIA MIG user guide: A100/A30);
 # a GPU that answers nvmlDeviceSetMigMode with RESET_REQUIRED is added at run time as well.
 RESET_TO_SWITCH_MIG = frozenset({"Ampere"})
@@ -91,11 +95,12 @@ class NvidiaBackend(VendorBackend):
         proc_root: Path | None = Path("/proc"),
         scratch: sim_scratch.ScratchDir | None = None,  # simulation only: removed by close
         files: driver_files.DriverFiles | None = None,
+        driver_root: Path | None = None,  # where this process runs the driver's binaries; default settings.driver_root
     ) -> None:
         self.settings = settings
         # The host driver's user-space files, found once at start (their version is the kernel driver's).
         self._files = files
-        self._claim_edits_cache: dict[bool, ContainerEdits] = {}  # by "claim uses MPS"
+        self._claim_edits_cache: ContainerEdits | None = None
         self.simulator = simulator
         self._sysfs_root = sysfs_root or settings.sysfs_root
         self._mig_minors = edits.MigMinors(proc_root)
@@ -114,6 +119,7 @@ class NvidiaBackend(VendorBackend):
         # Dynamic partitioning: GPU uuid -> claims using the GPU whole, whose MIG mode must stay off until released.
         self._whole_users: dict[str, set[str]] = {}
         self._compute_profiles = mig.ComputeProfiles()  # read once per (GPU, GI profile), not per lookup
+        self._sharing = _sharing_manager(settings, files, driver_root or settings.driver_root, scratch, simulated=simulator is not None)
 
     # ---- opening ------------------------------------------------------------------
 
@@ -162,7 +168,8 @@ class NvidiaBackend(VendorBackend):
             else:
                 root = fake_driver_root.build(scratch.path / "driver-root", version)
             files = driver_files.discover(root, parsed.driverVersion)
-            backend = cls(settings, simulator=simulator, sysfs_root=scratch.path, proc_root=None, scratch=scratch, files=files)
+            backend = cls(settings, simulator=simulator, sysfs_root=scratch.path, proc_root=None, scratch=scratch, files=files,
+                          driver_root=root)  # fmt: skip
             undo.pop_all()  # the backend's close releases both from now on
             return backend
 
@@ -171,6 +178,8 @@ class NvidiaBackend(VendorBackend):
         return PROFILE_DIR
 
     def close(self) -> None:
+        if self._scratch is not None:
+            self._sharing.stop_all()  # simulation leaves no daemon running; a host's outlive a restart on purpose
         if self.simulator is not None:
             _stop_simulated_nvml(self.simulator)
         else:
@@ -216,7 +225,10 @@ class NvidiaBackend(VendorBackend):
             # In MIG mode the parent is not usable as a whole: publish its MIG devices only.
             return self._static_mig_devices(gpu, profiles, published, lambda _device: True), []
         # Static mode, or a GPU that cannot leave whole-GPU mode without a reset: the GPU itself.
-        return [attributes.gpu_device(gpu, system, node, profiles)], []
+        device = attributes.gpu_device(gpu, system, node, profiles)
+        if self.settings.consumable_gpu_memory:
+            attributes.shareable(device, gpu.memory_bytes)
+        return [device], []
 
     def _can_switch_mig(self, gpu: GpuInfo) -> bool:
         """Whether prepare may switch this GPU's MIG mode now (no reset, nothing pending)."""
@@ -298,41 +310,67 @@ class NvidiaBackend(VendorBackend):
             created: list[dict[str, Any]] = []
             prepared: dict[int, PreparedDevice] = {}
             planned: dict[int, _PlannedInstance] = {}
+            uuids: dict[int, str] = {}
             try:
                 for slot, allocated in enumerate(devices):
                     ready = self._prepare_device(index, claim, allocated.device)
                     if isinstance(ready, _PlannedInstance):
                         planned[slot] = ready
                     else:
-                        prepared[slot] = _prepared_device(allocated.device, *ready)
+                        prepared[slot], uuids[slot] = _prepared_device(allocated.device, *ready), ready[1]
                 made = self._create_instances(claim, list(planned.values()), created)
                 for slot, (device_edits, uuid) in zip(planned, made, strict=True):
-                    prepared[slot] = _prepared_device(devices[slot].device, device_edits, uuid)
-            except (NvmlError, DeviceError) as exc:
+                    prepared[slot], uuids[slot] = _prepared_device(devices[slot].device, device_edits, uuid), uuid
+                shared = self._sharing.prepare(claim.uid, [self._shared_device(index, d, uuids[s]) for s, d in enumerate(devices)])
+            except (NvmlError, DraError) as exc:
+                self._undo_sharing(claim)
                 self._destroy(claim, created)  # leave nothing half-done behind
                 self._release_whole(claim.uid)
-                if isinstance(exc, DeviceError):
+                if isinstance(exc, DraError):
                     raise
                 raise DeviceError(allocated.device, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
             state: dict[str, Any] = {STATE_KEY: created}
             whole = sorted(uuid for uuid, users in self._whole_users.items() if claim.uid in users)
             if whole:
                 state[WHOLE_KEY] = {"claim": claim.uid, "gpus": whole}
+            claim_edits = self._claim_edits()
+            if shared is not None:
+                state[SHARING_KEY] = claim.uid
+                claim_edits = claim_edits.merged(shared)
             return PreparedClaim(
-                devices=[prepared[slot] for slot in range(len(devices))], claim_edits=self._claim_edits(devices),
+                devices=[prepared[slot] for slot in range(len(devices))], claim_edits=claim_edits,
                 request_edits=_request_env(devices), state=state,
             )  # fmt: skip
 
-    def _claim_edits(self, devices: Sequence[AllocatedDevice]) -> ContainerEdits:
+    def _shared_device(self, index: _Published, allocated: AllocatedDevice, uuid: str) -> SharedDevice:
+        name = allocated.device
+        gpu = index.gpus.get(name) or (index.static_migs.get(name) or index.placements[name])[0]
+        config = allocated.config if isinstance(allocated.config, (GpuConfig, MigDeviceConfig)) else None
+        whole = name in index.gpus
+        return SharedDevice(
+            name=name, uuid=uuid, gpu_uuid=gpu.uuid, handle=gpu.handle, whole=whole,
+            exclusive=allocated.share_id is None and not allocated.admin_access, sharing=config.sharing if config else None,
+            memory_bytes=gpu.memory_bytes if whole else 0, memory_share=_memory_share(allocated) if whole else None,
+        )  # fmt: skip
+
+    def _undo_sharing(self, claim: ClaimRef) -> None:
+        """Rollback of a failed prepare's sharing; what cannot be undone stays recorded (the next unprepare retries)."""
+        try:
+            self._sharing.unprepare(claim.uid, self._handles)
+        except DraError as exc:
+            log.error("rollback of a claim's GPU sharing failed; its record stays", extra=fields(claim=claim.uid, error=str(exc)))
+
+    def _handles(self) -> dict[str, nvml.Handle]:
+        return {uuid: gpu.handle for uuid, gpu in self._index().by_uuid.items()}
+
+    def _claim_edits(self) -> ContainerEdits:
         """Once per container using the claim: the driver's files, and the legacy-runtime switch-off."""
-        mps = any(isinstance(d.config, (GpuConfig, MigDeviceConfig)) and d.config.sharing is not None
-                  and d.config.sharing.strategy == "MPS" for d in devices)  # fmt: skip
-        cached = self._claim_edits_cache.get(mps)
+        cached = self._claim_edits_cache
         if cached is None:
             files = self._files or driver_files.DriverFiles(version="", host_root=Path("/"))
-            cached = driver_files.claim_edits(files, self.settings.nvidia_cdi_hook_path, mps=mps)
+            cached = driver_files.claim_edits(files, self.settings.nvidia_cdi_hook_path)
             cached.env.insert(0, edits.VISIBLE_DEVICES_VOID)
-            self._claim_edits_cache[mps] = cached
+            self._claim_edits_cache = cached
         return ContainerEdits(env=list(cached.env), mounts=list(cached.mounts), hooks=list(cached.hooks))
 
     def _prepare_device(self, index: _Published, claim: ClaimRef, name: str) -> tuple[ContainerEdits, str] | _PlannedInstance:
@@ -491,6 +529,7 @@ class NvidiaBackend(VendorBackend):
         instance was created but before the plugin saved the claim's state.
         """
         with self._lock, self._journal.held(claim.uid):
+            self._sharing.unprepare(claim.uid, self._handles)  # the daemon stops before its MIG device goes
             self._release_whole(claim.uid)
             listed = list(state.get(STATE_KEY) or [])
             listed_keys = {_entry_key(entry) for entry in listed}
@@ -568,11 +607,17 @@ class NvidiaBackend(VendorBackend):
                     live = True
                 if live:
                     by_claim.setdefault(entry.claim_uid, []).append(entry)
-        return [
-            RecordedClaim(uid, tuple(sorted({e.device for e in entries})),
-                          {STATE_KEY: [_state_entry(e) for e in entries if e.gi_id is not None]})
+        claims = {
+            uid: RecordedClaim(uid, tuple(sorted({e.device for e in entries})),
+                               {STATE_KEY: [_state_entry(e) for e in entries if e.gi_id is not None]})
             for uid, entries in by_claim.items()
-        ]
+        }  # fmt: skip
+        for record in self._sharing.records.all():  # a claim whose sharing is recorded holds its devices
+            known = claims.get(record.claimUID)
+            devices = tuple(sorted({*record.devices, *(known.devices if known else ())}))
+            state = {**(known.state if known else {STATE_KEY: []}), SHARING_KEY: record.claimUID}
+            claims[record.claimUID] = RecordedClaim(record.claimUID, devices, state)
+        return list(claims.values())
 
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:
         """Adopt the instances live claims list; destroy instances we created that no live claim lists.
@@ -584,8 +629,13 @@ class NvidiaBackend(VendorBackend):
         crashed before its claim state was saved. Journal entries of claims that are not live
         are dropped once their instance is gone (an intent without an instance just goes).
         """
-        if self.settings.partitioning != "dynamic":
-            return
+        with self._lock:
+            live = {str(s[SHARING_KEY]) for s in live_states if s.get(SHARING_KEY)}
+            self._sharing.reconcile(live, self._handles)
+            if self.settings.partitioning == "dynamic":
+                self._reconcile_mig(live_states)
+
+    def _reconcile_mig(self, live_states: Sequence[Mapping[str, Any]]) -> None:
         with self._lock:
             index = self._index()
             recorded = self._journal.all_entries()  # re-read: a rolling-update peer may have written since start
@@ -662,6 +712,19 @@ def _prepared_device(name: str, device_edits: ContainerEdits, uuid: str) -> Prep
     return PreparedDevice(name, device_edits)
 
 
+def _memory_share(allocated: AllocatedDevice) -> int | None:
+    """Bytes of the GPU's memory a consumable-capacity allocation takes (its `consumedCapacity`), or None."""
+    if allocated.share_id is None:
+        return None
+    for key, value in allocated.consumed_capacity:
+        if key in ("memory", f"{NvidiaBackend.driver_name}/memory"):
+            try:
+                return int(quantity.parse(value))
+            except (ValueError, TypeError, ArithmeticError):
+                raise DeviceError(allocated.device, f"consumedCapacity memory {value!r} is not a quantity") from None
+    return None
+
+
 def _entry_key(entry: StateEntry) -> GiKey:
     return (str(entry.get("parentUUID")), int(entry.get("profileId", -1)), int(entry.get("start", -1)))
 
@@ -736,3 +799,30 @@ def _request_env(devices: Sequence[AllocatedDevice]) -> dict[str, ContainerEdits
         if env:
             result[request] = ContainerEdits(env=env)
     return result
+
+
+def _sharing_manager(
+    settings: BackendSettings, files: driver_files.DriverFiles | None, driver_root: Path,
+    scratch: sim_scratch.ScratchDir | None, simulated: bool,
+) -> SharingManager:  # fmt: skip
+    """Sharing's records and daemons: under the state dir (boot-scoped tmpfs), else a simulation's scratch dir."""
+    base = settings.state_dir / "nvidia" if settings.state_dir is not None else (scratch.path if scratch is not None else None)
+    records = SharingRecords(settings.state_dir / "nvidia" / "sharing" if settings.state_dir is not None else None)
+    binaries = {PurePosixPath(path).name: driver_root / path.lstrip("/") for path in (files.binaries if files else [])}
+    control = None
+    if mps.BINARY in binaries:
+        env = _daemon_env(None if simulated else files, driver_root)  # the stand-in is this interpreter: no driver libraries
+        control = mps.MpsControl(binaries[mps.BINARY], env, private_shm=not simulated)
+    return SharingManager(records, base / "mps" if base is not None else None, control, binaries.get("nvidia-smi"),
+                          exclusive_compute=settings.mps_exclusive_compute)  # fmt: skip
+
+
+def _daemon_env(files: driver_files.DriverFiles | None, driver_root: Path) -> dict[str, str]:
+    """The daemon's environment: a plain PATH, and the driver root's library folders when it is not / (the
+    server it starts loads libcuda from there)."""
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    if files is not None and driver_root != Path("/"):
+        folders = dict.fromkeys(str(driver_root / lib.path.lstrip("/")).rsplit("/", 1)[0] for lib in files.libraries)
+        if folders:
+            env["LD_LIBRARY_PATH"] = ":".join(folders)
+    return env

@@ -11,8 +11,8 @@ generator (nvidia-container-toolkit, pkg/nvcdi driver-nvml.go, internal/discover
 - binaries: nvidia-smi, nvidia-debugdump, nvidia-persistenced and the MPS
   control/server binaries;
 - GSP firmware: `lib/firmware/nvidia/<version>/gsp*.bin`;
-- IPC: the persistenced and fabric manager sockets; the MPS pipe directory
-  only for claims that configure MPS sharing.
+- IPC: the persistenced and fabric manager sockets (an MPS claim's pipe
+  directory is its own, see dra_driver_nvidia.sharing).
 
 Paths are looked up under `driver_root` (where this process sees the driver
 root) and written into the CDI spec under `host_root` (where the container
@@ -54,7 +54,6 @@ BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cud
 BINARY_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "usr/local/bin", "usr/local/sbin")
 FIRMWARE_DIRS = ("lib/firmware", "usr/lib/firmware")
 SOCKETS = ("var/run/nvidia-persistenced/socket", "var/run/nvidia-fabricmanager/socket")
-MPS_PIPE_DIR = "tmp/nvidia-mps"
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}\Z")
 _SONAME_LINK = re.compile(r"^lib.+\.so\.\d+\Z")
 _MAX_LINKS = 40  # like the kernel's ELOOP limit
@@ -78,7 +77,6 @@ class DriverFiles:
     binaries: list[str] = field(default_factory=list)
     firmware: list[str] = field(default_factory=list)
     sockets: list[str] = field(default_factory=list)
-    mps_pipe_dir: str | None = None
 
     def host_path(self, container_path: str) -> str:
         return str(self.host_root / container_path.lstrip("/"))
@@ -102,8 +100,6 @@ def discover(driver_root: Path, version: str, host_root: Path | None = None) -> 
     found.binaries = [p for name in BINARIES if (p := _first_file(driver_root, BINARY_DIRS, name, executable=True))]
     found.firmware = _firmware(driver_root, version)
     found.sockets = [f"/{relative}" for relative in SOCKETS if _is_socket(driver_root / relative)]
-    if (driver_root / MPS_PIPE_DIR).is_dir():
-        found.mps_pipe_dir = f"/{MPS_PIPE_DIR}"
     log.info(
         "NVIDIA driver files found",
         extra=fields(driver_root=str(driver_root), host_root=str(found.host_root), version=version,
@@ -221,17 +217,15 @@ def resolve_in_root(root: Path, path: str) -> str | None:
 # ---- container edits ------------------------------------------------------------------
 
 
-def claim_edits(files: DriverFiles, hook_path: str | None, mps: bool) -> ContainerEdits:
+def claim_edits(files: DriverFiles, hook_path: str | None) -> ContainerEdits:
     """Mounts (and hooks) every container using a claim gets once: the spec-level containerEdits."""
     edits = ContainerEdits()
-    if files.is_empty() and not (mps and files.mps_pipe_dir):
+    if files.is_empty():
         return edits
     for library in files.libraries:
         edits.mounts.append(_mount(files, library.path))
     for path in [*files.binaries, *files.firmware, *files.sockets]:
         edits.mounts.append(_mount(files, path))
-    if mps and files.mps_pipe_dir:
-        edits.mounts.append(_mount(files, files.mps_pipe_dir, READ_WRITE))
     if hook_path:
         edits.hooks.extend(_hooks(files, hook_path))
     else:

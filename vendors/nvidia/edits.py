@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dra_driver.logs import fields
-from dra_driver.model import quantity
 from dra_driver.vendor import ContainerEdits, DeviceNode
 from dra_driver_nvidia.config import TIMESLICE_VALUES, GpuConfig, MigDeviceConfig
 
@@ -31,7 +30,6 @@ log = logging.getLogger(__name__)
 
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 MIG_MINORS_FILE = Path("driver/nvidia-caps/mig-minors")
-MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 # Layout of the nvidia-caps minors the kernel driver assigns (what mig-minors lists):
 # config=1, monitor=2, then per GPU 15 GIs x (1 GI access + 8 CI access) minors.
 _CAPS_PER_GI = 9
@@ -95,32 +93,18 @@ def uuid_env(device: str, uuid: str) -> str:
 
 
 def sharing_env(configs: Sequence[GpuConfig | MigDeviceConfig | None]) -> list[str]:
-    """Environment for the claim's sharing settings (container-wide, so one set per claim).
+    """Environment naming the request's sharing settings, for the workload to read.
 
-    MPS: the CUDA MPS client variables (the MPS control daemon itself is not
-    started by this driver). TimeSlicing: the interval cannot be set through
-    NVML (upstream runs `nvidia-smi compute-policy`), so it is exported for
-    visibility only.
+    What sharing does is applied on the node (dra_driver_nvidia.sharing): the MPS client variables
+    and the pipe directory come with the claim's MPS control daemon, the interval is set on the GPU.
     """
     env: list[str] = []
-    mps_limits: list[str] = []
-    for ordinal, config in enumerate(configs):
+    for config in configs:
         sharing = config.sharing if config is not None else None
         if sharing is None:
             continue
+        env.append(f"NVIDIA_DRA_SHARING_STRATEGY={sharing.strategy}")
         if sharing.strategy == "TimeSlicing":
             interval = sharing.timeSlicingConfig.interval if sharing.timeSlicingConfig else "Default"
-            env += ["NVIDIA_DRA_SHARING_STRATEGY=TimeSlicing", f"NVIDIA_DRA_TIMESLICE_INTERVAL={TIMESLICE_VALUES[interval]}"]
-            continue
-        env += ["NVIDIA_DRA_SHARING_STRATEGY=MPS", f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIRECTORY}"]
-        mps = sharing.mpsConfig
-        if mps is None:
-            continue
-        if mps.defaultActiveThreadPercentage is not None:
-            env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={mps.defaultActiveThreadPercentage}")
-        if mps.defaultPinnedDeviceMemoryLimit is not None:
-            mebibytes = int(quantity.parse(mps.defaultPinnedDeviceMemoryLimit)) >> 20
-            mps_limits.append(f"{ordinal}={mebibytes}M")
-    if mps_limits:
-        env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={','.join(mps_limits)}")
+            env.append(f"NVIDIA_DRA_TIMESLICE_INTERVAL={TIMESLICE_VALUES[interval]}")
     return list(dict.fromkeys(env))

@@ -11,11 +11,18 @@ on a real H100 host), a stale library of another version, the
 utility binaries as small shell scripts that print the version (they run in a
 busybox container), GSP firmware, and the persistenced / fabric manager
 sockets as real unix sockets.
+
+Two binaries do what the driver asks of them on a host: `nvidia-cuda-mps-control`
+is the stand-in of mps_control_standin.py (a real daemon process, run by this
+interpreter), and `nvidia-smi compute-policy -i <uuid> --set-timeslice=<0..3>`
+keeps the interval it was given in TIMESLICE_DIR (one file per GPU UUID), where
+tests read it; without arguments it prints the version, as before.
 """
 
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 from dra_driver_nvidia import ldcache
@@ -38,6 +45,8 @@ LIBRARIES = (
 LINKER_NAMES = ("libcuda", "libnvidia-ml")
 FIRMWARE = ("gsp_ga10x.bin", "gsp_tu10x.bin")
 STALE_VERSION = "1.0.0"  # an old driver's leftover that must not be mounted
+TIMESLICE_DIR = "var/lib/nvidia-simulated/timeslice"  # <uuid>: the interval nvidia-smi compute-policy set
+MPS_CONTROL_SOURCE = Path(__file__).with_name("mps_control_standin.py")
 
 
 def build(root: Path, version: str) -> Path:
@@ -72,17 +81,43 @@ def build(root: Path, version: str) -> Path:
         (firmware / name).write_text(f"simulated firmware {version}\n")
     for relative in ("var/run/nvidia-persistenced/socket", "var/run/nvidia-fabricmanager/socket"):
         _unix_socket(root / relative)
-    (root / "tmp/nvidia-mps").mkdir(parents=True, exist_ok=True)
     return root
 
 
 def _binaries(root: Path, version: str) -> None:
     bin_dir = root / "usr/bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"):
-        path = bin_dir / name
-        path.write_text(f"#!/bin/sh\necho \"simulated {name} driver {version}\"\n")
-        path.chmod(0o755)
+    for name in ("nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-server"):
+        _script(bin_dir / name, f"#!/bin/sh\necho \"simulated {name} driver {version}\"\n")
+    _script(bin_dir / "nvidia-smi", _NVIDIA_SMI.format(version=version, timeslice=root / TIMESLICE_DIR))
+    _script(bin_dir / "nvidia-cuda-mps-control", f"#!{sys.executable}\n" + MPS_CONTROL_SOURCE.read_text())
+
+
+# Only `compute-policy -i <uuid> --set-timeslice=<n>` (or `--set-timeslice <n>`) changes anything; the UUID is
+# checked to be a plain GPU UUID before it names a file.
+_NVIDIA_SMI = """#!/bin/sh
+if [ "$#" -eq 0 ]; then echo "simulated nvidia-smi driver {version}"; exit 0; fi
+if [ "$1" != compute-policy ]; then echo "simulated nvidia-smi: unsupported arguments: $*" >&2; exit 2; fi
+shift; uuid=""; slice=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    -i) uuid="$2"; shift 2 ;;
+    --set-timeslice=*) slice="${{1#--set-timeslice=}}"; shift ;;
+    --set-timeslice) slice="$2"; shift 2 ;;
+    *) echo "Invalid combination of input arguments: $1" >&2; exit 2 ;;
+  esac
+done
+case "$uuid" in GPU-*) ;; *) echo "No devices were found matching $uuid" >&2; exit 6 ;; esac
+case "$uuid" in *[!A-Za-z0-9-]*) echo "No devices were found matching $uuid" >&2; exit 6 ;; esac
+case "$slice" in 0|1|2|3) ;; *) echo "Invalid timeslice value: $slice" >&2; exit 2 ;; esac
+mkdir -p "{timeslice}" && echo "$slice" > "{timeslice}/$uuid" || exit 1
+echo "Set timeslice to $slice for GPU $uuid"
+"""
+
+
+def _script(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
 
 
 def _unix_socket(path: Path) -> None:

@@ -93,6 +93,7 @@ class FakeGpu:
     model: GpuModel
     mig_mode: int = 0
     mig_pending: int = 0  # differs from mig_mode until reset_gpu() on boards that need a reset
+    compute_mode: int = pynvml.NVML_COMPUTEMODE_DEFAULT
     lost: bool = False
     failures: dict[str, int] = field(default_factory=dict)
     instances: dict[int, FakeGpuInstance] = field(default_factory=dict)  # GI id -> GI
@@ -513,6 +514,28 @@ class FakeNvmlLibrary:
                 return ret
             # Real NVML answers this call only for MIG device handles (hardware.md 1.3).
             return pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    # ---- compute mode ------------------------------------------------------------
+
+    def nvmlDeviceGetComputeMode(self, handle: Any, ref: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceGetComputeMode", handle)
+            if gpu is None:
+                return ret
+            _out(ref).value = gpu.compute_mode
+            return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceSetComputeMode(self, handle: Any, mode: Any) -> int:
+        with self._lock:
+            ret, gpu = self._gpu_call("nvmlDeviceSetComputeMode", handle)
+            if gpu is None:
+                return ret
+            value = _int(mode)
+            if value not in (pynvml.NVML_COMPUTEMODE_DEFAULT, pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD,
+                             pynvml.NVML_COMPUTEMODE_PROHIBITED, pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS):
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            gpu.compute_mode = value
+            return pynvml.NVML_SUCCESS
 
     # ---- MIG mode and MIG devices ---------------------------------------------
 

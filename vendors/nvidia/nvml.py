@@ -188,6 +188,19 @@ def memory_total(handle: Handle) -> int:
     return int(call(pynvml.nvmlDeviceGetMemoryInfo, handle).total)
 
 
+# Compute modes (nvmlComputeMode_t): MPS wants EXCLUSIVE_PROCESS, so that only its server opens the GPU.
+COMPUTE_MODE_DEFAULT = pynvml.NVML_COMPUTEMODE_DEFAULT
+COMPUTE_MODE_EXCLUSIVE_PROCESS = pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+
+
+def compute_mode(handle: Handle) -> int:
+    return int(call(pynvml.nvmlDeviceGetComputeMode, handle))
+
+
+def set_compute_mode(handle: Handle, mode: int) -> None:
+    call(pynvml.nvmlDeviceSetComputeMode, handle, mode)
+
+
 @dataclass(frozen=True)
 class DeviceAttributes:
     multiprocessors: int

@@ -248,15 +248,25 @@ class OwnershipJournal:
             self._held[claim_uid] = list(entries)
 
     def _unlink(self, path: Path) -> None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("cannot remove MIG ownership record", extra=fields(path=str(path), error=str(exc)))
+        remove_record(path, "MIG ownership record")
 
     def _path(self, claim_uid: str) -> Path:
         assert self.directory is not None
-        if _PLAIN_NAME.fullmatch(claim_uid):
-            return self.directory / (claim_uid + _SUFFIX)
-        return self.directory / ("sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest() + _SUFFIX)
+        return self.directory / (claim_file_stem(claim_uid) + _SUFFIX)
+
+
+def claim_file_stem(claim_uid: str) -> str:
+    """A file (or directory) name for a claim's record: the UID when it is a plain name, its SHA-256 otherwise."""
+    if _PLAIN_NAME.fullmatch(claim_uid):
+        return claim_uid
+    return "sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest()
+
+
+def remove_record(path: Path, what: str) -> None:
+    """Remove a record file; gone already is fine, a failure is logged (a stale record is dropped at a later start)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning(f"cannot remove {what}", extra=fields(path=str(path), error=str(exc)))

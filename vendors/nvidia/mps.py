@@ -1,0 +1,207 @@
+"""The MPS control daemon as a process: started, told its limits, checked, stopped.
+
+Everything goes through the host driver's own `nvidia-cuda-mps-control`, as documented by NVIDIA:
+`nvidia-cuda-mps-control -d` with CUDA_VISIBLE_DEVICES (the GPUs it serves, by UUID),
+CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY set starts a daemon, which writes its PID to
+`nvidia-cuda-mps-control.pid` in the pipe directory and listens on `control` there; a command is one line
+on the standard input of `nvidia-cuda-mps-control` run without arguments and the same pipe directory
+(`quit`, `set_default_active_thread_percentage 50`, `set_default_device_pinned_mem_limit <uuid> 20480M`).
+
+Each claim's daemon has a directory of its own (`pipe/`, `log/`, `shm/`), so daemons never see each other.
+A daemon is identified by its PID and the start time the kernel gives it (/proc/<pid>/stat), so a PID
+reused by another process after the daemon died is never taken for it, signalled or waited on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dra_driver.errors import DraError
+from dra_driver.logs import fields
+
+log = logging.getLogger(__name__)
+
+BINARY = "nvidia-cuda-mps-control"
+PID_FILE = "nvidia-cuda-mps-control.pid"
+CONTROL_SOCKET = "control"
+COMMAND_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+_POLL_S = 0.005
+
+
+class MpsError(DraError):
+    """The control daemon could not be started, told or stopped; names the daemon's directory."""
+
+    def __init__(self, directory: str, reason: str) -> None:
+        self.directory = directory
+        super().__init__(f"MPS control daemon in {directory}: {reason}")
+
+
+@dataclass(frozen=True)
+class DaemonDir:
+    """A claim's daemon directory; the pipe directory is what clients mount."""
+
+    root: Path
+
+    @property
+    def pipe(self) -> Path:
+        return self.root / "pipe"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def shm(self) -> Path:
+        return self.root / "shm"
+
+
+@dataclass(frozen=True)
+class DaemonProcess:
+    pid: int
+    start_time: int
+
+
+class MpsControl:
+    """Runs `binary` (the driver root's nvidia-cuda-mps-control) with `base_env` plus the daemon's own variables."""
+
+    def __init__(self, binary: Path, base_env: Mapping[str, str], private_shm: bool = False) -> None:
+        self.binary = binary
+        self._base_env = dict(base_env)
+        # On a host the server and its clients must share /dev/shm: the daemon then starts in a mount namespace
+        # of its own where the claim's shm directory (also mounted at the containers' /dev/shm) is /dev/shm.
+        self._private_shm = private_shm
+
+    def _launcher(self, where: DaemonDir) -> list[str]:
+        if not self._private_shm:
+            return []
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                'mount --bind "$0" /dev/shm && exec "$@"', str(where.shm)]  # fmt: skip
+
+    def _env(self, where: DaemonDir, gpus: Sequence[str] = ()) -> dict[str, str]:
+        env = {**self._base_env, "CUDA_MPS_PIPE_DIRECTORY": str(where.pipe), "CUDA_MPS_LOG_DIRECTORY": str(where.log)}
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        return env
+
+    def start(self, where: DaemonDir, gpus: Sequence[str]) -> DaemonProcess:
+        """`nvidia-cuda-mps-control -d`, then wait until it answers on its pipe directory."""
+        for directory in (where.pipe, where.log, where.shm):
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o755)  # clients run as any user in their containers
+        try:
+            result = subprocess.run(
+                [*self._launcher(where), str(self.binary), "-d"], env=self._env(where, gpus), capture_output=True, text=True,
+                timeout=START_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise MpsError(str(where.root), f"cannot run {self.binary} -d: {exc}") from exc
+        if result.returncode != 0:
+            raise MpsError(str(where.root), f"{self.binary} -d failed (exit {result.returncode}): {_output(result)}")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            found = self.running(where)
+            if found is not None and self._answers(where):
+                return found
+            time.sleep(_POLL_S)
+        raise MpsError(str(where.root), f"the MPS control daemon did not come up within {START_TIMEOUT_S:.0f} s "
+                                        f"(no live PID in {where.pipe / PID_FILE}); see {where.log}/control.log")
+
+    def _answers(self, where: DaemonDir) -> bool:
+        """Ready: its control socket is there, or (another layout of the pipe directory) it answers a query."""
+        if (where.pipe / CONTROL_SOCKET).exists():
+            return True
+        try:
+            self.send(where, "get_default_active_thread_percentage")  # the query NVIDIA's deployment probes with
+        except MpsError:
+            return False
+        return True
+
+    def send(self, where: DaemonDir, command: str) -> str:
+        """One command line to the daemon of `where`; its answer. A non-zero exit is an MpsError."""
+        try:
+            result = subprocess.run(
+                [str(self.binary)], input=command + "\n", env=self._env(where), capture_output=True, text=True,
+                timeout=COMMAND_TIMEOUT_S, check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise MpsError(str(where.root), f"cannot send {command!r} to the MPS control daemon: {exc}") from exc
+        if result.returncode != 0:
+            raise MpsError(str(where.root), f"the MPS control daemon refused {command!r} (exit {result.returncode}): {_output(result)}")
+        return result.stdout.strip()
+
+    def running(self, where: DaemonDir, expected: DaemonProcess | None = None) -> DaemonProcess | None:
+        """The live control daemon of `where` (its PID file), or None; with `expected`, only that very process."""
+        try:
+            pid = int((where.pipe / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            pid = expected.pid if expected is not None else 0
+        if pid <= 0 or (expected is not None and pid != expected.pid):
+            return None
+        found = _identity(pid)
+        if found is None or (expected is not None and found != expected):
+            return None
+        return found
+
+    def stop(self, where: DaemonDir, process: DaemonProcess | None) -> None:
+        """`quit`, then wait for the daemon to exit; one that does not is killed (it is verified to be ours first)."""
+        # The recorded process, else whatever the PID file names (a daemon started again whose record was not saved).
+        process = (self.running(where, process) if process is not None else None) or self.running(where)
+        if process is None:
+            return
+        try:
+            self.send(where, "quit")
+        except MpsError as exc:
+            log.warning("MPS control daemon did not take quit; killing it", extra=fields(directory=str(where.root), error=str(exc)))
+        if not _wait_gone(process, STOP_TIMEOUT_S):
+            log.warning("MPS control daemon still running after quit; killing it", extra=fields(directory=str(where.root), pid=process.pid))
+            if _identity(process.pid) == process:
+                os.kill(process.pid, signal.SIGKILL)
+            if not _wait_gone(process, STOP_TIMEOUT_S):
+                raise MpsError(str(where.root), f"the MPS control daemon (PID {process.pid}) does not exit")
+
+
+def _output(result: subprocess.CompletedProcess[str]) -> str:
+    text = " ".join((result.stderr.strip() + " " + result.stdout.strip()).split())
+    return text[:300] or "(no output)"
+
+
+def _identity(pid: int) -> DaemonProcess | None:
+    """(pid, start time) of a live nvidia-cuda-mps-control process; None if gone, a zombie or another program."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    after_name = stat.rsplit(")", 1)[-1].split()  # the name may hold spaces and parentheses
+    if len(after_name) < 20 or after_name[0] == "Z":
+        _reap(pid)
+        return None
+    if not any(os.path.basename(arg.decode(errors="replace")) == BINARY for arg in cmdline[:3]):
+        return None
+    return DaemonProcess(pid, int(after_name[19]))
+
+
+def _reap(pid: int) -> None:
+    """Collect a daemon that exited as our child (when this process is PID 1 of its container, orphans are ours)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _wait_gone(process: DaemonProcess, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _identity(process.pid) != process:
+            return True
+        time.sleep(_POLL_S)
+    return False
