@@ -1,7 +1,7 @@
 """Admin access as the API server allows it: only in namespaces labelled for it.
 
 A request with `adminAccess: true` is forbidden unless the claim's namespace carries
-`resource.kubernetes.io/admin-access: "true"` (dra-api-facts 3.7). explain knows a
+`resource.kubernetes.io/admin-access: "true"` (k8s.io/api resource/v1/types.go). explain knows a
 namespace's labels from `--kubeconfig` or from a Namespace object in the input file;
 otherwise it says it could not check. With the DRAAdminAccess gate off the API server drops the field.
 """

@@ -1,4 +1,4 @@
-"""The Kubernetes 1.35 feature gates explain models, with their 1.35 defaults (dra-api-facts 3.0).
+"""The Kubernetes 1.35 feature gates explain models, with their 1.35 defaults (pkg/features/kube_features.go).
 
 Given as `--feature-gates Name=true,Other=false`, like the Kubernetes components take them.
 Only gates that change an allocation answer are accepted; an unknown name is an input error.
