@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -16,12 +17,12 @@ NOT_YET = {"docs/performance.md", "docs/hardware-validation.md"}
 
 def _shipped_files() -> list[Path]:
     files = []
-    for path in ROOT.rglob("*"):
-        relative = path.relative_to(ROOT)
-        if set(relative.parts) & SKIP_DIRS or any(part.endswith(".egg-info") for part in relative.parts):
-            continue
-        if path.is_file() and (path.suffix in SUFFIXES or path.name == "Dockerfile") and relative.as_posix() not in NOT_YET:
-            files.append(path)
+    for directory, subdirs, names in os.walk(ROOT):
+        subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        for name in names:
+            path = Path(directory, name)
+            if (path.suffix in SUFFIXES or name == "Dockerfile") and path.relative_to(ROOT).as_posix() not in NOT_YET:
+                files.append(path)
     return files
 
 
