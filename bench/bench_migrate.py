@@ -1,6 +1,6 @@
 """Time `migrate` over the shared corpus of real manifests, in process.
 
-Usage: python bench/bench_migrate.py [--corpus ../shared/migrate-corpus] [--repeat 5]
+Usage: python bench/bench_migrate.py [--corpus DIR] [--repeat 5]
 Each repetition migrates every file of corpus/ and corpus-derived/ one call per
 file (what `migrate -w` does per file), then the whole set again with
 splicing turned off (each changed document dumped whole), so the cost of

@@ -1,6 +1,6 @@
 """Reading what a user asks `explain` about: ResourceClaims, ResourceClaimTemplates, Pods, DeviceClasses.
 
-The pydantic models mirror resource.k8s.io/v1 (dra-api-facts.md 3.2-3.5) with
+The pydantic models mirror resource.k8s.io/v1 (k8s.io/api resource/v1/types.go) with
 `extra="forbid"`, the way the API server's strict field validation refuses
 unknown fields. `claim_spec_errors` then applies the numeric and format limits
 of section 3.6 and returns every problem with its field path, so a user sees
@@ -226,7 +226,7 @@ def parse_object(doc: Mapping[str, Any], label: str) -> BaseModel | list[FieldEr
         return pydantic_errors(exc, label)
 
 
-# -- semantic validation (dra-api-facts.md 3.3 and 3.6) ---------------------------------------
+# -- semantic validation (pkg/apis/resource/validation, docs/sources.md) ---------------------------------------
 
 
 CompileCheck = Callable[[str], str | None]  # expression -> problem, or None when it compiles

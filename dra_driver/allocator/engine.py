@@ -1,6 +1,6 @@
 """Structured allocation for one node at a time, recording why each device was or was not usable.
 
-Semantics follow the Kubernetes 1.35 scheduler's allocator (dra-api-facts.md 3.3-3.7, 4.1):
+Semantics follow the Kubernetes 1.35 scheduler's allocator (k8s.io/dynamic-resource-allocation structured/, docs/sources.md):
 requests in order, `firstAvailable` alternatives in order, devices in pool order
 (pools by driver/name, slices by name); class selectors then request selectors,
 stopping at the first false; a CEL runtime error on a device the search reaches

@@ -1,4 +1,4 @@
-"""ResourceSlices -> pools, the way the allocator sees them (dra-api-facts.md 3.1, 3.7).
+"""ResourceSlices -> pools, the way the allocator sees them (structured/ pools_stable.go, docs/sources.md).
 
 Per (driver, pool name) only the slices of the highest generation count; a
 pool whose slice count differs from resourceSliceCount is incomplete; duplicate

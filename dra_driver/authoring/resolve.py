@@ -18,7 +18,7 @@ from dra_driver.authoring.intent import GROUPINGS, DeviceWant, Intent, Problems,
 from dra_driver.authoring.known import KnownKind
 from dra_driver.vocabulary import DOMAIN, INTERCONNECT_DOMAIN, PCIE_ROOT
 
-NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"  # upstream's opaque config group (anchors.md section 1)
+NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"  # upstream's opaque config group (dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1)
 
 
 @dataclass(frozen=True)

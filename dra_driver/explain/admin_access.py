@@ -1,7 +1,7 @@
 """Admin access as the API server allows it: only in namespaces labelled for it.
 
 A request with `adminAccess: true` is forbidden unless the claim's namespace carries
-`resource.kubernetes.io/admin-access: "true"` (dra-api-facts 3.7): the API server refuses to
+`resource.kubernetes.io/admin-access: "true"` (k8s.io/api resource/v1/types.go): the API server refuses to
 create the claim, so explain reports it as invalid input, never as allocatable. explain knows
 a namespace's labels from `--namespace-labels`, a Namespace object in the input file or
 `--kubeconfig`. A namespace it knows nothing about carries no such label (only an

@@ -1,4 +1,4 @@
-"""Kubernetes 1.35 feature gates for explain, with their 1.35 defaults (dra-api-facts 3.0).
+"""Kubernetes 1.35 feature gates for explain, with their 1.35 defaults (pkg/features/kube_features.go).
 
 Given as `--feature-gates Name=true,Other=false`, like the Kubernetes components take them, so a
 cluster's gate list can be pasted whole. Gates that change an allocation answer are modelled (GATES);

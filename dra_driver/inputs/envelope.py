@@ -2,7 +2,7 @@
 
 Checked on every object a command reads, before anything looks inside it, so a
 `kind` that is a map or a 50 MB `metadata.name` is refused with the field named,
-as the API server would refuse it (ObjectMeta validation, dra-api-facts.md 3.6).
+as the API server would refuse it (ObjectMeta validation, pkg/apis/core/validation).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ Implemented semantics (what dra-driver uses, modelled on the real apiserver):
   `sharedCounters`/`consumesCounters` (and per-device node selection), with
   `taints=False` it drops `devices[].taints`, with `consumable_capacity=False`
   `allowMultipleAllocations` and `capacity[].requestPolicy`, like the real apiserver for
-  disabled alpha fields (dra-api-facts.md 3.0); with taints on it fills
+  disabled alpha fields (kube_features.go 1.35 defaults); with taints on it fills
   `timeAdded` (seconds precision).
 
 Test hooks: `inject()` makes the next N matching requests fail (409, 429 with

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from dra_driver.migrate.resources import AMD_DRIVER, NVIDIA_DRIVER, DeviceKind, attr, capacity, cel_string
 
-# NVML names from hardware.md 1.1; the label is the name with ' ' -> '-'.
+# NVML names (docs/attributes.md, "Shipped hardware profiles and their sources"); the label is the name with ' ' -> '-'.
 _NVIDIA_PRODUCTS = (
     "NVIDIA A100-SXM4-40GB",
     "NVIDIA A100-SXM4-80GB",

@@ -1,6 +1,6 @@
 """Split one pool's inventory into slices under the resource.k8s.io/v1 limits.
 
-Rules (dra-api-facts.md 3.1, 3.6; the 1.35 counter rule):
+Rules (resource/v1 types.go and resource validation, docs/sources.md; the 1.35 counter rule):
 - a slice carries devices or shared counters, never both, so counter sets go
   into counters-only slices first (at most 8 per slice);
 - a device slice holds at most 128 devices, or 64 when any of its devices

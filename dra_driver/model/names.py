@@ -1,4 +1,4 @@
-"""Kubernetes name rules for the identifiers the plugin receives (dra-api-facts.md 2.2, 3.4, 3.6).
+"""Kubernetes name rules for the identifiers the plugin receives (kubelet DRA v1 API, resource/v1 types and validation; docs/sources.md).
 
 Each `*_problem` function returns why a value breaks its rule, or None. The
 plugin builds file names and CDI device names from these values, so the rules

@@ -2,7 +2,7 @@
 
 Works on wire-format dicts (what render produces, what a user exports from a
 cluster), so the same checks guard the publisher, `discover` and `explain --fleet`.
-Every error names the slice, the device and the field (dra-api-facts.md 3.1, 3.6).
+Every error names the slice, the device and the field (pkg/apis/resource/validation, docs/sources.md).
 """
 
 from __future__ import annotations

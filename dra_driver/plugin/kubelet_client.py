@@ -1,6 +1,6 @@
 """The kubelet's side of the plugin protocol, for `demo`, benchmarks and tests.
 
-It does what the kubelet does (dra-api-facts.md 1.4, 1.5): dial the
+It does what the kubelet does (kubelet plugin manager and DRA registration, docs/sources.md): dial the
 registration socket, GetInfo, pick the first supported DRA service in the
 plugin's order, connect to the advertised endpoint, NotifyRegistrationStatus;
 then NodePrepareResources / NodeUnprepareResources with the chosen version.

@@ -1,6 +1,6 @@
 """Prepare and unprepare claims for one driver (one backend).
 
-Guarantees (dra-api-facts.md 2.3-2.5, 6.3):
+Guarantees (kubelet DRA manager behaviour, docs/sources.md):
 - one outcome per requested claim UID; a failing claim carries its own error
   and never fails the others or the call;
 - idempotent: a completed claim is answered again from the checkpoint without

@@ -15,7 +15,7 @@ from dra_driver.logs import fields
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-# The kubelet takes the first entry it knows, in this order: v1 first (dra-api-facts.md 1.5).
+# The kubelet takes the first entry it knows, in this order: v1 first (kubelet cm/dra/plugin/registration.go).
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
 
 

@@ -1,6 +1,6 @@
 """Socket paths of a driver instance, the directories it creates, and gRPC servers on unix sockets.
 
-Paths follow the reference helper (dra-api-facts.md 1.3, 6.1, 6.5); with a pod
+Paths follow the reference helper (kubeletplugin draplugin.go / endpoint.go, docs/sources.md); with a pod
 UID every instance gets its own socket names so two driver pods can overlap
 during a rolling update, and they serialize claim operations through file
 locks in the shared state directory (which only such instances may share:

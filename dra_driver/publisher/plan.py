@@ -2,7 +2,7 @@
 
 Pure functions over wire dicts, so the rules are tested without a server.
 
-Rules (dra-api-facts.md 3.1, the reference resourceslice controller):
+Rules (resource/v1 types.go, the reference resourceslice controller):
 - existing slices are matched to desired ones by their device names (or
   counter-set names): first the same set, then the largest overlap;
 - nothing differs: no write;

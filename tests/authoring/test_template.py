@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from dra_driver import fleet as fleets
+from dra_driver.authoring.known import known_kinds
 from dra_driver.cli.main import main
 from dra_driver.explain import ExplainRequest, FleetSource, explain
 
@@ -56,6 +57,11 @@ CASES = [
     (["--vendor", "intel", "--count", "2", "--same", "pcie-root"], "gaudi2-hls", "gaudi.intel.com", []),
     (["--vendor", "gaudi", "--model", "gaudi3", "--count", "4", "--same", "interconnect"], "gaudi3-hls", "gaudi.intel.com", ['"gaudi.intel.com"].model.contains("Gaudi3")']),
     (["--vendor", "any", "--count", "1"], "l4", "accelerator.dra-driver.io", []),
+    (["--model", "B200", "--count", "8", "--same", "interconnect"], "b200", "gpu.nvidia.com", ['productName.contains("B200")']),
+    (["--family", "blackwell", "--count", "4", "--same", "interconnect"], "gb200", "accelerator.dra-driver.io", ['family == "blackwell"']),
+    (["--model", "H200 NVL", "--count", "4"], "h200-nvl", "gpu.nvidia.com", ['productName.contains("H200 NVL")']),
+    (["--model", "MI325X", "--memory", "250Gi", "--count", "8", "--same", "interconnect"], "mi325x", "gpu.amd.com", ['productName.contains("MI325X")', 'quantity("250Gi")']),
+    (["--vendor", "gaudi", "--model", "gaudi3", "--count", "2", "--same", "pcie-root"], "gaudi3-pcie", "gaudi.intel.com", ['"gaudi.intel.com"].model.contains("Gaudi3")']),
 ]
 
 
@@ -164,11 +170,11 @@ def test_same_wishes_give_the_same_yaml_whatever_the_flag_order(capsys: pytest.C
 
 
 def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = write(capsys, "--memory", "200Gi")
+    code, out, err = write(capsys, "--memory", "300Gi")
     assert code == 2 and out == ""
     assert "no known hardware could hold this claim" in err
     nearest = err.split("nearest known devices:", 1)[1].splitlines()[2]
-    assert nearest.strip().startswith("AMD_Instinct_MI300X_OAM") and "memory 196592Mi < 200Gi" in nearest
+    assert nearest.strip().startswith("AMD_Instinct_MI325X") and "memory 262128Mi < 300Gi" in nearest
     code, _, err = write(capsys, "--model", "H100", "--count", "16")
     assert code == 2 and "at most 8 on one node, 16 wanted" in err
 
@@ -190,7 +196,7 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
     (["--share-memory", "20Gi", "--vendor", "amd"], ["--share-memory", "--vendor nvidia"]),
     (["--mig", "1g.10gb", "--sharing", "time-slicing:Long"], ["--sharing", "applies to whole GPUs", "every choice is a MIG device", "without an interval"]),
     (["--fallback", "size=8"], ["unknown key 'size'"]),
-    (["--model", "B200"], ["no known product", "H100"]),
+    (["--model", "B300"], ["no known product", "H100", "NVIDIA B200"]),
     (["--name", "Not_Valid"], ["--name"]),
     (["--vendor", "nvidia", *sum((["--fallback", "1"] for _ in range(8)), [])], ["at most 7"]),
 ])  # fmt: skip
@@ -222,3 +228,19 @@ def test_interconnect_constraint_leaves_out_mig_choices(capsys: pytest.CaptureFi
     assert {r["request"] for r in allocated_on("dgx-a100-mig", doc, tmp_path)} == {"accel/3g-20gb"}
     code, _, err = write(capsys, "--mig", "1g.10gb", "--count", "2", "--same", "interconnect")
     assert code == 2 and "--same pcie-root" in err
+
+
+@pytest.mark.parametrize(("flags", "product", "profile"), [
+    (["--family", "blackwell"], "NVIDIA B200", "b200"),
+    (["--family", "blackwell", "--memory", "185Gi"], "NVIDIA GB200", "gb200"),
+    (["--model", "GB200", "--count", "4", "--same", "interconnect"], "NVIDIA GB200", "gb200"),
+    (["--model", "MI325X"], "AMD_Instinct_MI325X", "mi325x"),
+    (["--vendor", "gaudi", "--model", "Gaudi3", "--count", "2", "--same", "pcie-root"], "Gaudi3", "gaudi3-pcie"),
+])  # fmt: skip
+def test_current_products_are_known_hardware(flags: list[str], product: str, profile: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Blackwell, MI325X and Gaudi3 PCIe are shipped profiles, so template finds them without --no-hardware-check."""
+    code, out, err = write(capsys, *flags, "--profile", profile)
+    assert code == 0, err
+    assert "1 of 1 nodes could hold it now" in err
+    kinds = [k for k in known_kinds() if k.product == product and not k.partition]
+    assert kinds and profile in kinds[0].profiles

@@ -15,15 +15,20 @@ PROFILES = {
     # profile: {driver: number of devices in static mode}
     "dgx-h100": {"gpu.nvidia.com": 8},
     "h200": {"gpu.nvidia.com": None},
+    "h200-nvl": {"gpu.nvidia.com": 4},
+    "b200": {"gpu.nvidia.com": 8},
+    "gb200": {"gpu.nvidia.com": 4},
     "l4": {"gpu.nvidia.com": None},
     "t4": {"gpu.nvidia.com": None},
     "dgx-a100-mig": {"gpu.nvidia.com": None},
     "mi300x": {"gpu.amd.com": 8},
+    "mi325x": {"gpu.amd.com": 8},
     "mi300x-cpx": {"gpu.amd.com": None},
     "mi250x": {"gpu.amd.com": None},
     "mi210": {"gpu.amd.com": None},
     "gaudi2-hls": {"gaudi.intel.com": 8},
     "gaudi3-hls": {"gaudi.intel.com": 8},
+    "gaudi3-pcie": {"gaudi.intel.com": 4},
     "mixed-node": {"gpu.nvidia.com": 2, "gpu.amd.com": 2},
 }
 

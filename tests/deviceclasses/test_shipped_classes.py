@@ -18,8 +18,9 @@ from dra_driver.vendor import BackendSettings
 
 PROFILE_VENDOR = {
     "dgx-h100": "nvidia", "dgx-a100-mig": "nvidia", "h200": "nvidia", "l4": "nvidia", "t4": "nvidia",
-    "mi300x": "amd", "mi300x-cpx": "amd", "mi250x": "amd", "mi210": "amd",
-    "gaudi2-hls": "gaudi", "gaudi3-hls": "gaudi",
+    "h200-nvl": "nvidia", "b200": "nvidia", "gb200": "nvidia",
+    "mi300x": "amd", "mi300x-cpx": "amd", "mi250x": "amd", "mi210": "amd", "mi325x": "amd",
+    "gaudi2-hls": "gaudi", "gaudi3-hls": "gaudi", "gaudi3-pcie": "gaudi",
 }  # fmt: skip
 PROFILES = sorted(PROFILE_VENDOR)
 
@@ -66,24 +67,25 @@ def _count(fleet: dict[str, list[CelDevice]], profile: str, attribute: str, valu
 # class -> the profiles whose devices it must match (all devices of that kind) — every other
 # profile must have zero matches.
 EXPECTED_PROFILES = {
-    "gpu.nvidia.com": {"dgx-h100", "dgx-a100-mig", "h200", "l4", "t4"},
-    "extended.gpu.nvidia.com": {"dgx-h100", "dgx-a100-mig", "h200", "l4", "t4"},
+    "gpu.nvidia.com": {"dgx-h100", "dgx-a100-mig", "h200", "h200-nvl", "b200", "gb200", "l4", "t4"},
+    "extended.gpu.nvidia.com": {"dgx-h100", "dgx-a100-mig", "h200", "h200-nvl", "b200", "gb200", "l4", "t4"},
     "mig.nvidia.com": {"dgx-a100-mig"},
     "mig-1g.5gb.nvidia.com": {"dgx-a100-mig"},
     "mig-2g.10gb.nvidia.com": {"dgx-a100-mig"},
     "mig-3g.20gb.nvidia.com": {"dgx-a100-mig"},
-    "gpu.amd.com": {"mi300x", "mi250x", "mi210"},
-    "extended.gpu.amd.com": {"mi300x", "mi250x", "mi210"},
+    "gpu.amd.com": {"mi300x", "mi325x", "mi250x", "mi210"},
+    "extended.gpu.amd.com": {"mi300x", "mi325x", "mi250x", "mi210"},
     "partition.gpu.amd.com": {"mi300x-cpx"},
-    "gaudi.intel.com": {"gaudi2-hls", "gaudi3-hls"},
-    "extended.gaudi.intel.com": {"gaudi2-hls", "gaudi3-hls"},
+    "gaudi.intel.com": {"gaudi2-hls", "gaudi3-hls", "gaudi3-pcie"},
+    "extended.gaudi.intel.com": {"gaudi2-hls", "gaudi3-hls", "gaudi3-pcie"},
     "accelerator.dra-driver.io": set(PROFILES) - {"mi300x-cpx"},
-    "large-memory.dra-driver.io": {"dgx-h100", "h200", "mi300x", "gaudi2-hls", "gaudi3-hls"},
-    "hopper-or-cdna3.dra-driver.io": {"dgx-h100", "h200", "mi300x", "mi300x-cpx"},
+    "large-memory.dra-driver.io": {"dgx-h100", "h200", "h200-nvl", "b200", "gb200", "mi300x", "mi325x", "gaudi2-hls", "gaudi3-hls", "gaudi3-pcie"},
+    "hopper-or-cdna3.dra-driver.io": {"dgx-h100", "h200", "h200-nvl", "mi300x", "mi300x-cpx", "mi325x"},
     "ampere-or-cdna2.dra-driver.io": {"dgx-a100-mig", "mi250x", "mi210"},
-    "nvlink.dra-driver.io": {"dgx-h100", "dgx-a100-mig", "h200"},
-    "xgmi.dra-driver.io": {"mi300x", "mi300x-cpx", "mi250x", "mi210"},
-    "scale-up.dra-driver.io": set(PROFILES) - {"l4", "t4"},
+    "nvlink.dra-driver.io": {"dgx-h100", "dgx-a100-mig", "h200", "b200", "gb200"},
+    "xgmi.dra-driver.io": {"mi300x", "mi300x-cpx", "mi325x", "mi250x", "mi210"},
+    # PCIe cards without a visible scale-up fabric (H200 NVL without bridges, HL-338) are not scale-up.
+    "scale-up.dra-driver.io": set(PROFILES) - {"l4", "t4", "h200-nvl", "gaudi3-pcie"},
 }
 
 

@@ -61,6 +61,10 @@ def test_common_vocabulary_for_nvlink_gpus(open_backend: OpenBackend) -> None:
         ("l4", "NVIDIA L4", "ada-lovelace", "8.9.0", "23034Mi", None, "570.133.20"),
         ("t4", "Tesla T4", "turing", "7.5.0", "15Gi", None, "525.89.2"),
         ("h200", "NVIDIA H200", "hopper", "9.0.0", "143771Mi", "132", "580.105.6"),
+        ("h200-nvl", "NVIDIA H200 NVL", "hopper", "9.0.0", "143771Mi", "132", "570.195.3"),
+        # B200/GB200 are simulated without MIG (their full -lgip table is not public): no SM count either.
+        ("b200", "NVIDIA B200", "blackwell", "10.0.0", "183359Mi", None, "570.172.8"),
+        ("gb200", "NVIDIA GB200", "blackwell", "10.0.0", "189471Mi", None, "580.126.9"),
     ],
 )
 def test_other_profiles(open_backend: OpenBackend, profile: str, product: str, family: str, cc: str, memory: str, sms: str | None, driver: str) -> None:
@@ -103,6 +107,15 @@ def test_fabric_clique_becomes_the_interconnect_domain(open_backend: OpenBackend
     assert devices[0].attributes[INTERCONNECT_DOMAIN] == clique
     assert not {"nvlinkClique", "nvlinkClusterUUID", "nvlinkCliqueID"} & set(devices[7].attributes)
     assert devices[7].attributes[INTERCONNECT_DOMAIN] == "nvlink.node-a"
+
+
+def test_blackwell_boards_publish_nvlink_5_and_the_tray_clique(open_backend: OpenBackend) -> None:
+    """NVML_NVLINK_VERSION_5_0 (7) reads as NVLink 5.0; a GB200 tray's four GPUs share one clique."""
+    b200 = open_backend("b200").discover().devices
+    assert {(d.attributes["nvlinkVersion"], d.attributes["nvlinkLinks"], d.attributes["architecture"]) for d in b200} == {(Version("5.0.0"), 18, "Blackwell")}
+    gb200 = open_backend("gb200").discover().devices
+    assert len(gb200) == 4 and len({d.attributes[INTERCONNECT_DOMAIN] for d in gb200}) == 1
+    assert all("nvlinkClique" in d.attributes and d.attributes["nvlinkVersion"] == Version("5.0.0") for d in gb200)
 
 
 def test_semver_normalisation() -> None:

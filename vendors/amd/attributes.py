@@ -1,6 +1,6 @@
 """Device names, attributes and capacities of AMD GPUs and partitions (docs/attributes.md, AMD).
 
-Names and attribute names follow the ROCm DRA driver (gpu.amd.com, anchors.md 4);
+Names and attribute names follow the ROCm DRA driver (gpu.amd.com, ROCm/k8s-gpu-dra-driver);
 `productName` is normalised like the ROCm driver's, from the same source (sysfs
 product_name) where the board has one, else from the amdsmi market name
 (docs/attributes.md); the cross-vendor vocabulary (dra_driver.vocabulary) is added to

@@ -203,7 +203,7 @@ class AmdBackend(VendorBackend):
 
         The counters are per GPU, so the scheduler may allocate memory modes
         that differ within a hive; the amdgpu reload an NPS change needs
-        applies to the whole hive and needs every GPU of it idle (hardware.md 4.4).
+        applies to the whole hive and needs every GPU of it idle (AMD SMI partition docs).
         """
         catalog = self._current_catalog()
         gpu = catalog.gpus.get(placement.gpu_bdf)

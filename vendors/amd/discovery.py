@@ -138,9 +138,9 @@ def _unique_minors(bdf: str, partitions: list[PartitionInfo]) -> list[PartitionI
     """Partitions with distinct DRM minors, so every partition gets its own device name.
 
     Before ROCm 6.4.1 amdsmi reported the primary's card and render minors for
-    every partition (hardware.md 4.8). The kernel numbers a GPU's partitions
+    every partition (AMD SMI Python API docs). The kernel numbers a GPU's partitions
     consecutively from its primary (renderD128..135 for GPU 0 in CPX,
-    hardware.md 4.6), so the minors are derived as primary + partition index.
+    amdgpu kernel driver), so the minors are derived as primary + partition index.
     """
     minors = {(p.card, p.render) for p in partitions}
     if len(minors) == len(partitions):

@@ -207,7 +207,7 @@ class FakeAmdSmi:
 
     @staticmethod
     def _valid_pair(state: _GpuState, compute: str | None, memory: str | None) -> bool:
-        """Whether the compute profile lists the memory mode in its memory_caps (hardware.md 4.4)."""
+        """Whether the compute profile lists the memory mode in its memory_caps (AMD SMI partition docs)."""
         if compute is None or memory is None:
             return True
         return any(p.type == compute and memory in p.memory_caps for p in state.model.accelerator_profiles)
@@ -244,7 +244,7 @@ class FakeAmdSmi:
         if state.entry.uuid and handle.partition == 0:
             return state.entry.uuid
         # amd-smi form "67ff74a1-0000-1000-8081-b5b9fd6edd00": device id in the first field.
-        # From ROCm 7.0 every partition has its own UUID (hardware.md 4.1).
+        # From ROCm 7.0 every partition has its own UUID (real amd-smi listings).
         device = state.model.device_id[2:].lower().rjust(4, "0")
         return f"{handle.partition:02x}ff{device}-0000-1000-80{state.entry.xgmi_node_id:02x}-{state.entry.serial[-12:].lower()}"
 

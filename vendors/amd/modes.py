@@ -2,7 +2,7 @@
 
 The valid pairs come from what the library reports for each GPU (accelerator
 partition profiles with their memory caps, intersected with the memory
-partition caps), not from a table here: the firmware decides (hardware.md 4.4).
+partition caps), not from a table here: the firmware decides (AMD SMI partition docs).
 """
 
 from __future__ import annotations

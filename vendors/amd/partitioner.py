@@ -2,7 +2,7 @@
 
 Compute-mode changes take effect at once. A memory-mode (NPS) change on real
 hardware only takes effect after the amdgpu driver is reloaded on an idle GPU,
-and the reload applies to every GPU of the XGMI hive (hardware.md 4.4). This
+and the reload applies to every GPU of the XGMI hive (AMD SMI partition docs). This
 driver does not reload the kernel module: when the memory mode has not changed
 after the set call, prepare fails with an error that says so, and the kubelet
 retries once an operator (or a module-reload operator) has reloaded amdgpu.

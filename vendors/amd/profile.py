@@ -3,7 +3,7 @@
 A profile names GPU models once (ASIC identity, VRAM, CUs, partition capabilities)
 and lists the GPUs of the node, each referring to a model and adding what is
 per-board: PCI address, DRM minors, NUMA node, XGMI hive, current partition mode.
-Values are what amdsmi 7.0.2 returns on real hardware (shared/reference/hardware.md 4).
+Values are what amdsmi 7.0.2 returns on real hardware (docs/attributes.md, shipped profile sources).
 Validated with pydantic so a typo in a user's profile is an error naming the field.
 """
 
@@ -90,7 +90,7 @@ class AmdProfile(_Strict):
     # an amdgpu reload: the set call succeeds but the mode stays as it was.
     memory_reload_required: bool = False
     # Simulate ROCm < 6.4.1, where amdsmi_get_gpu_enumeration_info reported the
-    # primary's DRM minors for every partition (hardware.md 4.8).
+    # primary's DRM minors for every partition (AMD SMI Python API docs).
     partitions_report_primary_minors: bool = False
 
     @model_validator(mode="after")

@@ -2,7 +2,7 @@
 
 amdsmi is an optional extra (`pip install dra-driver[amd]`). Importing it on a
 host without libamd_smi.so raises KeyError('libamd_smi.so') rather than
-ImportError and prints two lines to stdout (shared/reference/dependencies.md 3),
+ImportError and prints two lines to stdout (amdsmi 7.0.2 amdsmi_wrapper.py),
 which would corrupt `discover -o json`; both are contained here. Everything
 above this module gets plain values or SmiError, and never the library object,
 so a simulated module (fake_amdsmi.FakeAmdSmi) can stand in for the real one.

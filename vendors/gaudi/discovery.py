@@ -1,6 +1,6 @@
 """Find the Gaudi PCI functions bound to habanalabs and what sysfs says about each.
 
-Follows the order of Intel's driver (dependencies.md 4.2): the driver
+Follows the order of Intel's driver (intel-resource-drivers-for-kubernetes pkg/gaudi/discovery): the driver
 directory lists the BDFs; per BDF, `device` gives the PCI ID, `accel/accel<N>`
 the accel index, `module_id` the OAM slot, `infiniband_verbs/uverbs<M>` the NIC.
 Kernels without `<BDF>/accel` keep both numbers under

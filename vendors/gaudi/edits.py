@@ -1,4 +1,4 @@
-"""Container edits for allocated Gaudi devices (hardware.md 5.4, 5.5).
+"""Container edits for allocated Gaudi devices (Intel's cdihelpers, docs.habana.ai).
 
 Per device: its accel compute and control nodes and, when present, the RoCE
 verbs node. Per claim: the Habana runtime's environment (which devices and

@@ -1,7 +1,7 @@
 """Build a habanalabs sysfs tree in a directory from a profile's `gaudi:` section.
 
 Only the tree is fake: discovery, attributes, health and prepare run the
-production readers on it. The layout follows hardware.md 5.3/5.6 (what the
+production readers on it. The layout follows the habanalabs sysfs ABI document and Intel's faker (what the
 kernel exposes, including the files Intel's faker omits: vendor, status,
 device_type, infiniband_verbs). Profile schema: docs/attributes.md, Intel Gaudi.
 """
@@ -22,7 +22,7 @@ from dra_driver_gaudi import sysfs
 from dra_driver_gaudi.models import normalize_device_id
 
 HABANA_VENDOR_ID = "0x1da3"
-# sysfs `device_type` strings of the kernel (hardware.md 5.1); IDs without one get none.
+# sysfs `device_type` strings of the kernel (habanalabs sysfs.c); IDs without one get none.
 DEVICE_TYPES = {"0x1000": "GAUDI", "0x1010": "GAUDI SEC", "0x1020": "GAUDI2", "0x1060": "GAUDI3", "0x1063": "GAUDI3 HL-338"}
 ACCEL_MAJOR = 261  # the DRM accel char-device major
 

@@ -1,6 +1,6 @@
 """Device health from HLML critical errors (when available) and the sysfs `status` file.
 
-A device is unhealthy while its status is not "Operational" (hardware.md 5.3:
+A device is unhealthy while its status is not "Operational" (habanalabs sysfs ABI:
 "In reset", "Disabled", "Needs reset", ...) or after an HLML critical error
 until the driver has hard-reset it (hard_reset_cnt changed). The taint matches
 Intel's driver: key gaudi.intel.com/unhealthy, effect NoExecute, value

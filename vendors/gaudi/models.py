@@ -1,4 +1,4 @@
-"""PCI device ID -> Gaudi model facts (hardware.md 5.1, 5.2).
+"""PCI device ID -> Gaudi model facts (habanalabs_drv.c, pci.ids; docs/attributes.md).
 
 The IDs follow Intel's DRA driver map so `model` values match, with one
 deliberate difference: 0x1030 is GAUDI2_SEC in the habanalabs kernel history

@@ -1,4 +1,4 @@
-"""Reading the habanalabs sysfs tree under a configurable root (hardware.md 5.3).
+"""Reading the habanalabs sysfs tree under a configurable root (habanalabs sysfs ABI document).
 
 Real sysfs files end in a newline; Intel's fake trees write none. Every read
 strips surrounding whitespace (dra_driver.sysfs_util) so both read the same.

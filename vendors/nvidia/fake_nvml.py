@@ -512,7 +512,7 @@ class FakeNvmlLibrary:
             ret, gpu = self._gpu_call("nvmlDeviceGetAttributes_v2", handle)
             if gpu is None:
                 return ret
-            # Real NVML answers this call only for MIG device handles (hardware.md 1.3).
+            # Real NVML answers this call only for MIG device handles (NVML API reference, nvmlDeviceGetAttributes).
             return pynvml.NVML_ERROR_NOT_SUPPORTED
 
     # ---- compute mode ------------------------------------------------------------
