@@ -26,7 +26,7 @@ DYN = "dyn"
 NUMBERS = frozenset({"int", "uint", "double"})
 _ORDERED = frozenset({"bool", "string", "bytes", "timestamp", "duration"}) | NUMBERS
 # device.attributes values are dyn (int, bool, string or Semver); device.capacity values are
-# declared Quantity, so `capacity < quantity(...)` is a type error at creation (dra-api-facts 4.1).
+# declared Quantity, so `capacity < quantity(...)` is a type error at creation (the API server's DRA CEL environment).
 _ATTRIBUTES: CelType = ("map", "string", ("map", "string", DYN))
 _CAPACITY: CelType = ("map", "string", ("map", "string", "Quantity"))
 _DEVICE_FIELDS: dict[str, CelType] = {"driver": "string", "attributes": _ATTRIBUTES, "capacity": _CAPACITY, "allowMultipleAllocations": "bool"}

@@ -251,7 +251,7 @@ def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
 
 
 def _check_request_policy(out: _Collector, path: str, policy: Any, value: Any) -> None:
-    """The API server's CapacityRequestPolicy rules (dra-api-facts 3.1): default, then validValues or validRange."""
+    """The API server's CapacityRequestPolicy rules (k8s.io/api resource/v1 validation): default, then validValues or validRange."""
     if not isinstance(policy, dict):
         out.add(path, "must be an object with default and validValues or validRange")
         return
