@@ -43,7 +43,7 @@ for lib in found.libraries:
     print("  ", lib.path, lib.sonames)
 print("binaries", found.binaries)
 print("firmware", found.firmware)
-print("sockets", found.sockets, "mps pipe dir", found.mps_pipe_dir)
+print("sockets", found.sockets)
 PY
 
 step "prepare on the real GPU: CDI spec paths exist on the host"
@@ -74,6 +74,9 @@ pgrep -a nvidia-cuda-mps || echo "no MPS process left"
 cat "$MPS/log/control.log" 2>&1 | tail -20
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 rm -rf "$MPS"
+
+step "MPS through the NVIDIA backend (compute mode left as it is): limits, CUDA clients under and over the memory limit"
+timeout 300 python3 scripts/mps_check.py --limit-gib 8 --repeat 3
 
 step "time-slice and compute policy, read-only"
 nvidia-smi compute-policy --help 2>&1 | head -30
