@@ -8,14 +8,19 @@ directory is made findable and safe to reap by a later simulated backend:
 - its owner holds an exclusive flock on ``<dir>/.owner`` for as long as the directory is in use.
   The kernel drops the lock when the process dies, however it dies, and the lock means the same in
   every PID namespace that shares the filesystem, so a PID that looks dead from here (or was reused)
-  never decides alone.
+  never decides alone;
+- it is made as ``.dra-...`` and takes its name only once its lock is held, so a directory under its name
+  has a live holder or a dead one; only the hidden one of a process killed between mkdir and flock (a few
+  microseconds) waits out `LOCKLESS_GRACE_S`.
 
 `reap_stale` removes a directory only if all of these hold: the name matches the pattern exactly,
 it is a real directory (not a symlink) owned by our user, its PID is not a live process here, and its
 lock can be taken (or, for a directory whose owner died before creating the lock, it is older than
 `LOCKLESS_GRACE_S`). Removal follows no symlinks (shutil.rmtree's fd-based walk). `close_all` is for a
-process about to die of a signal. The demo's work dir is one of these too (`dra-demo-sim-*`, under /tmp
-for short socket paths). Real-hardware backends never create or reap anything here.
+process about to die of a signal: it removes every path this process registered, and a path is registered
+before it exists and unregistered only once removed, so a signal between any two bytecodes finds it. The
+demo's work dir is one of these too (`dra-demo-sim-*`, under /tmp for short socket paths). Real-hardware
+backends never create or reap anything here.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ import fcntl
 import logging
 import os
 import re
+import secrets
 import shutil
 import stat
+import string
 import tempfile
 import threading
 import time
@@ -38,8 +45,10 @@ from dra_driver.logs import fields
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".owner"
-# mkdtemp's random part: 8 characters of [a-z0-9_]. Linux PIDs are at most 2**22 (7 digits).
-_NAME = re.compile(r"dra-(?P<vendor>[a-z0-9]{1,16})-sim-(?P<pid>[1-9][0-9]{0,6})-[a-z0-9_]{8}")
+# The random part: 8 characters of [a-z0-9_]. Linux PIDs are at most 2**22 (7 digits). A leading dot: not locked yet.
+_NAME = re.compile(r"\.?dra-(?P<vendor>[a-z0-9]{1,16})-sim-(?P<pid>[1-9][0-9]{0,6})-[a-z0-9_]{8}")
+_RANDOM_CHARS = string.ascii_lowercase + string.digits + "_"
+_NAME_TRIES = 100
 _VENDOR = re.compile(r"[a-z0-9]{1,16}")
 # A directory without a lock file is one whose creator died between mkdir and taking the lock (a few
 # microseconds) or one being created right now; only the first is old.
@@ -49,8 +58,10 @@ _reaped_in: set[str] = set()  # temp dirs this process has swept already (one sw
 _reaped_lock = threading.Lock()
 _live: dict[Path, weakref.ref[ScratchDir]] = {}  # this process's scratch dirs not yet removed
 _abandoned: list[Path] = []
-_used: set[Path] = set()  # the directories this process made scratch dirs in
-_half_made: set[Path] = set()  # made and maybe locked by `create`, not yet a ScratchDir
+# Every path this process has made or is about to make, from before it exists until it is removed: what close_all
+# removes. Never a name of another process (nor of the parent, in a forked child).
+_mine: set[Path] = set()
+os.register_at_fork(after_in_child=_mine.clear)
 
 
 class ScratchDir:
@@ -63,8 +74,8 @@ class ScratchDir:
 
     def __init__(self, path: Path, lock_fd: int) -> None:
         self.path = path
-        _live[path] = weakref.ref(self)
         self._finalizer = weakref.finalize(self, _abandon, path, lock_fd, os.getpid())
+        _live[path] = weakref.ref(self)  # last: close_all may close any ScratchDir it finds here
 
     def close(self) -> None:
         detached = self._finalizer.detach()  # None once closed: close is idempotent
@@ -91,27 +102,15 @@ def close_all() -> None:
     """Remove every scratch directory of this process: for a process about to die of a signal, whose
     finally blocks will not run (dra_driver.cli.main).
 
-    Also one `create` had made but not finished when the signal came (the handler runs between two
-    bytecodes of the main thread, maybe right after mkdtemp): a dir of our name and PID not yet handed over.
+    Also one `create` has not finished or `close` has not finished removing when the signal came (the
+    handler runs between two bytecodes of the main thread): its lock is still held by this very process.
     """
     for ref in list(_live.values()):
         scratch = ref()
         if scratch is not None:
             scratch.close()
-    own = str(os.getpid())
-    for directory in list(_used):
-        for entry in _entries(directory):
-            match = _NAME.fullmatch(entry.name)
-            path = Path(entry.path)
-            if match is None or match["pid"] != own or path in _live:
-                continue
-            if path in _half_made:
-                shutil.rmtree(path, ignore_errors=True)
-                continue
-            try:
-                _remove_unheld(path, lockless_grace_s=0.0)
-            except OSError as exc:
-                log.debug("scratch directory left in place", extra=fields(path=entry.path, error=str(exc)))
+    for path in list(_mine):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def abandoned_dirs() -> list[Path]:
@@ -125,24 +124,43 @@ def create(vendor: str, directory: Path | None = None) -> ScratchDir:
     if not _VENDOR.fullmatch(vendor):
         raise ValueError(f"vendor {vendor!r}: scratch directory names take 1-16 characters of [a-z0-9]")
     directory = directory if directory is not None else Path(tempfile.gettempdir())
-    _used.add(directory)
     _reap_once(directory)
-    path = Path(tempfile.mkdtemp(prefix=f"dra-{vendor}-sim-{os.getpid()}-", dir=directory))
+    hidden, path = _make_hidden(vendor, directory)
     try:  # BaseException: an interrupt (Ctrl-C) here must not strand the directory either
-        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        _half_made.add(path)  # locked below but not yet a ScratchDir: close_all must still know it is ours
+        fd = os.open(hidden / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else can hold a lock on a file we just made
+            os.rename(hidden, path)  # its name only now: a visible scratch dir is held, or its owner is dead
             return ScratchDir(path, fd)
         except BaseException:
             os.close(fd)
             raise
     except BaseException:
         _live.pop(path, None)
-        shutil.rmtree(path, ignore_errors=True)
+        # Under its hidden name until the rename succeeded; `path` is ours only after it (else it may be another's).
+        shutil.rmtree(hidden if os.path.lexists(hidden) else path, ignore_errors=True)
+        _mine.discard(path)
         raise
     finally:
-        _half_made.discard(path)
+        _mine.discard(hidden)
+
+
+def _make_hidden(vendor: str, directory: Path) -> tuple[Path, Path]:
+    """A new directory `.dra-<vendor>-sim-<pid>-<random>` under `directory`, and the name it takes once locked;
+    both registered for close_all before either exists."""
+    for _ in range(_NAME_TRIES):
+        name = f"dra-{vendor}-sim-{os.getpid()}-{''.join(secrets.choice(_RANDOM_CHARS) for _ in range(8))}"
+        hidden, path = directory / f".{name}", directory / name
+        _mine.update((hidden, path))
+        try:
+            os.mkdir(hidden, 0o700)
+        except OSError as exc:  # not made: the name is another's, or nothing is there
+            _mine.difference_update((hidden, path))
+            if isinstance(exc, FileExistsError):
+                continue
+            raise
+        return hidden, path
+    raise FileExistsError(errno.EEXIST, f"no free scratch directory name under {directory} after {_NAME_TRIES} tries")
 
 
 def reap_stale(directory: Path) -> list[Path]:
@@ -181,19 +199,19 @@ def _reap_once(directory: Path) -> None:
 
 
 def _reap_if_dead(path: Path, pid: int) -> bool:
-    return not _pid_alive(pid) and _remove_unheld(path, LOCKLESS_GRACE_S)
+    return not _pid_alive(pid) and _remove_unheld(path)
 
 
-def _remove_unheld(path: Path, lockless_grace_s: float) -> bool:
+def _remove_unheld(path: Path) -> bool:
     """Remove `path` if it is a real directory of our user whose lock nobody holds (or, lacking its lock file,
-    older than `lockless_grace_s`); whether it was removed."""
+    older than `LOCKLESS_GRACE_S`); whether it was removed."""
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         return False
     try:
         fd = os.open(path / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        if time.time() - info.st_mtime < lockless_grace_s:
+        if time.time() - info.st_mtime < LOCKLESS_GRACE_S:
             return False
         shutil.rmtree(path)
         return True
@@ -230,8 +248,9 @@ def _abandon(path: Path, lock_fd: int, owner_pid: int) -> None:
 def _remove(path: Path, lock_fd: int, owner_pid: int) -> None:
     if os.getpid() != owner_pid:
         return  # a forked child closing what it inherited: the directory is its parent's
-    _live.pop(path, None)
+    _live.pop(path, None)  # still in _mine until removed: a signal during the rmtree finishes it (close_all)
     try:
         shutil.rmtree(path, ignore_errors=True)
+        _mine.discard(path)
     finally:
         os.close(lock_fd)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -159,16 +161,97 @@ def test_a_forked_child_leaves_its_parent_dir_alone(empty_tmpdir: Path) -> None:
     assert not list(empty_tmpdir.iterdir())
 
 
-def test_close_all_removes_this_process_dirs_and_a_half_made_one_but_not_a_held_one(empty_tmpdir: Path) -> None:
-    """What a dying process's SIGTERM handler calls (dra_driver.cli.main)."""
+def test_close_all_removes_this_process_dirs_but_none_it_did_not_make(empty_tmpdir: Path) -> None:
+    """What a dying process's SIGTERM handler calls (dra_driver.cli.main); a signal half-way through create or close:
+    test_sigterm_at_any_point_of_create_or_close_removes_the_dir_and_dies_of_the_signal."""
     held = sim_scratch.create("nvidia")
-    half_made = _fake_dir(empty_tmpdir, f"dra-gaudi-sim-{os.getpid()}-halfmade", lock=False)  # the signal came right after mkdtemp
     other = _fake_dir(empty_tmpdir, f"dra-amd-sim-{os.getpid()}-othernsx")  # our PID number, in another PID namespace
+    unlocked = _fake_dir(empty_tmpdir, f".dra-gaudi-sim-{os.getpid()}-othernsy", lock=False)  # that one, before its flock
     fd = os.open(other / sim_scratch.LOCK_NAME, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         sim_scratch.close_all()
     finally:
         os.close(fd)
-    assert held.closed and not held.path.exists() and not half_made.exists()
-    assert other.is_dir()
+    assert held.closed and not held.path.exists()
+    assert other.is_dir() and unlocked.is_dir()
+
+
+# Runs in a fresh single-threaded interpreter: forks one child per step; the child creates and closes a scratch dir
+# under `directory` and, at the step-th bytecode it executes in sim_scratch.py, gets SIGTERM (the one-shot
+# commands' handler installed) or SIGKILL. Prints, as JSON, the steps whose outcome was wrong.
+_EVERY_STEP = """
+import json, os, shutil, signal, sys
+from pathlib import Path
+from dra_driver import sim_scratch
+from dra_driver.cli.main import _remove_scratch_and_die
+
+signum, directory = getattr(signal, sys.argv[1]), Path(sys.argv[2])
+
+def child(step):
+    signal.signal(signal.SIGTERM, _remove_scratch_and_die)
+    count = 0
+    def opcode(frame, event, arg):
+        nonlocal count
+        if event == "opcode":
+            count += 1
+            if count == step:
+                sys.settrace(None)
+                os.kill(os.getpid(), signum)
+        return opcode
+    def call(frame, event, arg):
+        if frame.f_code.co_filename != sim_scratch.__file__:
+            return None
+        frame.f_trace_opcodes = True
+        return opcode
+    try:
+        sys.settrace(call)
+        sim_scratch.create("gaudi", directory).close()
+        sys.settrace(None)
+    except BaseException as exc:
+        os.write(2, repr(exc).encode())
+        os._exit(2)
+    os._exit(0 if count < step else 1)  # 0: the step was never reached, every step has been tried
+
+wrong = []
+for step in range(1, 10_000):
+    pid = os.fork()
+    if pid == 0:
+        child(step)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 0:
+        break
+    if signum == signal.SIGKILL:
+        sim_scratch.reap_stale(directory)  # what the next simulated backend does first
+    left = sorted(os.listdir(directory))
+    # SIGTERM: nothing. SIGKILL: at most a hidden dir without its lock file, killed between mkdir and flock.
+    kept = [name for name in left if signum == signal.SIGTERM or name.startswith("dra-") or os.path.lexists(directory / name / ".owner")]
+    if code != -signum or kept:
+        wrong.append({"step": step, "exit": code, "left": left})
+    for name in left:
+        shutil.rmtree(directory / name)
+print(json.dumps({"steps": step - 1, "wrong": wrong}))
+"""
+
+
+def _signal_at_every_step(signum: signal.Signals, directory: Path) -> tuple[int, list[dict[str, object]]]:
+    child = subprocess.run([sys.executable, "-c", _EVERY_STEP, signum.name, str(directory)], capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout)
+    return result["steps"], result["wrong"]
+
+
+def test_sigterm_at_any_point_of_create_or_close_removes_the_dir_and_dies_of_the_signal(empty_tmpdir: Path) -> None:
+    """The handler runs between any two bytecodes: right after the mkdir, with the lock held but the dir not handed
+    over, half-way through __init__, or while close removes it (lock still held by this process)."""
+    steps, wrong = _signal_at_every_step(signal.SIGTERM, empty_tmpdir)
+    assert steps > 50  # the child really ran create and close under the tracer
+    assert wrong == []
+
+
+def test_sigkill_at_any_point_of_create_or_close_leaves_nothing_the_next_reap_keeps_under_a_visible_name(empty_tmpdir: Path) -> None:
+    """A dir under its final name (what `ls` and a test waiting for "every backend is open" see) is always held by a
+    live owner or reaped at once: only a hidden one killed between its mkdir and its lock file waits out the grace."""
+    steps, wrong = _signal_at_every_step(signal.SIGKILL, empty_tmpdir)
+    assert steps > 50
+    assert wrong == []
