@@ -6,7 +6,7 @@ server, which answers every ResourceClaim GET only after `--latency` seconds
 (`SimApiServer.slow`). This script plays the kubelet: one NodePrepareResources
 call with a batch of N claims and the kubelet's deadline (`--deadline`, 45 s).
 
-Before the deadline work (issue 11) each GET was retried by urllib3 with a
+Before the deadline work each GET was retried by urllib3 with a
 fresh 10 s timeout, so a 10 s server cost 40 s per claim, and a batch of more
 than 8 claims got no answer at all (DEADLINE_EXCEEDED). Now every claim is
 answered before the deadline: the ones whose GET finished are prepared, the
@@ -29,15 +29,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_prepare import DRIVER, NODE, make_claims
+from bench_prepare import Daemon, Target, connect_target, drivers_of, make_claim
 
 from dra_driver.kube import sim_apiserver
-from dra_driver.plugin.kubelet_client import PluginConnection, register
-from dra_driver.plugin.sockets import PluginPaths
+
+PROFILE = "dgx-h100"
+NODE = "slow-api-node"
 
 
-def run_case(conn: PluginConnection, server: sim_apiserver.SimApiServer, claims: int, latency: float, deadline: float) -> dict[str, float]:
-    refs = make_claims(server, f"slow{claims}", claims, 1)
+def run_case(target: Target, server: sim_apiserver.SimApiServer, claims: int, latency: float, deadline: float) -> dict[str, float]:
+    conn = target.conn
+    refs = [make_claim(server, target, f"slow{claims}-{i}", target.devices[:1]) for i in range(claims)]
     server.slow("get", "resourceclaims", latency)
     start = time.perf_counter()
     try:
@@ -63,28 +65,25 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dra-slow-", dir="/tmp"))
     server = sim_apiserver.SimApiServer().start()
+    server.add_node(NODE)
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia", "--node-name", NODE,
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", PROFILE, "--vendors", "nvidia", "--node-name", NODE,
         "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"), "--state-dir", str(work / "state"),
     ]  # fmt: skip
-    daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = Daemon(PROFILE, NODE, process, metrics_port=0, kubelet_dir=work / "kubelet")
     try:
-        paths = PluginPaths(work / "kubelet", DRIVER)
-        ready = time.monotonic() + 30
-        while not paths.registration_socket.exists():
-            if time.monotonic() > ready or daemon.poll() is not None:
-                raise SystemExit("daemon did not start")
-            time.sleep(0.05)
-        conn = register(paths.registration_socket)
+        # Static partitioning: the 8 GPUs, shared through adminAccess, so a batch may hold more claims than GPUs.
+        target = connect_target(server, daemon, drivers_of(PROFILE)[0], "static", None)
         print(f"API server latency {args.latency} s per GET, kubelet deadline {args.deadline} s")
         print(f"{'claims':>6} {'answered after s':>17} {'prepared':>9} {'errors':>7} {'retry s':>8} {'retry errors':>13}")
         for claims in args.claims:
-            r = run_case(conn, server, claims, args.latency, args.deadline)
+            r = run_case(target, server, claims, args.latency, args.deadline)
             print(f"{claims:>6} {r['answered_s']:>17.1f} {r['prepared']:>9.0f} {r['errors']:>7.0f} {r['retry_s']:>8.2f} {r['retry_errors']:>13.0f}", flush=True)
-        conn.close()
+        target.conn.close()
     finally:
-        daemon.terminate()
-        daemon.wait(30)
+        process.terminate()
+        process.wait(30)
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0

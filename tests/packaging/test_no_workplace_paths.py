@@ -11,8 +11,6 @@ SKIP_DIRS = {".git", ".venv", "tests", "__pycache__", "build", "dist"}
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".proto", ".json", ".cfg", ".txt"}
 # Reference notes that live outside the repository, and paths into them.
 PRIVATE = re.compile(r"\.\./shared/|shared/reference|/work/|dra-api-facts|hardware\.md|anchors\.md|dependencies\.md|design\.md")
-# Benchmark write-ups that still cite the notes; drop a file from here once it cites public sources.
-NOT_YET = {"docs/performance.md", "docs/hardware-validation.md"}
 
 
 def _shipped_files() -> list[Path]:
@@ -21,7 +19,7 @@ def _shipped_files() -> list[Path]:
         subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
         for name in names:
             path = Path(directory, name)
-            if (path.suffix in SUFFIXES or name == "Dockerfile") and path.relative_to(ROOT).as_posix() not in NOT_YET:
+            if path.suffix in SUFFIXES or name == "Dockerfile":
                 files.append(path)
     return files
 
