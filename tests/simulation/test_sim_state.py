@@ -76,6 +76,17 @@ def test_a_restarted_process_meets_the_modes_and_instances_the_killed_one_left(l
     assert state_of(first) == state_of(second) and state_of(first)[0][2] == []
 
 
+def test_a_compute_mode_outlives_a_restart_but_not_a_reboot(library: Any) -> None:
+    """What an MPS claim set (EXCLUSIVE_PROCESS) is what the restarted daemon finds, as on a real GPU."""
+    library()
+    nvml.set_compute_mode(nvml.handle_by_index(3), nvml.COMPUTE_MODE_EXCLUSIVE_PROCESS)
+    library()  # kill -9 and restart: the same boot
+    assert nvml.compute_mode(nvml.handle_by_index(3)) == nvml.COMPUTE_MODE_EXCLUSIVE_PROCESS
+    assert nvml.compute_mode(nvml.handle_by_index(2)) == nvml.COMPUTE_MODE_DEFAULT
+    library(boot="boot-2")
+    assert nvml.compute_mode(nvml.handle_by_index(3)) == nvml.COMPUTE_MODE_DEFAULT
+
+
 def test_new_mig_uuids_stay_unique_across_processes(library: Any) -> None:
     library()
     create_1g(0, 0)

@@ -163,7 +163,7 @@ class FakeNvmlLibrary:
     def _export(self) -> dict[str, Any]:
         gpus = {
             gpu.spec.uuid: {
-                "migMode": gpu.mig_mode, "migPending": gpu.mig_pending,
+                "migMode": gpu.mig_mode, "migPending": gpu.mig_pending, "computeMode": gpu.compute_mode,
                 "instances": [
                     {"id": gi.id, "profileId": gi.profile.id, "start": gi.start,
                      "computes": [{"id": ci.id, "profileId": ci.profile_id, "uuid": ci.uuid} for ci in gi.computes.values()]}
@@ -188,6 +188,8 @@ class FakeNvmlLibrary:
                 continue
             gpu.mig_pending = int(entry["migPending"])
             gpu.mig_mode = gpu.mig_pending if loaded.boot_changed else int(entry["migMode"])
+            # The compute mode outlives a driver restart, not a reboot (the driver loads with Default).
+            gpu.compute_mode = pynvml.NVML_COMPUTEMODE_DEFAULT if loaded.boot_changed else int(entry.get("computeMode", pynvml.NVML_COMPUTEMODE_DEFAULT))
             self._take_instances(gpu, [] if loaded.boot_changed else entry["instances"])
 
     def _take_instances(self, gpu: FakeGpu, saved: list[dict[str, Any]]) -> None:
@@ -526,7 +528,7 @@ class FakeNvmlLibrary:
             return pynvml.NVML_SUCCESS
 
     def nvmlDeviceSetComputeMode(self, handle: Any, mode: Any) -> int:
-        with self._lock:
+        with self._changing():
             ret, gpu = self._gpu_call("nvmlDeviceSetComputeMode", handle)
             if gpu is None:
                 return ret
