@@ -128,7 +128,7 @@ def parse_want(values: dict[str, str], where: str, problems: Problems) -> Device
         families = tuple(sorted({f.strip().lower().replace(" ", "-") for f in values["family"].split("/") if f.strip()}))
         bad = [f for f in families if not _FAMILY.match(f)]
         if bad or not families:
-            problems.add(f"{where} family", f"family {values['family']!r} must be names like hopper, ada-lovelace, cdna3, gaudi3 (several: hopper/cdna3)")
+            problems.add(f"{where} family", f"family {values['family']!r} must be names like blackwell, hopper, ada-lovelace, cdna3, gaudi3 (several: blackwell/hopper)")
         else:
             want = replace(want, families=families)
     if "memory" in values:

@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, Pods or workloads (Deployment, Job, PyTorchJob...: what migrate writes) with their templates (and optional DeviceClasses); - reads standard input")
     add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
-    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="the cluster's Kubernetes feature gates (any gate is accepted; 1.35 defaults otherwise); these change the answer: " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
+    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="the cluster's Kubernetes feature gates (every gate Kubernetes 1.35 knows is accepted, an unknown name is refused; 1.35 defaults otherwise); these change the answer: " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
     parser.add_argument("--namespace-labels", action="append", default=[], metavar="NS=KEY=VALUE[,KEY=VALUE]", help="labels of a namespace, as the API server sees them (admin access needs resource.kubernetes.io/admin-access=true); repeatable; they replace the file's and the cluster's")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")

@@ -2,7 +2,7 @@
 
     dra-driver template --count 4 --model H100 --fallback 8xA100 --same interconnect
     dra-driver template --mig 1g.10gb --sharing mps:threads=50 --profile dgx-a100-mig --nodes 4
-    dra-driver template --vendor any --memory 128Gi --family hopper/cdna3/gaudi3 --claim
+    dra-driver template --vendor any --memory 128Gi --family hopper/blackwell/cdna3/gaudi3 --claim
 
 The first choice comes from --count/--vendor/--model/--family/--memory/--mig/--partition.
 Each --fallback is tried in order when the earlier choices cannot be allocated
@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
     want.add_argument("--count", default="1", help="how many devices (default 1)")
     want.add_argument("--vendor", default="any", help=f"one of {', '.join(VENDORS)} (default any; implied by --model, --mig, --partition)")
     want.add_argument("--model", help="product name part: H100, A100, MI300X, Gaudi3 (case-insensitive for known products)")
-    want.add_argument("--family", help="architecture family: hopper, ampere, ada-lovelace, cdna3, gaudi3; several: hopper/cdna3")
+    want.add_argument("--family", help="architecture family; those of the shipped profiles: blackwell, hopper, ada-lovelace, ampere, turing, cdna3, cdna2, gaudi3, gaudi2; several: blackwell/hopper")
     want.add_argument("--memory", help="minimum memory per device: 40Gi, 80G")
     want.add_argument("--mig", metavar="PROFILE", help="an NVIDIA MIG device of this profile: 1g.10gb, 3g.40gb")
     want.add_argument("--partition", metavar="MODE", help="an AMD GPU partition: cpx, dpx, qpx, or with memory mode cpx_nps4")

@@ -2,8 +2,9 @@
 
 Given as `--feature-gates Name=true,Other=false`, like the Kubernetes components take them, so a
 cluster's gate list can be pasted whole. Gates that change an allocation answer are modelled (GATES);
-every other well-formed gate name is accepted and reported as not changing the answer (`ignored`),
-with a did-you-mean when it is close to a modelled one. A malformed entry is an input error.
+every other gate Kubernetes 1.35 knows (kube_gates.KNOWN_GATES) is accepted and reported as not
+changing the answer (`ignored`). A name 1.35 does not know, or a malformed entry, is an input error
+with a did-you-mean from the known names.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from dra_driver import suggest
 from dra_driver.errors import FieldError
 from dra_driver.explain.errors import InputError
+from dra_driver.explain.kube_gates import KNOWN_GATES, KUBERNETES_VERSION
 
 # Gate name -> (field of FeatureGates, 1.35 default): the gates that change what explain answers.
 GATES: dict[str, tuple[str, bool]] = {
@@ -56,29 +58,40 @@ class FeatureGates:
             return ""
         parts = []
         for name in self.ignored:
-            reason = DRA_GATES_NOT_MODELLED.get(name) or "not a DRA allocation gate"
-            close = suggest.did_you_mean(name, GATES) if name not in DRA_GATES_NOT_MODELLED else ""
-            parts.append(f"{name} ({reason}{'; ' + close if close else ''})")
+            parts.append(f"{name} ({DRA_GATES_NOT_MODELLED.get(name) or 'not a DRA allocation gate'})")
         return f"feature gates that do not change this answer: {', '.join(parts)}; those that do: {', '.join(sorted(GATES))}"
 
 
 def parse_gates(text: str | None) -> FeatureGates:
-    """`A=true,B=false` over the 1.35 defaults; InputError naming a malformed entry."""
+    """`A=true,B=false` over the 1.35 defaults; InputError naming each malformed entry and each gate 1.35 does not know."""
     values = {field: default for field, default in GATES.values()}
     ignored: list[str] = []
     errors: list[FieldError] = []
     for entry in filter(None, (part.strip() for part in (text or "").split(","))):
         name, sep, raw = (part.strip() for part in entry.partition("="))
         if not _GATE_NAME.match(name):
-            errors.append(FieldError("--feature-gates", f"{entry!r}: a gate name is a CamelCase word such as DRAAdminAccess"))
+            errors.append(FieldError("--feature-gates", f"{entry!r}: a gate name is a CamelCase word such as DRAAdminAccess{_close_gate(name)}"))
             continue
         if not sep or raw.lower() not in ("true", "false"):
             errors.append(FieldError("--feature-gates", f"{entry!r}: write {name}=true or {name}=false"))
             continue
-        if name in GATES:
+        if name not in KNOWN_GATES:
+            errors.append(FieldError("--feature-gates", _unknown_gate(name)))
+        elif name in GATES:
             values[GATES[name][0]] = raw.lower() == "true"
         elif name not in ignored:
             ignored.append(name)
     if errors:
         raise InputError(errors)
     return FeatureGates(**values, ignored=tuple(ignored))
+
+
+def _unknown_gate(name: str) -> str:
+    """Why `name` is refused: Kubernetes would refuse it too, and a misspelt modelled gate must not be dropped silently."""
+    return f"unknown feature gate {name!r}: Kubernetes {KUBERNETES_VERSION} has no gate of that name" + (_close_gate(name) or " (names are case-sensitive, as in the cluster's --feature-gates)")
+
+
+def _close_gate(name: str) -> str:
+    """`; did you mean 'X'?` for the closest known gates, "" when none is close."""
+    close = suggest.did_you_mean(name, sorted(KNOWN_GATES))
+    return f"; {close}" if close else ""

@@ -35,10 +35,12 @@ _NVIDIA_PRODUCTS = (
     "NVIDIA A100-SXM4-80GB",
     "NVIDIA H100 80GB HBM3",
     "NVIDIA H200",
+    "NVIDIA H200 NVL",
     "NVIDIA L4",
     "NVIDIA L40S",
     "Tesla T4",
     "NVIDIA B200",
+    "NVIDIA GB200",
 )
 _NVIDIA_PRODUCT_BY_LABEL = {name.replace(" ", "-"): name for name in _NVIDIA_PRODUCTS}
 

@@ -244,3 +244,16 @@ def test_current_products_are_known_hardware(flags: list[str], product: str, pro
     assert "1 of 1 nodes could hold it now" in err
     kinds = [k for k in known_kinds() if k.product == product and not k.partition]
     assert kinds and profile in kinds[0].profiles
+
+
+def test_family_help_and_errors_name_the_families_of_the_shipped_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    """A new architecture (Blackwell) is found only by someone who is told its name."""
+    with pytest.raises(SystemExit):
+        main(["template", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    shipped = {kind.family for kind in known_kinds()}
+    assert {"blackwell", "hopper", "cdna3", "gaudi3"} <= shipped
+    missing = sorted(family for family in shipped if family not in help_text)
+    assert not missing, f"--family help (dra_driver/cli/template.py) should name {missing}"
+    code, _, err = write(capsys, "--family", "hopper!")
+    assert code == 2 and "blackwell" in err

@@ -56,6 +56,16 @@ def test_product_label_matches_exactly_the_named_gpu(label: str, name: str) -> N
     assert not selector.evaluate(_nvidia("NVIDIA L4"))
 
 
+@pytest.mark.parametrize(("label", "name"), [("NVIDIA-H200-NVL", "NVIDIA H200 NVL"), ("NVIDIA-GB200", "NVIDIA GB200"), ("NVIDIA-B200", "NVIDIA B200")])
+def test_shipped_hopper_and_blackwell_products_are_exact_names(label: str, name: str) -> None:
+    translation = translate(Requirement("nvidia.com/gpu.product", "In", (label,)), _kind("nvidia.com/gpu"))
+    assert translation.selector is not None and ".matches(" not in translation.selector  # the table, not the dash rule
+    selector = cel.compile_selector(translation.selector)
+    assert selector.evaluate(_nvidia(name))
+    assert not selector.evaluate(_nvidia(name.replace(" ", "-")))
+    assert not selector.evaluate(_nvidia("NVIDIA H200"))
+
+
 def test_not_in_negates() -> None:
     selector = _selector("nvidia.com/gpu.product", ("NVIDIA-L4", "Tesla-T4"), operator="NotIn")
     assert not selector.evaluate(_nvidia("Tesla T4"))
