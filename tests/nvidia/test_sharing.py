@@ -224,6 +224,29 @@ def test_a_dead_daemon_that_cannot_start_again_is_reported_and_keeps_its_claim(n
     assert node.simulator.gpus[0].compute_mode == DEFAULT
 
 
+def test_a_dead_daemon_started_again_without_its_limits_is_stopped_and_keeps_its_claim(
+    node: NvidiaBackend, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    prepared = node.prepare(CLAIM, alloc("gpu-0", config=mps(defaultActiveThreadPercentage=30)))
+    (pid, _), = daemons_under(mps_root(node)).items()
+    kill_and_wait(pid, mps_root(node))
+    hook = quirks(node, {"set_default_active_thread_percentage": "ignored"})  # starts, but the limit does not take
+    sharing_log = logging.getLogger("dra_driver_nvidia.sharing")
+    sharing_log.addHandler(caplog.handler)
+    try:
+        restarted = restart(node)
+        restarted.reconcile([prepared.state])
+    finally:
+        hook.unlink()
+        sharing_log.removeHandler(caplog.handler)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("cannot be started again with its limits" in message for message in errors), errors
+    assert daemons_under(mps_root(node)) == {}  # no server that would let clients past their limits
+    assert [c.claim_uid for c in restarted.recorded_claims()] == [CLAIM.uid]  # still reserved
+    restarted.unprepare(CLAIM, prepared.state)
+    assert node.simulator is not None and node.simulator.gpus[0].compute_mode == DEFAULT
+
+
 def test_reconcile_undoes_the_sharing_of_a_claim_no_longer_prepared(node: NvidiaBackend) -> None:
     node.prepare(CLAIM, alloc("gpu-0", config=mps()))
     node.prepare(OTHER, alloc("gpu-1", config=time_slice("Long")))

@@ -224,12 +224,21 @@ class SharingManager:
             for command in record.mps.commands:
                 self._control.apply(where, command)
         except DraError as exc:
-            log.error("the MPS control daemon of a prepared claim died and cannot be started again: its containers run "
-                      "without MPS; delete the pods using the claim so it is prepared afresh",
+            self._stop_unlimited(where)
+            log.error("the MPS control daemon of a prepared claim died and cannot be started again with its limits: its "
+                      "containers run without MPS; delete the pods using the claim so it is prepared afresh",
                       extra=fields(claim=record.claimUID, directory=str(where.root), error=str(exc)))  # fmt: skip
             return
         log.warning("the MPS control daemon of a prepared claim had died; started again with its limits "
                     "(processes that used the old one must be restarted)", extra=fields(claim=record.claimUID, pid=process.pid))  # fmt: skip
+
+    def _stop_unlimited(self, where: DaemonDir) -> None:
+        """A daemon started again whose limits did not all take must not serve: its clients could exceed them."""
+        assert self._control is not None
+        try:
+            self._control.stop(where, None)
+        except MpsError as exc:
+            log.error("an MPS control daemon without its limits does not stop", extra=fields(directory=str(where.root), error=str(exc)))
 
     def stop_all(self) -> None:
         """Stop every daemon under the MPS root (a simulated node closing: simulation leaves nothing running)."""
