@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver_nvidia import fake_driver_root
-from dra_driver_nvidia.mps import _same_memory
+from dra_driver_nvidia.mps import DaemonDir, MpsControl, MpsError, _same_memory
 
 GPU = "GPU-5a8b4f6e-2c1d-4e3f-9a7b-0c1d2e3f4a5b"
 
@@ -102,3 +102,12 @@ def test_quit_logs_its_exit_and_every_line_has_the_real_format(daemon: Standin) 
 )  # fmt: skip
 def test_a_limit_read_back_is_compared_as_a_quantity(answer: str, sent: str, same: bool) -> None:
     assert _same_memory(answer, sent) is same
+
+
+@pytest.mark.parametrize("command", ["", "quit", "set_default_active_thread_percentage 50\nquit", "get_server_list"])
+def test_only_a_limit_command_is_applied_and_anything_else_is_refused_unsent(daemon: Standin, command: str) -> None:
+    control = MpsControl(daemon.binary, {"PATH": daemon.env["PATH"]})
+    where = DaemonDir(daemon.pipe.parent)  # its pipe/ and log/ are the daemon's
+    with pytest.raises(MpsError, match="is not a limit command"):
+        control.apply(where, command)
+    assert daemon.ask("get_default_active_thread_percentage") == (0, "100.0")  # still running, nothing changed

@@ -152,21 +152,21 @@ class MpsControl:
         return answer
 
     def apply(self, where: DaemonDir, command: str) -> None:
-        """Send one limit command and make sure it took, from the daemon's answers (its exit status says nothing)."""
+        """Send one limit command and make sure it took, from the daemon's answers (its exit status says nothing).
+        Anything but a one-line limit command (a sharing record is read from disk) is refused unsent."""
+        name, args = command.split(" ", 1)[0], command.split()[1:]
+        if "\n" in command or not ((name == SET_THREADS and len(args) == 1) or (name == SET_PINNED and len(args) == 2)):
+            raise MpsError(str(where.root), f"{command!r} is not a limit command whose effect can be checked")
         answer = self.send(where, command)
-        name, *args = command.split()
-        if name == SET_THREADS and len(args) == 1:
+        if name == SET_THREADS:
             if not _same_number(answer, args[0]):
                 raise MpsError(str(where.root), f"the MPS control daemon did not take {command!r}: it answered {answer!r}, "
                                                 f"not the percentage {args[0]}")
             return
-        if name == SET_PINNED and len(args) == 2:
-            shown = self.send(where, f"{GET_PINNED} {args[0]}")
-            if not _same_memory(shown, args[1]):
-                raise MpsError(str(where.root), f"the MPS control daemon did not take {command!r}: it answered {answer!r}, "
-                                                f"and {GET_PINNED} {args[0]} answered {shown!r}, not {args[1]}")
-            return
-        raise MpsError(str(where.root), f"{command!r} is not a limit command whose effect can be checked")
+        shown = self.send(where, f"{GET_PINNED} {args[0]}")
+        if not _same_memory(shown, args[1]):
+            raise MpsError(str(where.root), f"the MPS control daemon did not take {command!r}: it answered {answer!r}, "
+                                            f"and {GET_PINNED} {args[0]} answered {shown!r}, not {args[1]}")
 
     def running(self, where: DaemonDir, expected: DaemonProcess | None = None) -> DaemonProcess | None:
         """The live control daemon of `where` (its PID file), or None; with `expected`, only that very process."""
