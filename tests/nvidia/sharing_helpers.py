@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.vendor import AllocatedDevice
-from dra_driver_nvidia import fake_driver_root
+from dra_driver_nvidia import fake_driver_root, mps_control_standin
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.config import validate_config
 
@@ -71,3 +71,10 @@ def interval(backend: NvidiaBackend, gpu_uuid: str) -> int | None:
     """The interval the stand-in nvidia-smi last set on the GPU (None: never set)."""
     path = driver_root(backend) / fake_driver_root.TIMESLICE_DIR / gpu_uuid
     return int(path.read_text()) if path.exists() else None
+
+
+def quirks(backend: NvidiaBackend, behaviour: dict[str, str]) -> Path:
+    """Make daemons started from now on treat commands as another driver's binary would ("unknown" / "ignored")."""
+    path = control_binary(backend).with_name(control_binary(backend).name + mps_control_standin.QUIRKS_SUFFIX)
+    path.write_text("".join(f"{command} {how}\n" for command, how in behaviour.items()))
+    return path

@@ -101,7 +101,7 @@ def test_each_claims_share_is_enforced_by_its_own_daemon(shared: NvidiaBackend) 
     pipes = {pid: pipe for pid, pipe in daemons_under(shared.settings.state_dir).items()}
     assert len(pipes) == 2
     answers = sorted(ask(shared, pipe, f"get_default_device_pinned_mem_limit {uuid}").stdout.strip() for pipe in pipes.values())
-    assert answers == ["20480M", "40960M"]
+    assert answers == ["20G", "40G"]
     threads = sorted(ask(shared, pipe, "get_default_active_thread_percentage").stdout.strip() for pipe in pipes.values())
     assert threads == ["26.0", "51.0"]  # the share of 81559Mi, rounded up
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M" in first.claim_edits.env

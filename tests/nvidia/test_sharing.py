@@ -21,7 +21,7 @@ from dra_driver_nvidia.sharing_records import SharingRecords
 
 from .conftest import OpenBackend
 from .nvml_spy import count
-from .sharing_helpers import alloc, ask, daemons_under, interval, mps, time_slice
+from .sharing_helpers import alloc, ask, daemons_under, interval, mps, quirks, time_slice
 
 CLAIM = ClaimRef("ns", "shared", "uid-shared")
 OTHER = ClaimRef("ns", "other", "uid-other")
@@ -72,8 +72,8 @@ def test_mps_claim_runs_its_own_daemon_with_its_limits_and_unprepare_restores_ev
     environ = Path(f"/proc/{next(iter(live))}/environ").read_bytes().split(b"\0")
     assert f"CUDA_VISIBLE_DEVICES={','.join(gpus)}".encode() in environ
     assert ask(node, pipe, "get_default_active_thread_percentage").stdout.strip() == "40.0"
-    assert ask(node, pipe, f"get_default_device_pinned_mem_limit {gpus[0]}").stdout.strip() == "20480M"
-    assert ask(node, pipe, f"get_default_device_pinned_mem_limit {gpus[1]}").stdout.strip() == "10240M"
+    assert ask(node, pipe, f"get_default_device_pinned_mem_limit {gpus[0]}").stdout.strip() == "20G"
+    assert ask(node, pipe, f"get_default_device_pinned_mem_limit {gpus[1]}").stdout.strip() == "10G"
     assert [g.compute_mode for g in fake.gpus[:3]] == [EXCLUSIVE, EXCLUSIVE, DEFAULT]
     env = prepared.claim_edits.env
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40" in env and "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M,1=10240M" in env
@@ -114,7 +114,7 @@ def test_mps_on_a_dynamic_mig_device_serves_the_mig_uuid_and_leaves_the_parent_m
     mig_uuid = prepared.state["migInstances"][0]["uuid"]
     (pid, pipe), = daemons_under(tmp_path).items()
     assert f"CUDA_VISIBLE_DEVICES={mig_uuid}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    assert ask(backend, pipe, f"get_default_device_pinned_mem_limit {mig_uuid}").stdout.strip() == "4096M"
+    assert ask(backend, pipe, f"get_default_device_pinned_mem_limit {mig_uuid}").stdout.strip() == "4G"
     assert backend.simulator is not None and backend.simulator.gpus[3].compute_mode == DEFAULT
     backend.unprepare(CLAIM, prepared.state)
     assert daemons_under(tmp_path) == {} and not any(backend.simulator.gpus[3].instances)
@@ -149,6 +149,37 @@ def test_a_daemon_that_cannot_start_fails_the_claim_clearly_and_restores_the_mod
         binary.write_text(original)
     assert node.simulator is not None and node.simulator.gpus[0].compute_mode == DEFAULT
     assert node.recorded_claims() == []
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "message"),
+    [
+        ({"set_default_device_pinned_mem_limit": "unknown"},
+         r"does not know 'set_default_device_pinned_mem_limit GPU-\S+ 20480M': it answered "
+         r"'Unknown command \"set_default_device_pinned_mem_limit\"' \(exit status 0\)"),
+        ({"set_default_device_pinned_mem_limit": "ignored"},
+         r"did not take 'set_default_device_pinned_mem_limit GPU-\S+ 20480M': it answered '', "
+         r"and get_default_device_pinned_mem_limit GPU-\S+ answered '', not 20480M"),
+        ({"set_default_active_thread_percentage": "unknown"}, r"does not know 'set_default_active_thread_percentage 40'"),
+        ({"set_default_active_thread_percentage": "ignored"},
+         r"did not take 'set_default_active_thread_percentage 40': it answered '100.0', not the percentage 40"),
+    ],
+)
+def test_a_limit_the_daemon_did_not_take_fails_the_claim_though_the_control_binary_exits_0(
+    node: NvidiaBackend, behaviour: dict[str, str], message: str,
+) -> None:  # fmt: skip
+    # The real nvidia-cuda-mps-control exits 0 for any command, an unknown one included: only its answers tell.
+    hook = quirks(node, behaviour)
+    try:
+        with pytest.raises(DraError, match=message):
+            node.prepare(CLAIM, alloc("gpu-0", config=mps(defaultActiveThreadPercentage=40, defaultPinnedDeviceMemoryLimit="20Gi")))
+    finally:
+        hook.unlink()
+    assert daemons_under(mps_root(node)) == {}  # rolled back like any failed prepare
+    assert node.simulator is not None and node.simulator.gpus[0].compute_mode == DEFAULT
+    assert node.recorded_claims() == []
+    ok = node.prepare(CLAIM, alloc("gpu-0", config=mps(defaultActiveThreadPercentage=40, defaultPinnedDeviceMemoryLimit="20Gi")))
+    node.unprepare(CLAIM, ok.state)
 
 
 def test_restart_keeps_a_live_daemon_and_starts_a_dead_one_again_with_its_limits(node: NvidiaBackend) -> None:
@@ -191,6 +222,29 @@ def test_a_dead_daemon_that_cannot_start_again_is_reported_and_keeps_its_claim(n
     assert node.simulator is not None and node.simulator.gpus[0].compute_mode == EXCLUSIVE  # still the claim's
     restarted.unprepare(CLAIM, prepared.state)
     assert node.simulator.gpus[0].compute_mode == DEFAULT
+
+
+def test_a_dead_daemon_started_again_without_its_limits_is_stopped_and_keeps_its_claim(
+    node: NvidiaBackend, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    prepared = node.prepare(CLAIM, alloc("gpu-0", config=mps(defaultActiveThreadPercentage=30)))
+    (pid, _), = daemons_under(mps_root(node)).items()
+    kill_and_wait(pid, mps_root(node))
+    hook = quirks(node, {"set_default_active_thread_percentage": "ignored"})  # starts, but the limit does not take
+    sharing_log = logging.getLogger("dra_driver_nvidia.sharing")
+    sharing_log.addHandler(caplog.handler)
+    try:
+        restarted = restart(node)
+        restarted.reconcile([prepared.state])
+    finally:
+        hook.unlink()
+        sharing_log.removeHandler(caplog.handler)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("cannot be started again with its limits" in message for message in errors), errors
+    assert daemons_under(mps_root(node)) == {}  # no server that would let clients past their limits
+    assert [c.claim_uid for c in restarted.recorded_claims()] == [CLAIM.uid]  # still reserved
+    restarted.unprepare(CLAIM, prepared.state)
+    assert node.simulator is not None and node.simulator.gpus[0].compute_mode == DEFAULT
 
 
 def test_reconcile_undoes_the_sharing_of_a_claim_no_longer_prepared(node: NvidiaBackend) -> None:

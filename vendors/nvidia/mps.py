@@ -6,6 +6,10 @@ CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY set starts a daemon, which wr
 `nvidia-cuda-mps-control.pid` in the pipe directory and listens on `control` there; a command is one line
 on the standard input of `nvidia-cuda-mps-control` run without arguments and the same pipe directory
 (`quit`, `set_default_active_thread_percentage 50`, `set_default_device_pinned_mem_limit <uuid> 20480M`).
+That client exits 0 whatever the daemon made of the command (an unknown one is answered `Unknown command
+"<name>"`), so a limit is trusted only once the daemon shows it: the thread percentage is echoed (`50.0`), a
+pinned memory limit is read back by the same device identifier (`get_default_device_pinned_mem_limit <uuid>`
+answers `20G`: the daemon keeps a limit per identifier, by UUID here, and prints it in its largest whole unit).
 
 Each claim's daemon has a directory of its own (`pipe/`, `log/`, `shm/`), so daemons never see each other.
 A daemon is identified by its PID and the start time the kernel gives it (/proc/<pid>/stat), so a PID
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -31,6 +36,10 @@ log = logging.getLogger(__name__)
 BINARY = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
 CONTROL_SOCKET = "control"
+UNKNOWN_COMMAND = "Unknown command"
+SET_THREADS = "set_default_active_thread_percentage"
+SET_PINNED = "set_default_device_pinned_mem_limit"
+GET_PINNED = "get_default_device_pinned_mem_limit"
 COMMAND_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -126,7 +135,7 @@ class MpsControl:
         return True
 
     def send(self, where: DaemonDir, command: str) -> str:
-        """One command line to the daemon of `where`; its answer. A non-zero exit is an MpsError."""
+        """One command line to the daemon of `where`; its answer. A non-zero exit or an unknown command is an MpsError."""
         try:
             result = subprocess.run(
                 [str(self.binary)], input=command + "\n", env=self._env(where), capture_output=True, text=True,
@@ -136,7 +145,28 @@ class MpsControl:
             raise MpsError(str(where.root), f"cannot send {command!r} to the MPS control daemon: {exc}") from exc
         if result.returncode != 0:
             raise MpsError(str(where.root), f"the MPS control daemon refused {command!r} (exit {result.returncode}): {_output(result)}")
-        return result.stdout.strip()
+        answer = result.stdout.strip()
+        if answer.startswith(UNKNOWN_COMMAND):
+            raise MpsError(str(where.root), f"the MPS control daemon does not know {command!r}: it answered {answer!r} "
+                                            f"(exit status 0); check that the driver's {BINARY} has this command")
+        return answer
+
+    def apply(self, where: DaemonDir, command: str) -> None:
+        """Send one limit command and make sure it took, from the daemon's answers (its exit status says nothing).
+        Anything but a one-line limit command (a sharing record is read from disk) is refused unsent."""
+        name, args = command.split(" ", 1)[0], command.split()[1:]
+        if "\n" in command or not ((name == SET_THREADS and len(args) == 1) or (name == SET_PINNED and len(args) == 2)):
+            raise MpsError(str(where.root), f"{command!r} is not a limit command whose effect can be checked")
+        answer = self.send(where, command)
+        if name == SET_THREADS:
+            if not _same_number(answer, args[0]):
+                raise MpsError(str(where.root), f"the MPS control daemon did not take {command!r}: it answered {answer!r}, "
+                                                f"not the percentage {args[0]}")
+            return
+        shown = self.send(where, f"{GET_PINNED} {args[0]}")
+        if not _same_memory(shown, args[1]):
+            raise MpsError(str(where.root), f"the MPS control daemon did not take {command!r}: it answered {answer!r}, "
+                                            f"and {GET_PINNED} {args[0]} answered {shown!r}, not {args[1]}")
 
     def running(self, where: DaemonDir, expected: DaemonProcess | None = None) -> DaemonProcess | None:
         """The live control daemon of `where` (its PID file), or None; with `expected`, only that very process."""
@@ -167,6 +197,35 @@ class MpsControl:
                 os.kill(process.pid, signal.SIGKILL)
             if not _wait_gone(process, STOP_TIMEOUT_S):
                 raise MpsError(str(where.root), f"the MPS control daemon (PID {process.pid}) does not exit")
+
+
+_MEMORY = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KMGT]?)(?:i?B)?", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}  # MPS units are binary: 8192M is 8G
+
+
+def _same_number(answer: str, sent: str) -> bool:
+    try:
+        return float(answer) == float(sent)
+    except ValueError:
+        return False
+
+
+def _same_memory(answer: str, sent: str) -> bool:
+    shown, wanted = _quantity(answer), _quantity(sent)
+    return shown is not None and wanted is not None and abs(shown[0] - wanted[0]) <= shown[1]
+
+
+def _quantity(text: str) -> tuple[float, float] | None:
+    """Bytes of a limit as MPS writes it (`8G`, `8192M`), and how far from exact its last digit may be (a fraction
+    such as `7.5G` is taken to be rounded to the digits shown); None when it is no such limit (empty, a message)."""
+    match = _MEMORY.fullmatch(text.strip())
+    if match is None:
+        return None
+    whole, fraction, unit = match.groups()
+    scale = _UNIT_BYTES[unit.upper()]
+    if not fraction:
+        return float(int(whole) * scale), 0.0
+    return float(f"{whole}.{fraction}") * scale, scale / (2 * 10 ** len(fraction))
 
 
 def _output(result: subprocess.CompletedProcess[str]) -> str:

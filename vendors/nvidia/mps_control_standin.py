@@ -1,34 +1,52 @@
 """A stand-in for `nvidia-cuda-mps-control`, installed into simulated driver roots as that binary.
 
 Only the standard library: fake_driver_root copies this file into the driver root behind a shebang naming
-this interpreter, and the driver runs it as a separate process, exactly as it runs the real tool. It
-follows the real tool's process lifecycle and command line (NVIDIA MPS documentation, "nvidia-cuda-mps-control"):
+this interpreter, and the driver runs it as a separate process, exactly as it runs the real tool. It follows
+the real tool's command line (NVIDIA MPS documentation, "nvidia-cuda-mps-control") and what the 580.159.04
+binary was seen to do (docs/hardware-validation.md, "MPS control daemon"):
 
-- `-d` daemonises (fork, setsid, fork), writes `nvidia-cuda-mps-control.pid` into CUDA_MPS_PIPE_DIRECTORY and
-  `control.log` into CUDA_MPS_LOG_DIRECTORY, and listens on the unix socket `control` in the pipe directory;
-  a second daemon on the same pipe directory is refused. `-f` runs the same daemon in the foreground.
+- `-d` daemonises (fork, setsid, fork) and returns 0 at once, before the daemon listens. The daemon writes
+  `nvidia-cuda-mps-control.pid` into CUDA_MPS_PIPE_DIRECTORY next to the unix sockets `control` (0666) and
+  `control_privileged` (0755), `control_lock` and the FIFO `log`, and `control.log` plus an empty `server.log`
+  into CUDA_MPS_LOG_DIRECTORY, lines as `[2026-11-26 13:54:33.643 Control   879] Cmd:get_server_list`.
+  A second daemon on the same pipe directory is refused. `-f` runs the same daemon in the foreground.
 - without arguments it is the client: each line on standard input is one command sent to the daemon of
-  CUDA_MPS_PIPE_DIRECTORY, its answer printed; no daemon there is an error (exit status 1).
-- commands: `quit`, `get_server_list`, `set_default_active_thread_percentage <percentage>`,
-  `get_default_active_thread_percentage`, `set_default_device_pinned_mem_limit <dev> <value>` (value an integer
-  followed by M or G; dev an ordinal or UUID of CUDA_VISIBLE_DEVICES as the daemon saw it),
-  `get_default_device_pinned_mem_limit <dev>`. Anything else is answered as an unknown command.
+  CUDA_MPS_PIPE_DIRECTORY, its answer printed. Every answered command exits 0, an unknown or malformed one
+  included (it prints `Unknown command "<name>"`); only no daemon there is an error (exit status 1).
+- commands: `quit` (logs `Exit with status 0`), `get_server_list` (nothing: no server runs),
+  `set_default_active_thread_percentage <p>` (prints the value as `50.0`), `get_default_active_thread_percentage`
+  (`100.0` unset), `set_default_device_pinned_mem_limit <dev> <value>` (prints nothing; value an integer followed
+  by M or G), `get_default_device_pinned_mem_limit <dev>` (nothing unset, else the value in the largest whole unit:
+  `8192M` is shown as `8G`). A limit is kept per identifier as given: set by UUID, asking by ordinal prints nothing.
+  Answers to a bad argument (`Invalid ...`) are this stand-in's own wording: the real one's were not recorded.
+
+A test may make the daemon behave as another driver's binary: `<this file>.quirks` (read at start) holds lines
+`<command> unknown` (answered `Unknown command`, as by a binary without it) or `<command> ignored` (answered as
+usual, but nothing changes: a setting that did not take).
 
 Defaults as documented: pipe directory /tmp/nvidia-mps, log directory /var/log/nvidia-mps, percentage 100.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import select
 import socket
 import sys
 import time
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 SOCKET = "control"
+PRIVILEGED_SOCKET = "control_privileged"
+LOCK = "control_lock"
+FIFO = "log"
 LOG = "control.log"
-LIMIT = re.compile(r"^[0-9]+[MG]\Z")
+SERVER_LOG = "server.log"
+QUIRKS_SUFFIX = ".quirks"
+LIMIT = re.compile(r"^([0-9]+)([MG])\Z")
+_MIB = {"M": 1, "G": 1024}
 
 
 def _pipe_dir() -> str:
@@ -37,6 +55,15 @@ def _pipe_dir() -> str:
 
 def _log_dir() -> str:
     return os.environ.get("CUDA_MPS_LOG_DIRECTORY") or "/var/log/nvidia-mps"
+
+
+def _quirks() -> dict[str, str]:
+    """command -> "unknown" | "ignored", from the file beside this binary (none: the real 580 behaviour)."""
+    try:
+        with open(os.path.abspath(__file__) + QUIRKS_SUFFIX) as handle:
+            return {words[0]: words[1] for words in (line.split() for line in handle) if len(words) == 2}
+    except OSError:
+        return {}
 
 
 def _running(pipe_dir: str) -> int | None:
@@ -53,21 +80,28 @@ def _running(pipe_dir: str) -> int | None:
     return pid if pid > 0 and state != "Z" else None  # a zombie (nobody reaped it yet) is a daemon that died
 
 
+def _shown(mib: int) -> str:
+    """A limit as the real daemon prints it: in the largest unit that holds it whole (8192M is 8G)."""
+    return f"{mib // 1024}G" if mib and mib % 1024 == 0 else f"{mib}M"
+
+
 class Daemon:
     def __init__(self, pipe_dir: str, log_dir: str) -> None:
         self.pipe_dir, self.log_dir = pipe_dir, log_dir
         self.devices = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
         self.percentage = "100.0"
-        self.limits: dict[str, str] = {}
+        self.limits: dict[str, str] = {}  # by the identifier given (ordinal or UUID), as the real daemon keeps them
+        self.quirks = _quirks()
         self.log_file = open(os.path.join(log_dir, LOG), "a", buffering=1)  # noqa: SIM115 - open for the daemon's life
+        open(os.path.join(log_dir, SERVER_LOG), "a").close()  # the server's log: empty while no server runs
 
     def log(self, text: str) -> None:
-        self.log_file.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} Control {os.getpid()}] {text}\n")
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+        self.log_file.write(f"[{stamp} Control {os.getpid():>5}] {text}\n")
 
-    def device(self, name: str) -> str | None:
-        if name.isdigit() and int(name) < len(self.devices):
-            return self.devices[int(name)]
-        return name if name in self.devices else None
+    def known_device(self, name: str) -> bool:
+        return (name.isdigit() and int(name) < len(self.devices)) or name in self.devices
 
     def answer(self, line: str) -> tuple[str, bool]:
         """(reply, quit?) for one command line."""
@@ -76,6 +110,12 @@ class Daemon:
         if not words:
             return "", False
         command, args = words[0], words[1:]
+        quirk = self.quirks.get(command)
+        if quirk == "unknown":
+            return f'Unknown command "{command}"', False
+        return self._command(command, args, keep=quirk != "ignored")
+
+    def _command(self, command: str, args: list[str], keep: bool) -> tuple[str, bool]:
         if command == "quit" and not args:
             return "", True
         if command == "get_server_list" and not args:
@@ -89,74 +129,74 @@ class Daemon:
                 value = -1.0
             if not 0 <= value <= 100:
                 return f"Invalid percentage {args[0]}", False
-            self.percentage = f"{value:.1f}"
+            if keep:
+                self.percentage = f"{value:.1f}"
             return self.percentage, False
-        if command in ("set_default_device_pinned_mem_limit", "get_default_device_pinned_mem_limit"):
-            setting = command.startswith("set")
-            if len(args) != (2 if setting else 1):
-                return f"Usage: {command} <dev>{' <value>' if setting else ''}", False
-            device = self.device(args[0])
-            if device is None:
+        if command == "get_default_device_pinned_mem_limit" and len(args) == 1:
+            return self.limits.get(args[0], ""), False
+        if command == "set_default_device_pinned_mem_limit" and len(args) == 2:
+            if not self.known_device(args[0]):
                 return f"Invalid device {args[0]}", False
-            if not setting:
-                return self.limits.get(device, "0M"), False
-            if not LIMIT.match(args[1]):
-                return f"Invalid memory limit {args[1]}: use an integer followed by M or G", False
-            self.limits[device] = args[1]
+            match = LIMIT.match(args[1])
+            if match is None:
+                return f"Invalid memory limit {args[1]}", False
+            if keep:
+                self.limits[args[0]] = _shown(int(match[1]) * _MIB[match[2]])
             return "", False
-        return f"Unrecognized command {line}", False
+        return f'Unknown command "{command}"', False
 
     def serve(self) -> None:
-        os.chdir(self.pipe_dir)  # the socket by its relative name: deep pipe directories exceed sun_path
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
-            if os.path.lexists(SOCKET):
-                os.unlink(SOCKET)
-            server.bind(SOCKET)
-            server.listen(8)
-            with open(PID_FILE + ".tmp", "w") as handle:
-                handle.write(f"{os.getpid()}\n")
-            os.replace(PID_FILE + ".tmp", PID_FILE)
-            self.log(f"Starting control daemon using socket {os.path.join(self.pipe_dir, SOCKET)}")
-            self.log(f"To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY={self.pipe_dir}")
-            while True:
-                connection, _ = server.accept()
-                with connection:
-                    line = connection.makefile("r").readline().strip()
-                    reply, stop = self.answer(line)
-                    connection.sendall((reply + "\n").encode() if reply else b"")
-                if stop:
-                    break
-        self.log("Exit")
-        for name in (SOCKET, PID_FILE):
+        os.chdir(self.pipe_dir)  # the sockets by their relative names: deep pipe directories exceed sun_path
+        lock = os.open(LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(FIFO):
+            os.mkfifo(FIFO, 0o644)
+        listeners = [_listen(SOCKET, 0o666), _listen(PRIVILEGED_SOCKET, 0o755)]
+        with open(PID_FILE + ".tmp", "w") as handle:
+            handle.write(f"{os.getpid()}\n")
+        os.replace(PID_FILE + ".tmp", PID_FILE)
+        self.log(f"Starting control daemon using socket {os.path.join(self.pipe_dir, SOCKET)}")
+        self.log(f"To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY={self.pipe_dir}")
+        stop = False
+        while not stop:
+            ready, _, _ = select.select(listeners, [], [])
+            connection, _ = ready[0].accept()
+            with connection:
+                line = connection.makefile("r").readline().strip()
+                reply, stop = self.answer(line)
+                connection.sendall((reply + "\n").encode() if reply else b"")
+        self.log("Exit with status 0")
+        for listener in listeners:
+            listener.close()
+        for name in (SOCKET, PRIVILEGED_SOCKET, PID_FILE):
             try:
                 os.unlink(name)
             except OSError:
                 pass
 
 
+def _listen(name: str, mode: int) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.lexists(name):
+        os.unlink(name)
+    server.bind(name)
+    os.chmod(name, mode)
+    server.listen(8)
+    return server
+
+
 def _daemonise(run: Daemon) -> int:
-    ready_read, ready_write = os.pipe()
-    if os.fork() > 0:
-        os.close(ready_write)
-        ok = os.read(ready_read, 1) == b"1"  # returns once the daemon listens, as the real -d does
-        return 0 if ok else 1
-    os.close(ready_read)
+    """Fork, setsid, fork; the caller returns 0 at once, as the real -d does (the daemon comes up after)."""
+    child = os.fork()
+    if child > 0:
+        os.waitpid(child, 0)
+        return 0
     os.setsid()
     if os.fork() > 0:
         os._exit(0)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    original = run.log
-
-    def first_log(text: str) -> None:
-        original(text)
-        if text.startswith("To connect"):
-            os.write(ready_write, b"1")
-            os.close(ready_write)
-            run.log = original  # type: ignore[method-assign]
-
-    run.log = first_log  # type: ignore[method-assign]
     try:
         run.serve()
     finally:
@@ -164,7 +204,6 @@ def _daemonise(run: Daemon) -> int:
 
 
 def _client() -> int:
-    status = 0
     pipe_dir = _pipe_dir()
     for line in sys.stdin:
         line = line.strip()
@@ -182,9 +221,7 @@ def _client() -> int:
             return 1
         if reply:
             print(reply, end="" if reply.endswith("\n") else "\n")
-        if reply.startswith(("Invalid", "Unrecognized", "Usage")):
-            status = 1
-    return status
+    return 0  # whatever the daemon answered: the real client's exit status never tells a refused command
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,8 @@ EXCLUSIVE_PROCESS compute mode through NVML, as NVIDIA's driver does, so that on
 a GPU already in that mode is left as it is, and `exclusive_compute=False` never touches the mode. The
 `mpsConfig` limits are sent to the daemon (`set_default_active_thread_percentage`,
 `set_default_device_pinned_mem_limit <uuid> <MiB>M`), which makes them the server's limits: a client may
-ask for less through its environment, never for more. The containers get the pipe directory at
+ask for less through its environment, never for more. Each is checked in the daemon's answers (mps.py); one
+that did not take fails the claim, which is then rolled back. The containers get the pipe directory at
 /tmp/nvidia-mps and the daemon's shm directory at /dev/shm, and the same limits in their environment.
 
 Time slicing (`timeSlicingConfig.interval` other than Default): `nvidia-smi compute-policy -i <uuid>
@@ -36,7 +37,7 @@ from dra_driver.model import quantity
 from dra_driver.vendor import ContainerEdits, Mount
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.config import TIMESLICE_VALUES, MpsConfig, Sharing
-from dra_driver_nvidia.mps import DaemonDir, DaemonProcess, MpsControl, MpsError
+from dra_driver_nvidia.mps import SET_PINNED, SET_THREADS, DaemonDir, DaemonProcess, MpsControl, MpsError
 from dra_driver_nvidia.nvml import NvmlError
 from dra_driver_nvidia.ownership import claim_file_stem
 from dra_driver_nvidia.sharing_records import MpsRecord, SharingRecord, SharingRecords
@@ -147,7 +148,7 @@ class SharingManager:
         self._put(record)
         log.info("started MPS control daemon", extra=fields(claim=record.claimUID, pid=process.pid, gpus=uuids))
         for command in record.mps.commands:
-            self._control.send(where, command)
+            self._control.apply(where, command)
         return _client_edits(where, limits)
 
     def _exclusive_process(self, record: SharingRecord, device: SharedDevice) -> None:
@@ -221,14 +222,23 @@ class SharingManager:
             record.mps.pid, record.mps.startTime = process.pid, process.start_time
             self._put(record)
             for command in record.mps.commands:
-                self._control.send(where, command)
+                self._control.apply(where, command)
         except DraError as exc:
-            log.error("the MPS control daemon of a prepared claim died and cannot be started again: its containers run "
-                      "without MPS; delete the pods using the claim so it is prepared afresh",
+            self._stop_unlimited(where)
+            log.error("the MPS control daemon of a prepared claim died and cannot be started again with its limits: its "
+                      "containers run without MPS; delete the pods using the claim so it is prepared afresh",
                       extra=fields(claim=record.claimUID, directory=str(where.root), error=str(exc)))  # fmt: skip
             return
         log.warning("the MPS control daemon of a prepared claim had died; started again with its limits "
                     "(processes that used the old one must be restarted)", extra=fields(claim=record.claimUID, pid=process.pid))  # fmt: skip
+
+    def _stop_unlimited(self, where: DaemonDir) -> None:
+        """A daemon started again whose limits did not all take must not serve: its clients could exceed them."""
+        assert self._control is not None
+        try:
+            self._control.stop(where, None)
+        except MpsError as exc:
+            log.error("an MPS control daemon without its limits does not stop", extra=fields(directory=str(where.root), error=str(exc)))
 
     def stop_all(self) -> None:
         """Stop every daemon under the MPS root (a simulated node closing: simulation leaves nothing running)."""
@@ -321,8 +331,8 @@ def _commands(limits: _Limits) -> list[str]:
     """The control commands that make the limits the server's own (clients cannot raise them)."""
     commands = []
     if limits.thread_percentage is not None:
-        commands.append(f"set_default_active_thread_percentage {limits.thread_percentage}")
-    commands += [f"set_default_device_pinned_mem_limit {uuid} {mib}M" for uuid, mib in limits.pinned_mib.items()]
+        commands.append(f"{SET_THREADS} {limits.thread_percentage}")
+    commands += [f"{SET_PINNED} {uuid} {mib}M" for uuid, mib in limits.pinned_mib.items()]
     return commands
 
 
