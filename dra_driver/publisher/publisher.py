@@ -432,9 +432,11 @@ class SlicePublisher:
             self._dirty.wait(jittered(interval, 0.5) if interval is not None else None)
             if self._stop.is_set():
                 return
-            self._dirty.clear()
+            # Cleared after the debounce window, so a burst of changes (a kubelet wiping the pool: one event per
+            # slice) costs one sync, not one more for the events that fell into the window.
             if self._stop.wait(self.options.debounce):
                 return
+            self._dirty.clear()
             try:
                 self.sync_once()
                 self._backoff.reset()
