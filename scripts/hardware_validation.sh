@@ -76,7 +76,7 @@ unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 rm -rf "$MPS"
 
 step "MPS through the NVIDIA backend (compute mode left as it is): limits, CUDA clients under and over the memory limit"
-timeout 300 python3 scripts/mps_check.py --limit-gib 8 --repeat 3
+timeout 300 python3 scripts/mps_check.py --limit 8Gi --repeat 3
 
 step "time-slice and compute policy, read-only"
 nvidia-smi compute-policy --help 2>&1 | head -30

@@ -6,7 +6,7 @@ allocation under the limit, one over it), unprepares, and checks the daemon is g
 `--mps-compute-mode unchanged` semantics (BackendSettings.mps_exclusive_compute=False) nothing on
 the GPU changes; the MPS server the first client starts ends with the control daemon.
 
-Usage: python3 scripts/mps_check.py [--limit-gib 8] [--repeat 3]   (needs root: the daemon runs in a
+Usage: python3 scripts/mps_check.py [--limit 8Gi] [--repeat 3]   (needs root: the daemon runs in a
 mount namespace of its own with the claim's shm directory at /dev/shm)
 """
 
@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from dra_driver.model import quantity
 from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.config import validate_config
@@ -37,10 +38,10 @@ except RuntimeError as exc:
 """
 
 
-def mps_config(limit_gib: int) -> object:
+def mps_config(limit: str) -> object:
     return validate_config({
         "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
-        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": f"{limit_gib}Gi"}},
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": limit}},
     })  # fmt: skip
 
 
@@ -60,14 +61,15 @@ def client(pipe: str, shm: str, size: int) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit-gib", type=int, default=8)
+    parser.add_argument("--limit", default="8Gi", help="the pinned device memory limit (a Kubernetes quantity, default 8Gi)")
     parser.add_argument("--repeat", type=int, default=3, help="prepare/unprepare rounds timed (MPS start-up with the real binary)")
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="mps-check-"))
     backend = NvidiaBackend.from_host(BackendSettings(node_name="n", state_dir=state, mps_exclusive_compute=False))
     backend.discover()
     claim = ClaimRef("ns", "mps-check", "mps-check-uid")
-    device = [AllocatedDevice(request="gpu", pool="n", device="gpu-0", config=mps_config(args.limit_gib))]
+    device = [AllocatedDevice(request="gpu", pool="n", device="gpu-0", config=mps_config(args.limit))]
+    limit_bytes = int(quantity.parse(args.limit))
     try:
         started = time.perf_counter()
         prepared = backend.prepare(claim, device)
@@ -81,8 +83,8 @@ def main() -> int:
         for command in ("get_default_active_thread_percentage", f"get_default_device_pinned_mem_limit {uuid}",
                         "get_default_device_pinned_mem_limit 0", "get_server_list"):  # fmt: skip
             print(query(pipe, command))
-        print("client under the limit:", client(pipe, shm, (args.limit_gib - 2) * 2**30))
-        print("client over the limit:", client(pipe, shm, (args.limit_gib + 4) * 2**30))
+        print("client under the limit:", client(pipe, shm, limit_bytes - 2 * 2**30))
+        print("client over the limit:", client(pipe, shm, limit_bytes + 4 * 2**30))
         print(query(pipe, "get_server_list"))
         log_dir = Path(pipe).parent / "log"
         print("control.log (tail):", *(log_dir / "control.log").read_text().splitlines()[-12:], sep="\n  ")

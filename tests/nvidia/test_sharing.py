@@ -182,6 +182,15 @@ def test_a_limit_the_daemon_did_not_take_fails_the_claim_though_the_control_bina
     node.unprepare(CLAIM, ok.state)
 
 
+def test_a_limit_that_is_no_whole_number_of_gib_is_taken_as_the_daemon_shows_it(node: NvidiaBackend) -> None:
+    """A fractional share (40779Mi): the 580 daemon shows it truncated (39G), which is the limit taken, not a failure."""
+    prepared = node.prepare(CLAIM, alloc("gpu-0", config=mps(defaultPinnedDeviceMemoryLimit="40779Mi")))
+    try:
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40779M" in prepared.claim_edits.env
+    finally:
+        node.unprepare(CLAIM, prepared.state)
+
+
 def test_restart_keeps_a_live_daemon_and_starts_a_dead_one_again_with_its_limits(node: NvidiaBackend) -> None:
     first = node.prepare(CLAIM, alloc("gpu-0", config=mps(defaultActiveThreadPercentage=30)))
     second = node.prepare(OTHER, alloc("gpu-1", config=mps(defaultActiveThreadPercentage=60)))

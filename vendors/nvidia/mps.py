@@ -211,21 +211,23 @@ def _same_number(answer: str, sent: str) -> bool:
 
 
 def _same_memory(answer: str, sent: str) -> bool:
+    """Whether the daemon's display of a limit is what was sent. The real daemon (580) truncates to its unit:
+    1024M and more in whole G (40779M is shown as 39G, 1536M as 1G), less in M (500M)."""
     shown, wanted = _quantity(answer), _quantity(sent)
-    return shown is not None and wanted is not None and abs(shown[0] - wanted[0]) <= shown[1]
+    return shown is not None and wanted is not None and shown[0] <= wanted[0] < shown[0] + shown[1]
 
 
 def _quantity(text: str) -> tuple[float, float] | None:
-    """Bytes of a limit as MPS writes it (`8G`, `8192M`), and how far from exact its last digit may be (a fraction
-    such as `7.5G` is taken to be rounded to the digits shown); None when it is no such limit (empty, a message)."""
+    """Bytes of a limit as MPS writes it (`8G`, `8192M`, `7.5G`) and the size of its last digit (what a truncated
+    display can hide); None when it is no such limit (empty, a message)."""
     match = _MEMORY.fullmatch(text.strip())
     if match is None:
         return None
     whole, fraction, unit = match.groups()
     scale = _UNIT_BYTES[unit.upper()]
     if not fraction:
-        return float(int(whole) * scale), 0.0
-    return float(f"{whole}.{fraction}") * scale, scale / (2 * 10 ** len(fraction))
+        return float(int(whole) * scale), float(scale)
+    return float(f"{whole}.{fraction}") * scale, scale / 10 ** len(fraction)
 
 
 def _output(result: subprocess.CompletedProcess[str]) -> str:

@@ -16,8 +16,8 @@ binary was seen to do (docs/hardware-validation.md, "MPS control daemon"):
 - commands: `quit` (logs `Exit with status 0`), `get_server_list` (nothing: no server runs),
   `set_default_active_thread_percentage <p>` (prints the value as `50.0`), `get_default_active_thread_percentage`
   (`100.0` unset), `set_default_device_pinned_mem_limit <dev> <value>` (prints nothing; value an integer followed
-  by M or G), `get_default_device_pinned_mem_limit <dev>` (nothing unset, else the value in the largest whole unit:
-  `8192M` is shown as `8G`). A limit is kept per identifier as given: set by UUID, asking by ordinal prints nothing.
+  by M or G), `get_default_device_pinned_mem_limit <dev>` (nothing unset, else from 1024M on in whole G, truncated,
+  below in M: `8192M` is shown as `8G`, `40779M` as `39G`, `500M` as `500M`, as the 580 binary shows them). A limit is kept per identifier as given: set by UUID, asking by ordinal prints nothing.
   Answers to a bad argument (`Invalid ...`) are this stand-in's own wording: the real one's were not recorded.
 
 A test may make the daemon behave as another driver's binary: `<this file>.quirks` (read at start) holds lines
@@ -81,8 +81,8 @@ def _running(pipe_dir: str) -> int | None:
 
 
 def _shown(mib: int) -> str:
-    """A limit as the real daemon prints it: in the largest unit that holds it whole (8192M is 8G)."""
-    return f"{mib // 1024}G" if mib and mib % 1024 == 0 else f"{mib}M"
+    """A limit as the real daemon (580) prints it: from 1024M on in whole G, truncated (40779M is 39G), below in M."""
+    return f"{mib // 1024}G" if mib >= 1024 else f"{mib}M"
 
 
 class Daemon:
