@@ -99,6 +99,10 @@ class RecoveryGate:
         self._failure = reason
         self._done.set()
 
+    def wait(self, timeout: float) -> bool:
+        """True once recovery ended (finished or failed), waiting at most `timeout` seconds."""
+        return self._done.wait(timeout)
+
     def refusal(self, operation: str, deadline: float | None) -> str | None:
         """None once recovery is done (waiting for it, at most until `deadline`, time.monotonic()); else why
         the call must not run."""
