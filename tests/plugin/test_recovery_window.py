@@ -4,7 +4,7 @@ The daemon (example backend, subprocess) is held inside recovery, after the reco
 anything was rebuilt or rolled back (hold point "during-recovery"): the kubelet can already register it, a
 prepare, an unprepare and a conflicting new claim wait and are then answered exactly as after a finished
 recovery; a call whose deadline comes first gets an error the kubelet retries; a kill -9 in that window
-loses no reservation.
+loses no reservation; a recovery that fails refuses every claim call.
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ from typing import Any
 import pytest
 from crash_support import hold_at, registers, start_daemon, wait_for
 
+from example_backend import DRIVER, ExampleBackend
+
 from dra_driver import cdi
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.checkpoint import Checkpoint
+from dra_driver.kube.claims import ClaimReader, allocated_claim_object
 from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.prepare import RECOVERY_HOLD
+from dra_driver.plugin.prepare import RECOVERY_HOLD, PrepareService
 from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
-from example_backend import DRIVER
+from dra_driver.vendor import BackendSettings, ClaimRef
 
 
 @pytest.fixture
@@ -131,3 +133,24 @@ def test_kill_during_recovery_loses_no_reservation(apiserver: Any, root: Path) -
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+class _BrokenReconcile(ExampleBackend):
+    def reconcile(self, states: Any) -> None:  # type: ignore[override]
+        raise RuntimeError("backend lost")
+
+
+def test_failed_recovery_refuses_every_claim_call_saying_why(tmp_path: Path, apiserver: Any) -> None:
+    (tmp_path / "boot_id").write_text("boot-1\n")
+    backend = _BrokenReconcile(BackendSettings(node_name="node-a"))
+    service = PrepareService(backend, ClaimReader(apiserver.api_client()), Checkpoint(tmp_path / "ckpt", tmp_path / "boot_id"), tmp_path / "cdi")
+    ref = _claim(apiserver, "a", "gpu-0")
+    try:
+        service.start_recovery()
+        assert service.wait_recovered(10)
+        error = service.prepare([ref])[ref.uid].error
+        assert "start-up recovery failed (RuntimeError: backend lost)" in error
+        assert "start-up recovery failed" in service.unprepare([ref])[ref.uid]
+        assert backend.calls == [] and service.checkpoint_record(ref.uid) is None  # nothing prepared, nothing freed
+    finally:
+        service.close()
