@@ -63,23 +63,29 @@ def _prepared_then_stopped(apiserver: Any, root: Path, paths: PluginPaths) -> tu
     return refs, answers
 
 
-def _held_in_recovery(apiserver: Any, root: Path, refs: dict[str, ClaimRef]) -> tuple[Any, Path]:
+def _held_in_recovery(apiserver: Any, root: Path, paths: PluginPaths, refs: dict[str, ClaimRef]) -> tuple[Any, Path, Any]:
+    """(daemon, hold dir, kubelet connection) of a daemon that serves while held inside recovery."""
     hold = root / "hold"
     hold.mkdir(exist_ok=True)
     hold_at(hold, RECOVERY_HOLD, "during-recovery")
     for ref in refs.values():
         hold_at(hold, ref.uid, "never")
-    return start_daemon(apiserver.url, root, hold), hold
+    proc = start_daemon(apiserver.url, root, hold)
+    try:
+        wait_for((hold / RECOVERY_HOLD).exists, what="recovery to reach its hold point")
+        wait_for(lambda: registers(paths), what="the sockets to serve during recovery")
+        return proc, hold, register(paths.registration_socket)
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
 
 
 def test_calls_during_recovery_wait_and_are_answered_as_after_it(apiserver: Any, root: Path) -> None:
     paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")
     refs, first = _prepared_then_stopped(apiserver, root, paths)
-    proc, hold = _held_in_recovery(apiserver, root, refs)
+    proc, hold, conn = _held_in_recovery(apiserver, root, paths, refs)
     try:
-        wait_for((hold / RECOVERY_HOLD).exists, what="recovery to reach its hold point")
-        wait_for(lambda: registers(paths), what="the sockets to serve during recovery")
-        conn = register(paths.registration_socket)
         # A deadline that comes before recovery ends: an error for the kubelet to retry, nothing done.
         early = conn.prepare([refs["a"]], 1.0).claims[refs["a"].uid].error
         assert "still reading its checkpoint" in early
@@ -104,11 +110,8 @@ def test_calls_during_recovery_wait_and_are_answered_as_after_it(apiserver: Any,
 def test_kill_during_recovery_loses_no_reservation(apiserver: Any, root: Path) -> None:
     paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")
     refs, first = _prepared_then_stopped(apiserver, root, paths)
-    proc, hold = _held_in_recovery(apiserver, root, refs)
+    proc, hold, conn = _held_in_recovery(apiserver, root, paths, refs)
     try:
-        wait_for((hold / RECOVERY_HOLD).exists, what="recovery to reach its hold point")
-        wait_for(lambda: registers(paths), what="the sockets to serve during recovery")
-        conn = register(paths.registration_socket)
         with ThreadPoolExecutor(2) as pool:
             waiting = [pool.submit(conn.prepare, [refs["x"]], 30.0), pool.submit(conn.unprepare, [refs["b"]], 30.0)]
             time.sleep(0.3)
