@@ -161,10 +161,9 @@ def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str | None, Pa
     write can still be filling it.
     """
     found: list[tuple[str | None, Path]] = []
-    for path in _entries(cdi_dir):
-        name = path.name
-        if not name.endswith(TEMP_SUFFIX):
-            continue
+    # Names first: start-up lists thousands of specs here, and only temp files need a Path.
+    for name in (n for n in _names(cdi_dir) if n.endswith(TEMP_SUFFIX)):
+        path = cdi_dir / name
         if name.startswith(_UNNAMED_TEMP_PREFIX):
             try:
                 old = time.time() - path.lstat().st_mtime > _UNNAMED_TEMP_AGE_S

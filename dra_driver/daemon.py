@@ -4,9 +4,10 @@ Each driver is started and stopped on its own: a backend that fails to
 discover or to bind its sockets is logged and left out, the others keep
 serving. SIGTERM/SIGINT stop every driver cleanly (own sockets removed).
 
-Start-up is ordered for the kubelet: every driver first recovers and serves
-its sockets (registration last), then the daemon loads its metrics and
-connects to the API server
+Start-up is ordered for the kubelet: every driver serves its sockets
+(registration last) while its checkpoint recovery runs in the background
+(claim calls wait for it), the daemon gives that recovery a bounded head start,
+then loads its metrics and connects to the API server
 (`connect`: importing and building the kubernetes client takes longer than
 everything before it) and only then attaches the slice publishers and the
 claim cache. A prepare that arrives in that gap waits for the client
@@ -20,6 +21,7 @@ import functools
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,6 +43,8 @@ if TYPE_CHECKING:  # the claim cache imports the kubernetes client, which `conne
     from dra_driver.kube.claim_cache import ClaimCache
 
 log = logging.getLogger(__name__)
+
+RECOVERY_HEAD_START_S = 5.0  # longest wait for the drivers' recovery before loading metrics and the API client
 
 # Builds the slice publisher of one driver (wired by the publisher module); None = do not publish.
 PublisherFactory = Callable[[VendorBackend, Inventory], "Publisher | None"]
@@ -109,6 +113,7 @@ class Daemon:
         claims = self._pending if self._pending is not None else self._claim_source(self._wiring)
         for backend in self.backends:
             self._start_one(backend, claims)
+        self._let_recovery_finish()
         self.metrics.load()
         self._serve_metrics()
         self.readiness.start()  # not ready until the kubelet registered each driver and its slices are out
@@ -127,6 +132,14 @@ class Daemon:
         self._start_api_users()
         self._api_started.set()
         return self.status
+
+    def _let_recovery_finish(self) -> None:
+        """Claims of running pods come first: the imports below (metrics, API client) would share the interpreter
+        lock with the drivers' start-up recovery, which every claim call waits for. Bounded: a slow recovery
+        delays publishing by at most RECOVERY_HEAD_START_S."""
+        deadline = time.monotonic() + RECOVERY_HEAD_START_S
+        for plugin in self.plugins.values():
+            plugin.service.wait_recovered(max(0.0, deadline - time.monotonic()))
 
     def _serve_metrics(self) -> None:
         if not self._metrics_address.enabled:

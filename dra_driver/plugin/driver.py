@@ -2,9 +2,11 @@
 
 Start order follows the kubelet contract, after the checks that refuse a
 start that cannot work (socket paths too long; another instance on the state
-directory, dra_driver.plugin.instance_lock): recover the checkpoint, serve the
-DRA socket (v1, v1beta1, health), and only then create the registration
-socket. The slice publisher starts after that: the kubelet needs the sockets
+directory, dra_driver.plugin.instance_lock): start recovering the checkpoint,
+serve the DRA socket (v1, v1beta1, health), and only then create the
+registration socket. Recovery goes on in the background: claim calls wait until
+it knows every reservation (plugin/recovery.py, RecoveryGate), while the
+kubelet can already register the driver. The slice publisher starts after that: the kubelet needs the sockets
 to run pods that are already scheduled, while publishing can follow a moment
 later (the daemon attaches publishers once its API client is built). Stop runs
 the other way round.
@@ -132,7 +134,7 @@ class DriverPlugin:
         self._instance_lock = InstanceLock.acquire(self.paths.state_root, self.settings.pod_uid)
         inventory = self._inventory or self.backend.discover()
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
-        self.service.recover()
+        self.service.start_recovery()  # the kubelet can register meanwhile; claim calls wait for it
         health = self.health = HealthServicer(self.hub, max_streams=self.settings.health_streams)
 
         def register_dra(server: grpc.Server) -> None:

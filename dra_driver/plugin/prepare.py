@@ -15,7 +15,11 @@ Guarantees (kubelet DRA manager behaviour, docs/sources.md):
   check, record writes), so an instance can unprepare what another prepared
   while claims of different UIDs still run in parallel across instances. A
   starting instance recovers under the shared lock and never rolls back a
-  claim whose lock file another live instance holds.
+  claim whose lock file another live instance holds;
+- no claim call runs before start-up recovery knows every reservation: it runs
+  after the sockets serve (`start_recovery`) and calls wait for it
+  (recovery.RecoveryGate), answering an error the kubelet retries if their
+  deadline comes first.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from dra_driver.metrics import HeldClaim, Metrics
 from dra_driver.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.plugin.config import base_request, resolve_configs
 from dra_driver.plugin.locks import ClaimFileLocks, KeyedLocks, SharedSection
-from dra_driver.plugin.recovery import Recovery, claim_file_data
+from dra_driver.plugin.recovery import Recovery, RecoveryGate, claim_file_data
 from dra_driver.plugin.storage_errors import Place, StorageError, in_place
 from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
@@ -63,7 +67,9 @@ HOLD_POINTS = (
     "after-completed",  # PrepareCompleted is recorded, the answer is not sent
     "during-unprepare",  # the backend unprepared, the spec and the record are still there
     "after-spec-removed",  # unprepare removed the spec, the (UnprepareStarted) record is still there
+    "during-recovery",  # start-up recovery loaded the records, nothing rebuilt or rolled back yet (UID "recovery")
 )
+RECOVERY_HOLD = "recovery"  # the name start-up recovery holds under (in place of a claim UID)
 # Profiling hook (benchmarks): when set to a file path, every claim operation runs
 # under cProfile and the summed stats are written there when the service closes.
 PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
@@ -119,12 +125,18 @@ class PrepareService:
         locks_dir = claim_locks or (shared_lock.parent / "claims" if shared_lock is not None else None)
         self._claim_files = ClaimFileLocks(locks_dir) if locks_dir is not None else None
         self._recovery = Recovery(backend, checkpoint, cdi_dir, self._try_claim, lambda r: self._undo(r, section_held=True), metrics)
+        # Set by start_recovery (recovery after the sockets serve); a caller that runs `recover` itself first needs none.
+        self._gate: RecoveryGate | None = None
+        self._recovery_thread: threading.Thread | None = None
         self._hold_dir = os.environ.get(HOLD_ENV)
         self._profiler = _CallProfiler(os.environ[PROFILE_ENV]) if os.environ.get(PROFILE_ENV) else None
         # Simulated node in a real cluster (dra_driver.sim_node): makes the host device nodes a spec names before it is written.
         self._device_nodes = device_nodes
 
     def close(self) -> None:
+        if self._recovery_thread is not None:  # it writes records: done before the caller lets another instance in
+            self._recovery_thread.join()
+            self._recovery_thread = None
         self._pool.shutdown(wait=True)
         if self._section is not None:
             self._section.close()
@@ -145,6 +157,10 @@ class PrepareService:
         self, claims: Sequence[ClaimRef], one: Callable[[ClaimRef], PrepareOutcome], operation: str, deadline: float | None
     ) -> dict[str, PrepareOutcome]:
         unique = list({claim.uid: claim for claim in claims}.values())
+        refusal = self._gate.refusal(operation, deadline) if self._gate is not None else None
+        if refusal is not None:
+            log.warning("claim call not run before start-up recovery finished", extra=fields(driver=self.driver, operation=operation, claims=len(unique)))
+            return {claim.uid: PrepareOutcome(error=refusal) for claim in unique}
         if self._profiler is not None:
             one = self._profiler.wrap(one)
         if len(unique) <= 1:  # the common case: no thread hop
@@ -477,6 +493,26 @@ class PrepareService:
 
     # --- start-up -------------------------------------------------------------
 
+    def start_recovery(self) -> None:
+        """Run `recover` in the background: the sockets can serve meanwhile, claim calls wait for it (RecoveryGate)."""
+        self._gate = RecoveryGate()
+        self._recovery_thread = threading.Thread(target=self._recover_in_background, name=f"recovery-{self.driver}", daemon=True)
+        self._recovery_thread.start()
+
+    def wait_recovered(self, timeout: float) -> bool:
+        """True once start-up recovery ended (or none runs in the background), waiting at most `timeout` seconds."""
+        return self._gate is None or self._gate.wait(timeout)
+
+    def _recover_in_background(self) -> None:
+        try:
+            self.recover()
+        except Exception as exc:  # never serve claims from a partial picture of what is in use
+            log.exception("start-up recovery failed; every claim call is refused until the driver restarts", extra=fields(driver=self.driver))
+            if self._metrics is not None:
+                self._metrics.errors.labels(self.driver, "recovery").inc()
+            assert self._gate is not None
+            self._gate.fail(f"{type(exc).__name__}: {exc}")
+
     def recover(self) -> None:
         """After a (re)start: rebuild reservations from evidence, finish or roll back interrupted claims,
         remove leftovers, reconcile the backend (recovery.py has the rules).
@@ -490,6 +526,7 @@ class PrepareService:
         with self._checkpoint_section():
             if self._section is None:
                 self._checkpoint.load()
+            self._hold_for_tests(RECOVERY_HOLD, "during-recovery")
             in_flight = self._recovery.run()
             if in_flight:
                 log.warning(
@@ -501,6 +538,8 @@ class PrepareService:
         if self._metrics is not None:
             self._metrics.prepared_devices.labels(self.driver).set(self.prepared_device_count())
             self._metrics.holders.sync(self.driver, [h for h in map(_held, self._checkpoint.records()) if h is not None])
+        if self._gate is not None:
+            self._gate.open()
 
     def _reload(self) -> None:
         """Rolling-update mode: re-read the records another instance changed; damage found then is

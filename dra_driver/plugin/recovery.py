@@ -23,11 +23,21 @@ unprepared completely. When it has no spec text (the spec is gone too) a later
 prepare of that claim fails with an error saying so instead of answering CDI
 IDs that do not resolve. Every finding is an error log line and a
 `dra_driver_state_damage_total` count.
+
+Recovery runs after the sockets serve (the kubelet can register the driver
+while thousands of records are read), so every NodePrepareResources and
+NodeUnprepareResources first passes the `RecoveryGate`: it waits there until
+recovery knows every reservation, or answers each claim with an error the
+kubelet retries when its deadline comes first. No device is handed out or
+freed before then; a recovery that fails keeps the gate shut (every claim call
+refused, saying why) rather than answer from a partial picture.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -72,6 +82,42 @@ class _Evidence:
     state: dict[str, Any] = field(default_factory=dict)
     spec_kept: bool = False  # a spec stays in place whose devices are unknown
     damaged: bool = False  # a damaged record was found for it
+
+
+class RecoveryGate:
+    """Claim calls wait here until start-up recovery has turned every record and piece of evidence into reservations."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._failure: str | None = None
+
+    def open(self) -> None:
+        self._done.set()
+
+    def fail(self, reason: str) -> None:
+        """Recovery did not finish: the gate stays shut for claims (every call refused with `reason`)."""
+        self._failure = reason
+        self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once recovery ended (finished or failed), waiting at most `timeout` seconds."""
+        return self._done.wait(timeout)
+
+    def refusal(self, operation: str, deadline: float | None) -> str | None:
+        """None once recovery is done (waiting for it, at most until `deadline`, time.monotonic()); else why
+        the call must not run."""
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._done.wait(timeout):
+            return (
+                f"{operation} not started: the driver is still reading its checkpoint after a restart and answers no claim "
+                "before every reservation is known; the kubelet will retry"
+            )
+        if self._failure is not None:
+            return (
+                f"{operation} refused: start-up recovery failed ({self._failure}), so which devices are in use is not known; "
+                "no device is handed out or freed until the driver is restarted and recovers"
+            )
+        return None
 
 
 class SpecEvidence:
