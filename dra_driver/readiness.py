@@ -123,6 +123,9 @@ def driver_problems(plugin: DriverPlugin, api_connected: bool, dial_timeout: flo
         problems.append(f"the kubelet refused the registration: {status.error}")
     if not _socket_present(plugin.paths.dra_socket) or not _dials(plugin.paths.dra_socket, dial_timeout):
         problems.append(f"DRA service on {plugin.paths.dra_socket} does not answer")
+    recovery = plugin.service.recovery_problem()
+    if recovery is not None:  # the socket answers, but a claim call would wait or be refused
+        problems.append(recovery)
     if not api_connected:
         problems.append("API client not built yet: slices not published")
     elif plugin.publisher is not None and not plugin.publisher.slices_published():

@@ -499,6 +499,10 @@ class PrepareService:
         self._recovery_thread = threading.Thread(target=self._recover_in_background, name=f"recovery-{self.driver}", daemon=True)
         self._recovery_thread.start()
 
+    def recovery_problem(self) -> str | None:
+        """Why claim calls cannot be answered now (background recovery running or failed); None once they can."""
+        return self._gate.problem() if self._gate is not None else None
+
     def wait_recovered(self, timeout: float) -> bool:
         """True once start-up recovery ended (or none runs in the background), waiting at most `timeout` seconds."""
         return self._gate is None or self._gate.wait(timeout)

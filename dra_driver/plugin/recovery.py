@@ -103,6 +103,14 @@ class RecoveryGate:
         """True once recovery ended (finished or failed), waiting at most `timeout` seconds."""
         return self._done.wait(timeout)
 
+    def problem(self) -> str | None:
+        """Why claim calls cannot be answered now (recovery running or failed), without waiting; None once they can."""
+        if not self._done.is_set():
+            return "start-up recovery is still reading the checkpoint (claim calls wait for it)"
+        if self._failure is not None:
+            return f"start-up recovery failed ({self._failure}): every claim call is refused until the driver restarts"
+        return None
+
     def refusal(self, operation: str, deadline: float | None) -> str | None:
         """None once recovery is done (waiting for it, at most until `deadline`, time.monotonic()); else why
         the call must not run."""

@@ -204,3 +204,23 @@ def test_rolling_update_two_daemons_on_one_node(short_tmp: Path, cluster: SimApi
         conn.close()
     finally:
         new.stop()
+
+
+def test_not_ready_while_start_up_recovery_runs_or_after_it_failed(tmp_path: Path) -> None:
+    """A driver whose DRA socket answers but whose claim calls would wait for (or be refused after) recovery is not ready."""
+    from types import SimpleNamespace
+
+    from dra_driver.plugin.recovery import RecoveryGate
+    from dra_driver.readiness import driver_problems
+
+    gate = RecoveryGate()
+    service = SimpleNamespace(recovery_problem=gate.problem)
+    paths = SimpleNamespace(registration_socket=tmp_path / "missing-reg.sock", dra_socket=tmp_path / "missing-dra.sock")
+    plugin = SimpleNamespace(registration=SimpleNamespace(status=None), paths=paths, publisher=None, service=service)
+    assert any("still reading the checkpoint" in p for p in driver_problems(plugin, api_connected=True))  # type: ignore[arg-type]
+    gate.fail("OSError: disk")
+    assert any("recovery failed (OSError: disk)" in p for p in driver_problems(plugin, api_connected=True))  # type: ignore[arg-type]
+    opened = RecoveryGate()
+    opened.open()
+    service.recovery_problem = opened.problem
+    assert not any("recovery" in p for p in driver_problems(plugin, api_connected=True))  # type: ignore[arg-type]
