@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dra_driver import cdi
-from dra_driver.vendor import ContainerEdits
+from dra_driver.node import cdi
+from dra_driver.backend.interface import ContainerEdits
 from dra_driver_nvidia import driver_files, edits, fake_driver_root
 
 VERSION = "580.95.05"

@@ -44,9 +44,9 @@ from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import PluginConnection, register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import PluginConnection, register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import ClaimRef
 
 DRIVER = "gpu.nvidia.com"
 NODE = "bench-node"

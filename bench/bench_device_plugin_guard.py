@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.node_checks.fake_kubelet import PodResourcesState, pod_resources_server  # noqa: E402
 
-from dra_driver.hardware_profiles import load_profile  # noqa: E402
+from dra_driver.backend.hardware_profiles import load_profile  # noqa: E402
 from dra_driver.model.device import Inventory  # noqa: E402
-from dra_driver.node_checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer  # noqa: E402
-from dra_driver.registry import open_backends  # noqa: E402
-from dra_driver.vendor import BackendSettings  # noqa: E402
+from dra_driver.node.checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer  # noqa: E402
+from dra_driver.backend.registry import open_backends  # noqa: E402
+from dra_driver.backend.interface import BackendSettings  # noqa: E402
 
 
 def per_check_us(guard: DevicePluginGuard, device: str, calls: int, repeat: int) -> float:

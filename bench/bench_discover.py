@@ -12,9 +12,9 @@ import argparse
 import statistics
 import time
 
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import render_pool, validate_slices
-from dra_driver.vendor import BackendSettings
+from dra_driver.backend.interface import BackendSettings
 from dra_driver_nvidia.backend import NvidiaBackend
 
 

@@ -18,10 +18,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from dra_driver import cdi
-from dra_driver.checkpoint import PREPARE_COMPLETED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
-from dra_driver.plugin.recovery import claim_file_data
-from dra_driver.vendor import ContainerEdits, DeviceNode
+from dra_driver.node import cdi
+from dra_driver.node.checkpoint import PREPARE_COMPLETED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.node.plugin.recovery import claim_file_data
+from dra_driver.backend.interface import ContainerEdits, DeviceNode
 
 DRIVER = "gpu.nvidia.com"
 UID = "0b4f3c2e-5d6a-4b7c-8d9e-0f1a2b3c4d5e"

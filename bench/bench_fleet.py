@@ -21,12 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dra_driver import fleet as fleets
+from dra_driver.sources import fleet as fleets
 from dra_driver import inputs
 from dra_driver.allocator import CelMatcher
 from dra_driver.explain import merge_classes, shipped_class_documents
-from dra_driver.usage import Filters, build_view
-from dra_driver.usage.render import to_data, to_table
+from dra_driver.fleet import Filters, build_view
+from dra_driver.fleet.render import to_data, to_table
 from timing import timed
 
 def claims_and_pods(slices: list[dict[str, Any]], share: float) -> list[dict[str, Any]]:

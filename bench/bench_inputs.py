@@ -41,7 +41,7 @@ def _fleet_file(directory: Path, name: str, profile: str, nodes: int, partitioni
     """A simulated fleet as a kubectl List, JSON or YAML by the name's suffix (written once)."""
     import yaml
 
-    from dra_driver import fleet as fleets
+    from dra_driver.sources import fleet as fleets
 
     path = directory / name
     if not path.exists():

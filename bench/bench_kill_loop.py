@@ -43,12 +43,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver import cdi
+from dra_driver.node import cdi
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import PluginConnection, register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import PluginConnection, register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import ClaimRef
 
 DRIVER = "gpu.nvidia.com"
 NODE = "kill-node"

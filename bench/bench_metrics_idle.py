@@ -24,8 +24,8 @@ from pathlib import Path
 
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import PluginConnection, register
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import PluginConnection, register
+from dra_driver.backend.interface import ClaimRef
 
 NODE = "bench-node"
 

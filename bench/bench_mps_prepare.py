@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.config import validate_config
 

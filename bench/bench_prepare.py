@@ -64,13 +64,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import PluginConnection, register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.registry import backend_classes
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import PluginConnection, register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.registry import backend_classes
+from dra_driver.backend.interface import ClaimRef
 
 BENCH_POD_UID = "6f1c2a4e-bench-pod"
 NAMESPACE = "bench"

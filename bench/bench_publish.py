@@ -21,8 +21,8 @@ from typing import Any
 from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
-from dra_driver.publisher import PublisherOptions, SlicePublisher
-from dra_driver.vendor import Partitioning
+from dra_driver.node.publisher import PublisherOptions, SlicePublisher
+from dra_driver.backend.interface import Partitioning
 
 NODE = "bench-node"
 
@@ -32,9 +32,9 @@ def backend_source(profile: str, partitioning: Partitioning) -> Iterator[tuple[C
     """(inventory source, driver name, where the inventory comes from); the simulated backend is closed on exit."""
     opened = None
     try:
-        from dra_driver.hardware_profiles import load_profile
-        from dra_driver.registry import open_backends
-        from dra_driver.vendor import BackendSettings
+        from dra_driver.backend.hardware_profiles import load_profile
+        from dra_driver.backend.registry import open_backends
+        from dra_driver.backend.interface import BackendSettings
 
         opened = open_backends(BackendSettings(node_name=NODE, partitioning=partitioning), load_profile(profile), ["nvidia"])
         reason = "; ".join(str(p) for p in opened.unavailable) or "profile has no nvidia section"

@@ -28,7 +28,7 @@ from collections.abc import Callable  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
-    from dra_driver.daemon import Daemon
+    from dra_driver.node.daemon import Daemon
 
 MARKS: list[tuple[str, float, float]] = []
 
@@ -63,7 +63,7 @@ def main() -> None:
     from dra_driver.cli import run
 
     mark("dra_driver.cli.run imported")
-    from dra_driver.plugin import driver
+    from dra_driver.node.plugin import driver
 
     started = driver.DriverPlugin._start
     build_daemon = run.build_daemon
@@ -74,7 +74,7 @@ def main() -> None:
         return daemons[-1]
 
     def cleanup() -> None:
-        from dra_driver.registry import OpenedBackends
+        from dra_driver.backend.registry import OpenedBackends
 
         for daemon in daemons:
             OpenedBackends(daemon.backends).close()

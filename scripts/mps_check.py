@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from dra_driver.model import quantity
-from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef
+from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.config import validate_config
 

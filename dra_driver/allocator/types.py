@@ -1,6 +1,6 @@
 """Plain data the allocator works on: claims, classes, devices, pools, and what it reports.
 
-Everything here is built once from validated input (dra_driver.claims_input,
+Everything here is built once from validated input (dra_driver.sources.claims,
 dra_driver.allocator.pools) and never mutated by the search, so results are
 reproducible and the search itself stays small.
 """

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError as PydanticEr
 from dra_driver.cel.device import CelDevice
 from dra_driver.cel.errors import CelError, CelRuntimeError
 from dra_driver.cel.selector import CompiledSelector, compile_selector
-from dra_driver.errors import FieldError, ValidationError
+from dra_driver.common.errors import FieldError, ValidationError
 from dra_driver.inputs import read_documents
 
 ENV_DIR = "DRA_DRIVER_DEVICECLASSES"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.errors import DraError
+from dra_driver.common.errors import DraError
 
 
 def _shorten(expression: str, limit: int = 120) -> str:

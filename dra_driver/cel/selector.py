@@ -27,7 +27,7 @@ from celpy import celtypes
 from celpy.celparser import CELParseError, CELParser
 from celpy.evaluation import CELEvalError
 
-from dra_driver import suggest
+from dra_driver.common import suggest
 from dra_driver.cel import analysis
 from dra_driver.cel.analysis import ReferencedKey
 from dra_driver.cel.device import CelDevice

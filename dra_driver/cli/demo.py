@@ -20,19 +20,21 @@ from typing import Any, TextIO
 import yaml
 from kubernetes import client
 
-from dra_driver import sim_scratch, suggest
-from dra_driver.daemon import Daemon
-from dra_driver.errors import DraError, UsageError
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.backend import sim_scratch
+
+from dra_driver.common import suggest
+from dra_driver.node.daemon import Daemon
+from dra_driver.common.errors import DraError, UsageError
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.kube.sim_apiserver import SimApiServer
-from dra_driver.plugin.driver import PluginSettings
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.publisher.daemon_adapter import publisher_factory
-from dra_driver.registry import open_backends
-from dra_driver.vendor import BackendSettings, ClaimRef, VendorBackend
-from dra_driver.vocabulary import VENDOR_ALIASES
+from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.publisher.daemon_adapter import publisher_factory
+from dra_driver.backend.registry import open_backends
+from dra_driver.backend.interface import BackendSettings, ClaimRef, VendorBackend
+from dra_driver.backend.vocabulary import VENDOR_ALIASES
 
 NODE = "demo-node"
 SHOWN_MOUNTS = 3  # of the ~30 driver-file mounts of an NVIDIA spec, the ones shown

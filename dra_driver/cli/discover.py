@@ -13,11 +13,11 @@ from typing import Any
 import yaml
 
 from dra_driver.cli import failures
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import as_list, render_pool, validate_slices
-from dra_driver.registry import open_backends
-from dra_driver.vendor import BackendSettings
-from dra_driver.vocabulary import FAMILY, INTERCONNECT, PARTITION
+from dra_driver.backend.registry import open_backends
+from dra_driver.backend.interface import BackendSettings
+from dra_driver.backend.vocabulary import FAMILY, INTERCONNECT, PARTITION
 
 
 def default_node_name() -> str:

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TextIO
 
 from dra_driver.cli.run import add_daemon_arguments
-from dra_driver.errors import DraError
-from dra_driver.node_checks import runtime_config
-from dra_driver.node_checks.coexistence import Offer
-from dra_driver.node_checks.doctor import DoctorReport, DoctorSettings, Status, run_checks
-from dra_driver.node_checks.pod_resources import default_socket
+from dra_driver.common.errors import DraError
+from dra_driver.node.checks import runtime_config
+from dra_driver.node.checks.coexistence import Offer
+from dra_driver.node.checks.doctor import DoctorReport, DoctorSettings, Status, run_checks
+from dra_driver.node.checks.pod_resources import default_socket
 
 EXIT_BAD_INPUT = 2
 _LABEL = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL"}
@@ -43,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 def settings_from(args: argparse.Namespace) -> DoctorSettings:
     profile = None
     if args.profile:
-        from dra_driver.hardware_profiles import load_profile
+        from dra_driver.backend.hardware_profiles import load_profile
 
         profile = load_profile(args.profile)
     return DoctorSettings(

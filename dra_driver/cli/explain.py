@@ -15,7 +15,7 @@ from typing import Any
 from dra_driver.allocator.report import to_json, to_text
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
-from dra_driver.errors import DraError
+from dra_driver.common.errors import DraError
 from dra_driver.explain import ExplainRequest, explain, parse_gates
 from dra_driver.explain.admin_access import parse_namespace_labels
 from dra_driver.explain.gates import GATES

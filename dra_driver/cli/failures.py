@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from dra_driver.errors import DraError, UsageError
+from dra_driver.common.errors import DraError, UsageError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CLUSTER = 0, 1, 2, 3
 EXIT_INVALID = EXIT_USAGE  # the name explain, template and fleet use

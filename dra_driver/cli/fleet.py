@@ -21,9 +21,9 @@ import yaml
 
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
-from dra_driver.errors import DraError
-from dra_driver.usage import Filters, ViewRequest, fleet_view, vendor_filter
-from dra_driver.usage.render import to_data, to_table
+from dra_driver.common.errors import DraError
+from dra_driver.fleet import Filters, ViewRequest, fleet_view, vendor_filter
+from dra_driver.fleet.render import to_data, to_table
 
 EXIT_OK = 0
 

@@ -19,9 +19,9 @@ from typing import Any
 from dra_driver import __version__
 from dra_driver.cli import failures
 from dra_driver.cli.parser import Parser
-from dra_driver.errors import DraError
+from dra_driver.common.errors import DraError
 from dra_driver.inputs import limits as input_limits
-from dra_driver.logs import configure_logging
+from dra_driver.common.logs import configure_logging
 
 COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "doctor", "demo", "explain", "migrate", "fleet", "template", "profiles")
 # Top-level options that take a value (chosen_command skips the value too).
@@ -175,7 +175,7 @@ def _remove_scratch_and_die(signum: int, _frame: object) -> None:
     """SIGTERM to a one-shot command: remove the simulated backends' (and the demo's) scratch dirs, which no
     finally block will, then die of the signal as without this handler. Not an exception raised wherever the
     command was: unwinding through gRPC's internals can deadlock in a channel's __del__."""
-    sim_scratch = sys.modules.get("dra_driver.sim_scratch")  # never imported: this process made no scratch dir
+    sim_scratch = sys.modules.get("dra_driver.backend.sim_scratch")  # never imported: this process made no scratch dir
     if sim_scratch is not None:
         sim_scratch.close_all()
     signal.signal(signum, signal.SIG_DFL)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dra_driver.atomic_file import replace_file
+from dra_driver.common.atomic_file import replace_file
 from dra_driver.cli import failures
 from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate

@@ -12,7 +12,7 @@ import re
 import sys
 from typing import NoReturn
 
-from dra_driver import suggest
+from dra_driver.common import suggest
 
 _UNRECOGNIZED = re.compile(r"^unrecognized arguments: (?P<words>.+)$")
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<word>[^']*)' \(choose from (?P<choices>.+)\)$")

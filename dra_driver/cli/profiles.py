@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from dra_driver.hardware_profiles import available_profiles, load_profile
+from dra_driver.backend.hardware_profiles import available_profiles, load_profile
 
 
 def add_parser(subparsers: Any) -> None:
@@ -22,7 +22,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _devices(name: str) -> int:
-    from dra_driver import fleet as fleets
+    from dra_driver.sources import fleet as fleets
 
     return sum(len(s["spec"].get("devices") or []) for s in fleets.simulated(name, 1).slices)
 
@@ -36,7 +36,7 @@ def rows() -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.usage.render import format_table
+    from dra_driver.fleet.render import format_table
 
     found = rows()
     if args.output == "json":

@@ -1,6 +1,6 @@
 """`dra-driver ready`: the readiness probe of the DaemonSet (exit 0 when ready, 1 with the reason when not).
 
-It reads the status the daemon of the same pod writes (dra_driver.readiness) and needs no port, so a
+It reads the status the daemon of the same pod writes (dra_driver.node.readiness) and needs no port, so a
 surge pod with host networking is judged even while the old pod holds the metrics port. Imports only
 what reading a small JSON file needs: the kubelet runs it every few seconds.
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from dra_driver.model.names import uid_problem
-from dra_driver.readiness import MAX_AGE_S, read_status, status_path
+from dra_driver.node.readiness import MAX_AGE_S, read_status, status_path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -4,7 +4,7 @@ Start-up is on the kubelet's clock (a prepare it sends before the registration
 socket answers fails, and the pod is backed off for ~40 s), so this module
 imports only what serving the sockets needs; the kubernetes client, the slice
 publisher and the claim cache are loaded in `connect`, which the daemon calls
-once every driver serves (dra_driver.daemon).
+once every driver serves (dra_driver.node.daemon).
 """
 
 from __future__ import annotations
@@ -20,24 +20,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dra_driver import file_modes
-from dra_driver.daemon import ApiWiring, Daemon
-from dra_driver.errors import DraError, UsageError
+from dra_driver.node import file_modes
+from dra_driver.node.daemon import ApiWiring, Daemon
+from dra_driver.common.errors import DraError, UsageError
 from dra_driver.cli import failures
 from dra_driver.kube.api_source import ApiSource, api_source
-from dra_driver.logs import fields
-from dra_driver.metrics_http import BindAddress
+from dra_driver.common.logs import fields
+from dra_driver.node.metrics_http import BindAddress
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
-from dra_driver.node_checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer
-from dra_driver.node_checks.pod_resources import default_socket as default_pod_resources_socket
-from dra_driver.node_checks.same_name import ConflictBoard
-from dra_driver.plugin.driver import PluginSettings
-from dra_driver.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
-from dra_driver.registry import OpenedBackends, open_backends
-from dra_driver.vendor import BackendSettings
+from dra_driver.node.checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer
+from dra_driver.node.checks.pod_resources import default_socket as default_pod_resources_socket
+from dra_driver.node.checks.same_name import ConflictBoard
+from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.plugin.sockets import DEFAULT_KUBELET_DIR, DEFAULT_STATE_DIR
+from dra_driver.backend.registry import OpenedBackends, open_backends
+from dra_driver.backend.interface import BackendSettings
 
 if TYPE_CHECKING:  # a real node never imports the simulation's modules
-    from dra_driver.sim_node import SimulatedRoot
+    from dra_driver.backend.sim_node import SimulatedRoot
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     profile = None
     if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
-        from dra_driver.hardware_profiles import load_profile
+        from dra_driver.backend.hardware_profiles import load_profile
 
         profile = load_profile(args.profile)
     backend_settings = BackendSettings(
@@ -270,7 +270,7 @@ def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None
     from dra_driver.kube.claim_cache import ClaimCache
     from dra_driver.kube.claims import ClaimReader
     from dra_driver.kube.client import api_client_for, load_configuration
-    from dra_driver.publisher.daemon_adapter import publisher_factory
+    from dra_driver.node.publisher.daemon_adapter import publisher_factory
 
     try:
         configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig, context=args.context)
@@ -331,7 +331,7 @@ def open_simulated_root(args: argparse.Namespace) -> SimulatedRoot | None:
         return None
     if not args.profile:
         raise DraError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
-    from dra_driver.sim_node import SimulatedRoot
+    from dra_driver.backend.sim_node import SimulatedRoot
 
     simulated = SimulatedRoot(args.simulated_root)
     try:

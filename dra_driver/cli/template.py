@@ -25,8 +25,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from dra_driver.authoring import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_share_memory, parse_sharing, parse_want, template
-from dra_driver.authoring.intent import GROUPINGS, VENDORS
+from dra_driver.template import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_share_memory, parse_sharing, parse_want, template
+from dra_driver.template.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, default_cluster, fleet_given, fleet_source
 from dra_driver.explain import InputError

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dra_driver import fleet as fleets
+from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import CelMatcher, DeviceClassSpec
-from dra_driver.claims_input import DeviceClass, class_spec_errors, parse_object, to_class
-from dra_driver.errors import FieldError
+from dra_driver.sources.claims import DeviceClass, class_spec_errors, parse_object, to_class
+from dra_driver.common.errors import FieldError
 from dra_driver.explain.errors import InputError
 
 

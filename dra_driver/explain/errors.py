@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.errors import FieldError, UsageError
+from dra_driver.common.errors import FieldError, UsageError
 
 
 class InputError(UsageError):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dra_driver import fleet as fleets
+from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import Node, node_names
 from dra_driver.allocator.types import Pool
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 from dra_driver.explain.errors import InputError
 from dra_driver.kube.api_source import ApiSource, api_source, find_api_source, searched
 

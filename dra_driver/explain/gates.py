@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from dra_driver import suggest
-from dra_driver.errors import FieldError
+from dra_driver.common import suggest
+from dra_driver.common.errors import FieldError
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.kube_gates import KNOWN_GATES, KUBERNETES_VERSION
 

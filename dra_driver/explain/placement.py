@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver import fleet as fleets
+from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import Allocator, CelMatcher, ClaimSpec, DeviceClassSpec, Explanation, Node, NodeOutcome
 from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
 from dra_driver.allocator.pools import node_selector_matches

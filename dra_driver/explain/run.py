@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver import fleet as fleets
+from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import CelMatcher, Explanation, build_pools
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError

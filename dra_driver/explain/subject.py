@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocator import CelMatcher, ClaimSpec, DeviceClassSpec
-from dra_driver.claims_input import (
+from dra_driver.sources.claims import (
     MODELS,
     Pod,
     ResourceClaim,
@@ -17,7 +17,7 @@ from dra_driver.claims_input import (
     parse_object,
     to_claim,
 )
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.workloads import MAX_PODS, WorkloadPod, asks_for_devices, is_workload, workload_pods
 from dra_driver.inputs import SourcedObject, read_objects

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 from dra_driver.allocator.types import Pool, PoolDevice
-from dra_driver.claims_input import pydantic_errors
-from dra_driver.errors import FieldError
+from dra_driver.sources.claims import pydantic_errors
+from dra_driver.common.errors import FieldError
 from dra_driver.explain.gates import FeatureGates
 
 API_VERSION = "resource.k8s.io/v1alpha3"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 
 if TYPE_CHECKING:  # migrate is imported only for files that hold workloads (~0.4 s)
     from dra_driver.migrate.workloads import Workload

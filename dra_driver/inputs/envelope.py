@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 from dra_driver.model.validation import is_dns_label, is_dns_subdomain, label_key_problem
 
 MAX_NAME_LENGTH = 253

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.errors import UsageError
+from dra_driver.common.errors import UsageError
 
 
 class InputError(UsageError):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from dra_driver import __version__
-from dra_driver.errors import UsageError
+from dra_driver.common.errors import UsageError
 
 # Sent with every request (the kubernetes client's and the start-up check's), so an operator can tell this
 # driver's traffic apart in the API server's audit log and metrics (the generated client's default is

@@ -30,7 +30,7 @@ import urllib3
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from dra_driver.errors import DraError
+from dra_driver.common.errors import DraError
 
 if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
     from kubernetes import client as k8s

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from dra_driver.errors import DraError
+from dra_driver.common.errors import DraError
 from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource
 
 GROUP = "resource.k8s.io"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 from dra_driver.migrate.catalog import ClassCatalog
 from dra_driver.migrate.report import Action, Location, Report
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
 from dra_driver.migrate.aliases import Unaliaser, show_path

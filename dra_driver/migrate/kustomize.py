@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from ruamel.yaml.comments import CommentedMap
 
-from dra_driver.errors import FieldError
+from dra_driver.common.errors import FieldError
 from dra_driver.migrate import stream as streams
 from dra_driver.migrate.claims import POD_CLAIM
 from dra_driver.migrate.edit import remove_key, to_ruamel

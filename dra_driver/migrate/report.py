@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from dra_driver.errors import FieldError, UsageError
+from dra_driver.common.errors import FieldError, UsageError
 
 
 class Action(str, Enum):

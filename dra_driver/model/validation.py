@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dra_driver.errors import FieldError, ValidationError
+from dra_driver.common.errors import FieldError, ValidationError
 from dra_driver.model import quantity
 from dra_driver.model.names import is_dns_label as is_dns_label  # re-exported: the name rules live in names
 from dra_driver.model.names import is_dns_subdomain as is_dns_subdomain

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.vendor import BackendSettings
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.interface import BackendSettings
 
 from dra_driver_amd.backend import AmdBackend
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import yaml
 
-from dra_driver import vocabulary
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.backend import vocabulary
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import render_pool, validate_slices
 from dra_driver.model.device import Version
 from dra_driver.model.validation import is_dns_label
-from dra_driver.sysfs_util import pci_device_dir
+from dra_driver.backend.sysfs import pci_device_dir
 
 from dra_driver_amd.attributes import driver_version, family, product_name
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.errors import ConfigError
+from dra_driver.common.errors import ConfigError
 
 
 def test_accepts_upstream_config(open_backend):

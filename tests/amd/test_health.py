@@ -6,7 +6,7 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from dra_driver.vendor import HealthEvent
+from dra_driver.backend.interface import HealthEvent
 
 from dra_driver_amd.backend import AmdBackend
 from dra_driver_amd.health import TAINT_KEY

@@ -10,9 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from dra_driver.errors import BackendUnavailable
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.vendor import BackendSettings
+from dra_driver.common.errors import BackendUnavailable
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.interface import BackendSettings
 
 from dra_driver_amd.backend import AmdBackend
 from dra_driver_amd.fake_amdsmi import AmdSmiLibraryException, FakeAmdSmi
@@ -149,7 +149,7 @@ def test_unreadable_gpu_is_skipped(open_backend):
 
 
 def test_profile_errors_name_the_field():
-    from dra_driver.errors import ProfileError
+    from dra_driver.common.errors import ProfileError
 
     section = dict(load_profile("mi210").sections["amd"])
     section["gpus"] = [dict(section["gpus"][0], bdf="0000:3:0.0")]
@@ -166,7 +166,7 @@ def test_profile_errors_name_the_field():
 
 
 def test_profile_rejects_overlapping_drm_minors_naming_the_field():
-    from dra_driver.errors import ProfileError
+    from dra_driver.common.errors import ProfileError
 
     section = dict(load_profile("mi300x").sections["amd"])
     # MI300X has up to 8 partitions (CPX), so render 128 and 129 overlap.

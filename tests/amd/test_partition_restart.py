@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 
 from dra_driver_amd.backend import AmdBackend
 from dra_driver_amd.fake_amdsmi import FakeAmdSmi

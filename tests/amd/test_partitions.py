@@ -110,7 +110,7 @@ def test_dynamic_on_a_gpu_without_modes_publishes_the_whole_gpu(open_backend):
 
 
 def test_rocm_before_6_4_1_partitions_sharing_the_primary_minors_still_get_unique_names(open_backend):
-    from dra_driver.hardware_profiles import load_profile
+    from dra_driver.backend.hardware_profiles import load_profile
 
     section = dict(load_profile("mi300x-cpx").sections["amd"])
     section["partitions_report_primary_minors"] = True  # every partition reports the primary's card/render
@@ -125,8 +125,8 @@ def test_rocm_before_6_4_1_partitions_sharing_the_primary_minors_still_get_uniqu
 
 
 def test_rocm_before_6_4_1_dynamic_prepare_gets_the_partitions_own_render_node(open_backend):
-    from dra_driver.hardware_profiles import load_profile
-    from dra_driver.vendor import AllocatedDevice, ClaimRef
+    from dra_driver.backend.hardware_profiles import load_profile
+    from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 
     section = dict(load_profile("mi300x").sections["amd"])
     section["partitions_report_primary_minors"] = True

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import DeviceError
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.vendor import AllocatedDevice, ClaimRef, DeviceNode
+from dra_driver.common.errors import DeviceError
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef, DeviceNode
 
 from dra_driver_amd.backend import AmdBackend
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from dra_driver.cli.main import main
-from dra_driver.memory_hint import memory_near_miss, near_miss
-from dra_driver.suggest import close_matches, did_you_mean
+from dra_driver.common.memory_hint import memory_near_miss, near_miss
+from dra_driver.common.suggest import close_matches, did_you_mean
 
 H100_BYTES = Decimal(81559 * 2**20)  # what an H100 80GB HBM3 reports (dgx-h100 profile)
 
@@ -108,7 +108,7 @@ def test_discover_table_writes_booleans_as_yaml_does_and_mig_mode_is_an_alias(ca
 
 
 def test_profiles_lists_every_shipped_profile_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
-    from dra_driver.hardware_profiles import available_profiles
+    from dra_driver.backend.hardware_profiles import available_profiles
 
     code, out, _ = outcome(capsys, ["profiles"])
     lines = out.splitlines()

@@ -41,7 +41,7 @@ def test_unknown_command_lists_the_real_ones(capsys: pytest.CaptureFixture[str])
 def test_one_command_does_not_import_the_others() -> None:
     code = (
         "import sys; from dra_driver.cli.main import main; main(['discover', '--profile', 'l4', '-o', 'json']);"
-        "print(sorted(m for m in ('grpc', 'ruamel.yaml', 'dra_driver.daemon') if m in sys.modules), file=sys.stderr)"
+        "print(sorted(m for m in ('grpc', 'ruamel.yaml', 'dra_driver.node.daemon') if m in sys.modules), file=sys.stderr)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stderr.strip().splitlines()[-1] == "[]"

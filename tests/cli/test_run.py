@@ -118,7 +118,7 @@ def test_an_unusable_kubeconfig_is_refused_before_any_socket(short_tmp: Path, ca
 
 def test_metrics_address_from_the_environment_and_the_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     from dra_driver.cli.run import METRICS_ENV
-    from dra_driver.metrics_http import BindAddress
+    from dra_driver.node.metrics_http import BindAddress
 
     assert not parse().metrics_bind_address.enabled  # off unless asked: a root daemon listens nowhere by default
     monkeypatch.setenv(METRICS_ENV, "127.0.0.1:9400")
@@ -148,7 +148,7 @@ def test_log_level_from_the_environment_and_v_wins(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(LOG_LEVEL_ENV, "loud")
     assert main(["ready", "--state-dir", "/nonexistent-dra-state"]) == 2
     assert f"${LOG_LEVEL_ENV}='loud' is not a log level; use one of warning, info, debug" in capsys.readouterr().err
-    from dra_driver.logs import configure_logging
+    from dra_driver.common.logs import configure_logging
 
     configure_logging(0)  # quiet again for the tests after this one
 
@@ -178,7 +178,7 @@ def test_run_says_what_it_serves_and_warns_without_a_kubelet(short_tmp: Path) ->
 
 def test_a_second_instance_on_the_state_dir_is_refused_in_one_line(short_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Another instance holds the NVIDIA driver's state: run exits 1 with one line naming it and the fix."""
-    from dra_driver.plugin.instance_lock import InstanceLock
+    from dra_driver.node.plugin.instance_lock import InstanceLock
 
     held = InstanceLock.acquire(short_tmp / "state" / "gpu.nvidia.com", None)
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube.sim_apiserver import SimApiServer
 
 DRIVERS = 3  # gpu.nvidia.com, gpu.amd.com and gaudi.intel.com: each simulated backend makes a scratch dir

@@ -26,14 +26,14 @@ from typing import Any
 
 import pytest
 
-from dra_driver.daemon import Daemon
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.node.daemon import Daemon
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.driver import PluginSettings
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.registry import open_backends
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.backend.registry import open_backends
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 ETC_CDI = Path("/etc/cdi")
 NODE = "node-a"

@@ -26,9 +26,9 @@ from .conftest import NODE, Podman
 
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import ClaimRef
 
 pytestmark = pytest.mark.container_runtime
 

@@ -290,7 +290,7 @@ def test_surge_pod_can_start_beside_the_old_one_and_is_ready_only_when_registere
 def test_config_map_knobs_are_what_the_cli_reads(overlay: str) -> None:
     from dra_driver.cli.main import LOG_LEVEL_ENV, env_verbosity
     from dra_driver.cli.run import METRICS_ENV
-    from dra_driver.metrics_http import BindAddress
+    from dra_driver.node.metrics_http import BindAddress
 
     objs = render(overlay)
     plugin = container(objs)
@@ -310,7 +310,7 @@ def test_simulated_overlay_chooses_the_profile_in_one_place_and_keeps_its_root_o
     add_daemon_arguments(parser)
     args = parser.parse_args(plugin["args"][1:])
     assert args.profile == "$(DRA_DRIVER_PROFILE)" and "DRA_DRIVER_PROFILE" in config_map_keys(objs)
-    from dra_driver.hardware_profiles import load_profile
+    from dra_driver.backend.hardware_profiles import load_profile
 
     (config,) = [o for o in by_kind(objs, "ConfigMap") if "DRA_DRIVER_PROFILE" in o.get("data", {})]
     assert load_profile(config["data"]["DRA_DRIVER_PROFILE"]).sections  # a profile that exists

@@ -10,11 +10,11 @@ import yaml
 
 from dra_driver.cel import CelDevice, cel_device
 from dra_driver.cel.classes import DeviceClass, load_device_classes, parse_device_class, shipped_classes_dir
-from dra_driver.errors import ValidationError
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.common.errors import ValidationError
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import render_pool
-from dra_driver.registry import open_backends
-from dra_driver.vendor import BackendSettings
+from dra_driver.backend.registry import open_backends
+from dra_driver.backend.interface import BackendSettings
 
 PROFILE_VENDOR = {
     "dgx-h100": "nvidia", "dgx-a100-mig": "nvidia", "h200": "nvidia", "l4": "nvidia", "t4": "nvidia",

@@ -158,7 +158,7 @@ def test_output_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_the_loaded_fleet_is_frozen_during_the_command_and_unfrozen_after(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 
-    from dra_driver import fleet as fleets
+    from dra_driver.sources import fleet as fleets
 
     seen: list[int] = []
     check = fleets.check_slices

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dra_driver.cli.main import main
-from dra_driver.registry import backend_classes
+from dra_driver.backend.registry import backend_classes
 
 NV = b.NV
 needs_nvidia = pytest.mark.skipif("nvidia" not in backend_classes(), reason="NVIDIA backend not installed")

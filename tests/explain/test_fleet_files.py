@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver import fleet as fleets
+from dra_driver.sources import fleet as fleets
 from dra_driver.inputs import InputError
 
 SLICE = {

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.hardware_profiles import load_profile_file
-from dra_driver.vendor import BackendSettings
+from dra_driver.backend.hardware_profiles import load_profile_file
+from dra_driver.backend.interface import BackendSettings
 from dra_driver_gaudi.backend import PROFILE_DIR, GaudiBackend
 from dra_driver_gaudi.fake_sysfs import FakeSysfs, build_fake_sysfs
 

@@ -6,7 +6,7 @@ from dra_driver.model.device import Version
 from dra_driver.model.quantity import parse
 from dra_driver.model.render import render_pool
 from dra_driver.model.validation import is_dns_label, validate_slices
-from dra_driver.vocabulary import (
+from dra_driver.backend.vocabulary import (
     FAMILY,
     INTERCONNECT,
     INTERCONNECT_DOMAIN,
@@ -102,7 +102,7 @@ def test_no_pcie_root_when_the_path_has_none(host_tree):
     target = link.resolve()
     link.unlink()
     target.rename(link)
-    from dra_driver.vendor import BackendSettings
+    from dra_driver.backend.interface import BackendSettings
     from dra_driver_gaudi.backend import GaudiBackend
 
     backend = GaudiBackend.from_host(BackendSettings(sysfs_root=tree.root))

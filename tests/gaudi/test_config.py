@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.errors import ConfigError
+from dra_driver.common.errors import ConfigError
 from dra_driver_gaudi.config import API_VERSION, KIND, GaudiConfig
 
 

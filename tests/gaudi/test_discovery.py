@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import BackendUnavailable, ProfileError
-from dra_driver.vendor import BackendSettings
+from dra_driver.common.errors import BackendUnavailable, ProfileError
+from dra_driver.backend.interface import BackendSettings
 from dra_driver_gaudi.backend import GaudiBackend
 from dra_driver_gaudi.discovery import discover_devices
 
@@ -158,8 +158,8 @@ def test_close_removes_the_simulated_tree(open_profile):
 
 
 def test_registry_finds_the_backend_and_its_profiles():
-    from dra_driver.hardware_profiles import load_profile
-    from dra_driver.registry import backend_classes, open_backends
+    from dra_driver.backend.hardware_profiles import load_profile
+    from dra_driver.backend.registry import backend_classes, open_backends
 
     assert backend_classes()["gaudi"] is GaudiBackend
     opened = open_backends(BackendSettings(node_name=NODE), load_profile("gaudi3-hls"), ["gaudi"])

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import DeviceError
-from dra_driver.vendor import AllocatedDevice, ClaimRef, DeviceNode, Hook, Mount
+from dra_driver.common.errors import DeviceError
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef, DeviceNode, Hook, Mount
 
 CLAIM = ClaimRef(namespace="default", name="train", uid="4d1c6e0a-7a0e-4a43-9b0e-3b8c5a1f0c11")
 

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from dra_driver import hardware_profiles, registry
-from dra_driver.errors import BackendUnavailable, ProfileError
+from dra_driver.backend import hardware_profiles
+
+from dra_driver.backend import registry
+from dra_driver.common.errors import BackendUnavailable, ProfileError
 from dra_driver.model import Inventory
-from dra_driver.vendor import BackendSettings, VendorBackend
+from dra_driver.backend.interface import BackendSettings, VendorBackend
 
 
 class _Backend(VendorBackend):
@@ -120,7 +122,7 @@ def test_only_the_named_vendors_are_imported(monkeypatch: pytest.MonkeyPatch) ->
 def test_a_shipped_profile_by_name_imports_only_its_vendor() -> None:
     code = (
         "import sys\n"
-        "from dra_driver.hardware_profiles import load_profile\n"
+        "from dra_driver.backend.hardware_profiles import load_profile\n"
         "profile = load_profile('gaudi3-hls')\n"
         "print(sorted(profile.sections), sorted(m for m in sys.modules if m.endswith('.backend') and m.startswith('dra_driver_')))\n"
     )

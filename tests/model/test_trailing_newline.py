@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.authoring.intent import Problems, parse_want
+from dra_driver.template.intent import Problems, parse_want
 from dra_driver.inputs.envelope import envelope_errors
 from dra_driver_nvidia import driver_files
 

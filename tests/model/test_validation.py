@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.errors import ValidationError
+from dra_driver.common.errors import ValidationError
 from dra_driver.model import Inventory, render_pool, validate_slices
 from dra_driver.model.validation import is_semver, qualified_name_problem, slice_errors
 from tests.model.conftest import make_device

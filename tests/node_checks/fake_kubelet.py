@@ -17,15 +17,15 @@ import grpc
 from dra_driver.api.podresources.v1 import api_pb2 as pr_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.api.podresources.v1 import api_pb2_grpc as pr_grpc
-from dra_driver.daemon import Daemon
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.node.daemon import Daemon
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.node_checks.same_name import ConflictBoard
-from dra_driver.plugin.driver import PluginSettings
-from dra_driver.plugin.registration import RegistrationServicer
-from dra_driver.plugin.sockets import UnixServer
-from dra_driver.publisher.daemon_adapter import publisher_factory
-from dra_driver.vendor import BackendSettings
+from dra_driver.node.checks.same_name import ConflictBoard
+from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.plugin.registration import RegistrationServicer
+from dra_driver.node.plugin.sockets import UnixServer
+from dra_driver.node.publisher.daemon_adapter import publisher_factory
+from dra_driver.backend.interface import BackendSettings
 
 
 @contextmanager

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 from tests.node_checks.fake_kubelet import PodResourcesState, node_settings, pod_resources_server
 
-from dra_driver.daemon import Daemon
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.node.daemon import Daemon
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.node_checks.coexistence import WITHHELD_ANNOTATION, CoexistenceSettings, DevicePluginGuard
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.publisher.daemon_adapter import publisher_factory
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.checks.coexistence import WITHHELD_ANNOTATION, CoexistenceSettings, DevicePluginGuard
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.publisher.daemon_adapter import publisher_factory
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 from tests.publisher.conftest import eventually
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, pod_resources_server, write_checkpoint
 
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.metrics import Metrics
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.node.metrics import Metrics
 from dra_driver.model.device import Inventory
-from dra_driver.node_checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer, normalize_id, withheld_devices
-from dra_driver.node_checks.device_plugins import scan, vendor_of_resource
-from dra_driver.node_checks.pod_resources import PodResourcesUnavailable, read_pod_resources
-from dra_driver.vendor import BackendSettings
+from dra_driver.node.checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer, normalize_id, withheld_devices
+from dra_driver.node.checks.device_plugins import scan, vendor_of_resource
+from dra_driver.node.checks.pod_resources import PodResourcesUnavailable, read_pod_resources
+from dra_driver.backend.interface import BackendSettings
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 

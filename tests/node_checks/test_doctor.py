@@ -11,8 +11,8 @@ from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, nvidi
 
 from dra_driver.cli.main import main
 from dra_driver.kube import sim_apiserver
-from dra_driver.node_checks import runtime_config
-from dra_driver.plugin.instance_lock import InstanceLock
+from dra_driver.node.checks import runtime_config
+from dra_driver.node.plugin.instance_lock import InstanceLock
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"

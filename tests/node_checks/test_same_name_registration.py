@@ -9,8 +9,8 @@ from tests.node_checks.fake_kubelet import nvidia_daemon, other_driver
 
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.backend.interface import ClaimRef
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"

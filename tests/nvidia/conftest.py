@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.vendor import BackendSettings
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.interface import BackendSettings
 from dra_driver_nvidia import fake_nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.errors import ConfigError
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.common.errors import ConfigError
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia.config import GpuConfig, MigDeviceConfig, validate_config
 
 from .conftest import OpenBackend

@@ -15,9 +15,9 @@ from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
 from dra_driver.model.render import render_pool
 from dra_driver.model.validation import slice_errors
-from dra_driver.publisher import SlicePublisher
-from dra_driver.publisher.publisher import PublisherOptions
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.node.publisher import SlicePublisher
+from dra_driver.node.publisher.publisher import PublisherOptions
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend
 
 from .conftest import OpenBackend
@@ -122,7 +122,7 @@ def test_a_share_with_an_explicit_lower_mps_limit_keeps_the_lower_one(shared: Nv
 
 
 def test_a_bad_consumed_amount_fails_the_claim_alone(shared: NvidiaBackend) -> None:
-    from dra_driver.errors import DraError
+    from dra_driver.common.errors import DraError
 
     with pytest.raises(DraError, match="consumedCapacity memory 'lots' is not a quantity"):
         shared.prepare(ClaimRef("ml", "a", "uid-a"), _share("gpu-0", "a1b2c3d4", "lots"))
@@ -149,9 +149,9 @@ def test_publisher_falls_back_to_one_claim_per_gpu_when_the_server_drops_the_fie
 
 
 def test_fleet_shows_shared_gpus_with_what_is_left(shared: NvidiaBackend, capsys: pytest.CaptureFixture[str]) -> None:
-    from dra_driver.fleet import Fleet
-    from dra_driver.usage import Filters, build_view
-    from dra_driver.usage.render import to_data, to_table
+    from dra_driver.sources.fleet import Fleet
+    from dra_driver.fleet import Filters, build_view
+    from dra_driver.fleet.render import to_data, to_table
 
     def held(name: str, device: str, amount: str) -> dict[str, Any]:
         result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-a", "device": device, "shareID": f"{name}0000000",

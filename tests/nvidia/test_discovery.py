@@ -6,12 +6,12 @@ import copy
 
 import pytest
 
-from dra_driver.errors import BackendUnavailable, ProfileError
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.common.errors import BackendUnavailable, ProfileError
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import Version, render_pool, validate_slices
-from dra_driver.registry import open_backends
-from dra_driver.vendor import BackendSettings
-from dra_driver.vocabulary import FAMILY, INTERCONNECT, INTERCONNECT_DOMAIN, INTERCONNECT_LINKS, PARTITION, PCI_BUS_ID, PCIE_ROOT, VENDOR
+from dra_driver.backend.registry import open_backends
+from dra_driver.backend.interface import BackendSettings
+from dra_driver.backend.vocabulary import FAMILY, INTERCONNECT, INTERCONNECT_DOMAIN, INTERCONNECT_LINKS, PARTITION, PCI_BUS_ID, PCIE_ROOT, VENDOR
 from dra_driver_nvidia import fake_nvml
 from dra_driver_nvidia.attributes import semver
 from dra_driver_nvidia.backend import NvidiaBackend

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import driver_files, fake_driver_root, ldcache
 from dra_driver_nvidia.config import validate_config
 

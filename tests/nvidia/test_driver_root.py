@@ -8,9 +8,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from dra_driver.errors import BackendUnavailable
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, Mount
+from dra_driver.common.errors import BackendUnavailable
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef, Mount
 from dra_driver_nvidia import fake_driver_root, fake_nvml, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.profile import parse_section

@@ -11,9 +11,9 @@ import ctypes
 import pynvml
 import pytest
 
-from dra_driver.errors import DeviceError
+from dra_driver.common.errors import DeviceError
 from dra_driver.model import render_pool, validate_slices
-from dra_driver.vendor import ClaimRef
+from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend
 
 from .conftest import OpenBackend, profile_section

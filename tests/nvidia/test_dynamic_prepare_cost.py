@@ -15,9 +15,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from dra_driver import atomic_file
-from dra_driver.errors import DeviceError
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.common import atomic_file
+from dra_driver.common.errors import DeviceError
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.ownership import SUBDIR, OwnedInstance, OwnershipJournal

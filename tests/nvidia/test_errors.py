@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from dra_driver.errors import ProfileError
+from dra_driver.common.errors import ProfileError
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.nvml import NvmlError
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dra_driver.vendor import AllocatedDevice, ClaimRef, HealthEvent
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef, HealthEvent
 from dra_driver_nvidia.health import ignored_xids
 
 from .conftest import OpenBackend

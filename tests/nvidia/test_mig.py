@@ -9,7 +9,7 @@ import pytest
 
 from dra_driver.model import render_pool, validate_slices
 from dra_driver.model import quantity
-from dra_driver.vocabulary import INTERCONNECT, PARTITION
+from dra_driver.backend.vocabulary import INTERCONNECT, PARTITION
 
 from .conftest import OpenBackend, profile_section
 

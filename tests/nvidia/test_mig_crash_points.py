@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver import atomic_file
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.common import atomic_file
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.fake_nvml import FakeNvmlLibrary

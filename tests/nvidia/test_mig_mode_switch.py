@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import DeviceError
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.common.errors import DeviceError
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import nvml
 
 from .conftest import OpenBackend

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import cdi
-from dra_driver.checkpoint import Checkpoint
+from dra_driver.node import cdi
+from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.prepare import PrepareService
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.prepare import PrepareService
+from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.ownership import SUBDIR
 

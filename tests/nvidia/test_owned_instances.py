@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli.run import add_daemon_arguments
-from dra_driver.errors import DeviceError
-from dra_driver.vendor import AllocatedDevice, ClaimRef
+from dra_driver.common.errors import DeviceError
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.fake_nvml import FakeNvmlLibrary

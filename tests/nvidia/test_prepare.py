@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import DeviceError
-from dra_driver.vendor import AllocatedDevice, ClaimRef, DeviceNode, PreparedClaim
+from dra_driver.common.errors import DeviceError
+from dra_driver.backend.interface import AllocatedDevice, ClaimRef, DeviceNode, PreparedClaim
 from dra_driver_nvidia.edits import MigMinors
 
 from .conftest import OpenBackend, profile_section

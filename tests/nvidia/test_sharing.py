@@ -13,8 +13,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from dra_driver.errors import DraError
-from dra_driver.vendor import ClaimRef
+from dra_driver.common.errors import DraError
+from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.backend import SHARING_KEY, NvidiaBackend
 from dra_driver_nvidia.sharing_records import SharingRecords

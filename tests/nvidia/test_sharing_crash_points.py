@@ -21,8 +21,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from dra_driver import atomic_file
-from dra_driver.vendor import ClaimRef
+from dra_driver.common import atomic_file
+from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia.backend import SHARING_KEY, NvidiaBackend
 from dra_driver_nvidia.sharing_records import SharingRecords
 

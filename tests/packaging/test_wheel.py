@@ -36,7 +36,7 @@ def test_vendor_packages_are_namespaced(wheel_names: set[str]) -> None:
         "dra_driver_nvidia/profiles/dgx-h100.yaml",
         "dra_driver_amd/profiles/mi300x.yaml",
         "dra_driver_gaudi/profiles/gaudi3-hls.yaml",
-        "dra_driver/profiles/mixed-node.yaml",
+        "dra_driver/backend/profiles/mixed-node.yaml",
         "dra_driver_deviceclasses/gpu.nvidia.com.yaml",
         "dra_driver/api/dra/v1/api_pb2_grpc.py",
         "dra_driver/api/pluginregistration/v1/api_pb2.py",

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.prepare import HOLD_ENV, HOLD_POINTS
-from dra_driver.plugin.sockets import PluginPaths
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.prepare import HOLD_ENV, HOLD_POINTS
+from dra_driver.node.plugin.sockets import PluginPaths
 
 DAEMON = Path(__file__).parent / "example_daemon.py"
 

@@ -15,9 +15,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from dra_driver.errors import ConfigError, DeviceError
+from dra_driver.common.errors import ConfigError, DeviceError
 from dra_driver.model.device import Device, Inventory
-from dra_driver.vendor import (
+from dra_driver.backend.interface import (
     AllocatedDevice,
     BackendSettings,
     ClaimRef,

@@ -13,11 +13,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from example_backend import ExampleBackend  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from dra_driver.daemon import Daemon  # noqa: E402
+from dra_driver.node.daemon import Daemon  # noqa: E402
 from dra_driver.kube.claims import ClaimReader  # noqa: E402
-from dra_driver.logs import configure_logging  # noqa: E402
-from dra_driver.plugin.driver import PluginSettings  # noqa: E402
-from dra_driver.vendor import BackendSettings  # noqa: E402
+from dra_driver.common.logs import configure_logging  # noqa: E402
+from dra_driver.node.plugin.driver import PluginSettings  # noqa: E402
+from dra_driver.backend.interface import BackendSettings  # noqa: E402
 
 
 def main() -> int:

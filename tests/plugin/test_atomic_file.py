@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import atomic_file, cdi
+from dra_driver.common import atomic_file
+
+from dra_driver.node import cdi
 
 UID = "0b4f3c2e-5d6a-4b7c-8d9e-0f1a2b3c4d5e"
 

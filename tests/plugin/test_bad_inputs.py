@@ -7,7 +7,7 @@ import pytest
 from conftest import Node
 from example_backend import DRIVER
 
-from dra_driver.vendor import ClaimRef
+from dra_driver.backend.interface import ClaimRef
 
 
 def _put_claim(node: Node, name: str, status: dict, namespace: str = "default") -> ClaimRef:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dra_driver import cdi
-from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
-from dra_driver.vendor import ContainerEdits, DeviceNode, Mount
+from dra_driver.node import cdi
+from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.backend.interface import ContainerEdits, DeviceNode, Mount
 
 
 def spec_for(name: str, edits: ContainerEdits, claim_edits: ContainerEdits | None = None) -> dict:

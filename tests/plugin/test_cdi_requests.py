@@ -8,8 +8,8 @@ import pytest
 from conftest import Node
 from example_backend import DRIVER
 
-from dra_driver import cdi
-from dra_driver.vendor import ClaimRef, ContainerEdits
+from dra_driver.node import cdi
+from dra_driver.backend.interface import ClaimRef, ContainerEdits
 
 
 def resolve_env(spec: dict, cdi_ids: list[str]) -> dict[str, str]:

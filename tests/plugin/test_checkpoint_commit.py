@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import atomic_file
-from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.common import atomic_file
+from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 
 
 def record(uid: str, phase=PREPARE_STARTED, devices: int = 1) -> ClaimRecord:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 
 
 def record(uid: str, phase: str = PREPARE_COMPLETED) -> ClaimRecord:

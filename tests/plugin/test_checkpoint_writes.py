@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver.checkpoint import Checkpoint
+from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.kube.claims import ResourceClaim, allocated_claim_object
-from dra_driver.plugin.prepare import PrepareService
-from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, PreparedClaim
+from dra_driver.node.plugin.prepare import PrepareService
+from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef, PreparedClaim
 
 
 class Claims:

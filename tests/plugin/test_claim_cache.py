@@ -14,11 +14,11 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claim_cache import CachedClaimReader, ClaimCache
 from dra_driver.kube.claims import ClaimLookupError, ClaimReader, allocated_claim_object
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 def eventually(check: Callable[[], bool], timeout: float = 10.0, message: str = "condition") -> None:

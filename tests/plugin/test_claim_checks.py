@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra_driver import cdi
+from dra_driver.node import cdi
 from dra_driver.kube.claims import AllocationResult
 from dra_driver.model import names
-from dra_driver.plugin.claim_checks import (
+from dra_driver.node.plugin.claim_checks import (
     MAX_ERROR_BYTES,
     MIN_ERROR_BYTES,
     ClaimError,
@@ -22,8 +22,8 @@ from dra_driver.plugin.claim_checks import (
     error_limit,
     our_results,
 )
-from dra_driver.plugin.locks import ClaimFileLocks
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.locks import ClaimFileLocks
+from dra_driver.backend.interface import ClaimRef
 
 DRIVER = "gpu.example.com"
 UID = "4d1c6e0a-7a0e-4a43-9b0e-3b8c5a1f0c11"

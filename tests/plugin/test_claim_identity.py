@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from example_backend import DRIVER
 
-from dra_driver.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.backend.interface import ClaimRef
 
 VERSIONS = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
 

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from conftest import Node
 from example_backend import DRIVER
 
-from dra_driver import checkpoint as checkpoint_module
+from dra_driver.node import checkpoint as checkpoint_module
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.vendor import ClaimRef
+from dra_driver.backend.interface import ClaimRef
 
 
 def test_same_claim_concurrently_prepares_once(node: Node):
@@ -72,7 +72,7 @@ def test_admin_access_may_share_a_device(node: Node):
             "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-3", "adminAccess": True}]}}},
         }
     )
-    from dra_driver.vendor import ClaimRef
+    from dra_driver.backend.interface import ClaimRef
 
     monitor = ClaimRef("ops", "monitor", stored["metadata"]["uid"])
     assert conn.prepare([owner]).claims[owner.uid].error == ""

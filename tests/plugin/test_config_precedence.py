@@ -5,8 +5,8 @@ from __future__ import annotations
 from example_backend import DRIVER, ExampleBackend, ExampleConfig
 
 from dra_driver.kube.claims import AllocationConfig, AllocationResult
-from dra_driver.plugin.config import resolve_configs
-from dra_driver.vendor import BackendSettings
+from dra_driver.node.plugin.config import resolve_configs
+from dra_driver.backend.interface import BackendSettings
 
 
 def entry(source: str, requests: list[str], mode: str, driver: str = DRIVER) -> AllocationConfig:

@@ -17,10 +17,10 @@ from crash_support import registers
 from example_backend import DRIVER, journal
 
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.prepare import HOLD_ENV
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.prepare import HOLD_ENV
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import ClaimRef
 
 DAEMON = Path(__file__).parent / "example_daemon.py"
 

@@ -25,11 +25,11 @@ import pytest
 from crash_support import hold_at, record_of, registers, start_daemon, wait_for
 from example_backend import DRIVER, journal
 
-from dra_driver import cdi
+from dra_driver.node import cdi
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import ClaimRef
 
 # claim name -> where its operation is when the daemon is killed
 PREPARE_POINTS = {"at-started": "after-started", "at-backend": "after-backend", "at-cdi": "after-cdi", "at-completed": "after-completed"}
@@ -154,11 +154,11 @@ def test_dra_socket_serves_before_registration_socket_appears(short_tmp: Path, a
     from conftest import make_settings
     from example_backend import ExampleBackend
 
-    import dra_driver.plugin.driver as driver_module
+    import dra_driver.node.plugin.driver as driver_module
     from dra_driver.api.dra.v1 import api_pb2, api_pb2_grpc
-    from dra_driver.daemon import Daemon
+    from dra_driver.node.daemon import Daemon
     from dra_driver.kube.claims import ClaimReader
-    from dra_driver.vendor import BackendSettings
+    from dra_driver.backend.interface import BackendSettings
 
     settings = make_settings(short_tmp)
     paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
@@ -206,11 +206,11 @@ def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path,
     persistence of instances. A crash between backend.prepare and the state write is covered by the
     NVIDIA backend's own ownership records (tests/nvidia/test_owned_instances.py).
     """
-    from dra_driver.checkpoint import Checkpoint
-    from dra_driver.hardware_profiles import load_profile
+    from dra_driver.node.checkpoint import Checkpoint
+    from dra_driver.backend.hardware_profiles import load_profile
     from dra_driver.kube.claims import ClaimReader
-    from dra_driver.plugin.prepare import HOLD_ENV, PrepareService
-    from dra_driver.vendor import BackendSettings
+    from dra_driver.node.plugin.prepare import HOLD_ENV, PrepareService
+    from dra_driver.backend.interface import BackendSettings
 
     nvidia = pytest.importorskip("dra_driver_nvidia.backend")
     driver = "gpu.nvidia.com"

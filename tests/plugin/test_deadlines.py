@@ -12,7 +12,7 @@ from example_backend import DRIVER
 
 from dra_driver.kube.claims import ClaimLookupError, ClaimReader
 from dra_driver.kube.sim_apiserver import SimApiServer
-from dra_driver.plugin.servicers import ANSWER_MARGIN_S, answer_deadline
+from dra_driver.node.plugin.servicers import ANSWER_MARGIN_S, answer_deadline
 
 SHORT_DEADLINE_S = 2.0  # the test's stand-in for the kubelet's 45 s
 SLOW_S = 4.0  # the API server's delay: longer than the deadline

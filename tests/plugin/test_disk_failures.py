@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from example_backend import DRIVER
 
-from dra_driver.checkpoint import Checkpoint
+from dra_driver.node.checkpoint import Checkpoint
 
 HOW = ["patched", "mounted"]
 

@@ -20,9 +20,9 @@ from crash_support import wait_for
 
 from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.kube.sim_apiserver import SimApiServer
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import ClaimRef
 
 pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"

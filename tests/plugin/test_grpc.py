@@ -15,11 +15,11 @@ from example_backend import DRIVER, ExampleBackend
 from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, ClaimRef, HealthEvent
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef, HealthEvent
 
 
 def test_get_info_and_socket_layout(node: Node):

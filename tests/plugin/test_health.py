@@ -12,13 +12,13 @@ from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health_pb2
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.plugin.health import RESEND_INTERVAL_S, HealthHub, HealthServicer, health_timeout_seconds
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, HealthEvent
+from dra_driver.node.plugin.health import RESEND_INTERVAL_S, HealthHub, HealthServicer, health_timeout_seconds
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, HealthEvent
 
 
 class ScriptedHealthBackend(ExampleBackend):
@@ -55,7 +55,7 @@ def test_dead_health_source_turns_every_device_unknown_and_warns_once(short_tmp,
         stream = conn.watch_health()
         first = next(stream)
         assert {d.health for d in first.devices} == {health_pb2.HEALTHY}
-        with caplog.at_level(logging.WARNING, logger="dra_driver.plugin.driver"):
+        with caplog.at_level(logging.WARNING, logger="dra_driver.node.plugin.driver"):
             backend.go.set()
             seen = [next(stream)]
             for _ in range(3):  # the UNHEALTHY event may or may not get its own message first

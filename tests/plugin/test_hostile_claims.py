@@ -8,9 +8,9 @@ import pytest
 from conftest import Node
 from example_backend import DRIVER
 
-from dra_driver.plugin.claim_checks import MAX_ERROR_BYTES
-from dra_driver.plugin.prepare import PrepareService
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.claim_checks import MAX_ERROR_BYTES
+from dra_driver.node.plugin.prepare import PrepareService
+from dra_driver.backend.interface import ClaimRef
 
 SHARE = "4f1c2d3e-0000-4000-8000-000000000001"
 

@@ -19,16 +19,16 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
-from dra_driver.daemon import Daemon
+from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin import instance_lock
-from dra_driver.plugin.driver import PluginSettings
-from dra_driver.plugin.instance_lock import InstanceLock, InstanceLockError
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.prepare import HOLD_ENV
-from dra_driver.plugin.sockets import MAX_SOCKET_PATH, PluginPaths, SocketError, UnixServer
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.plugin import instance_lock
+from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.plugin.instance_lock import InstanceLock, InstanceLockError
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.prepare import HOLD_ENV
+from dra_driver.node.plugin.sockets import MAX_SOCKET_PATH, PluginPaths, SocketError, UnixServer
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ def test_the_refusal_is_one_line_from_run(short_tmp, apiserver, daemons):
 HOLDER = """
 import sys, time
 from pathlib import Path
-from dra_driver.plugin.instance_lock import InstanceLock
+from dra_driver.node.plugin.instance_lock import InstanceLock
 InstanceLock.acquire(Path(sys.argv[1]), sys.argv[2] or None)
 print("held", flush=True)
 time.sleep(60)

@@ -10,10 +10,10 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from dra_driver import cdi
-from dra_driver.checkpoint import PREPARE_COMPLETED, CheckpointDevice, ClaimRecord
-from dra_driver.plugin.recovery import claim_file_data
-from dra_driver.vendor import ClaimRef, ContainerEdits
+from dra_driver.node import cdi
+from dra_driver.node.checkpoint import PREPARE_COMPLETED, CheckpointDevice, ClaimRecord
+from dra_driver.node.plugin.recovery import claim_file_data
+from dra_driver.backend.interface import ClaimRef, ContainerEdits
 
 BENCH = Path(__file__).parents[2] / "bench" / "bench_kill_loop.py"
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.plugin.lease import LeasedPublisher
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.publisher.daemon_adapter import publisher_factory
-from dra_driver.vendor import BackendSettings, HealthEvent
+from dra_driver.node.plugin.lease import LeasedPublisher
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.node.publisher.daemon_adapter import publisher_factory
+from dra_driver.backend.interface import BackendSettings, HealthEvent
 
 
 def wait_for(predicate, timeout: float = 30.0) -> None:

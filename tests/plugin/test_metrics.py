@@ -10,13 +10,13 @@ from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver import metrics_http
-from dra_driver.metrics_http import BindAddress
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node import metrics_http
+from dra_driver.node.metrics_http import BindAddress
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 def free_port() -> int:
@@ -150,7 +150,7 @@ def test_deferred_metrics_keep_what_was_counted_before_load() -> None:
     """The daemon counts requests before prometheus_client is loaded (its sockets serve first); nothing is lost."""
     from prometheus_client import generate_latest
 
-    from dra_driver.metrics import Metrics
+    from dra_driver.node.metrics import Metrics
 
     metrics = Metrics(load=False)
     assert metrics.registry is None
@@ -160,7 +160,7 @@ def test_deferred_metrics_keep_what_was_counted_before_load() -> None:
     metrics.claims.labels(DRIVER, "prepare", "ok").inc(2)
     metrics.prepared_devices.labels(DRIVER).set(5)
     early = metrics.errors.labels(DRIVER, "prepare")  # a child taken before load, used after it
-    from dra_driver.metrics import HeldClaim
+    from dra_driver.node.metrics import HeldClaim
 
     metrics.holders.note_pods(DRIVER, "uid-1", ["pod-a"])
     metrics.holders.update(DRIVER, "uid-1", HeldClaim("uid-1", "default", "c1", [("node-a", "gpu-0")]))
@@ -183,7 +183,7 @@ def test_deferred_metrics_keep_what_was_counted_before_load() -> None:
 
 def test_every_family_counted_before_load_is_replayed_after_it():
     """Deferred loading (the daemon loads prometheus_client after its sockets serve) must cover every family."""
-    from dra_driver.metrics import HeldClaim, Metrics
+    from dra_driver.node.metrics import HeldClaim, Metrics
 
     metrics = Metrics(load=False)
     metrics.state_damage.labels(DRIVER, "record").inc()

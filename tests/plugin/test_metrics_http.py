@@ -1,4 +1,4 @@
-"""The metrics endpoint's bounds (dra_driver/metrics_http.py): idle connections cost no thread, are capped and
+"""The metrics endpoint's bounds (dra_driver/node/metrics_http.py): idle connections cost no thread, are capped and
 closed, and neither they nor the endpoint's failures reach prepare."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.metrics_http import DEFAULT_MAX_CONNECTIONS, BindAddress, HttpEndpoint, Response
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.metrics_http import DEFAULT_MAX_CONNECTIONS, BindAddress, HttpEndpoint, Response
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 IDLE = 1000
 

@@ -10,11 +10,11 @@ import re
 import pytest
 from conftest import make_settings
 
-from dra_driver.daemon import Daemon
-from dra_driver.hardware_profiles import load_profile
+from dra_driver.node.daemon import Daemon
+from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 

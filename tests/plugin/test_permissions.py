@@ -22,11 +22,13 @@ import pytest
 from example_backend import DRIVER
 from tests.unprivileged import as_nobody
 
-from dra_driver import cdi, file_modes
+from dra_driver.node import cdi
+
+from dra_driver.node import file_modes
 from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import ClaimRef
 
 DAEMON = Path(__file__).parent / "example_daemon.py"
 

@@ -1,4 +1,4 @@
-"""Readiness (dra_driver/readiness.py): registered with the kubelet, DRA service answering, slices published;
+"""Readiness (dra_driver/node/readiness.py): registered with the kubelet, DRA service answering, slices published;
 and two daemons on one node during a rolling update (what the DaemonSet's readinessProbe relies on)."""
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver import metrics_http
+from dra_driver.node import metrics_http
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.cli.main import main
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
 from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import SimApiServer
-from dra_driver.metrics_http import BindAddress
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.publisher import PublisherOptions
-from dra_driver.publisher.daemon_adapter import publisher_factory
-from dra_driver.readiness import ReadinessMonitor, ReadinessReport, read_status, status_path
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.metrics_http import BindAddress
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.node.publisher import PublisherOptions
+from dra_driver.node.publisher.daemon_adapter import publisher_factory
+from dra_driver.node.readiness import ReadinessMonitor, ReadinessReport, read_status, status_path
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 FAST = PublisherOptions(backoff_initial=0.05, backoff_cap=0.2, debounce=0.01, watch_timeout=30)
 
@@ -210,8 +210,8 @@ def test_not_ready_while_start_up_recovery_runs_or_after_it_failed(tmp_path: Pat
     """A driver whose DRA socket answers but whose claim calls would wait for (or be refused after) recovery is not ready."""
     from types import SimpleNamespace
 
-    from dra_driver.plugin.recovery import RecoveryGate
-    from dra_driver.readiness import driver_problems
+    from dra_driver.node.plugin.recovery import RecoveryGate
+    from dra_driver.node.readiness import driver_problems
 
     gate = RecoveryGate()
     service = SimpleNamespace(recovery_problem=gate.problem)

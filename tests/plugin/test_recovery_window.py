@@ -21,13 +21,13 @@ from crash_support import hold_at, registers, start_daemon, wait_for
 
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver import cdi
-from dra_driver.checkpoint import Checkpoint
+from dra_driver.node import cdi
+from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.prepare import RECOVERY_HOLD, PrepareService
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.prepare import RECOVERY_HOLD, PrepareService
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 @pytest.fixture

@@ -11,14 +11,14 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver import checkpoint as checkpoint_module
-from dra_driver.checkpoint import Checkpoint, ClaimRecord, CheckpointDevice, PREPARE_STARTED
-from dra_driver.daemon import Daemon
+from dra_driver.node import checkpoint as checkpoint_module
+from dra_driver.node.checkpoint import Checkpoint, ClaimRecord, CheckpointDevice, PREPARE_STARTED
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.prepare import HOLD_ENV
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.prepare import HOLD_ENV
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 class Instance:

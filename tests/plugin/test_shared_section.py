@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from dra_driver.plugin.locks import SharedSection
+from dra_driver.node.plugin.locks import SharedSection
 
 
 class Counter:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dra_driver.signed_json import SignedJsonError, checksum, signed_text, verified_body
+from dra_driver.common.signed_json import SignedJsonError, checksum, signed_text, verified_body
 
 BODIES = [
     {},
@@ -38,7 +38,7 @@ def test_a_document_as_written_is_checked_on_its_bytes_and_any_other_layout_the_
     body: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Start-up verifies thousands of claim records: re-encoding each body canonically was most of the cost."""
-    from dra_driver import signed_json
+    from dra_driver.common import signed_json
 
     encoded: list[object] = []
     real = signed_json.canonical

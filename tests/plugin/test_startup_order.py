@@ -19,13 +19,13 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver.daemon import ApiWiring, Daemon
-from dra_driver.errors import DraError
+from dra_driver.node.daemon import ApiWiring, Daemon
+from dra_driver.common.errors import DraError
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.pending_claims import ClientNotReady, PendingClaims
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, ClaimRef, HealthEvent
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.pending_claims import ClientNotReady, PendingClaims
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef, HealthEvent
 
 
 def put_claim(apiserver, name: str, device: str = "gpu-0") -> ClaimRef:
@@ -168,7 +168,7 @@ def test_serving_the_sockets_imports_neither_the_kubernetes_client_nor_prometheu
     and prometheus_client cost most of a cold start and come after the sockets serve."""
     code = (
         "import sys\n"
-        "import dra_driver.cli.run, dra_driver.daemon, dra_driver.plugin.driver, dra_driver.plugin.prepare\n"
+        "import dra_driver.cli.run, dra_driver.node.daemon, dra_driver.node.plugin.driver, dra_driver.node.plugin.prepare\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'prometheus_client', 'urllib3') or m == 'dra_driver.kube.claims')\n"
         "print(heavy)\n"
     )

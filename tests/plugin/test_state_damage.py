@@ -21,15 +21,17 @@ from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 from state_damage import DAMAGE_KINDS, damage_record
 
-from dra_driver import atomic_file, cdi
-from dra_driver.checkpoint import Checkpoint
-from dra_driver.daemon import Daemon
-from dra_driver.errors import DeviceError
+from dra_driver.common import atomic_file
+
+from dra_driver.node import cdi
+from dra_driver.node.checkpoint import Checkpoint
+from dra_driver.node.daemon import Daemon
+from dra_driver.common.errors import DeviceError
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.kubelet_client import PluginConnection, register
-from dra_driver.plugin.prepare import PrepareService
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.plugin.kubelet_client import PluginConnection, register
+from dra_driver.node.plugin.prepare import PrepareService
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 class Node:

@@ -8,12 +8,12 @@ from pathlib import Path
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from dra_driver.checkpoint import PREPARE_COMPLETED, Checkpoint, CheckpointDevice, ClaimRecord
-from dra_driver.daemon import Daemon
+from dra_driver.node.checkpoint import PREPARE_COMPLETED, Checkpoint, CheckpointDevice, ClaimRecord
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
-from dra_driver.plugin.kubelet_client import register
-from dra_driver.plugin.sockets import PluginPaths
-from dra_driver.vendor import BackendSettings, ClaimRef
+from dra_driver.node.plugin.kubelet_client import register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 def start(settings, apiserver) -> tuple[Daemon, ExampleBackend]:

@@ -15,7 +15,7 @@ import pytest
 from conftest import Node
 from example_backend import DRIVER
 
-from dra_driver.plugin.health import HealthServicer
+from dra_driver.node.plugin.health import HealthServicer
 
 # A deadline for calls that must not queue behind streams; generous for a loaded machine, far below "blocked".
 CALL_DEADLINE_S = 20.0
@@ -68,7 +68,7 @@ _HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from dra_driver.plugin.kubelet_client import register
+    from dra_driver.node.plugin.kubelet_client import register
     conn = register(Path(sys.argv[1]))
     streams = [conn.watch_health() for _ in range(int(sys.argv[2]))]
     for stream in streams:
@@ -111,7 +111,7 @@ def test_refusals_are_logged_once_a_minute_not_per_try(node: Node, caplog: pytes
     streams = [conn.watch_health() for _ in range(node.settings.health_streams)]
     for stream in streams:
         next(stream)
-    with caplog.at_level("WARNING", logger="dra_driver.plugin.health"):
+    with caplog.at_level("WARNING", logger="dra_driver.node.plugin.health"):
         for _ in range(10):
             with pytest.raises(grpc.RpcError):
                 next(conn.watch_health())

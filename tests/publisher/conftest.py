@@ -12,8 +12,8 @@ from kubernetes import client
 from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
-from dra_driver.publisher import PublisherOptions, SlicePublisher
-from dra_driver.vendor import Partitioning
+from dra_driver.node.publisher import PublisherOptions, SlicePublisher
+from dra_driver.backend.interface import Partitioning
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"

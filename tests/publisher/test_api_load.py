@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver.kube.client import USER_AGENT, make_api_client
 from dra_driver.kube.sim_apiserver import SimApiServer
-from dra_driver.publisher import PublisherOptions, SlicePublisher
+from dra_driver.node.publisher import PublisherOptions, SlicePublisher
 from tests.publisher.conftest import FAST, NODE, Source, eventually, pool_consistent, slices
 
 Build = Callable[..., SlicePublisher]

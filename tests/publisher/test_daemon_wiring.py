@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from dra_driver.daemon import Daemon
+from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
-from dra_driver.plugin.driver import PluginSettings
-from dra_driver.publisher.daemon_adapter import publisher_factory
-from dra_driver.vendor import AllocatedDevice, BackendSettings, ClaimRef, HealthEvent, PreparedClaim, VendorBackend
+from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.publisher.daemon_adapter import publisher_factory
+from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef, HealthEvent, PreparedClaim, VendorBackend
 from tests.publisher.conftest import FAST, NODE, device_names, eventually, slices
 
 

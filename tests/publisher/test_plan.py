@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dra_driver.publisher.backoff import Backoff
-from dra_driver.publisher.plan import carry_taint_times, dropped_fields, plan_pool, same_spec
+from dra_driver.node.publisher.backoff import Backoff
+from dra_driver.node.publisher.plan import carry_taint_times, dropped_fields, plan_pool, same_spec
 
 POOL = "node-a"
 

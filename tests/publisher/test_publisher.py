@@ -12,7 +12,7 @@ from kubernetes.client.rest import ApiException
 from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
 from dra_driver.model.device import DeviceTaint
-from dra_driver.publisher import SlicePublisher
+from dra_driver.node.publisher import SlicePublisher
 from tests.publisher.conftest import DRIVER, FAST, NODE, Source, device_names, eventually, pool_consistent, slices
 
 Build = Callable[..., SlicePublisher]
@@ -180,7 +180,7 @@ def test_partitionable_fields_dropped_fall_back_to_static(make_publisher: Build,
         server.add_node(NODE)
         source = Source(4)
         publisher = make_publisher(source, api=make_api_client(server.url), options=FAST.__class__(**{**FAST.__dict__, "partitioning": "dynamic"}))
-        with caplog.at_level(logging.WARNING, logger="dra_driver.publisher"):
+        with caplog.at_level(logging.WARNING, logger="dra_driver.node.publisher"):
             publisher.sync_once()
             publisher.sync_once()
         objs = slices(server)
@@ -223,7 +223,7 @@ def test_taints_dropped_withdraw_unhealthy_devices(make_publisher: Build, caplog
         server.add_node(NODE)
         publisher = make_publisher(Source(100), api=make_api_client(server.url))
         publisher.sync_once()
-        with caplog.at_level(logging.WARNING, logger="dra_driver.publisher"):
+        with caplog.at_level(logging.WARNING, logger="dra_driver.node.publisher"):
             publisher.set_device_health("gpu-3", healthy=False)
             publisher.sync_once()
             publisher.set_device_health("gpu-4", healthy=False)
@@ -237,7 +237,7 @@ def test_taints_dropped_withdraw_unhealthy_devices(make_publisher: Build, caplog
 
 
 def test_health_events_through_the_running_publisher(server: SimApiServer, make_publisher: Build) -> None:
-    from dra_driver.vendor import HealthEvent
+    from dra_driver.backend.interface import HealthEvent
 
     publisher = make_publisher(Source(10)).start()
     eventually(lambda: pool_consistent(slices(server), gpu_names(10)), message="first publish")
@@ -248,7 +248,7 @@ def test_health_events_through_the_running_publisher(server: SimApiServer, make_
 
 
 def test_invalid_inventory_is_refused_before_any_write(server: SimApiServer, make_publisher: Build) -> None:
-    from dra_driver.errors import ValidationError
+    from dra_driver.common.errors import ValidationError
     from dra_driver.model.device import Device, Inventory
 
     publisher = make_publisher(lambda _p: Inventory(driver=DRIVER, devices=[Device(name="GPU_0")]))

@@ -10,9 +10,9 @@ import pytest
 from tests.publisher.conftest import DRIVER, NODE, Source, eventually, slices
 
 from dra_driver.kube.sim_apiserver import SimApiServer
-from dra_driver.node_checks.same_name import OWNER_LABEL, OWNER_VALUE, written_by_other
-from dra_driver.publisher import SlicePublisher
-from dra_driver.publisher.publisher import SameNameConflict
+from dra_driver.node.checks.same_name import OWNER_LABEL, OWNER_VALUE, written_by_other
+from dra_driver.node.publisher import SlicePublisher
+from dra_driver.node.publisher.publisher import SameNameConflict
 
 Build = Callable[..., SlicePublisher]
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.errors import BackendUnavailable, ProfileError
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.registry import backend_classes, open_backends
-from dra_driver.vendor import BackendSettings
+from dra_driver.common.errors import BackendUnavailable, ProfileError
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.registry import backend_classes, open_backends
+from dra_driver.backend.interface import BackendSettings
 
 VENDOR_PROFILES = {"nvidia": "t4", "amd": "mi210", "gaudi": "gaudi2-hls"}
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.hardware_profiles import load_profile
-from dra_driver.sim_state import SimulatedState, profile_digest
+from dra_driver.backend.hardware_profiles import load_profile
+from dra_driver.backend.sim_state import SimulatedState, profile_digest
 
 fake_nvml = pytest.importorskip("dra_driver_nvidia.fake_nvml")
 from dra_driver_nvidia import mig, nvml  # noqa: E402

@@ -3,7 +3,7 @@
 Names and attribute names follow the ROCm DRA driver (gpu.amd.com, ROCm/k8s-gpu-dra-driver);
 `productName` is normalised like the ROCm driver's, from the same source (sysfs
 product_name) where the board has one, else from the amdsmi market name
-(docs/attributes.md); the cross-vendor vocabulary (dra_driver.vocabulary) is added to
+(docs/attributes.md); the cross-vendor vocabulary (dra_driver.backend.vocabulary) is added to
 every device.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from dra_driver import vocabulary
+from dra_driver.backend import vocabulary
 from dra_driver.model.device import AttributeValue, Device, Version
 from dra_driver.model.quantity import from_count, from_mebibytes
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dra_driver import sim_scratch
-from dra_driver.errors import BackendUnavailable, DeviceError
-from dra_driver.logs import fields
+from dra_driver.backend import sim_scratch
+from dra_driver.common.errors import BackendUnavailable, DeviceError
+from dra_driver.common.logs import fields
 from dra_driver.model.device import Inventory
-from dra_driver.sim_state import SimulatedState
-from dra_driver.sysfs_util import pci_device_dir, pcie_root, read_text
-from dra_driver.vendor import (
+from dra_driver.backend.sim_state import SimulatedState
+from dra_driver.backend.sysfs import pci_device_dir, pcie_root, read_text
+from dra_driver.backend.interface import (
     AllocatedDevice,
     BackendSettings,
     ClaimRef,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dra_driver.backend_support import validate_settingless_config
+from dra_driver.backend.support import validate_settingless_config
 
 API_VERSION = "gpu.resource.amd.com/v1alpha1"
 KIND = "GpuConfig"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.logs import fields
+from dra_driver.common.logs import fields
 
 from dra_driver_amd.modes import Mode, find_mode, modes_from_caps
 from dra_driver_amd.smi import Smi, SmiError

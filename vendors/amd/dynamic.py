@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from dra_driver.logs import fields
+from dra_driver.common.logs import fields
 from dra_driver.model.device import CounterConsumption, CounterSet, Device
 
 from dra_driver_amd.attributes import gpu_name, placement_device

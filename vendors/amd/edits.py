@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_driver.vendor import ContainerEdits, DeviceNode
+from dra_driver.backend.interface import ContainerEdits, DeviceNode
 
 _DEFAULT_DEV = Path("/dev")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dra_driver.sysfs_util import pci_device_dir
+from dra_driver.backend.sysfs import pci_device_dir
 
 from dra_driver_amd.profile import AmdProfile
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.logs import fields
+from dra_driver.common.logs import fields
 from dra_driver.model.device import DeviceTaint
-from dra_driver.vendor import HealthEvent
+from dra_driver.backend.interface import HealthEvent
 
 from dra_driver_amd.discovery import parent_bdf
 from dra_driver_amd.smi import Smi, SmiError

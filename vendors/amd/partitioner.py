@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dra_driver.errors import DeviceError
-from dra_driver.logs import fields
+from dra_driver.common.errors import DeviceError
+from dra_driver.common.logs import fields
 
 from dra_driver_amd.discovery import PartitionInfo, read_partitions
 from dra_driver_amd.modes import Mode

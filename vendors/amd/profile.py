@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dra_driver.backend_support import parse_profile_section
-from dra_driver.sysfs_util import BDF_PATTERN
+from dra_driver.backend.support import parse_profile_section
+from dra_driver.backend.sysfs import BDF_PATTERN
 
 ComputeMode = Literal["SPX", "DPX", "TPX", "QPX", "CPX"]
 MemoryMode = Literal["NPS1", "NPS2", "NPS4", "NPS8"]

@@ -17,8 +17,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dra_driver.errors import BackendUnavailable
-from dra_driver.logs import fields
+from dra_driver.common.errors import BackendUnavailable
+from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from dra_driver.model.device import AttributeValue, Device, Version
 from dra_driver.model.quantity import from_bytes
-from dra_driver.logs import fields
-from dra_driver.vocabulary import MAX_VALUE_BYTES, PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
+from dra_driver.common.logs import fields
+from dra_driver.backend.vocabulary import MAX_VALUE_BYTES, PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
 
 from dra_driver_gaudi.discovery import GaudiDevice
 from dra_driver_gaudi.models import ModelInfo

@@ -12,11 +12,13 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from dra_driver import sim_scratch, sysfs_util
-from dra_driver.errors import BackendUnavailable, DeviceError
-from dra_driver.logs import fields
+from dra_driver.backend import sim_scratch
+
+from dra_driver.backend import sysfs as sysfs_util
+from dra_driver.common.errors import BackendUnavailable, DeviceError
+from dra_driver.common.logs import fields
 from dra_driver.model.device import Device, Inventory
-from dra_driver.vendor import (
+from dra_driver.backend.interface import (
     AllocatedDevice,
     BackendSettings,
     ClaimRef,

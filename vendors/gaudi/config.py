@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dra_driver.backend_support import validate_settingless_config
+from dra_driver.backend.support import validate_settingless_config
 
 API_VERSION = "gaudi.dra-driver.io/v1alpha1"
 KIND = "GaudiConfig"

@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver import sysfs_util
-from dra_driver.errors import DeviceError
-from dra_driver.logs import fields
+from dra_driver.backend import sysfs as sysfs_util
+from dra_driver.common.errors import DeviceError
+from dra_driver.common.logs import fields
 
 from dra_driver_gaudi import sysfs
 from dra_driver_gaudi.models import normalize_device_id

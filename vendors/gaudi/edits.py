@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dra_driver.vendor import BackendSettings, ContainerEdits, DeviceNode, Hook, Mount
+from dra_driver.backend.interface import BackendSettings, ContainerEdits, DeviceNode, Hook, Mount
 
 from dra_driver_gaudi.discovery import GaudiDevice
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dra_driver import sysfs_util
-from dra_driver.backend_support import parse_profile_section
+from dra_driver.backend import sysfs as sysfs_util
+from dra_driver.backend.support import parse_profile_section
 
 from dra_driver_gaudi import sysfs
 from dra_driver_gaudi.models import normalize_device_id

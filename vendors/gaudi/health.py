@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from dra_driver import sysfs_util
-from dra_driver.logs import fields
+from dra_driver.backend import sysfs as sysfs_util
+from dra_driver.common.logs import fields
 from dra_driver.model.device import DeviceTaint
-from dra_driver.vendor import HealthEvent
+from dra_driver.backend.interface import HealthEvent
 
 from dra_driver_gaudi.discovery import GaudiDevice
 from dra_driver_gaudi.hlml import Hlml

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from dra_driver.logs import fields
+from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Reading the habanalabs sysfs tree under a configurable root (habanalabs sysfs ABI document).
 
 Real sysfs files end in a newline; Intel's fake trees write none. Every read
-strips surrounding whitespace (dra_driver.sysfs_util) so both read the same.
+strips surrounding whitespace (dra_driver.backend.sysfs) so both read the same.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from dra_driver.sysfs_util import BDF_PATTERN
+from dra_driver.backend.sysfs import BDF_PATTERN
 
 DRIVER_DIR = Path("bus/pci/drivers/habanalabs")
 VIRTUAL_ACCEL_DIR = Path("devices/virtual/accel")

@@ -11,12 +11,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dra_driver.errors import DeviceError
-from dra_driver.logs import fields
+from dra_driver.common.errors import DeviceError
+from dra_driver.common.logs import fields
 from dra_driver.model import quantity
 from dra_driver.model.device import AttributeValue, CapacityPolicy, CounterConsumption, CounterSet, Device, Version
 from dra_driver.model.validation import MAX_ATTRIBUTES_AND_CAPACITIES, MAX_VALUE_LENGTH
-from dra_driver.vocabulary import PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
+from dra_driver.backend.vocabulary import PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo
 from dra_driver_nvidia.mig import MigDevice, MigProfile, device_name
 from dra_driver_nvidia.nvml import GpuInstanceProfileInfo, Placement

@@ -11,13 +11,15 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from dra_driver import sim_node, sim_scratch
-from dra_driver.errors import BackendUnavailable, DeviceError, DraError
-from dra_driver.logs import fields
+from dra_driver.backend import sim_node
+
+from dra_driver.backend import sim_scratch
+from dra_driver.common.errors import BackendUnavailable, DeviceError, DraError
+from dra_driver.common.logs import fields
 from dra_driver.model import quantity
 from dra_driver.model.device import CounterSet, Device, Inventory
-from dra_driver.sim_state import SimulatedState
-from dra_driver.vendor import (
+from dra_driver.backend.sim_state import SimulatedState
+from dra_driver.backend.interface import (
     AllocatedDevice,
     BackendSettings,
     ClaimRef,

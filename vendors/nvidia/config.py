@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dra_driver.errors import ConfigError
+from dra_driver.common.errors import ConfigError
 from dra_driver.model import quantity
 
 API_VERSION = "resource.nvidia.com/v1beta1"

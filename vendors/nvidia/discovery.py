@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pynvml
 
-from dra_driver.logs import fields
+from dra_driver.common.logs import fields
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.nvml import Handle, NvmlError
 

@@ -37,8 +37,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from dra_driver.logs import fields
-from dra_driver.vendor import ContainerEdits, Hook, Mount
+from dra_driver.common.logs import fields
+from dra_driver.backend.interface import ContainerEdits, Hook, Mount
 from dra_driver_nvidia import ldcache
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra_driver.logs import fields
-from dra_driver.vendor import ContainerEdits, DeviceNode
+from dra_driver.common.logs import fields
+from dra_driver.backend.interface import ContainerEdits, DeviceNode
 from dra_driver_nvidia.config import TIMESLICE_VALUES, GpuConfig, MigDeviceConfig
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ Handles (nvmlDevice_t, nvmlGpuInstance_t, ...) are opaque pointers; the fake
 hands out distinct fake addresses and maps them back to its objects. It keeps
 state like the driver does: MIG mode, GPU and compute instances created and
 destroyed, event sets; tests can make any call fail per GPU and inject XID
-and GPU-lost events. Given a `SimulatedState` (dra_driver.sim_state), MIG modes
+and GPU-lost events. Given a `SimulatedState` (dra_driver.backend.sim_state), MIG modes
 and instances outlive the process like a real GPU's: every change is saved
 under its lock, and a change another process saved is read before the next call.
 A new boot voids the instances and makes a pending MIG mode current.
@@ -29,8 +29,8 @@ from typing import Any
 
 import pynvml
 
-from dra_driver.errors import ProfileError
-from dra_driver.sim_state import SimulatedState, changing
+from dra_driver.common.errors import ProfileError
+from dra_driver.backend.sim_state import SimulatedState, changing
 from dra_driver_nvidia.profile import GpuInstanceProfile, GpuModel, GpuSpec, NvidiaSection
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import pynvml
 
-from dra_driver.logs import fields
+from dra_driver.common.logs import fields
 from dra_driver.model.device import DeviceTaint
-from dra_driver.vendor import HealthEvent
+from dra_driver.backend.interface import HealthEvent
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.discovery import GpuInfo
 from dra_driver_nvidia.nvml import NvmlError

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pynvml
 
-from dra_driver.logs import fields
+from dra_driver.common.logs import fields
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.nvml import DeviceAttributes, GpuInstanceProfileInfo, Handle, NvmlError, Placement
 

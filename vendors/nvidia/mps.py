@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.errors import DraError
-from dra_driver.logs import fields
+from dra_driver.common.errors import DraError
+from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)
 

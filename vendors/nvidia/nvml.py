@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from dra_driver.errors import DraError
+from dra_driver.common.errors import DraError
 
 T = TypeVar("T")
 Handle = Any  # nvmlDevice_t / nvmlGpuInstance_t / nvmlComputeInstance_t (opaque pointers)

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dra_driver import atomic_file
-from dra_driver.checkpoint import read_boot_id
-from dra_driver.logs import fields
+from dra_driver.common import atomic_file
+from dra_driver.node.checkpoint import read_boot_id
+from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)
 

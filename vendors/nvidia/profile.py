@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dra_driver.errors import ProfileError
+from dra_driver.common.errors import ProfileError
 
 
 class _Strict(BaseModel):

@@ -31,10 +31,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.errors import DeviceError, DraError
-from dra_driver.logs import fields
+from dra_driver.common.errors import DeviceError, DraError
+from dra_driver.common.logs import fields
 from dra_driver.model import quantity
-from dra_driver.vendor import ContainerEdits, Mount
+from dra_driver.backend.interface import ContainerEdits, Mount
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.config import TIMESLICE_VALUES, MpsConfig, Sharing
 from dra_driver_nvidia.mps import SET_PINNED, SET_THREADS, DaemonDir, DaemonProcess, MpsControl, MpsError

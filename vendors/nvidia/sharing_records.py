@@ -24,9 +24,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dra_driver import atomic_file
-from dra_driver.checkpoint import read_boot_id
-from dra_driver.logs import fields
+from dra_driver.common import atomic_file
+from dra_driver.node.checkpoint import read_boot_id
+from dra_driver.common.logs import fields
 from dra_driver_nvidia.ownership import claim_file_stem, remove_record
 
 log = logging.getLogger(__name__)

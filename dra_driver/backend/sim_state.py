@@ -1,0 +1,190 @@
+"""The state simulated hardware keeps across daemon restarts: one locked, atomically replaced file per vendor and node.
+
+Real GPUs keep their MIG mode, GPU/compute instances and partition modes when the driver process dies;
+a simulated library that forgot them would let a restarted daemon recover against hardware that no
+longer shows what the killed one left. So a simulated library (`--profile`) with a state directory
+keeps what the driver can change in `<state_dir>/simulated-hardware/<vendor>.json`:
+
+- the state directory is the node's (`--state-dir`, a tmpfs on a node): a restarted daemon of the same
+  node finds it in the same place. It is not a scratch directory (dra_driver.backend.sim_scratch), so reaping a
+  dead process's scratch directories never takes it; it lives as long as the node's other runtime state;
+- every change is made under an exclusive flock on `<vendor>.lock` and written whole to a temp file renamed
+  over the state file, so a kill -9 leaves the old state or the new, and two processes (a rolling update)
+  change it one at a time; each reads the file again when another process has replaced it since;
+- the file names the profile it was made from (a digest) and the boot: state of another profile is
+  ignored (the node's hardware changed), and the library decides what a reboot keeps (`boot_changed`).
+
+Without a state directory (tests of one backend, `discover`) the state lives in the process only.
+A state file that cannot be read or parsed is logged and ignored: the simulation starts from the profile.
+A state directory that cannot be written is logged once and the state is then kept in the process only:
+the simulated hardware never fails a call for it (the driver's own use of the directory reports it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dra_driver.common.atomic_file import create_temp
+from dra_driver.node.checkpoint import read_boot_id
+from dra_driver.common.logs import fields
+
+log = logging.getLogger(__name__)
+
+SUBDIR = "simulated-hardware"
+FORMAT_VERSION = 1
+_MAX_BYTES = 4 * 1024 * 1024  # a simulated node's state is a few KiB; anything larger is not ours
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The hardware part of a state file, and whether it was written in an earlier boot."""
+
+    hardware: dict[str, Any]
+    boot_changed: bool
+
+
+@contextmanager
+def changing(state: SimulatedState | None, refresh: Callable[[], None], export: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    """A change to simulated hardware: under the state's lock, on its latest saved version (`refresh` reads it if
+    another process replaced it), saved after (`export`); in memory only without a state."""
+    if state is None:
+        yield
+        return
+    with state.locked():
+        refresh()
+        yield
+        state.save(export())
+
+
+def profile_digest(section: Any) -> str:
+    """A digest of a profile section (JSON-able data): state made from another profile is not this node's."""
+    return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class SimulatedState:
+    """One simulated library's persistent hardware state (see the module docstring)."""
+
+    def __init__(self, state_dir: Path, vendor: str, digest: str, boot_id: str | None = None) -> None:
+        self.directory = state_dir / SUBDIR
+        self.path = self.directory / f"{vendor}.json"
+        self._lock_path = self.directory / f"{vendor}.lock"
+        self._digest = digest
+        self._boot_id = read_boot_id() if boot_id is None else boot_id
+        # The file last read or written, held open: its inode number cannot be reused while held, so a
+        # different number at the path means another process replaced it (timestamps are too coarse for that).
+        self._held: int | None = None
+        self._held_inode: int | None = None
+        self._warned = False
+        self._lock_fd: int | None = None
+
+    @classmethod
+    def for_settings(cls, state_dir: Path | None, vendor: str, section: Any) -> SimulatedState | None:
+        return None if state_dir is None else cls(state_dir, vendor, profile_digest(section))
+
+    def changed(self) -> bool:
+        """Whether the file differs from the one this process last read or wrote (a stat, no read)."""
+        try:
+            inode: int | None = os.stat(self.path).st_ino
+        except OSError:  # missing, or a directory that is not one: nothing saved there
+            inode = None
+        return inode != self._held_inode
+
+    def load(self) -> Loaded | None:
+        """The hardware state in the file, or None when there is none of this profile (or it is unreadable)."""
+        try:
+            fd = self._hold()
+            if fd is None:
+                return None
+            raw = os.pread(fd, _MAX_BYTES + 1, 0)
+            if len(raw) > _MAX_BYTES:
+                raise ValueError(f"larger than {_MAX_BYTES} bytes")
+            document = json.loads(raw)
+            if not isinstance(document, dict) or not isinstance(document.get("hardware"), dict):
+                raise ValueError("not a simulated-hardware state document")
+        except (OSError, ValueError) as exc:
+            log.warning("simulated hardware state unreadable; starting from the profile", extra=fields(path=str(self.path), error=str(exc)))
+            return None
+        if document.get("version") != FORMAT_VERSION or document.get("profile") != self._digest:
+            log.info("simulated hardware state is of another profile; starting from this one", extra=fields(path=str(self.path)))
+            return None
+        return Loaded(document["hardware"], boot_changed=document.get("boot") != self._boot_id)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the exclusive lock for a change (read again with `load` inside if `changed`, then `save`)."""
+        if self._lock_fd is None:  # opened once: a prepare changes the hardware several times
+            try:
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                self._unwritable(exc)
+                yield
+                return
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def save(self, hardware: dict[str, Any]) -> None:
+        """Replace the file with `hardware` (call inside `locked`)."""
+        document = {"version": FORMAT_VERSION, "profile": self._digest, "boot": self._boot_id, "hardware": hardware}
+        # Not flushed to disk: a kill -9 keeps the page cache, and the state dir is a tmpfs on a node. The temp
+        # file's descriptor is kept as the one last seen (a rename keeps the inode). Not atomic_file.replace_file:
+        # this is the simulated hardware's write, which tests counting the driver's writes must not see.
+        try:
+            fd, temp = create_temp(str(self.path))
+        except OSError as exc:
+            self._unwritable(exc)
+            return
+        try:
+            data = memoryview(json.dumps(document).encode())
+            while data:
+                data = data[os.write(fd, data) :]
+            os.replace(temp, self.path)
+        except BaseException as exc:
+            os.close(fd)
+            with suppress(OSError):
+                os.unlink(temp)
+            if not isinstance(exc, OSError):
+                raise
+            self._unwritable(exc)
+            return
+        self._release()
+        self._held, self._held_inode = fd, os.fstat(fd).st_ino
+
+    def close(self) -> None:
+        self._release()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _unwritable(self, exc: OSError) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("cannot keep the simulated hardware state; it lives in this process only",
+                        extra=fields(path=str(self.path), error=str(exc)))  # fmt: skip
+
+    def _hold(self) -> int | None:
+        """Open the file now at the path as the one last seen (None: there is none)."""
+        self._release()
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        self._held, self._held_inode = fd, os.fstat(fd).st_ino
+        return fd
+
+    def _release(self) -> None:
+        if self._held is not None:
+            os.close(self._held)
+        self._held = self._held_inode = None

@@ -1,0 +1,231 @@
+"""Is this daemon ready to take over the node? The signal behind the DaemonSet's readinessProbe.
+
+Ready means, for every driver that runs:
+
+1. **registered**: the kubelet said so (NotifyRegistrationStatus with registered=true) and the
+   registration socket it dialled is still there; a removed socket means the kubelet has
+   deregistered this instance, a registered=false means it refused it;
+2. **DRA service answering**: a gRPC connection to the DRA socket comes up;
+3. **slices published**: this instance's publisher has reconciled the slices at least once, or
+   another instance on the node holds the publisher lease and publishes them (the old pod during a
+   rolling update; the new one takes the lease over when the old one exits).
+
+A monitor thread checks every `interval` seconds and writes the result to
+`<state-dir>/ready/<pod-uid>.json` (pod UIDs keep two pods on a node apart); `dra-driver ready`
+reads that file for the exec probe, which needs no port (a host-network surge pod may not have
+its metrics port yet). A file older than the probe's limit means a stuck daemon: not ready.
+When the registration socket disappears the monitor serves it again, so the kubelet registers
+the instance anew instead of it staying unready until a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dra_driver.common.atomic_file import replace_file
+from dra_driver.common.logs import fields
+
+if TYPE_CHECKING:
+    from dra_driver.node.plugin.driver import DriverPlugin
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL_S = 2.0
+DIAL_TIMEOUT_S = 1.0
+# The probe's default limit on the status file's age: several missed checks, not one slow one.
+MAX_AGE_S = 15.0
+STATUS_DIR = "ready"
+
+
+@dataclass(frozen=True)
+class ReadinessReport:
+    ready: bool
+    problems: dict[str, list[str]] = field(default_factory=dict)  # driver (or "daemon") -> what is missing
+    checked_at: float = 0.0  # wall clock, seconds since the epoch
+
+    def summary(self) -> str:
+        if self.ready:
+            return "ready"
+        return "; ".join(f"{who}: {', '.join(what)}" for who, what in sorted(self.problems.items()))
+
+    def to_json(self) -> str:
+        return json.dumps({"ready": self.ready, "problems": self.problems, "checkedAt": self.checked_at}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReadinessReport:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("ready"), bool) or not isinstance(data.get("checkedAt"), (int, float)):
+            raise ValueError("not a readiness status (ready, checkedAt)")
+        problems = data.get("problems") or {}
+        if not isinstance(problems, dict):
+            raise ValueError("problems is not an object")
+        return cls(data["ready"], {str(k): [str(p) for p in v] for k, v in problems.items() if isinstance(v, list)}, float(data["checkedAt"]))
+
+
+def status_path(state_dir: Path, pod_uid: str | None) -> Path:
+    """Where the daemon of this pod writes its readiness (the pod UID was checked against the UID rules)."""
+    return state_dir / STATUS_DIR / f"{pod_uid or 'no-pod-uid'}.json"
+
+
+def read_status(path: Path, max_age: float, now: float | None = None) -> ReadinessReport:
+    """The daemon's last report, or a not-ready one saying why it cannot be trusted (missing, damaged, stale)."""
+    now = time.time() if now is None else now
+    try:
+        report = ReadinessReport.from_json(path.read_text())
+    except FileNotFoundError:
+        return ReadinessReport(False, {"daemon": [f"no readiness status at {path} (not started yet, or another --state-dir/--pod-uid)"]})
+    except (OSError, ValueError) as exc:
+        return ReadinessReport(False, {"daemon": [f"readiness status {path} unreadable: {exc}"]})
+    age = now - report.checked_at
+    if age > max_age:
+        return ReadinessReport(False, {"daemon": [f"readiness status is {age:.0f} s old (limit {max_age:.0f} s): the daemon stopped checking"]}, report.checked_at)
+    return report
+
+
+def _socket_present(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _dials(path: Path, timeout: float) -> bool:
+    import grpc  # here, not at the top: `dra-driver ready` reads the status file and must start fast
+
+    channel = grpc.insecure_channel(f"unix://{path}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
+
+
+def driver_problems(plugin: DriverPlugin, api_connected: bool, dial_timeout: float = DIAL_TIMEOUT_S) -> list[str]:
+    """What keeps one driver from being ready; empty when it is."""
+    problems: list[str] = []
+    status = plugin.registration.status
+    if not _socket_present(plugin.paths.registration_socket):
+        problems.append(f"registration socket {plugin.paths.registration_socket} is gone (the kubelet deregistered this instance)")
+    elif status is None:
+        problems.append("not registered with the kubelet yet")
+    elif not status.registered:
+        problems.append(f"the kubelet refused the registration: {status.error}")
+    if not _socket_present(plugin.paths.dra_socket) or not _dials(plugin.paths.dra_socket, dial_timeout):
+        problems.append(f"DRA service on {plugin.paths.dra_socket} does not answer")
+    recovery = plugin.service.recovery_problem()
+    if recovery is not None:  # the socket answers, but a claim call would wait or be refused
+        problems.append(recovery)
+    if not api_connected:
+        problems.append("API client not built yet: slices not published")
+    elif plugin.publisher is not None and not plugin.publisher.slices_published():
+        problems.append("slices not published yet")
+    return problems
+
+
+class ReadinessMonitor:
+    """Checks the running drivers every `interval` seconds, writes the status file, restores a lost registration socket."""
+
+    def __init__(
+        self,
+        plugins: Callable[[], Mapping[str, DriverPlugin]],
+        api_connected: Callable[[], bool],
+        status_file: Path | None,
+        interval: float = CHECK_INTERVAL_S,
+    ) -> None:
+        self._plugins = plugins
+        self._api_connected = api_connected
+        self.status_file = status_file
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: ReadinessReport | None = None
+        self._lock = threading.Lock()
+
+    def check(self) -> ReadinessReport:
+        plugins = dict(self._plugins())
+        connected = self._api_connected()
+        problems = {driver: found for driver, plugin in plugins.items() if (found := driver_problems(plugin, connected))}
+        if not plugins:
+            problems["daemon"] = ["no driver is running"]
+        return ReadinessReport(not problems, problems, time.time())
+
+    def check_and_record(self) -> ReadinessReport:
+        """One check: log a change, write the status file, serve a registration socket that was removed."""
+        report = self.check()
+        with self._lock:
+            previous, self._last = self._last, report
+        if previous is None or previous.ready != report.ready or previous.problems.keys() != report.problems.keys():
+            if report.ready:
+                log.info("ready: registered with the kubelet, DRA service answering, slices published")
+            elif previous is not None and previous.ready:
+                log.warning("no longer ready", extra=fields(problems=report.summary()))
+            else:
+                log.info("not ready yet", extra=fields(problems=report.summary()))
+        self._write(report)
+        self._restore_lost_registrations()
+        return report
+
+    def _restore_lost_registrations(self) -> None:
+        for driver, plugin in dict(self._plugins()).items():
+            if self._stop.is_set():
+                return
+            if plugin.serving and not _socket_present(plugin.paths.registration_socket):
+                log.warning("registration socket removed; serving it again so the kubelet registers this instance",
+                            extra=fields(driver=driver, socket=str(plugin.paths.registration_socket)))  # fmt: skip
+                try:
+                    plugin.serve_registration()
+                except Exception as exc:
+                    log.error("cannot serve the registration socket again", extra=fields(driver=driver, error=str(exc)))
+
+    def _write(self, report: ReadinessReport) -> None:
+        if self.status_file is None:
+            return
+        try:
+            self.status_file.parent.mkdir(parents=True, exist_ok=True)
+            replace_file(self.status_file, report.to_json().encode(), durable=False, mode=0o644)
+        except OSError as exc:
+            log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=str(exc)))
+
+    @property
+    def last(self) -> ReadinessReport | None:
+        with self._lock:
+            return self._last
+
+    def start(self) -> ReadinessMonitor:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="readiness", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.check_and_record()
+            except Exception as exc:  # a check must never end the loop: a stale file turns the probe red anyway
+                log.error("readiness check failed", extra=fields(error=repr(exc)))
+            self._stop.wait(self._interval)
+
+    def stop(self) -> None:
+        """Stop checking and remove the status file: a stopping daemon is not ready."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self.status_file is not None:
+            try:
+                os.unlink(self.status_file)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("cannot remove the readiness status", extra=fields(path=str(self.status_file), error=str(exc)))

@@ -1,9 +1,0 @@
-"""ResourceSlice publishing: one SlicePublisher per (node, driver) pool."""
-
-from __future__ import annotations
-
-from dra_driver.publisher.backoff import Backoff
-from dra_driver.publisher.plan import Plan, plan_pool
-from dra_driver.publisher.publisher import InventorySource, PublisherOptions, SlicePublisher
-
-__all__ = ["Backoff", "InventorySource", "Plan", "PublisherOptions", "SlicePublisher", "plan_pool"]

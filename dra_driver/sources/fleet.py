@@ -1,0 +1,280 @@
+"""Where `explain` gets its ResourceSlices from: files, a simulated fleet, or a cluster.
+
+- files: a kubectl List (what `discover -o json|yaml` prints), multi-document
+  YAML or JSON, or a directory of such files (*.yaml, *.yml, *.json, by name);
+- `--profile NAME --nodes N`: every installed vendor backend simulates the
+  profile, and the inventory is rendered once per node `node-0` .. `node-<N-1>`;
+- `--kubeconfig PATH`: resource.k8s.io/v1 ResourceSlices, DeviceClasses and
+  ResourceClaims (their status.allocation marks devices in use) plus Node labels.
+
+Besides slices, file input may carry DeviceClass and ResourceClaim documents;
+they are returned too so the caller can merge classes and honour allocations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dra_driver.allocator.gcpause import collector_paused
+from dra_driver.allocator.types import Allocated, DeviceID, Node
+from dra_driver.common.errors import DraError, FieldError, UsageError, ValidationError
+from dra_driver.inputs import read_objects
+from dra_driver.kube.api_source import ApiSource
+from dra_driver.model.validation import slice_errors
+
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class FleetError(UsageError):
+    """The fleet cannot be loaded (missing file, bad YAML, no backend, cluster unreachable)."""
+
+
+@dataclass
+class Fleet:
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    classes: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
+    allocatable: dict[str, dict[str, Any]] = field(default_factory=dict)  # node name -> status.allocatable (device plugins' extended resources)
+    pods: list[dict[str, Any]] = field(default_factory=list)  # only `dra-driver fleet` reads them (who holds a claim)
+    sources: list[str] = field(default_factory=list)
+    taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # cluster only (admin access)
+    cluster: bool = False  # read from an API server: its DeviceClasses are the ones that exist
+
+    def merge(self, other: Fleet) -> None:
+        self.slices += other.slices
+        self.classes += other.classes
+        self.claims += other.claims
+        self.nodes += other.nodes
+        self.allocatable.update(other.allocatable)
+        self.taint_rules += other.taint_rules
+        self.namespace_labels.update(other.namespace_labels)
+        self.pods += other.pods
+        self.sources += other.sources
+        self.cluster = self.cluster or other.cluster
+
+
+# -- documents ------------------------------------------------------------------------------------
+
+
+def read_documents(path: Path) -> list[dict[str, Any]]:
+    """Every object in a YAML/JSON file (multi-document YAML and Lists are expanded).
+
+    Read through the input layer (dra_driver/inputs): size, nesting, value and alias
+    limits, and the Kubernetes envelope rules; it raises a one-line InputError.
+    """
+    return [found.obj for found in read_objects(path)]
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in FILE_SUFFIXES)
+        if not files:
+            raise FleetError(f"directory {path} holds no {', '.join(FILE_SUFFIXES)} files")
+        return files
+    if not path.exists():
+        raise FleetError(f"fleet file {path} does not exist")
+    return [path]
+
+
+def _node(doc: Mapping[str, Any]) -> Node:
+    """A Node object as the allocator needs it: name and labels."""
+    meta = doc.get("metadata") or {}
+    return Node(str(meta.get("name", "")), dict(meta.get("labels") or {}))
+
+
+def _add_node(fleet: Fleet, doc: Mapping[str, Any]) -> None:
+    """A Node object's name and labels, and its status.allocatable (what device plugins advertise)."""
+    node = _node(doc)
+    fleet.nodes.append(node)
+    allocatable = (doc.get("status") or {}).get("allocatable")
+    if isinstance(allocatable, Mapping):
+        fleet.allocatable[node.name] = dict(allocatable)
+
+
+def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
+    """Split objects by kind; anything else than slices, classes, claims (and ignorable kinds) is an error."""
+    fleet = Fleet(sources=[source])
+    for doc in docs:
+        kind = doc.get("kind")
+        if kind == "ResourceSlice":
+            fleet.slices.append(dict(doc))
+        elif kind == "DeviceClass":
+            fleet.classes.append(dict(doc))
+        elif kind == "ResourceClaim":
+            fleet.claims.append(dict(doc))
+        elif kind == "Node":
+            _add_node(fleet, doc)
+        elif kind == "DeviceTaintRule":
+            fleet.taint_rules.append(dict(doc))
+        elif kind == "Pod":
+            fleet.pods.append(dict(doc))
+        else:
+            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node, DeviceTaintRule or Pod)")
+    return fleet
+
+
+def load_paths(paths: Sequence[str | Path]) -> Fleet:
+    fleet = Fleet()
+    # The parser already pauses the collector; the envelope checks and sorting after it copy
+    # every object again, and each collection would rescan the millions just parsed (~0.1 s
+    # of 1 s for a 40,000-device JSON file, docs/performance.md).
+    with collector_paused():
+        for raw in paths:
+            for path in _files(Path(raw)):
+                fleet.merge(sort_documents(read_documents(path), str(path)))
+    return fleet
+
+
+def check_slices(slices: Sequence[Mapping[str, Any]]) -> None:
+    """Reject slices the API server would not have stored (ValidationError naming slice and field)."""
+    errors: list[FieldError] = []
+    with collector_paused():  # thousands of small per-device results, none cyclic
+        for index, obj in enumerate(slices):
+            name = (obj.get("metadata") or {}).get("name") or f"[{index}]"
+            errors += slice_errors(obj, f"ResourceSlice {name}")
+    if errors:
+        raise ValidationError(errors, "fleet")
+
+
+# -- simulated fleet ------------------------------------------------------------------------------
+
+
+def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_prefix: str = "node-") -> Fleet:
+    """The slices of `nodes` identical nodes (`<node_prefix><index>`) running every vendor the profile describes.
+
+    Backends discover once; the inventory is rendered per node (pool = node name),
+    so attribute values that embed a node name keep node-0's.
+    """
+    from dra_driver.backend.hardware_profiles import load_profile
+    from dra_driver.model.render import render_pool
+    from dra_driver.backend.registry import open_backends
+    from dra_driver.backend.interface import BackendSettings
+
+    if nodes < 1:
+        raise FleetError(f"--nodes must be at least 1 (got {nodes})")
+    try:
+        profile = load_profile(profile_name)
+    except DraError as exc:
+        raise FleetError(str(exc)) from exc
+    opened = open_backends(BackendSettings(node_name="node-0", partitioning=partitioning), profile)  # type: ignore[arg-type]
+    try:
+        if not opened.backends:
+            reasons = "; ".join(str(e) for e in opened.unavailable) or "no vendor section matches an installed backend"
+            raise FleetError(f"profile {profile.name}: no backend could simulate it ({reasons})")
+        inventories = [backend.discover() for backend in opened.backends]
+    finally:
+        opened.close()
+    fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({partitioning})"])
+    for index in range(nodes):
+        for inventory in inventories:
+            fleet.slices += render_pool(inventory, f"{node_prefix}{index}")
+    return fleet
+
+
+# -- cluster --------------------------------------------------------------------------------------
+
+
+LIST_PAGE = 500  # objects per page of a LIST (the API server's default chunk size for kubectl)
+
+
+LIST_TIMEOUT_S = (5.0, 120.0)  # connect, read: a page of 500 slices can take a while on a loaded server
+
+
+def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
+    """Slices, classes, claims and nodes (and pods when asked) from the cluster `source` names.
+
+    The server is checked first (reachable, serving resource.k8s.io/v1: one line naming what is
+    missing). Read only: one paginated LIST per resource (limit/continue), so a big cluster is never
+    asked for everything in one response.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from dra_driver.kube.client import api_client_for, load_configuration, server_label
+    from dra_driver.kube.server_check import check_dra_served, without_retries
+
+    configuration = without_retries(load_configuration(source=source))
+    server = server_label(source, configuration)
+    api_client = api_client_for(configuration)
+    check_dra_served(api_client, server)
+    resource = client.ResourceV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+
+    def listed(call: Any) -> list[dict[str, Any]]:
+        # Raw JSON, not the client's models: those drop fields they do not know.
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            paging = {"limit": LIST_PAGE, "_preload_content": False, "_request_timeout": LIST_TIMEOUT_S}
+            try:
+                response = call(_continue=token, **paging) if token else call(**paging)
+                page = json.loads(response.data)
+            except ApiException as exc:
+                raise FleetError(f"API server {server}: listing failed: {exc.status} {exc.reason}") from exc
+            except ValueError as exc:
+                raise FleetError(f"API server {server} answered a LIST with something that is not JSON: {exc}") from exc
+            except Exception as exc:  # connection errors come in many types
+                raise FleetError(f"API server {server}: unreachable during a LIST ({' '.join(str(exc).split())[:200]})") from exc
+            items += [item for item in page.get("items") or [] if isinstance(item, dict)]
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
+
+    fleet = Fleet(sources=[f"cluster {server}"], cluster=True)
+    fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
+    fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
+    fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
+    for item in listed(core.list_node):
+        _add_node(fleet, item)
+    fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
+    fleet.namespace_labels = {str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {}) for item in listed(core.list_namespace)}
+    if with_pods:
+        fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces)]
+    try:
+        api_client.close()
+    except Exception:  # closing the pool is best effort
+        pass
+    return fleet
+
+
+def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
+    """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
+    try:
+        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule)]
+    except FleetError as exc:
+        if " 404 " in str(exc):  # the API version is not served: no rules
+            return []
+        raise
+
+
+# -- allocations ----------------------------------------------------------------------------------
+
+
+def claim_label(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+
+def allocated_devices(claims: Iterable[Mapping[str, Any]], skip: Iterable[str] = ()) -> dict[DeviceID, Allocated]:
+    """Devices other claims hold, from their status.allocation (admin-access results hold nothing)."""
+    skipped = set(skip)
+    out: dict[DeviceID, Allocated] = {}
+    for doc in claims:
+        label = claim_label(doc)
+        if label in skipped:
+            continue
+        allocation = (doc.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("shareID"):
+                continue  # a share of a multi-allocatable device: counted as consumed capacity, not held
+            device = DeviceID(str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
+            admin = bool(result.get("adminAccess"))
+            if device not in out or out[device].admin_access:
+                out[device] = Allocated(device, label, admin)
+    return {k: v for k, v in out.items() if not v.admin_access}
