@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dra_driver.common import json_text
 from dra_driver.common.atomic_file import create_temp
 from dra_driver.node.checkpoint import read_boot_id
 from dra_driver.common.logs import fields
@@ -107,7 +108,7 @@ class SimulatedState:
             raw = os.pread(fd, _MAX_BYTES + 1, 0)
             if len(raw) > _MAX_BYTES:
                 raise ValueError(f"larger than {_MAX_BYTES} bytes")
-            document = json.loads(raw)
+            document = json_text.loads(raw)
             if not isinstance(document, dict) or not isinstance(document.get("hardware"), dict):
                 raise ValueError("not a simulated-hardware state document")
         except (OSError, ValueError) as exc:

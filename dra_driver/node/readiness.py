@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dra_driver.common import json_text
 from dra_driver.common.atomic_file import replace_file
 from dra_driver.common.logs import fields
 
@@ -62,7 +63,7 @@ class ReadinessReport:
 
     @classmethod
     def from_json(cls, text: str) -> ReadinessReport:
-        data = json.loads(text)
+        data = json_text.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("ready"), bool) or not isinstance(data.get("checkedAt"), (int, float)):
             raise ValueError("not a readiness status (ready, checkedAt)")
         problems = data.get("problems") or {}

@@ -89,10 +89,15 @@ def test_scan_merges_registrations_checkpoint_node_and_pod_resources(short_tmp: 
     assert report.problems == []
 
 
-def test_damaged_checkpoint_is_named_not_fatal(short_tmp: Path):
+@pytest.mark.parametrize(
+    "content",
+    ['{"Data": {"RegisteredDevices": [1, 2]}}', "[1, 2]", "\udcff not json", "[" * 200_000 + "]" * 200_000],
+    ids=["wrong-types", "not-an-object", "not-json", "nested-past-the-parser"],
+)
+def test_damaged_checkpoint_is_named_not_fatal(short_tmp: Path, content: str):
     kubelet = short_tmp / "kubelet"
     (kubelet / "device-plugins").mkdir(parents=True)
-    (kubelet / "device-plugins" / "kubelet_internal_checkpoint").write_text('{"Data": {"RegisteredDevices": [1, 2]}}')
+    (kubelet / "device-plugins" / "kubelet_internal_checkpoint").write_bytes(content.encode(errors="surrogateescape"))
     report = scan(kubelet, None)
     assert report.vendors == {} and "not a kubelet device-plugin checkpoint" in report.problems[0]
 

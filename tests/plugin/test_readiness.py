@@ -151,8 +151,9 @@ def test_status_file_that_is_stale_damaged_or_missing_is_not_ready(short_tmp: Pa
     path = status_path(short_tmp, "pod-a")
     assert not read_status(path, 15).ready
     path.parent.mkdir(parents=True)
-    path.write_text("{not json")
-    assert "unreadable" in read_status(path, 15).summary()
+    for damaged in ("{not json", "[" * 200_000 + "]" * 200_000):  # the second nests past json's recursion limit
+        path.write_text(damaged)
+        assert "unreadable" in read_status(path, 15).summary()
     path.write_text(ReadinessReport(True, {}, checked_at=1000.0).to_json())
     assert read_status(path, 15, now=1010.0).ready
     stale = read_status(path, 15, now=1100.0)

@@ -113,10 +113,12 @@ def test_state_of_another_profile_or_damaged_state_is_not_taken(library: Any, tm
     other = section("dgx-h100")
     other["driverVersion"] = "999.1.1"  # another node's hardware, or an edited profile
     assert all(gpu[2] == [] and gpu[0] == 0 for gpu in state_of(library(other)))
-    (tmp_path / "simulated-hardware" / "nvidia.json").write_bytes(b"\x00not json")
-    with caplog.at_level(logging.WARNING):
-        assert all(gpu[2] == [] for gpu in state_of(library()))
-    assert "simulated hardware state unreadable" in caplog.text
+    for damaged in (b"\x00not json", b"[" * 200_000 + b"]" * 200_000):  # the second nests past json's recursion limit
+        (tmp_path / "simulated-hardware" / "nvidia.json").write_bytes(damaged)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert all(gpu[2] == [] for gpu in state_of(library()))
+        assert "simulated hardware state unreadable" in caplog.text
 
 
 def test_an_unwritable_state_dir_keeps_the_state_in_the_process(library: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -17,13 +17,13 @@ logged and ignored, never fatal; the next write for the claim replaces it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dra_driver.common import json_text
 from dra_driver.common import atomic_file
 from dra_driver.node.checkpoint import read_boot_id
 from dra_driver.common.logs import fields
@@ -119,7 +119,7 @@ class SharingRecords:
             log.warning("sharing record unreadable; ignored", extra=fields(path=str(path), error=str(exc)))
             return None
         try:
-            record = SharingRecord.model_validate(json.loads(raw))
+            record = SharingRecord.model_validate(json_text.loads(raw))
         except (ValueError, ValidationError) as exc:
             log.warning("sharing record is corrupt; ignored", extra=fields(path=str(path), error=str(exc).splitlines()[0]))
             return None

@@ -13,7 +13,6 @@ Everything read is untrusted: sizes are bounded, bad entries skipped and named i
 
 from __future__ import annotations
 
-import json
 import re
 import stat
 from collections.abc import Iterable, Mapping
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dra_driver.common import json_text
 from dra_driver.node.checks.pod_resources import Holder, PodResourcesUnavailable, read_pod_resources
 
 DEVICE_PLUGIN_DIR = "device-plugins"
@@ -137,13 +137,13 @@ def scan_checkpoint(path: Path, report: DevicePluginReport) -> None:
     try:
         if len(raw) > _MAX_CHECKPOINT_BYTES:
             raise ValueError(f"larger than {_MAX_CHECKPOINT_BYTES} bytes")
-        data = json.loads(raw).get("Data") or {}
+        data = json_text.loads(raw).get("Data") or {}
         registered = data.get("RegisteredDevices") or {}
         entries = data.get("PodDeviceEntries") or []
         if not isinstance(registered, dict) or not isinstance(entries, list):
             raise ValueError("Data.RegisteredDevices must be a map and Data.PodDeviceEntries a list")
     except (ValueError, AttributeError) as exc:
-        report.problems.append(f"{path}: not a kubelet device-plugin checkpoint ({exc})")
+        report.problems.append(f"{path}: not a kubelet device-plugin checkpoint ({type(exc).__name__}: {exc})")
         return
     for resource, ids in registered.items():
         report.add_resource(str(resource), "checkpoint", _strings(ids))

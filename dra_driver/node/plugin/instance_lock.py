@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.common import json_text
 from dra_driver.node import file_modes
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
@@ -176,7 +177,7 @@ def _live_holder(path: Path) -> Holder | None:
 
 def _parse_record(raw: bytes) -> Holder:
     try:
-        data = json.loads(raw)
+        data = json_text.loads(raw)
         pod_uid = data.get("podUID")
         return Holder(
             pod_uid=str(pod_uid) if pod_uid else None,
