@@ -323,3 +323,12 @@ def test_of_two_plain_instances_started_at_the_same_moment_one_serves(short_tmp,
         thread.join(30)
     assert sorted(len(d.status.running) for d in made) == [0, 1]
     assert "is in use by another dra-driver instance" in next(d for d in made if not d.status.running).status.failed[DRIVER]
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[" * 200_000 + b"]" * 200_000, b'{"pid": "x"}', b"[]"])
+def test_a_damaged_instance_record_names_an_unknown_holder(raw: bytes) -> None:
+    """A record still being written or damaged (even nested past json's recursion limit) is an alive, unnamed holder."""
+    from dra_driver.node.plugin.instance_lock import _parse_record
+
+    holder = _parse_record(raw)
+    assert not holder.known and holder.pod_uid is None
