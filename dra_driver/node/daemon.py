@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
-from dra_driver.node.device_metrics import DEFAULT_INTERVAL_S, DaemonState, DeviceMetricsCollector, DriverSource
+from dra_driver.node.device_metrics import DEFAULT_INTERVAL_S, DaemonState, DeviceMetricsCollector, DriverSource, identity_of
 from dra_driver.node.metrics import Metrics
 from dra_driver.node.plugin.health import Health
 from dra_driver.node.metrics_http import BindAddress, HttpEndpoint, Response
@@ -166,8 +166,9 @@ class Daemon:
                 return {}
             return {state.device: state.health != Health.UNHEALTHY for state in hub.snapshot()[1]}
 
-        devices = [device.name for device in self._inventories[driver].devices]
-        return DriverSource(driver, self.settings.node_name, plugin.backend, devices, health)
+        devices = self._inventories[driver].devices
+        identity = {device.name: identity_of(device.attributes) for device in devices}
+        return DriverSource(driver, self.settings.node_name, plugin.backend, [device.name for device in devices], health, identity)
 
     def _registered(self) -> dict[str, bool]:
         return {driver: plugin.registration.status is not None and plugin.registration.status.registered for driver, plugin in list(self.plugins.items())}

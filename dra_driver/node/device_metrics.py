@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.backend.interface import DeviceSample, VendorBackend
+from dra_driver.backend.vocabulary import PCI_BUS_ID
 from dra_driver.common.logs import fields
 from dra_driver.node.metrics import DeviceHolders, HolderView
 
@@ -41,6 +42,16 @@ class DriverSource:
     backend: VendorBackend
     devices: Sequence[str]  # every device the node publishes for this driver (reported with or without readings)
     health: Callable[[], Mapping[str, bool]] = dict  # device -> healthy (the plugin's health hub)
+    # device -> (uuid, PCI bus ID, model) from the published attributes: the info series of a device without readings
+    identity: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+
+
+def identity_of(attributes: Mapping[str, object]) -> tuple[str, str, str]:
+    """(uuid, PCI bus ID, model) of a device from its published attributes (the parent's bus ID for a partition)."""
+    def text(*names: str) -> str:
+        return next((str(attributes[name]) for name in names if name in attributes), "")
+
+    return text("uuid"), text(PCI_BUS_ID, "parentPciBusID"), text("productName", "model")
 
 
 @dataclass
@@ -198,9 +209,11 @@ def _render_device(
     families: Mapping[str, Any], source: DriverSource, device: str, sample: DeviceSample | None, view: HolderView, healthy: bool | None
 ) -> None:
     base = [source.driver, source.pool, device]
-    uuid = sample.uuid if sample is not None else ""
-    bus = sample.pci_bus_id if sample is not None else ""
-    families["dra_driver_device_info"].add_metric([*base, uuid, bus, sample.model if sample is not None else ""], 1)
+    known_uuid, known_bus, known_model = source.identity.get(device, ("", "", ""))
+    uuid = (sample.uuid if sample is not None else "") or known_uuid
+    bus = (sample.pci_bus_id if sample is not None else "") or known_bus
+    model = (sample.model if sample is not None else "") or known_model
+    families["dra_driver_device_info"].add_metric([*base, uuid, bus, model], 1)
     holders = view.devices.get((source.pool, device), [])
     for namespace, claim in holders:
         for pod in sorted(set(view.pods.get((namespace, claim), []))) or [""]:

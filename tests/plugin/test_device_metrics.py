@@ -165,3 +165,16 @@ def test_interval_below_the_floor_is_refused_and_zero_collects_nothing(short_tmp
         DeviceMetricsCollector(Metrics().holders, 0.1)
     collector = DeviceMetricsCollector(Metrics().holders, 0)
     assert collector.start()._thread is None
+
+
+def test_devices_without_readings_take_their_identity_from_the_published_attributes():
+    from dra_driver.node.device_metrics import identity_of
+
+    metrics = Metrics()
+    collector = DeviceMetricsCollector(metrics.holders, 15)
+    metrics.add_collector(collector)
+    attributes = {"uuid": "00ff74a1-0000", "resource.kubernetes.io/pciBusID": "0000:05:00.0", "productName": "MI300X"}
+    collector.add(DriverSource("gpu.amd.com", "node-a", _Exploding(), ["gpu-0-128"], identity={"gpu-0-128": identity_of(attributes)}))  # type: ignore[arg-type]
+    text = metrics.exposition().body.decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert one(got, "dra_driver_device_info", device="gpu-0-128", uuid="00ff74a1-0000", pci_bus_id="0000:05:00.0", model="MI300X") == 1
