@@ -60,7 +60,7 @@ def test_common_vocabulary_for_nvlink_gpus(open_backend: OpenBackend) -> None:
         # No MIG data on L4/T4, and nvmlDeviceGetAttributes fails on full GPUs: no SM count.
         ("l4", "NVIDIA L4", "ada-lovelace", "8.9.0", "23034Mi", None, "570.133.20"),
         ("t4", "Tesla T4", "turing", "7.5.0", "15Gi", None, "525.89.2"),
-        ("h200", "NVIDIA H200", "hopper", "9.0.0", "143771Mi", "132", "580.105.6"),
+        ("h200", "NVIDIA H200", "hopper", "9.0.0", "143771Mi", "132", "580.159.4"),
         ("h200-nvl", "NVIDIA H200 NVL", "hopper", "9.0.0", "143771Mi", "132", "570.195.3"),
         # B200/GB200 are simulated without MIG (their full -lgip table is not public): no SM count either.
         ("b200", "NVIDIA B200", "blackwell", "10.0.0", "183359Mi", None, "570.172.8"),

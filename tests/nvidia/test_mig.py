@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 from decimal import Decimal
+import json
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +180,20 @@ def test_failing_profile_query_skips_a_gpu_in_mig_mode(open_backend: OpenBackend
     names = [d.name for d in open_backend(section).discover().devices]
     assert not any(name.startswith("gpu-0") for name in names)
     assert any(name.startswith("gpu-1-mig-") for name in names)
+
+
+def test_h200_profile_mig_table_matches_a_real_h200() -> None:
+    """The shipped h200 profile's GPU-instance rows equal what NVML reported on a real H200 (field and placement)."""
+    recording = json.loads((Path(__file__).parent / "recordings" / "h200-nvml-probe.json").read_text())
+    section = profile_section("h200")
+    assert section["driverVersion"] == recording["driverVersion"]
+    rows = {row["profile"]: row for row in section["models"][section["gpus"][0]["model"]]["mig"]["gpuInstanceProfiles"]}
+    fields = {"id": "id", "name": "name", "sliceCount": "sliceCount", "instanceCount": "instanceCount", "memorySizeMB": "memoryMB",
+              "multiprocessorCount": "multiprocessors", "copyEngineCount": "copyEngines", "decoderCount": "decoders",
+              "encoderCount": "encoders", "jpegCount": "jpegEngines", "ofaCount": "ofaEngines"}
+    real = [entry for entry in recording["device"]["giProfiles"] if isinstance(entry.get("info"), dict)]
+    assert {entry["profile"] for entry in real} == set(rows)
+    for entry in real:
+        row = rows[entry["profile"]]
+        assert {ours: row[ours] for theirs, ours in fields.items()} == {ours: entry["info"][theirs] for theirs, ours in fields.items()}
+        assert [{"start": s, "size": row["placements"]["size"]} for s in row["placements"]["starts"]] == entry["placements"]
