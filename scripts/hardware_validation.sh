@@ -27,6 +27,9 @@ head -20 "$OUT/real.err"
 "${DRA[@]}" discover --profile dgx-h100 -o json > "$OUT/sim.json"
 "${DRA[@]}" discover -o table
 
+step "device readings (dra_driver_device_* metrics) against nvidia-smi, idle (scripts/metrics_check.py; run it again under a CUDA load)"
+python3 scripts/metrics_check.py --rounds 2; echo "metrics check rc=$?"
+
 step "device nodes, driver files, libraries"
 ls -la /dev/nvidia* /dev/nvidia-caps 2>&1
 ldconfig -p | grep -E "libcuda\.so|libnvidia-ml\.so|libnvidia-ptxjitcompiler|libnvidia-nvvm" | head
