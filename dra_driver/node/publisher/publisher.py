@@ -139,6 +139,7 @@ class SlicePublisher:
         self._backoff = Backoff(self.options.backoff_initial, cap=self.options.backoff_cap)
         self.conflicts = conflicts or ConflictBoard()  # shared with prepare (dra_driver.node.daemon) when given
         self._notes = notes or dict
+        self._look_again = self._dirty.set  # a conflict found or gone (the daemon re-checks the registrations)
 
     # ------------------------------------------------------------------ public API
 
@@ -212,6 +213,7 @@ class SlicePublisher:
     def start(self) -> SlicePublisher:
         self._stop.clear()
         self._dirty.set()
+        self.conflicts.subscribe(self.driver, self._look_again)
         for target, name in ((self._run_worker, "publisher"), (self._run_watch, "publisher-watch")):
             thread = threading.Thread(target=target, name=f"{name}-{self.driver}", daemon=True)
             thread.start()
@@ -220,6 +222,7 @@ class SlicePublisher:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads; the slices stay (the kubelet removes them if the driver stays away)."""
+        self.conflicts.unsubscribe(self.driver, self._look_again)
         self._stop.set()
         self._dirty.set()
         current = self._watch
