@@ -270,7 +270,9 @@ class ReadinessMonitor:
                 return
             replace_file(self.status_file, report.to_json().encode(), durable=False, mode=0o644)
         except OSError as exc:
-            log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=str(exc)))
+            from dra_driver.node.plugin.storage_errors import cause  # here: `dra-driver ready` imports this module
+
+            log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=cause(exc)))
 
     def _hold_liveness(self) -> bool:
         """Hold the flock that proves to `dra-driver ready` that this daemon lives; False (status not written) while
