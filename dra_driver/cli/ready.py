@@ -1,8 +1,9 @@
 """`dra-driver ready`: the readiness probe of the DaemonSet (exit 0 when ready, 1 with the reason when not).
 
 It reads the status the daemon of the same pod writes (dra_driver.node.readiness) and needs no port, so a
-surge pod with host networking is judged even while the old pod holds the metrics port. Imports only
-what reading a small JSON file needs: the kubelet runs it every few seconds.
+surge pod with host networking is judged even while the old pod holds the metrics port; it trusts that status
+only while a live daemon holds its lock and its monotonic heartbeat is fresh. Imports only what reading a small
+JSON file and one non-blocking flock need: the kubelet runs it every few seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     # Required rather than defaulted: the default lives beside the socket code, whose gRPC import would cost every probe ~0.1 s CPU.
     parser.add_argument("--state-dir", type=Path, required=True, help="the daemon's --state-dir (deploy/: /var/run/dra-driver)")
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="the daemon's --pod-uid (default: $POD_UID)")
-    parser.add_argument("--max-age", type=float, default=MAX_AGE_S, help="oldest status accepted, in seconds (default: %(default)s)")
+    parser.add_argument("--max-age", type=float, default=MAX_AGE_S, help="oldest heartbeat accepted, in seconds (default: %(default)s)")
     parser.set_defaults(func=ready)
 
 

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver.common.errors import DraError
@@ -38,7 +39,7 @@ from dra_driver.node.checks.same_name import ConflictBoard, conflict_message, sa
 from dra_driver.node.plugin.driver import DriverPlugin, PluginSettings, Publisher
 from dra_driver.node.plugin.pending_claims import PendingClaims
 from dra_driver.node.plugin.prepare import ClaimSource
-from dra_driver.node.readiness import ReadinessMonitor, status_path
+from dra_driver.node.readiness import MAX_AGE_S, ReadinessMonitor, status_path
 from dra_driver.backend.interface import VendorBackend
 
 if TYPE_CHECKING:  # the claim cache imports the kubernetes client, which `connect` loads later
@@ -47,6 +48,9 @@ if TYPE_CHECKING:  # the claim cache imports the kubernetes client, which `conne
 log = logging.getLogger(__name__)
 
 RECOVERY_HEAD_START_S = 5.0  # longest wait for the drivers' recovery before loading metrics and the API client
+# How often each driver looks again for a same-name driver's registration and re-verifies its instance lock: a
+# conflict that is gone stops refusing claims within this time, without a restart.
+RECHECK_INTERVAL_S = 10.0
 
 # Builds the slice publisher of one driver (wired by the publisher module); None = do not publish.
 PublisherFactory = Callable[[VendorBackend, Inventory], "Publisher | None"]
@@ -81,6 +85,7 @@ class Daemon:
         guard: DevicePluginGuard | None = None,
         conflicts: ConflictBoard | None = None,
         device_metrics_interval: float = DEFAULT_INTERVAL_S,
+        recheck_interval: float = RECHECK_INTERVAL_S,
     ) -> None:
         """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
         called once every driver serves, which returns them (`claims` is then None).
@@ -103,7 +108,7 @@ class Daemon:
         self.metrics_endpoint: HttpEndpoint | None = None
         self._api_started = threading.Event()
         state_file = status_path(settings.state_dir, settings.pod_uid) if settings.state_dir is not None else None
-        self.readiness = ReadinessMonitor(lambda: self.plugins, self._api_started.is_set, state_file)
+        self.readiness = ReadinessMonitor(lambda: self.plugins, self._api_started.is_set, state_file, stand_down=self._stand_down)
         self._stopped = threading.Event()
         self.claim_cache: ClaimCache | None = claim_cache
         self.guard = guard  # device plugins on the node: devices withheld from slices and refused by prepare
@@ -114,12 +119,21 @@ class Daemon:
         state = DaemonState(self._registered, self._ready_by_driver, self._slices, lambda: guard.overlap() if guard is not None else {})
         self.device_metrics = DeviceMetricsCollector(self.metrics.holders, device_metrics_interval, state)
         self.metrics.add_collector(self.device_metrics)
+        self._recheck_interval = recheck_interval
+        self._state_problems: dict[str, str] = {}  # driver -> its hold on the state directory is lost
+        self._recheck_stop = threading.Event()
+        self._recheck_thread: threading.Thread | None = None
+        self._stale_seen: set[Path] = set()
 
     def start(self) -> DaemonStatus:
         """Serve every driver's sockets, then connect to the API server and publish; DraError when connecting fails."""
         claims = self._pending if self._pending is not None else self._claim_source(self._wiring)
         for backend in self.backends:
             self._start_one(backend, claims)
+        if not self.plugins:
+            # Nothing serves (e.g. the loser of a start race): no metrics port, no readiness status (another instance's
+            # pod may share its name), no API client; run_until_signal exits 1 at once.
+            return self.status
         self._let_recovery_finish()
         self.metrics.load()
         self._serve_metrics()
@@ -128,8 +142,6 @@ class Daemon:
                 self.device_metrics.add(self._metrics_source(driver, plugin))
             self.device_metrics.start()
         self.readiness.start()  # not ready until the kubelet registered each driver and its slices are out
-        if not self.plugins:  # nothing serves: no API client to build (run_until_signal exits 1)
-            return self.status
         if self._stopped.is_set():  # SIGTERM during start-up: stopping, so no client to build nor slices to publish
             return self.status
         if self._connect is not None and self._pending is not None:
@@ -142,6 +154,7 @@ class Daemon:
             self._pending.ready(self._claim_source(self._wiring))
         self._start_api_users()
         self._api_started.set()
+        self._start_rechecks()
         return self.status
 
     def _let_recovery_finish(self) -> None:
@@ -191,10 +204,14 @@ class Daemon:
         return found
 
     def _readyz(self) -> Response:
-        """The monitor's last check (at most its interval old): a probe flood never dials the sockets."""
+        """The monitor's last check (at most its interval old): a probe flood never dials the sockets. A check
+        older than the probe's limit (a hung monitor) is not ready."""
         report = self.readiness.last
         if report is None:
             return Response(503, b"not checked yet\n")
+        stale = report.age_problem(MAX_AGE_S, time.monotonic()) if report.ready else None
+        if stale is not None:
+            return Response(503, f"daemon: {stale}\n".encode())
         return Response(200 if report.ready else 503, f"{report.summary()}\n".encode())
 
     def _claim_source(self, wiring: ApiWiring | None) -> ClaimSource:
@@ -252,11 +269,16 @@ class Daemon:
         self.status.running.append(driver)
 
     def _refusal(self, vendor: str, driver: str, devices: Sequence[str]) -> str | None:
-        """Why a claim's devices must not be prepared now: a same-name driver on the node, or a device plugin's device."""
-        conflict = self.conflicts.get(driver)
-        if conflict is not None:
-            return conflict
+        """Why a claim's devices must not be prepared now: a same-name driver on the node, a lost state directory,
+        or a device plugin's device."""
+        reason = self._stand_down(driver)
+        if reason is not None:
+            return reason
         return self.guard.refusal(vendor, devices) if self.guard is not None else None
+
+    def _stand_down(self, driver: str) -> str | None:
+        """Why `driver` refuses every new claim now (and is not ready), or None."""
+        return self.conflicts.get(driver) or self._state_problems.get(driver)
 
     def _poll_guard(self) -> None:
         if self.guard is None:
@@ -267,13 +289,51 @@ class Daemon:
             log.error("device-plugin rescan failed", extra=fields(error=f"{type(exc).__name__}: {exc}"))
 
     def _check_same_name(self, driver: str, plugin: DriverPlugin) -> None:
-        """Registration sockets of another driver with this name (checked once the sockets serve)."""
+        """Registration sockets of another driver with this name: checked once the sockets serve, then every
+        recheck interval, so a conflict is cleared (claims served again) once the other driver is gone."""
+        conflict = None
         for found in same_name_registrations(self.settings.kubelet_dir, driver, plugin.paths.state_root):
             if not found.answered:
-                log.warning("registration socket for this driver's name that nobody serves; the kubelet ignores it", extra=fields(driver=driver, socket=str(found.socket)))
+                if found.socket not in self._stale_seen:  # once, not at every recheck
+                    self._stale_seen.add(found.socket)
+                    log.warning("registration socket for this driver's name that nobody serves; the kubelet ignores it", extra=fields(driver=driver, socket=str(found.socket)))
                 continue
             what = f"registration socket {found.socket} serving {found.endpoint or 'an unnamed endpoint'}"
-            self.conflicts.set(driver, "registration", conflict_message(driver, self.settings.node_name, what))
+            conflict = conflict or conflict_message(driver, self.settings.node_name, what)
+        self.conflicts.set(driver, "registration", conflict)
+
+    def _check_state(self, driver: str, plugin: DriverPlugin) -> None:
+        problem = plugin.state_problem()
+        previous = self._state_problems.get(driver)
+        if problem == previous:
+            return
+        if problem is None:
+            self._state_problems.pop(driver, None)
+            log.warning("the instance lock holds again; taking new claims", extra=fields(driver=driver))
+        else:
+            self._state_problems[driver] = problem
+            log.error("instance lock lost; refusing new claims", extra=fields(driver=driver, problem=problem))
+
+    def recheck(self) -> None:
+        """One round of the periodic checks of every running driver (same-name registrations, instance lock)."""
+        for driver, plugin in list(self.plugins.items()):
+            if self._recheck_stop.is_set():
+                return
+            try:
+                self._check_state(driver, plugin)
+                if self._wiring is not None and self._wiring.publisher_factory is not None:
+                    self._check_same_name(driver, plugin)
+            except Exception as exc:  # a check must never end the loop; the next round tries again
+                log.error("periodic driver check failed", extra=fields(driver=driver, error=f"{type(exc).__name__}: {exc}"))
+
+    def _start_rechecks(self) -> None:
+        self._recheck_stop.clear()
+        self._recheck_thread = threading.Thread(target=self._run_rechecks, name="recheck", daemon=True)
+        self._recheck_thread.start()
+
+    def _run_rechecks(self) -> None:
+        while not self._recheck_stop.wait(self._recheck_interval):
+            self.recheck()
 
     def _driver_failed(self, driver: str, exc: Exception) -> None:
         log.error("driver failed to start; other drivers continue", extra=fields(driver=driver, error=f"{type(exc).__name__}: {exc}"))
@@ -281,6 +341,10 @@ class Daemon:
         self.metrics.errors.labels(driver, "start").inc()
 
     def stop(self) -> None:
+        self._recheck_stop.set()
+        if self._recheck_thread is not None:
+            self._recheck_thread.join(timeout=10)
+            self._recheck_thread = None
         self.readiness.stop()  # first: it must not serve a registration socket that stop removes
         self.device_metrics.stop()
         for plugin in self.plugins.values():

@@ -10,18 +10,29 @@ Ready means, for every driver that runs:
    another instance on the node holds the publisher lease and publishes them (the old pod during a
    rolling update; the new one takes the lease over when the old one exits).
 
+4. **not standing down**: no same-name driver on the node and the instance lock still held (the daemon
+   refuses every new claim while either lasts).
+
 A monitor thread checks every `interval` seconds and writes the result to
 `<state-dir>/ready/<pod-uid>.json` (pod UIDs keep two pods on a node apart); `dra-driver ready`
 reads that file for the exec probe, which needs no port (a host-network surge pod may not have
-its metrics port yet). A file older than the probe's limit means a stuck daemon: not ready.
-When the registration socket disappears the monitor serves it again, so the kubelet registers
-the instance anew instead of it staying unready until a restart.
+its metrics port yet). The file alone cannot prove a daemon is alive (a killed daemon leaves it, a clock
+step moves its wall-clock time), so the probe trusts it only with two proofs read now:
+- a live process holds the flock on `<state-dir>/ready/<pod-uid>.lock` (taken by the monitor for the
+  daemon's life; the kernel drops it when the process dies, so a killed daemon is unready at once);
+- the report's `heartbeat` (CLOCK_MONOTONIC, one clock for every process of the machine, never stepped) is a
+  finite number at most the probe's limit in the past and not in the future: a hung monitor stops renewing it.
+The wall-clock `checkedAt` is only for people. When the registration socket disappears the monitor serves it
+again, so the kubelet registers the instance anew instead of it staying unready until a restart.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
+import math
 import os
 import stat
 import threading
@@ -51,7 +62,8 @@ STATUS_DIR = "ready"
 class ReadinessReport:
     ready: bool
     problems: dict[str, list[str]] = field(default_factory=dict)  # driver (or "daemon") -> what is missing
-    checked_at: float = 0.0  # wall clock, seconds since the epoch
+    checked_at: float = 0.0  # wall clock, seconds since the epoch: for people only
+    heartbeat: float | None = None  # time.monotonic() of the check: what freshness is judged by
 
     def summary(self) -> str:
         if self.ready:
@@ -59,17 +71,40 @@ class ReadinessReport:
         return "; ".join(f"{who}: {', '.join(what)}" for who, what in sorted(self.problems.items()))
 
     def to_json(self) -> str:
-        return json.dumps({"ready": self.ready, "problems": self.problems, "checkedAt": self.checked_at}, sort_keys=True)
+        data = {"ready": self.ready, "problems": self.problems, "checkedAt": self.checked_at, "heartbeat": self.heartbeat}
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ReadinessReport:
         data = json_text.loads(text)
-        if not isinstance(data, dict) or not isinstance(data.get("ready"), bool) or not isinstance(data.get("checkedAt"), (int, float)):
-            raise ValueError("not a readiness status (ready, checkedAt)")
+        if not isinstance(data, dict) or not isinstance(data.get("ready"), bool):
+            raise ValueError("not a readiness status (ready, heartbeat)")
         problems = data.get("problems") or {}
         if not isinstance(problems, dict):
             raise ValueError("problems is not an object")
-        return cls(data["ready"], {str(k): [str(p) for p in v] for k, v in problems.items() if isinstance(v, list)}, float(data["checkedAt"]))
+        checked_at, heartbeat = data.get("checkedAt"), data.get("heartbeat")
+        return cls(
+            data["ready"],
+            {str(k): [str(p) for p in v] for k, v in problems.items() if isinstance(v, list)},
+            float(checked_at) if _is_number(checked_at) else 0.0,
+            float(heartbeat) if _is_number(heartbeat) else None,
+        )
+
+    def age_problem(self, max_age: float, now: float) -> str | None:
+        """Why this report is not fresh at monotonic time `now`, or None: its heartbeat must be a finite number
+        at most `max_age` seconds in the past (a future one was not written by this machine's clock)."""
+        if self.heartbeat is None or not math.isfinite(self.heartbeat):
+            return f"readiness status has no valid heartbeat ({self.heartbeat!r}): not written by a running daemon"
+        age = now - self.heartbeat
+        if age < 0:
+            return f"readiness status heartbeat is {-age:.3g} s in the future: not written by a daemon on this machine"
+        if age > max_age:
+            return f"readiness status is {age:.0f} s old (limit {max_age:.0f} s): the daemon stopped checking"
+        return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def status_path(state_dir: Path, pod_uid: str | None) -> Path:
@@ -77,19 +112,49 @@ def status_path(state_dir: Path, pod_uid: str | None) -> Path:
     return state_dir / STATUS_DIR / f"{pod_uid or 'no-pod-uid'}.json"
 
 
+def liveness_path(status: Path) -> Path:
+    """The lock file a running daemon holds beside its status file."""
+    return status.with_suffix(".lock")
+
+
 def read_status(path: Path, max_age: float, now: float | None = None) -> ReadinessReport:
-    """The daemon's last report, or a not-ready one saying why it cannot be trusted (missing, damaged, stale)."""
-    now = time.time() if now is None else now
+    """The daemon's last report, or a not-ready one saying why it cannot be trusted: missing, damaged, no live
+    daemon holding its lock, a heartbeat stale, in the future or not a number. `now` is time.monotonic()."""
+    now = time.monotonic() if now is None else now
     try:
         report = ReadinessReport.from_json(path.read_text())
     except FileNotFoundError:
-        return ReadinessReport(False, {"daemon": [f"no readiness status at {path} (not started yet, or another --state-dir/--pod-uid)"]})
+        return _unready(f"no readiness status at {path} (not started yet, or another --state-dir/--pod-uid)")
     except (OSError, ValueError) as exc:
-        return ReadinessReport(False, {"daemon": [f"readiness status {path} unreadable: {exc}"]})
-    age = now - report.checked_at
-    if age > max_age:
-        return ReadinessReport(False, {"daemon": [f"readiness status is {age:.0f} s old (limit {max_age:.0f} s): the daemon stopped checking"]}, report.checked_at)
-    return report
+        return _unready(f"readiness status {path} unreadable: {exc}")
+    if not report.ready:
+        return report  # its reasons say more than any check below
+    problem = daemon_alive_problem(liveness_path(path)) or report.age_problem(max_age, now)
+    return _unready(problem, report.checked_at) if problem is not None else report
+
+
+def _unready(problem: str, checked_at: float = 0.0) -> ReadinessReport:
+    return ReadinessReport(False, {"daemon": [problem]}, checked_at)
+
+
+def daemon_alive_problem(lock: Path) -> str | None:
+    """None when a live process holds the flock on `lock` (never blocks, never follows a link), else why not."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return f"no daemon is running: {lock} is missing"
+        return f"cannot open {lock}: {exc.strerror or exc}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"{lock} is not a regular file: remove it and restart the driver"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # held: the daemon lives
+        return f"no daemon is running: nobody holds {lock}"
+    finally:
+        os.close(fd)
 
 
 def _socket_present(path: Path) -> bool:
@@ -143,11 +208,14 @@ class ReadinessMonitor:
         api_connected: Callable[[], bool],
         status_file: Path | None,
         interval: float = CHECK_INTERVAL_S,
+        stand_down: Callable[[str], str | None] | None = None,
     ) -> None:
         self._plugins = plugins
         self._api_connected = api_connected
         self.status_file = status_file
         self._interval = interval
+        self._stand_down = stand_down or (lambda driver: None)
+        self._liveness_fd: int | None = None  # the flock on liveness_path(status_file), held while running
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: ReadinessReport | None = None
@@ -156,10 +224,14 @@ class ReadinessMonitor:
     def check(self) -> ReadinessReport:
         plugins = dict(self._plugins())
         connected = self._api_connected()
-        problems = {driver: found for driver, plugin in plugins.items() if (found := driver_problems(plugin, connected))}
+        problems = {driver: found for driver, plugin in plugins.items() if (found := self._problems(driver, plugin, connected))}
         if not plugins:
             problems["daemon"] = ["no driver is running"]
-        return ReadinessReport(not problems, problems, time.time())
+        return ReadinessReport(not problems, problems, time.time(), time.monotonic())
+
+    def _problems(self, driver: str, plugin: DriverPlugin, connected: bool) -> list[str]:
+        reason = self._stand_down(driver)
+        return driver_problems(plugin, connected) + ([f"standing down: {reason}"] if reason is not None else [])
 
     def check_and_record(self) -> ReadinessReport:
         """One check: log a change, write the status file, serve a registration socket that was removed."""
@@ -194,9 +266,28 @@ class ReadinessMonitor:
             return
         try:
             self.status_file.parent.mkdir(parents=True, exist_ok=True)
+            if not self._hold_liveness():
+                return
             replace_file(self.status_file, report.to_json().encode(), durable=False, mode=0o644)
         except OSError as exc:
-            log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=str(exc)))
+            from dra_driver.node.plugin.storage_errors import cause  # here: `dra-driver ready` imports this module
+
+            log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=cause(exc)))
+
+    def _hold_liveness(self) -> bool:
+        """Hold the flock that proves to `dra-driver ready` that this daemon lives; False (status not written) while
+        another live daemon of the same pod holds it, or a probe checks it this instant (taken at the next check)."""
+        if self._liveness_fd is not None:
+            return True
+        assert self.status_file is not None
+        from dra_driver.node.plugin.locks import flock_or_close, open_lock_file
+
+        fd = flock_or_close(open_lock_file(liveness_path(self.status_file)), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if fd is None:
+            log.warning("readiness lock busy (another daemon of this pod, or a probe); status not written", extra=fields(path=str(self.status_file)))
+            return False
+        self._liveness_fd = fd
+        return True
 
     @property
     def last(self) -> ReadinessReport | None:
@@ -218,15 +309,17 @@ class ReadinessMonitor:
             self._stop.wait(self._interval)
 
     def stop(self) -> None:
-        """Stop checking and remove the status file: a stopping daemon is not ready."""
+        """Stop checking and remove the status file (only one this daemon wrote): a stopping daemon is not ready."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
-        if self.status_file is not None:
+        if self.status_file is not None and self._liveness_fd is not None:
             try:
                 os.unlink(self.status_file)
             except FileNotFoundError:
                 pass
             except OSError as exc:
                 log.warning("cannot remove the readiness status", extra=fields(path=str(self.status_file), error=str(exc)))
+            os.close(self._liveness_fd)
+            self._liveness_fd = None

@@ -29,7 +29,7 @@ from dra_driver.backend.interface import BackendSettings
 
 
 @contextmanager
-def nvidia_daemon(server: Any, root: Path, pod_uid: str | None = None) -> Iterator[Daemon]:
+def nvidia_daemon(server: Any, root: Path, pod_uid: str | None = None, recheck_interval: float = 10.0) -> Iterator[Daemon]:
     """A daemon with the NVIDIA backend (dgx-h100 profile) under `root`, publishing to `server`, wired as `run` wires it
     (one ConflictBoard shared by the daemon and its publishers)."""
     import dataclasses
@@ -40,7 +40,8 @@ def nvidia_daemon(server: Any, root: Path, pod_uid: str | None = None) -> Iterat
     backend = NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
     api = server.api_client()
     conflicts = ConflictBoard()
-    daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a", conflicts=conflicts), conflicts=conflicts)
+    factory = publisher_factory(api, "node-a", conflicts=conflicts)
+    daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=factory, conflicts=conflicts, recheck_interval=recheck_interval)
     try:
         daemon.start()
         yield daemon

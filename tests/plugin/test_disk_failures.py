@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from example_backend import DRIVER
+
+from crash_support import DAEMON
 
 from dra_driver.node.checkpoint import Checkpoint
 
@@ -164,3 +168,49 @@ def test_a_full_state_dir_fails_the_claim_by_name(node, break_dir, how):
     assert not any(op == "prepare" for op, _ in node.backend.calls)  # nothing was done before the record
     repair()
     assert conn.prepare([ref]).claims[ref.uid].error == ""
+
+
+def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(short_tmp, apiserver):
+    """Before, the restart wrote the registrations/ marker after the sockets served, got ENOSPC and stopped every
+    driver with a raw `[Errno 28]` line: a crash loop until space was freed. Real processes, kill -9, a real full tmpfs."""
+    from conftest import make_settings
+    from crash_support import registers, start_daemon, wait_for
+    from test_instance_lock import add_claim, paths_of
+
+    from dra_driver.node.plugin.kubelet_client import register
+
+    state = short_tmp / "run"
+    state.mkdir()
+    mount_tmpfs(state, "mode=0755,size=256k")
+    (short_tmp / "state").mkdir()
+    paths = paths_of(make_settings(short_tmp))
+    daemon = start_daemon(apiserver.url, short_tmp)
+    restarted = None
+    try:
+        wait_for(lambda: registers(paths), what="the daemon serves")
+        kept = add_claim(apiserver, "kept", "gpu-0")
+        answer = register(paths.registration_socket).prepare([kept]).claims[kept.uid]
+        assert answer.error == ""
+        daemon.kill()
+        daemon.wait()
+        fill(state / "filler")
+        restarted = subprocess.Popen([sys.executable, str(DAEMON), apiserver.url, str(short_tmp)], stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: restarted.poll() is not None or registers(paths), what="the restarted daemon serves")
+        assert restarted.poll() is None, restarted.communicate()[1][-2000:]
+        conn = register(paths.registration_socket)
+        again = conn.prepare([kept]).claims[kept.uid]
+        assert again.error == "" and list(again.devices) == list(answer.devices)
+        new = add_claim(apiserver, "new", "gpu-1")
+        refused = conn.prepare([new]).claims[new.uid].error
+        assert f"state directory {paths.checkpoint}: No space left on device (ENOSPC); free space (or inodes)" in refused
+        conn.close()
+    finally:
+        for process in (daemon, restarted):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        err = restarted.communicate(timeout=30)[1] if restarted is not None else ""
+        if daemon.poll() is None:
+            daemon.wait(timeout=30)
+        umount(state)
+    assert "[Errno 28]" not in err, [line for line in err.splitlines() if "Errno 28" in line]
+    assert "cannot record this instance's registration socket" in err and f"{paths.state_root}/registrations" in err

@@ -332,3 +332,159 @@ def test_a_damaged_instance_record_names_an_unknown_holder(raw: bytes) -> None:
 
     holder = _parse_record(raw)
     assert not holder.known and holder.pod_uid is None
+
+
+# --- hardening: links, deleted lock files, start races, damaged state ----------------------------
+
+
+@pytest.mark.parametrize("planted", [instance_lock.MODE_LOCK, f"{instance_lock.OWNERS_DIR}/single.lock"])
+def test_a_lock_file_planted_as_a_symlink_is_never_followed(tmp_path: Path, planted: str):
+    """Before, the holder opened `instances/single.lock` through the link, truncated the target and wrote its pid in it."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    state = tmp_path / "state"
+    (state / instance_lock.OWNERS_DIR).mkdir(parents=True)
+    (state / planted).symlink_to(outside)
+    lock = InstanceLock.acquire(state, None, wait_s=0.1)
+    try:
+        assert outside.read_text() == "precious\n"
+        assert not (state / planted).is_symlink() and (state / planted).is_file()
+        assert [h.pid for h in instance_lock.holders(state)] == [os.getpid()]
+    finally:
+        lock.release()
+    assert outside.read_text() == "precious\n"
+
+
+def test_instances_replaced_by_a_regular_file_is_refused_with_the_fix(short_tmp, apiserver, daemons):
+    """Before: a raw `[Errno 17] File exists` line."""
+    settings = make_settings(short_tmp)
+    owners = paths_of(settings).state_root / instance_lock.OWNERS_DIR
+    owners.parent.mkdir(parents=True)
+    owners.write_text("")
+    daemon, backend = start(daemons, apiserver, settings)
+    reason = daemon.status.failed[DRIVER]
+    assert reason == (f"{owners} is a regular file, not a directory: the driver keeps its instance records there; "
+                      f"move it away (mv {owners} {owners}.bad) and start the driver again")  # fmt: skip
+    assert backend.calls == [] and owners.is_file()
+
+
+def test_the_holder_makes_deleted_lock_files_again_and_notices_a_replaced_state_dir(tmp_path: Path):
+    state = tmp_path / "state"
+    state.mkdir()
+    lock = InstanceLock.acquire(state, "pod-a", wait_s=0.1)
+    try:
+        (state / instance_lock.MODE_LOCK).unlink()
+        for record in (state / instance_lock.OWNERS_DIR).iterdir():
+            record.unlink()
+        (state / instance_lock.OWNERS_DIR).rmdir()
+        assert instance_lock.live_record(state, "pod-a") is False
+        assert lock.check() is None
+        assert instance_lock.live_record(state, "pod-a") and [h.pod_uid for h in instance_lock.holders(state)] == ["pod-a"]
+        with pytest.raises(InstanceLockError):
+            InstanceLock.acquire(state, None, wait_s=0.1)
+        state.rename(tmp_path / "moved")
+        state.mkdir()
+        problem = lock.check()
+        assert problem is not None and f"state directory {state} was removed or replaced" in problem
+    finally:
+        lock.release()
+
+
+def test_a_replaced_state_dir_makes_the_daemon_refuse_new_claims(node):
+    root = node.paths.state_root
+    conn = node.connect()
+    kept = node.add_claim("kept", {"gpu": ["gpu-0"]})
+    assert conn.prepare([kept]).claims[kept.uid].error == ""
+    root.rename(root.with_name("wiped"))
+    root.mkdir()
+    node.daemon.recheck()
+    ref = node.add_claim("new", {"gpu": ["gpu-1"]})
+    assert "was removed or replaced while this instance held it" in conn.prepare([ref]).claims[ref.uid].error
+    assert any("was removed or replaced" in p for p in node.daemon.readiness.check().problems[DRIVER])
+    conn.close()
+
+
+def _daemon_process(apiserver, root: Path, kubelet_dir: Path | None = None) -> subprocess.Popen[str]:
+    from crash_support import DAEMON
+
+    args = [sys.executable, str(DAEMON), apiserver.url, str(root), "8"] + ([str(kubelet_dir)] if kubelet_dir else [])
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    return err
+
+
+def test_deleting_the_lock_files_under_a_live_daemon_never_lets_a_second_one_serve(short_tmp, apiserver):
+    """Two real daemons, one state directory, separate kubelet dirs (so no socket stops the second). Before, with
+    instance.lock and instances/ deleted, the second started and both prepared the same GPU."""
+    from crash_support import registers, wait_for
+
+    (short_tmp / "state").mkdir()
+    first = _daemon_process(apiserver, short_tmp)
+    second: subprocess.Popen[str] | None = None
+    try:
+        settings = make_settings(short_tmp)
+        wait_for(lambda: registers(paths_of(settings)), what="the first daemon serves")
+        state = paths_of(settings).state_root
+        (state / instance_lock.MODE_LOCK).unlink()
+        for record in (state / instance_lock.OWNERS_DIR).iterdir():
+            record.unlink()
+        (state / instance_lock.OWNERS_DIR).rmdir()
+        other = dataclasses.replace(settings, kubelet_dir=short_tmp / "kubelet2")
+        second = _daemon_process(apiserver, short_tmp, other.kubelet_dir)
+        assert second.wait(timeout=60) == 1, "the second daemon kept running"
+        assert "is in use by another dra-driver instance" in _stop(second)
+        assert not paths_of(other).registration_socket.exists()
+        ref = add_claim(apiserver, "job", "gpu-0")
+        assert register(paths_of(settings).registration_socket).prepare([ref]).claims[ref.uid].error == ""
+    finally:
+        if second is not None and second.poll() is None:
+            second.kill()
+            second.wait()
+        _stop(first)
+
+
+def test_of_two_daemon_processes_started_together_the_loser_exits_at_once(short_tmp, apiserver):
+    from crash_support import registers, wait_for
+
+    (short_tmp / "state").mkdir()
+    made = [_daemon_process(apiserver, short_tmp) for _ in range(2)]
+    try:
+        wait_for(lambda: any(p.poll() is not None for p in made), timeout=60, what="one daemon exits", step=0.05)
+        loser = next(p for p in made if p.poll() is not None)
+        winner = next(p for p in made if p is not loser)
+        assert loser.returncode == 1 and "is in use by another dra-driver instance" in _stop(loser)
+        wait_for(lambda: registers(paths_of(make_settings(short_tmp))), what="the winner serves")
+        assert winner.poll() is None
+    finally:
+        for process in made:
+            _stop(process)
+
+
+def test_the_loser_of_a_start_race_leaves_the_winner_s_readiness_and_metrics_alone(short_tmp, apiserver, daemons, monkeypatch):
+    """Before, a refused instance still served the metrics port (retried in the background, so it could take it
+    from the winner) and ran a readiness monitor on the same status file, which its exit then removed."""
+    from dra_driver.node import metrics_http
+    from dra_driver.node.metrics_http import BindAddress
+    from dra_driver.node.readiness import status_path
+
+    monkeypatch.setattr(metrics_http, "DEFAULT_BIND_RETRY_S", 0.05)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        address = BindAddress("127.0.0.1", free.getsockname()[1])
+    settings = make_settings(short_tmp)
+    made = [Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=address) for _ in range(2)]
+    daemons.extend(made)
+    winner, loser = made
+    winner.start()
+    winner.readiness.check_and_record()
+    status = status_path(settings.state_dir, None)
+    written = status.read_text()
+    assert loser.start().running == []
+    assert loser.metrics_endpoint is None and loser.readiness.last is None
+    loser.stop()
+    assert status.read_text() == written

@@ -3,10 +3,13 @@ and two daemons on one node during a rolling update (what the DaemonSet's readin
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -27,7 +30,7 @@ from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.node.publisher import PublisherOptions
 from dra_driver.node.publisher.daemon_adapter import publisher_factory
-from dra_driver.node.readiness import ReadinessMonitor, ReadinessReport, read_status, status_path
+from dra_driver.node.readiness import ReadinessMonitor, ReadinessReport, liveness_path, read_status, status_path
 from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 FAST = PublisherOptions(backoff_initial=0.05, backoff_cap=0.2, debounce=0.01, watch_timeout=30)
@@ -147,19 +150,85 @@ def test_dra_socket_that_does_not_answer_is_unready(ready_daemon: Daemon) -> Non
     assert any("does not answer" in p for p in problems(ready_daemon))
 
 
+@contextmanager
+def live_daemon_lock(status: Path) -> Iterator[None]:
+    """What a running daemon holds beside its status file (the flock `dra-driver ready` looks for)."""
+    status.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(liveness_path(status), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def test_status_file_that_is_stale_damaged_or_missing_is_not_ready(short_tmp: Path) -> None:
     path = status_path(short_tmp, "pod-a")
     assert not read_status(path, 15).ready
     path.parent.mkdir(parents=True)
-    for damaged in ("{not json", "[" * 200_000 + "]" * 200_000):  # the second nests past json's recursion limit
-        path.write_text(damaged)
-        assert "unreadable" in read_status(path, 15).summary()
-    path.write_text(ReadinessReport(True, {}, checked_at=1000.0).to_json())
-    assert read_status(path, 15, now=1010.0).ready
-    stale = read_status(path, 15, now=1100.0)
-    assert not stale.ready and "100 s old" in stale.summary()
-    path.write_text(json.dumps({"ready": "yes", "checkedAt": 1000}))
-    assert not read_status(path, 15, now=1001.0).ready
+    with live_daemon_lock(path):
+        for damaged in ("{not json", "[" * 200_000 + "]" * 200_000):  # the second nests past json's recursion limit
+            path.write_text(damaged)
+            assert "unreadable" in read_status(path, 15).summary()
+        path.write_text(ReadinessReport(True, {}, checked_at=1000.0, heartbeat=500.0).to_json())
+        assert read_status(path, 15, now=510.0).ready
+        stale = read_status(path, 15, now=600.0)
+        assert not stale.ready and "100 s old" in stale.summary()
+        path.write_text(json.dumps({"ready": "yes", "heartbeat": 500.0}))
+        assert not read_status(path, 15, now=501.0).ready
+
+
+@pytest.mark.parametrize("heartbeat", ["1e308", "NaN", "Infinity", "-Infinity", "null", "true", '"500"', "600.5"])
+def test_a_heartbeat_that_is_not_a_finite_past_number_is_not_ready(short_tmp: Path, heartbeat: str) -> None:
+    """Written by hand, a damaged file or a clock it did not come from: never ready, even with a live lock holder."""
+    path = status_path(short_tmp, "pod-a")
+    with live_daemon_lock(path):
+        path.write_text(f'{{"ready": true, "problems": {{}}, "checkedAt": 1000.0, "heartbeat": {heartbeat}}}')
+        report = read_status(path, 15, now=510.0)
+        assert not report.ready and "heartbeat" in report.summary()
+
+
+@pytest.mark.parametrize("checked_at", ["1e308", "NaN", "FUTURE", "NOW"])
+def test_ready_never_exits_0_when_no_daemon_runs_whatever_the_file_says(short_tmp: Path, checked_at: str) -> None:
+    """Before the liveness lock, a checkedAt in the future, NaN or 1e308 (or a backward clock step) made a file
+    left by a dead daemon say ready for ever."""
+    path = status_path(short_tmp / "run", "pod-a")
+    path.parent.mkdir(parents=True)
+    value = {"FUTURE": str(time.time() + 3600), "NOW": str(time.time())}.get(checked_at, checked_at)
+    path.write_text(f'{{"ready": true, "problems": {{}}, "checkedAt": {value}, "heartbeat": {time.monotonic()}}}')
+    assert probe(short_tmp, "pod-a") == 1
+    liveness_path(path).touch()  # the lock file of a daemon that died: nobody holds it
+    assert probe(short_tmp, "pod-a") == 1
+
+
+def test_a_killed_daemon_is_unready_at_once(short_tmp: Path, apiserver: SimApiServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real daemon process, registered and ready, then kill -9: the next probe says not ready (the status file it
+    left still holds a fresh heartbeat; before the liveness lock the probe said ready for 15 s more)."""
+    from crash_support import registers, start_daemon, wait_for
+
+    (short_tmp / "state").mkdir()
+    daemon = start_daemon(apiserver.url, short_tmp)
+    try:
+        paths = PluginPaths(short_tmp / "kubelet", DRIVER, None, short_tmp / "run")
+        wait_for(lambda: registers(paths), what="the daemon registers")
+        state = ["ready", "--state-dir", str(short_tmp / "run")]
+        wait_for(lambda: main(state) == 0, what="the daemon is ready", step=0.1)
+    finally:
+        daemon.kill()
+        daemon.wait()
+    assert status_path(short_tmp / "run", None).exists()  # left behind by kill -9
+    capsys.readouterr()
+    assert main(state) == 1
+    assert "no daemon is running: nobody holds" in capsys.readouterr().err
+
+
+def test_readyz_is_unready_when_the_monitor_stopped_checking(ready_daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    ready_daemon.readiness.check_and_record()
+    assert ready_daemon._readyz().status == 200
+    later = time.monotonic() + 60  # the monitor thread hung for a minute
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    answer = ready_daemon._readyz()
+    assert answer.status == 503 and b"the daemon stopped checking" in answer.body
 
 
 def test_rolling_update_two_daemons_on_one_node(short_tmp: Path, cluster: SimApiServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -363,7 +363,7 @@ def _our_registrations(settings: DoctorSettings, driver: str) -> int:
     """Registration sockets this driver's instances created that are still there (a killed one's record alone does not count)."""
     state_root = PluginPaths(settings.kubelet_dir, driver, state_dir=settings.state_dir).state_root
     sockets = (settings.kubelet_dir / "plugins_registry").glob(f"{driver}-*reg.sock")
-    return sum(1 for socket in sockets if created_here(state_root, socket))
+    return sum(1 for socket in sockets if created_here(state_root, socket, driver))
 
 
 def check_permissions(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:

@@ -3,8 +3,12 @@
 This driver uses NVIDIA's and AMD's driver names on purpose, so their own drivers can run on the node too.
 Two signs, each enough:
 - a registration socket in <kubelet dir>/plugins_registry whose `GetInfo` names this driver and that none
-  of this driver's instances created (each instance records its socket, by inode, in
-  `<state dir>/<driver>/registrations/`, which all its instances on the node share);
+  of this driver's instances created. An instance's own socket is known by either of two facts, so that losing
+  one (a full disk, a wiped directory, a build that did not write it) never makes this driver's previous pod a
+  stranger during a rolling update: the marker each instance writes (`<state dir>/<driver>/registrations/<socket>`,
+  holding the socket's inode), or the socket's name `<driver>-<pod UID>-reg.sock` whose pod UID is that of a
+  live instance on the same state directory (its `instances/<pod UID>.lock` is flocked: dra_driver.node.plugin.
+  instance_lock). A pod UID is unique in the cluster, and only an instance holding that record binds that name;
 - a ResourceSlice of this node and driver that someone else wrote: it lacks this driver's label
   (`dra-driver.io/publisher`) and its managedFields name only other managers.
 A driver in conflict stops publishing (its own slices are withdrawn, the other driver's are never touched)
@@ -14,9 +18,8 @@ and refuses new claims with the reason; claims it prepared before can still be u
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +28,13 @@ import grpc
 
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from dra_driver.common.atomic_file import replace_file
 from dra_driver.common.logs import fields
+from dra_driver.model.names import uid_problem
+from dra_driver.node import file_modes
 from dra_driver.node.metrics import Metrics
+from dra_driver.node.plugin.instance_lock import live_record
+from dra_driver.node.plugin.storage_errors import cause
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +52,17 @@ def marker_dir(state_root: Path) -> Path:
 
 
 def mark_registration(state_root: Path, socket: Path) -> None:
-    """Record that this driver created `socket` (its inode), so other instances do not take it for a stranger's."""
+    """Record that this driver created `socket` (its inode), so other instances do not take it for a stranger's.
+    Best effort: a marker that cannot be written (a full disk) is logged; the instance lock still names the socket."""
     directory = marker_dir(state_root)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    marker = directory / socket.name
-    temp = directory / f".{socket.name}.{os.getpid()}.tmp"
-    temp.write_text(f"{socket.stat().st_ino}\n")
-    os.replace(temp, marker)
+    try:
+        file_modes.make_dirs(directory, file_modes.PRIVATE_DIR)
+        replace_file(directory / socket.name, f"{socket.stat().st_ino}\n".encode(), durable=False, mode=file_modes.PRIVATE_FILE)
+    except OSError as exc:
+        log.error(
+            "cannot record this instance's registration socket; other instances still know it by the instance lock",
+            extra=fields(directory=str(directory), socket=socket.name, error=cause(exc)),
+        )
 
 
 def unmark_registration(state_root: Path, socket: Path) -> None:
@@ -60,13 +72,25 @@ def unmark_registration(state_root: Path, socket: Path) -> None:
         pass
 
 
-def created_here(state_root: Path, socket: Path) -> bool:
-    """True when an instance of this driver created `socket` (its recorded inode is the socket's)."""
+def created_here(state_root: Path, socket: Path, driver: str) -> bool:
+    """True when an instance of this driver created `socket`: its marker names the socket's inode, or the pod UID
+    in its name is a live instance's on this state directory."""
+    return _marked(state_root, socket) or _live_instance_socket(state_root, socket, driver)
+
+
+def _marked(state_root: Path, socket: Path) -> bool:
     try:
         recorded = (marker_dir(state_root) / socket.name).read_text().strip()
         return recorded == str(socket.stat().st_ino)
     except (OSError, ValueError):
         return False
+
+
+def _live_instance_socket(state_root: Path, socket: Path, driver: str) -> bool:
+    pod_uid = socket.name[len(driver) + 1 : -len("-reg.sock")] if socket.name.startswith(f"{driver}-") else ""
+    if not pod_uid or uid_problem(pod_uid) is not None:
+        return False  # the plain name: an instance without --pod-uid is alone on its state directory, never beside us
+    return live_record(state_root, pod_uid)
 
 
 @dataclass(frozen=True)
@@ -85,7 +109,7 @@ def same_name_registrations(kubelet_dir: Path, driver: str, state_root: Path) ->
         return []
     found = []
     for socket in candidates:
-        if created_here(state_root, socket):
+        if created_here(state_root, socket, driver):
             continue
         info = plugin_info(socket)
         if info is None:
@@ -138,6 +162,18 @@ class ConflictBoard:
         self._lock = threading.Lock()
         self._conflicts: dict[tuple[str, str], str] = {}
         self._metrics: Metrics | None = None
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
+
+    def subscribe(self, driver: str, listener: Callable[[], None]) -> None:
+        """Call `listener` after any change of `driver`'s conflicts (the publisher looks again at once)."""
+        with self._lock:
+            self._listeners.setdefault(driver, []).append(listener)
+
+    def unsubscribe(self, driver: str, listener: Callable[[], None]) -> None:
+        with self._lock:
+            listeners = self._listeners.get(driver, [])
+            if listener in listeners:
+                listeners.remove(listener)
 
     def use_metrics(self, metrics: Metrics) -> None:
         """Each conflict found counts once in dra_driver_errors_total{operation="same-name-driver"}."""
@@ -154,6 +190,10 @@ class ConflictBoard:
                 self._conflicts[key] = message
         if previous == message:
             return False
+        with self._lock:
+            listeners = list(self._listeners.get(driver, []))
+        for listener in listeners:
+            listener()
         if message is not None:
             log.error("same-name DRA driver on this node; not publishing", extra=fields(driver=driver, source=source, problem=message))
             if self._metrics is not None:

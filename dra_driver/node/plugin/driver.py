@@ -175,7 +175,14 @@ class DriverPlugin:
             )
             server.start()
             self._reg_server = server
-            mark_registration(self.paths.state_root, self.paths.registration_socket)  # ours, for the same-name check of other instances
+            # Ours, for the same-name check of other instances; best effort (a full disk is logged, never fatal).
+            mark_registration(self.paths.state_root, self.paths.registration_socket)
+
+    def state_problem(self) -> str | None:
+        """Why this instance must not take new claims because of its hold on the state directory (re-verified
+        now: a lock file deleted under it is made again), or None."""
+        lock = self._instance_lock
+        return lock.check() if lock is not None else None
 
     @property
     def serving(self) -> bool:

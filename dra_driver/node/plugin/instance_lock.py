@@ -11,6 +11,12 @@ plain socket names, so it must be alone. Two `flock`s (the kernel drops them whe
   socket names) never run together; its holder writes who it is (pid, host, pod UID, start time) into it, which
   is how a refused instance, or `holders()`, names it.
 
+The mode lock is also taken on the state directory itself (an fd of `<dir>`, shared or exclusive as above): a
+file can be deleted from under a live holder (a second instance would then lock a fresh file), the directory
+cannot while it holds the checkpoint. A holder re-verifies its files (`InstanceLock.check`): a deleted lock file
+or record is made and locked again, a state directory removed or replaced is reported (the daemon refuses new
+claims and is not ready). Lock files are opened without following links or blocking (locks.open_lock_file).
+
 Both are taken before anything touches the state: recovery, sockets, publishing. Taking them retries for
 `ACQUIRE_WAIT_S`, so a check by `holders()` (a node health command) never makes a starting instance refuse.
 """
@@ -23,6 +29,8 @@ import json
 import logging
 import os
 import socket
+import stat
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +41,7 @@ from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
 from dra_driver.model.names import file_stem
 from dra_driver.node.plugin.locks import flock_or_close, open_lock_file, open_locked
+from dra_driver.node.plugin.storage_errors import cause
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +61,10 @@ class InstanceLockError(DraError):
     def __init__(self, message: str, holders: list[Holder]) -> None:
         super().__init__(message)
         self.holders = holders
+
+
+class StateDirDamage(DraError):
+    """Something in the state directory is not what the driver made there, and moving it aside could lose data."""
 
 
 @dataclass(frozen=True)
@@ -83,44 +96,127 @@ def owner_name(pod_uid: str | None) -> str:
 class InstanceLock:
     """Held for the life of an instance; `release` (or the process's end) gives it up."""
 
-    def __init__(self, directory: Path, pod_uid: str | None, mode_fd: int, owner_fd: int) -> None:
+    def __init__(self, directory: Path, pod_uid: str | None, dir_fd: int, mode_fd: int, owner_fd: int) -> None:
         self.directory = directory
         self.pod_uid = pod_uid
+        self._dir_fd: int | None = dir_fd
         self._mode_fd: int | None = mode_fd
         self._owner_fd: int | None = owner_fd
+        self._guard = threading.Lock()  # check (the daemon's loop) vs. release (stop)
 
     @classmethod
     def acquire(cls, directory: Path, pod_uid: str | None, wait_s: float = ACQUIRE_WAIT_S) -> InstanceLock:
         """Lock `directory` for this instance or raise InstanceLockError naming the holder and the fix."""
-        file_modes.own_dir(directory / OWNERS_DIR)
+        _owners_dir(directory)
+        shared = pod_uid is not None
         deadline = time.monotonic() + wait_s
         while True:
-            mode_fd = _try_mode_lock(directory / MODE_LOCK, shared=pod_uid is not None)
-            if mode_fd is not None:
-                owner_fd = open_locked(directory / OWNERS_DIR / owner_name(pod_uid), blocking=False)
-                if owner_fd is not None:
-                    break
-                os.close(mode_fd)
+            held = _try_all(directory, pod_uid, shared)
+            if isinstance(held, tuple):
+                break
             if time.monotonic() >= deadline:
-                raise _refusal(directory, pod_uid, mode_busy=mode_fd is None)
+                raise _refusal(directory, pod_uid, mode_busy=held)
             time.sleep(_POLL_S)
-        _write_record(owner_fd, pod_uid)
+        dir_fd, mode_fd, owner_fd = held
+        _write_record(owner_fd, pod_uid, directory)
         _remove_dead_records(directory / OWNERS_DIR, keep=owner_name(pod_uid))
         log.info("instance lock taken", extra=fields(state=str(directory), pod_uid=pod_uid or ""))
-        return cls(directory, pod_uid, mode_fd, owner_fd)
+        return cls(directory, pod_uid, dir_fd, mode_fd, owner_fd)
+
+    def check(self) -> str | None:
+        """Re-verify what this instance holds: a lock file or record deleted under it is made and locked again;
+        None when all is held, else why the instance must not take new claims (its state directory is gone)."""
+        with self._guard:
+            if self._dir_fd is None or self._mode_fd is None or self._owner_fd is None:
+                return None  # released
+            if not _same_file(self.directory, self._dir_fd):
+                return (f"state directory {self.directory} was removed or replaced while this instance held it (its checkpoint "
+                        "with it): new claims are refused; restart the driver so it recovers from what is there now")  # fmt: skip
+            mode_path, owner_path = self.directory / MODE_LOCK, self.directory / OWNERS_DIR / owner_name(self.pod_uid)
+            if not _same_file(mode_path, self._mode_fd):
+                fd = _try_mode_lock(mode_path, shared=self.pod_uid is not None)
+                if fd is None:
+                    return f"{mode_path} was replaced by one another instance holds: stop the other instance"
+                os.close(self._mode_fd)
+                self._mode_fd = fd
+                log.warning("instance lock file was removed; made and locked again", extra=fields(path=str(mode_path)))
+            if not _same_file(owner_path, self._owner_fd):
+                try:
+                    _owners_dir(self.directory)
+                    fd = open_locked(owner_path, blocking=False)
+                except (OSError, DraError) as exc:
+                    return f"cannot make this instance's record {owner_path} again: {exc}"
+                if fd is None:
+                    return f"{owner_path} was replaced by one another instance holds: each instance needs its own --pod-uid"
+                os.close(self._owner_fd)
+                self._owner_fd = fd
+                _write_record(fd, self.pod_uid, self.directory)
+                log.warning("instance record was removed; written again", extra=fields(path=str(owner_path)))
+            return None
 
     def release(self) -> None:
         """Give the state directory up (idempotent): the record goes first, while still locked."""
-        if self._owner_fd is not None:
-            try:
-                os.unlink(self.directory / OWNERS_DIR / owner_name(self.pod_uid))
-            except OSError:
-                pass  # a record left behind is removed by the next instance
-            os.close(self._owner_fd)
-            self._owner_fd = None
-        if self._mode_fd is not None:
-            os.close(self._mode_fd)
-            self._mode_fd = None
+        with self._guard:
+            if self._owner_fd is not None:
+                try:
+                    if _same_file(self.directory / OWNERS_DIR / owner_name(self.pod_uid), self._owner_fd):
+                        os.unlink(self.directory / OWNERS_DIR / owner_name(self.pod_uid))
+                except OSError:
+                    pass  # a record left behind is removed by the next instance
+                os.close(self._owner_fd)
+                self._owner_fd = None
+            for name in ("_mode_fd", "_dir_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    os.close(fd)
+                    setattr(self, name, None)
+
+
+def _owners_dir(directory: Path) -> None:
+    """`<dir>/instances`, made when missing; anything else in its place is refused with the fix."""
+    owners = directory / OWNERS_DIR
+    try:
+        info = os.lstat(owners)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "a regular file" if stat.S_ISREG(info.st_mode) else "a special file"
+        raise StateDirDamage(
+            f"{owners} is {what}, not a directory: the driver keeps its instance records there; move it away "
+            f"(mv {owners} {owners}.bad) and start the driver again"
+        )
+    file_modes.own_dir(owners)
+
+
+def _try_all(directory: Path, pod_uid: str | None, shared: bool) -> tuple[int, int, int] | bool:
+    """The three locks (directory, mode file, owner record), or whether the mode (True) or the record (False) was busy."""
+    dir_fd = _try_dir_lock(directory, shared)
+    if dir_fd is None:
+        return True
+    mode_fd = _try_mode_lock(directory / MODE_LOCK, shared)
+    if mode_fd is None:
+        os.close(dir_fd)
+        return True
+    owner_fd = open_locked(directory / OWNERS_DIR / owner_name(pod_uid), blocking=False)
+    if owner_fd is None:
+        os.close(mode_fd)
+        os.close(dir_fd)
+        return False
+    return dir_fd, mode_fd, owner_fd
+
+
+def _try_dir_lock(directory: Path, shared: bool) -> int | None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return flock_or_close(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    """Whether `path` (not followed) is still the file or directory open as `fd`."""
+    try:
+        found, held = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
 
 
 def holders(directory: Path) -> list[Holder]:
@@ -135,9 +231,14 @@ def holders(directory: Path) -> list[Holder]:
         holder = _live_holder(path)
         if holder is not None:
             found.append(holder)
-    if not found and _is_held(directory / MODE_LOCK):
+    if not found and (_is_held(directory) or _is_held(directory / MODE_LOCK)):
         found.append(Holder(pod_uid=None, known=False))
     return found
+
+
+def live_record(directory: Path, pod_uid: str) -> bool:
+    """Whether a live instance with `pod_uid` holds `directory` (its record is flocked), whatever the record says."""
+    return _is_held(directory / OWNERS_DIR / owner_name(pod_uid))
 
 
 def _try_mode_lock(path: Path, shared: bool) -> int | None:
@@ -146,9 +247,9 @@ def _try_mode_lock(path: Path, shared: bool) -> int | None:
 
 def _is_held(path: Path) -> bool:
     """Whether any process holds a flock on `path` (a shared probe fails only against an exclusive holder, so an
-    exclusive probe is used, given back at once)."""
+    exclusive probe is used, given back at once). `path` may be the state directory itself."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -189,11 +290,16 @@ def _parse_record(raw: bytes) -> Holder:
         return Holder(pod_uid=None, known=False)  # still being written, or damaged: alive, but unnamed
 
 
-def _write_record(fd: int, pod_uid: str | None) -> None:
+def _write_record(fd: int, pod_uid: str | None, directory: Path) -> None:
+    """Who holds the lock, for refusals and `holders()`. Only informative: on a full disk the lock holds without it
+    (the instance is then named as one that left no readable record)."""
     since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "podUID": pod_uid, "since": since}).encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, record, 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+    except OSError as exc:
+        log.error("cannot write this instance's record; the lock holds without it", extra=fields(state=str(directory), error=cause(exc)))
 
 
 def _remove_dead_records(owners: Path, keep: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -60,16 +62,36 @@ def file_lock(path: Path) -> Iterator[None]:
 
 
 def open_lock_file(path: Path) -> int:
-    """Open (creating) a lock file. A directory in its place (damage) is moved aside, logged, and
-    replaced by a fresh file: a lock file holds no state, and a lock that cannot open stops the driver."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+    """Open (creating) a lock file, never following a link and never blocking. Anything but a regular file in
+    its place (damage: a directory, a symlink, a FIFO, a device) is moved aside, logged, and replaced by a fresh
+    file: a lock file holds no state, a lock that cannot open stops the driver, and a planted link must never
+    make the driver write (a lock holder writes its record into the file) into whatever it points at."""
+    for _ in range(3):
+        try:
+            fd = os.open(path, _LOCK_FLAGS, 0o600)
+        except OSError as exc:
+            if not isinstance(exc, IsADirectoryError) and exc.errno != errno.ELOOP:  # ELOOP: O_NOFOLLOW met a link
+                raise
+            _move_aside(path, "a directory" if isinstance(exc, IsADirectoryError) else "a symbolic link")
+            continue
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind == stat.S_IFREG:
+            return fd
+        os.close(fd)
+        _move_aside(path, f"a special file (type {kind:o})")
+    raise OSError(errno.EAGAIN, "a non-regular file keeps reappearing where a lock file should be", os.fspath(path))
+
+
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _move_aside(path: Path, what: str) -> None:
+    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
     try:
-        return os.open(path, flags, 0o600)
-    except IsADirectoryError:
-        aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
-        os.replace(path, aside)
-        log.error("a directory stood where a lock file should be; moved aside", extra=fields(path=str(path), moved_to=str(aside)))
-        return os.open(path, flags, 0o600)
+        os.replace(path, aside)  # renames a link itself, never its target
+    except FileNotFoundError:
+        return
+    log.error("something else stood where a lock file should be; moved aside", extra=fields(path=str(path), found=what, moved_to=str(aside)))
 
 
 def optional_file_lock(path: Path | None) -> ContextManager[None]:

@@ -141,6 +141,7 @@ class SlicePublisher:
         self._notes = notes or dict
         self.slice_count = 0  # slices of the pool as last reconciled (dra_driver_pool_slices)
         self.failures = 0  # reconciliations that failed (dra_driver_publish_errors_total); one thread writes it
+        self._look_again = self._dirty.set  # a conflict found or gone (the daemon re-checks the registrations)
 
     # ------------------------------------------------------------------ public API
 
@@ -214,6 +215,7 @@ class SlicePublisher:
     def start(self) -> SlicePublisher:
         self._stop.clear()
         self._dirty.set()
+        self.conflicts.subscribe(self.driver, self._look_again)
         for target, name in ((self._run_worker, "publisher"), (self._run_watch, "publisher-watch")):
             thread = threading.Thread(target=target, name=f"{name}-{self.driver}", daemon=True)
             thread.start()
@@ -222,6 +224,7 @@ class SlicePublisher:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads; the slices stay (the kubelet removes them if the driver stays away)."""
+        self.conflicts.unsubscribe(self.driver, self._look_again)
         self._stop.set()
         self._dirty.set()
         current = self._watch
