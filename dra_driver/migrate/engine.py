@@ -77,7 +77,7 @@ def _in_vendor_domain(key: str) -> bool:
 def _report_annotations(ctx: Context, item: _Item) -> None:
     places = [("metadata.annotations", item.obj.get("metadata"))]
     spec_path = POD_SPEC_PATHS.get(str(item.obj.get("kind", "")))
-    if spec_path:
+    if spec_path and spec_path[:-1]:  # a Pod's own metadata is the pod's: already the first place
         node: Any = item.obj
         for key in spec_path[:-1]:
             node = node.get(key) if isinstance(node, Mapping) else None
