@@ -106,8 +106,17 @@ def _device_resources(obj: Mapping[str, Any], catalog: ClassCatalog) -> Iterator
         yield found.path, found.kind
 
 
-def _unreported_reason(item: _Item) -> str:
+EMBEDDED_REASON = (
+    "a device-plugin request inside a string (a manifest kept as text, such as a Job in a ConfigMap's data, applied "
+    "later by a script or an operator); migrate never rewrites text inside strings: save that manifest to a file, "
+    "migrate it (dra-driver migrate FILE), and put the result back in the string"
+)
+
+
+def _unreported_reason(item: _Item, mention: Mention) -> str:
     """Why a device-plugin name in this object stays: its kind's own advice, or where it sits."""
+    if mention.embedded:
+        return EMBEDDED_REASON
     kind = item.obj.get("kind", "?")
     entry = operator_kind(item.obj)
     if entry is not None and not entry.convert:
@@ -133,13 +142,11 @@ def _report_leftovers(ctx: Context, item: _Item, earlier: list[Finding]) -> None
     """Every device-plugin name of the object that nothing above converted or reported (mentions.py)."""
     if is_dra_object(item.obj):
         return
-    reason = None
     anywhere = capacity_kind(item.obj) is not None  # one finding per quota resource speaks for all its entries
     for found in mentions(item.obj, ctx.catalog.names, item.prefix):
-        if any(_covered(f, found, anywhere) for f in earlier if f.where.obj == ctx.obj):
+        if any(_covered(f, found, anywhere and not found.embedded) for f in earlier if f.where.obj == ctx.obj):
             continue
-        reason = reason or _unreported_reason(item)
-        ctx.leave(found.path, found.resource, reason)
+        ctx.leave(found.path, found.resource, _unreported_reason(item, found))
 
 
 @dataclass
