@@ -66,6 +66,8 @@ def _items(data: Any, prefix: str = "", parent: list[Any] | None = None) -> Iter
 
 def _describe(obj: Mapping[str, Any]) -> str:
     name, namespace = metadata(obj)
+    if "kind" not in obj and not name:
+        return ""  # not an object (a values file): the file, document and path say where
     return f"{obj.get('kind', '?')}/{namespace + '/' if namespace else ''}{name}"
 
 
@@ -381,8 +383,9 @@ def migrate(inputs: list[tuple[str, str]], options: Options) -> tuple[list[FileR
     errors: list[FieldError] = []
     parsed: list[streams.Stream] = []
     for source, text in inputs:
-        if helm.is_template_source(text):
-            report.add(Action.NOT_CONVERTED, Location(source, None), source, helm.TEMPLATE_REASON, remains=mentions_resource(text))
+        template = helm.template_reason(text)
+        if template is not None:
+            report.add(Action.NOT_CONVERTED, Location(source, None), source, template, remains=mentions_resource(text))
             parsed.append(streams.Stream(source, []))  # no documents: written back as it was
             continue
         try:

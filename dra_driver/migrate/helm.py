@@ -28,45 +28,89 @@ VALUES_REASON = (
 )
 
 
+# Inside an action, what only Helm has: its built-in objects and its template functions. `{{range .items}}` (a
+# kubectl go-template) or `{{ if ... }}` alone is Go template text that many tools use.
+_HELM_ONLY = re.compile(
+    r"\.(?:Values|Release|Chart|Capabilities|Files|Template)\b|\b(?:include|toYaml|tpl|required|define|nindent|lookup)\b"
+)
+GO_TEMPLATE_REASON = (
+    "a Go template source (template actions such as {{ range }} or {{ if }} in the YAML structure), not a manifest; "
+    "render it with the tool that owns it and migrate the output"
+)
 _QUOTED_OR_BLOCK = ("'", '"', "|", ">")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _string_spans(text: str) -> list[tuple[int, int]] | None:
-    """(start, end) offsets of the quoted and block scalars of `text`; None when it does not scan as YAML."""
-    spans: list[tuple[int, int]] = []
+def _scalar_spans(text: str) -> list[tuple[int, int, bool]] | None:
+    """(start, end, plain) of every scalar of `text`, in order; None when it does not scan as YAML."""
+    spans: list[tuple[int, int, bool]] = []
     try:
-        for token in yaml.scan(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-            if isinstance(token, yaml.ScalarToken) and token.style in _QUOTED_OR_BLOCK:
-                spans.append((token.start_mark.index, token.end_mark.index))
+        for token in yaml.scan(text, Loader=_LOADER):
+            if isinstance(token, yaml.ScalarToken):
+                spans.append((token.start_mark.index, token.end_mark.index, token.style not in _QUOTED_OR_BLOCK))
     except yaml.YAMLError:
         return None
     return spans
 
 
-def is_template_source(text: str) -> bool:
-    """Go template actions in the YAML structure, not inside a quoted or block string, nor in a comment.
-
-    `{{ .Values.x }}` as a value, a key or a line of its own is Helm; the same characters inside a quoted
-    string (a kubectl go-template in an Argo step's shell argument) or a block scalar are the string's content.
-    Text that does not even scan as YAML while holding template actions is a template source.
-    """
-    starts = []
+def _actions(text: str) -> list[tuple[int, bool]]:
+    """(offset, Helm-only) of every template action of `text` outside comment lines."""
+    found = []
     offset = 0
     for line in text.splitlines(keepends=True):
         if not line.lstrip().startswith("#"):
-            starts += [offset + match.start() for match in _HELM_ACTION.finditer(line)]
+            for match in _HELM_ACTION.finditer(line):
+                action = line[match.start():].split("}}", 1)[0]
+                found.append((offset + match.start(), _HELM_ONLY.search(action) is not None))
         offset += len(line)
-    if not starts:
+    return found
+
+
+def _is_values_file(text: str) -> bool:
+    """YAML whose documents are all maps without apiVersion and kind: a values file (actions in it are for `tpl`)."""
+    try:
+        documents = list(yaml.load_all(text, Loader=_LOADER))
+    except yaml.YAMLError:
         return False
-    spans = _string_spans(text)
+    maps = [d for d in documents if d is not None]
+    return bool(maps) and all(isinstance(d, Mapping) and is_values_like(d) for d in maps)
+
+
+def template_reason(text: str) -> str | None:
+    """Why `text` is a template source rather than a manifest; None when it is YAML to migrate.
+
+    Helm: Helm's objects or functions (`{{ .Values.x }}`, `{{- include ... }}`) in the YAML structure (a value, a
+    key, a line of its own) or in a plain scalar (`image: repo:{{ .Values.tag }}`). Other Go template actions count
+    only in the structure: inside any string they are that string's content (a kubectl go-template in an Argo step's
+    shell argument). Inside quoted or block strings nothing counts. A values file (no apiVersion or kind anywhere,
+    `{{ .Release.Name }}` in its values for the chart's `tpl`) is not a template: it is reported as a values file.
+    Text that does not even scan as YAML while holding template actions is a template source.
+    """
+    actions = _actions(text)
+    if not actions:
+        return None
+    spans = _scalar_spans(text)
     if spans is None:
-        return True
-    begins = [start for start, _ in spans]
-    for offset in starts:
+        return TEMPLATE_REASON if any(helm for _, helm in actions) else GO_TEMPLATE_REASON
+    begins = [start for start, _, _ in spans]
+    reason = None
+    for offset, helm in actions:
         index = bisect.bisect_right(begins, offset) - 1
-        if index < 0 or offset >= spans[index][1]:
-            return True
-    return False
+        inside = index >= 0 and offset < spans[index][1]
+        if inside and not (spans[index][2] and helm):
+            continue  # string content: quoted or block text, or a plain scalar's non-Helm action
+        if helm:
+            reason = TEMPLATE_REASON
+            break
+        reason = GO_TEMPLATE_REASON
+    if reason == TEMPLATE_REASON and _is_values_file(text):
+        return None
+    return reason
+
+
+def is_template_source(text: str) -> bool:
+    """Helm or other Go template source, not a manifest (template_reason)."""
+    return template_reason(text) is not None
 
 
 def is_values_like(obj: Mapping[str, Any]) -> bool:

@@ -125,8 +125,57 @@ def test_template_syntax_inside_quoted_or_block_strings_is_not_helm() -> None:
 @pytest.mark.parametrize("text", [
     "metadata:\n  name: {{ .Release.Name }}\n",  # a value
     "spec:\n{{- if .Values.gpu }}\n  x: 1\n{{- end }}\n",  # a line of its own
-    "image: repo/app:{{ .Values.tag }}\n",  # inside a plain scalar
+    "apiVersion: v1\nkind: Pod\nimage: repo/app:{{ .Values.tag }}\n",  # inside a plain scalar of an object
     "env:\n  {{- toYaml .Values.env | nindent 2 }}\n",
 ])
 def test_template_syntax_in_the_yaml_structure_is_helm(text: str) -> None:
     assert is_template_source(text)
+
+
+ARGO_PLAIN = """apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: list-
+spec:
+  templates:
+  - name: main
+    container:
+      image: bitnami/kubectl
+      command: [sh, -c]
+      args:
+      - kubectl get pods -o go-template={{range .items}}{{.metadata.name}}{{end}}
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+VALUES_WITH_TPL = """fullnameOverride: app-{{ .Release.Name }}
+resources:
+  limits:
+    nvidia.com/gpu: 1
+"""
+
+
+def test_a_go_template_in_an_argo_shell_argument_is_the_argument_not_helm() -> None:
+    assert not is_template_source(ARGO_PLAIN)
+    result, report = run(ARGO_PLAIN)
+    assert result.output == ARGO_PLAIN
+    [finding] = report.by_action(Action.NOT_CONVERTED)
+    assert finding.subject == "nvidia.com/gpu" and "Argo" in finding.reason and "Helm" not in finding.reason
+
+
+def test_a_values_file_holding_helm_actions_for_tpl_is_called_a_values_file() -> None:
+    assert not is_template_source(VALUES_WITH_TPL)
+    result, report = run(VALUES_WITH_TPL, "values.yaml")
+    assert result.output == VALUES_WITH_TPL
+    [finding] = report.remaining
+    assert "Helm values file" in finding.reason and "template source" not in finding.reason
+    assert finding.where.path == "resources.limits" and str(finding.where) == "values.yaml: document 1 resources.limits"
+
+
+def test_go_template_actions_in_the_yaml_structure_are_a_go_template_source_not_helm() -> None:
+    text = "apiVersion: v1\nkind: Pod\nspec:\n{{ if .gpu }}\n  x: 1\n{{ end }}\n  nvidia.com/gpu: 1\n"
+    assert is_template_source(text)
+    result, report = run(text)
+    assert result.output == text
+    [finding] = report.remaining
+    assert "Go template source" in finding.reason and "Helm" not in finding.reason
