@@ -9,11 +9,17 @@ output (`helm template`) shows completely.
 from __future__ import annotations
 
 import bisect
+import os
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from dra_driver.migrate.report import Action, Location, Report
+from dra_driver.migrate.resources import mentions_resource
 
 # Go-template actions Helm charts use; a `{{ name }}` Jinja string inside a ConfigMap value does not match.
 _HELM_ACTION = re.compile(
@@ -115,3 +121,54 @@ def is_template_source(text: str) -> bool:
 
 def is_values_like(obj: Mapping[str, Any]) -> bool:
     return "kind" not in obj and "apiVersion" not in obj
+
+
+CHART_FILE = "Chart.yaml"
+_CHART_SOURCES = (".yaml", ".yml", ".tpl", ".json")
+MAX_CHART_FILES = 5000  # a chart far larger than any real one is refused rather than walked on
+
+
+def is_chart(directory: Path) -> bool:
+    """A Helm chart directory: it has a Chart.yaml (what `helm template DIR` needs)."""
+    return (directory / CHART_FILE).is_file()
+
+
+def _chart_sources(directory: Path) -> list[Path]:
+    """The chart's template and values files (subcharts included), regular files only, never through a link."""
+    found: list[Path] = []
+    for root, folders, files in os.walk(directory, followlinks=False):
+        folders[:] = sorted(f for f in folders if not f.startswith("."))
+        for name in sorted(files):
+            path = Path(root) / name
+            if name == CHART_FILE or path.suffix not in _CHART_SOURCES:
+                continue
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            found.append(path)
+            if len(found) > MAX_CHART_FILES:
+                raise ValueError(f"{directory}: a Helm chart with more than {MAX_CHART_FILES} template and values files; "
+                                 "render it (helm template) and migrate the output")
+    return found
+
+
+def chart_report(directory: Path, read: Callable[[Path], str]) -> Report:
+    """A Helm chart is never rewritten: each of its files naming a device-plugin resource is a request left.
+
+    Its templates are not manifests and its values reach pods only through them, so the requests are
+    counted as left (a CI gate must not pass) with what to do: render, migrate the output, carry it back.
+    """
+    report = Report()
+    render = (f"render the chart (`helm template RELEASE {directory} | dra-driver migrate -`), migrate the output, "
+              "then carry the change into the chart's templates and values")
+    named = 0
+    for path in _chart_sources(directory):
+        if mentions_resource(read(path)):
+            named += 1
+            part = "template" if "templates" in path.relative_to(directory).parts else "values"
+            report.add(Action.NOT_CONVERTED, Location(str(path), None), f"Helm chart {part}",
+                       f"names device-plugin resources, and a chart is never rewritten: {render}", remains=True)
+    if not named:
+        report.add(Action.NOT_CONVERTED, Location(str(directory), None), "Helm chart",
+                   f"not migrated (a chart is never rewritten), and none of its templates or values names a "
+                   f"device-plugin resource; to check the rendered manifests, {render}")
+    return report

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate_testlib import run
+from migrate_testlib import pod_manifest, run
 from shared_corpus import require
 from dra_driver.cli.main import main
 from dra_driver.migrate import Action
@@ -179,3 +179,48 @@ def test_go_template_actions_in_the_yaml_structure_are_a_go_template_source_not_
     assert result.output == text
     [finding] = report.remaining
     assert "Go template source" in finding.reason and "Helm" not in finding.reason
+
+
+def _chart(root: Path, values: str = "image: x\ngpus: 1\n", template: str = TEMPLATE) -> Path:
+    chart = root / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: demo\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text(values)
+    (chart / "templates" / "deployment.yaml").write_text(template)
+    return chart
+
+
+def test_check_on_a_chart_directory_counts_its_requests_as_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, values=VALUES, template=TEMPLATE.replace("{{- toYaml .Values.resources | nindent 10 }}",
+                                                                      "limits:\n            nvidia.com/gpu: {{ .Values.gpus }}"))
+    assert main(["migrate", "--check", str(chart)]) == 4
+    _, err = capsys.readouterr()
+    assert "2 device-plugin request(s) left" in err
+    assert f"{chart}/templates/deployment.yaml: Helm chart template:" in err and f"{chart}/values.yaml: Helm chart values:" in err
+    assert f"helm template RELEASE {chart} | dra-driver migrate -" in err
+
+
+def test_a_chart_is_never_printed_or_rewritten_as_manifests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, values=VALUES)
+    before = {p: p.read_bytes() for p in chart.rglob("*") if p.is_file()}
+    assert main(["migrate", str(chart)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "Helm chart values" in err  # not Chart.yaml and values.yaml as if they were manifests
+    assert main(["migrate", "-w", str(chart)]) == 0
+    assert {p: p.read_bytes() for p in chart.rglob("*") if p.is_file()} == before
+
+
+def test_a_chart_without_device_requests_is_said_to_be_unmigrated_and_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, template="apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ .Release.Name }}\n")
+    assert main(["migrate", "--check", str(chart)]) == 0
+    _, err = capsys.readouterr()
+    assert f"{chart}: Helm chart: not migrated" in err and "0 device-plugin request(s) left" in err
+
+
+def test_a_chart_link_to_a_hostile_file_is_not_followed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, template="apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n")
+    (chart / "templates" / "zero.yaml").symlink_to("/dev/zero")
+    (chart / "templates" / "elsewhere.yaml").symlink_to(tmp_path / "outside.yaml")
+    (tmp_path / "outside.yaml").write_text(pod_manifest("p", "nvidia.com/gpu"))
+    assert main(["migrate", "--check", str(chart)]) == 0
+    assert "Helm chart: not migrated" in capsys.readouterr().err
