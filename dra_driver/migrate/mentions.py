@@ -24,8 +24,11 @@ _SKIPPED_KEYS = frozenset({"metadata", "status", "key"})
 
 
 # A known name written as a key inside a string: a manifest kept as text (a Job in a ConfigMap's `data`), YAML or
-# JSON. Comment lines of that text do not count.
-_KEY_IN_TEXT = re.compile(r"""(?:^|[\s{,\[])["']?([a-z0-9][a-z0-9.-]*\.[a-z]+/[A-Za-z0-9._-]+)["']?[ \t]*:(?=\s|$)""")
+# JSON. Comment lines of that text do not count. The domains are literal, so that a long line costs linear time.
+_KEY_DOMAINS = ("nvidia.com", "amd.com", "habana.ai", "gpu.intel.com", "aws.amazon.com", "google.com")
+_KEY_IN_TEXT = re.compile(
+    r"""(?:^|[\s{,\[])["']?((?:""" + "|".join(re.escape(d) for d in _KEY_DOMAINS) + r""")/[A-Za-z0-9._-]+)["']?[ \t]*:(?=[\s"'0-9{\[]|$)"""
+)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ data:
                 nvidia.com/gpu: $$GPUS
               requests:
                 nvidia.com/gpu: $$GPUS
-  job.json: '{"resources": {"limits": {"amd.com/gpu": 8}}}'
+  job.json: '{"resources":{"limits":{"amd.com/gpu":8}}}'
   notes.txt: |
     # amd.com/gpu: 8 in a comment line, and a name as a value: resource=nvidia.com/gpu
 """
