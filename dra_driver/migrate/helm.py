@@ -39,6 +39,7 @@ VALUES_REASON = (
 _HELM_ONLY = re.compile(
     r"\.(?:Values|Release|Chart|Capabilities|Files|Template)\b|\b(?:include|toYaml|tpl|required|define|nindent|lookup)\b"
 )
+_ACTION_SPAN = 1000  # characters of an action read for Helm's names
 GO_TEMPLATE_REASON = (
     "a Go template source (template actions such as {{ range }} or {{ if }} in the YAML structure), not a manifest; "
     "render it with the tool that owns it and migrate the output"
@@ -60,14 +61,23 @@ def _scalar_spans(text: str) -> list[tuple[int, int, bool]] | None:
 
 
 def _actions(text: str) -> list[tuple[int, bool]]:
-    """(offset, Helm-only) of every template action of `text` outside comment lines."""
+    """(offset, Helm-only) of every template action of `text` outside comment lines.
+
+    Helm's names are searched once per line and located by bisection, so that a line of many actions costs
+    n log n rather than a search per action.
+    """
     found = []
     offset = 0
     for line in text.splitlines(keepends=True):
         if not line.lstrip().startswith("#"):
-            for match in _HELM_ACTION.finditer(line):
-                action = line[match.start():].split("}}", 1)[0]
-                found.append((offset + match.start(), _HELM_ONLY.search(action) is not None))
+            starts = [match.start() for match in _HELM_ACTION.finditer(line)]
+            closes = [match.start() for match in re.finditer(r"\}\}", line)] if starts else []
+            helm_at = [match.start() for match in _HELM_ONLY.finditer(line)] if starts else []
+            for start in starts:
+                close = bisect.bisect_left(closes, start)
+                end = min(closes[close] if close < len(closes) else len(line), start + _ACTION_SPAN)
+                first = bisect.bisect_left(helm_at, start)
+                found.append((offset + start, first < len(helm_at) and helm_at[first] < end))
         offset += len(line)
     return found
 
@@ -76,7 +86,7 @@ def _is_values_file(text: str) -> bool:
     """YAML whose documents are all maps without apiVersion and kind: a values file (actions in it are for `tpl`)."""
     try:
         documents = list(yaml.load_all(text, Loader=_LOADER))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # not yet checked by the input layer: nesting may be hostile
         return False
     maps = [d for d in documents if d is not None]
     return bool(maps) and all(isinstance(d, Mapping) and is_values_like(d) for d in maps)
