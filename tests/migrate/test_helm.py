@@ -224,4 +224,3 @@ def test_a_chart_link_to_a_hostile_file_is_not_followed(tmp_path: Path, capsys: 
     (tmp_path / "outside.yaml").write_text(pod_manifest("p", "nvidia.com/gpu"))
     assert main(["migrate", "--check", str(chart)]) == 0
     assert "Helm chart: not migrated" in capsys.readouterr().err
-
