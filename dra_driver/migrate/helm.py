@@ -1,9 +1,11 @@
-"""Helm chart sources: recognised and reported ("render first"), never rewritten.
+"""Helm charts and template sources: recognised and reported ("render first"), never rewritten.
 
 A template source (`templates/*.yaml` with `{{ .Values... }}`) is not the YAML the
 API server sees, and a values file only reaches pods through the templates; the
 change a chart needs is to its templates and values, which only the rendered
-output (`helm template`) shows completely.
+output (`helm template`) shows completely. A chart directory is reported file by
+file; Go template text that is not Helm's (a kubectl go-template in an Argo step)
+is a string's content, not a template source.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.inputs import InputError
 from dra_driver.migrate.report import Action, Location, Report
 from dra_driver.migrate.resources import mentions_resource
 
@@ -152,12 +155,16 @@ def _chart_sources(directory: Path) -> list[Path]:
             path = Path(root) / name
             if name == CHART_FILE or path.suffix not in _CHART_SOURCES:
                 continue
-            if not stat.S_ISREG(os.lstat(path).st_mode):
+            try:
+                regular = stat.S_ISREG(os.lstat(path).st_mode)
+            except OSError:  # gone since the listing
+                continue
+            if not regular:
                 continue
             found.append(path)
             if len(found) > MAX_CHART_FILES:
-                raise ValueError(f"{directory}: a Helm chart with more than {MAX_CHART_FILES} template and values files; "
-                                 "render it (helm template) and migrate the output")
+                raise InputError(str(directory), f"a Helm chart with more than {MAX_CHART_FILES} template and values "
+                                 "files; render it (helm template) and migrate the output")
     return found
 
 
