@@ -11,7 +11,7 @@ from dra_driver.common.atomic_file import replace_file
 from dra_driver.cli import failures
 from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
-from dra_driver.migrate.helm import is_template_source
+from dra_driver.migrate.helm import chart_report, is_chart, is_template_source
 from dra_driver.migrate.kustomize import kustomization_file, migrate_directory
 
 EXIT_OK = 0
@@ -88,25 +88,29 @@ def read_checked(name: str, round_trip_whole: bool = False) -> str:
     return text
 
 
-def _expand_inputs(names: list[str]) -> tuple[list[str], list[Path]]:
-    """(manifest inputs, kustomization directories): a plain directory stands for its manifest files, in name order.
+def _expand_inputs(names: list[str]) -> tuple[list[str], list[Path], list[Path]]:
+    """(manifest inputs, kustomization directories, Helm charts): a plain directory stands for its manifest files.
 
-    Like `kubectl apply -f DIR`, only the directory's own files are read, not its subdirectories.
+    Like `kubectl apply -f DIR`, only the directory's own files are read, not its subdirectories, in name order.
+    A chart's files are templates and values, not manifests: they are reported, never printed or rewritten.
     """
     files: list[str] = []
     kustomizations: list[Path] = []
+    charts: list[Path] = []
     for name in names:
         path = Path(name)
         if name == "-" or not path.is_dir():
             files.append(name)
         elif kustomization_file(path) is not None:
             kustomizations.append(path)
+        elif is_chart(path):
+            charts.append(path)
         else:
             found = sorted(str(p) for p in path.iterdir() if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
             if not found:
                 raise ValueError(f"{path}: a directory with no kustomization and no {', '.join(MANIFEST_SUFFIXES)} files")
             files.extend(found)
-    return files, kustomizations
+    return files, kustomizations, charts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if args.files.count("-") > 1:
         return failures.fail("'-' may be given once", EXIT_REFUSED)
     try:
-        files, directories = _expand_inputs(args.files)
+        files, directories, charts = _expand_inputs(args.files)
     except ValueError as exc:
         return failures.fail(str(exc), EXIT_REFUSED)
     if directories and not (args.write or args.check):
@@ -133,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
             more, more_report = migrate_directory(directory, options, read=lambda path: read_checked(str(path), round_trip_whole=True))
             results += more
             report.merge(more_report)
+        for chart in charts:
+            report.merge(chart_report(chart, read=lambda path: read_text(str(path), active())))
     except (InputError, MigrationError) as exc:
         return failures.report(exc)
     if args.report == "json":

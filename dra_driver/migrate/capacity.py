@@ -109,6 +109,23 @@ def _cluster_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: 
     return False
 
 
+def _provisioning_request_config(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
+    """Reported only; never changed."""
+    spec = obj.get("spec")
+    managed = spec.get("managedResources") if isinstance(spec, Mapping) else None
+    for index, resource in enumerate(managed if isinstance(managed, list) else []):
+        kind = classify(str(resource), ctx.catalog.names)
+        if not isinstance(kind, DeviceKind) or strategy != "claims":
+            continue
+        ctx.add(Action.NOT_CONVERTED, f"{prefix}spec.managedResources[{index}]", str(resource),
+                f"Kueue puts into a ProvisioningRequest only the pod sets that request one of managedResources, and "
+                f"counts a workload with none as ready; migrated pods no longer request {resource}, so no nodes may be "
+                f"provisioned for them: map their class to it in the Kueue Configuration (`{_kueue_mapping(kind)}`, "
+                "DynamicResourceAllocation gate; check that your Kueue version counts claims for provisioning), or "
+                "leave managedResources empty (every resource managed)")
+    return False
+
+
 def _device_entries(ctx: Context, maps: list[tuple[str, Any]]) -> Iterator[tuple[str, str, DeviceKind, Any]]:
     """(path, resource, kind, value) of each convertible device resource in the (path, map) pairs."""
     for path, values in maps:
@@ -152,18 +169,40 @@ def _volcano_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: 
     return False
 
 
+# What LimitRanger (plugin/pkg/admission/limitranger in Kubernetes) does at a pod's admission with each field of a
+# LimitRange entry: it copies `default` into the limits and `defaultRequest` into the requests of every container
+# that lacks the resource, then rejects containers without a request (`min`, `maxLimitRequestRatio`) or a limit (`max`).
+_LIMIT_RANGE_FIELDS = {
+    "max": "rejects a new pod whose containers have no {resource} limit",
+    "min": "rejects a new pod whose containers have no {resource} request",
+    "default": "writes {value} {resource} into the limits of every container of a new pod that has none",
+    "defaultRequest": "writes {value} {resource} into the requests of every container of a new pod that has none",
+    "maxLimitRequestRatio": "rejects a new pod whose containers have no {resource} request",
+}
+_FILLED_IN = ("default", "defaultRequest")
+
+
 def _limit_range(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
-    """Reported only; never changed."""
+    """Reported only; never changed. A default is a device-plugin request LimitRanger adds to migrated pods."""
     spec = obj.get("spec")
     limits = spec.get("limits") if isinstance(spec, Mapping) else None
-    maps = [(f"{prefix}spec.limits[{index}].{field}", entry.get(field))
-            for index, entry in enumerate(limits if isinstance(limits, list) else []) if isinstance(entry, Mapping)
-            for field in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio")]
-    for path, resource, kind, value in _device_entries(ctx, maps) if strategy == "claims" else []:
-        ctx.add(Action.NOT_CONVERTED, path, resource,
-                f"the LimitRange bounds containers' {resource} requests, which migrated containers no longer make, "
-                f"and DRA has no per-container device bound: limit the namespace's devices with "
-                f"{_quota_advice(kind, value)} instead")
+    for index, entry in enumerate(limits if isinstance(limits, list) else []):
+        if not isinstance(entry, Mapping):
+            continue
+        for name, effect in _LIMIT_RANGE_FIELDS.items():
+            path = f"{prefix}spec.limits[{index}].{name}"
+            for _, resource, kind, value in _device_entries(ctx, [(path, entry.get(name))]) if strategy == "claims" else []:
+                what = effect.format(value=value, resource=resource)
+                if name in _FILLED_IN:
+                    ctx.leave(path, resource,
+                              f"LimitRanger {what}, migrated containers included: each migrated pod would ask for its "
+                              f"claim's devices and for {resource} from the device plugin as well; remove {resource} "
+                              f"from `{name}` before rolling out the migrated workloads")
+                    continue
+                ctx.add(Action.NOT_CONVERTED, path, resource,
+                        f"LimitRanger {what}, and migrated containers have none: remove {resource} from `{name}` before "
+                        f"rolling out the migrated workloads (DRA has no per-container device bound), and limit the "
+                        f"namespace's devices with {_quota_advice(kind, value)} instead")
     return False
 
 
@@ -176,6 +215,7 @@ class _CapacityKind:
 CAPACITY_KINDS: dict[str, _CapacityKind] = {
     "ResourceQuota": _CapacityKind(("",), _resource_quota),
     "ClusterQueue": _CapacityKind(("kueue.x-k8s.io",), _cluster_queue),
+    "ProvisioningRequestConfig": _CapacityKind(("kueue.x-k8s.io",), _provisioning_request_config),
     "NodePool": _CapacityKind(("karpenter.sh",), _karpenter),
     "Queue": _CapacityKind(("scheduling.volcano.sh",), _volcano_queue),
     "LimitRange": _CapacityKind(("",), _limit_range),

@@ -22,7 +22,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from dra_driver.migrate.aliases import Key, Unaliaser, show_path
 from dra_driver.migrate.context import Context
-from dra_driver.migrate.counts import device_count
+from dra_driver.migrate.counts import device_count, placeholder_kind
 from dra_driver.migrate.edit import attach_trailing, eol_comment, remove_key, to_ruamel
 from dra_driver.migrate.names import dns_label, dns_subdomain, spec_digest
 from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
@@ -137,11 +137,13 @@ def _scan_container(
             ctx.refuse(f"{at}", f"{resource}: limits ({limits[resource]}) and requests ({requests[resource]}) disagree; "
                        "make them equal (or drop the request) and run again")
             continue
+        # at the resources path, so that the finding speaks for the same entry in `requests` as well
         if count is None:
-            ctx.leave(f"{at}.limits", resource, _not_a_count(limits[resource]))
+            ctx.leave(at, resource, _not_a_count(limits[resource]))
             continue
         if count <= 0:
-            ctx.add(Action.NOT_CONVERTED, f"{at}.limits", resource, f"count {count} asks for no device")
+            read_as = " (null, which Kubernetes reads as 0)" if limits[resource] is None else ""
+            ctx.add(Action.NOT_CONVERTED, at, resource, f"count {count}{read_as} asks for no device; left as is")
             continue
         found.append(ContainerDevices(container, name, role, path, slot, kind, count, resource in requests))
     _check_mixed(ctx, path, found)
@@ -149,10 +151,10 @@ def _scan_container(
 
 
 def _not_a_count(value: Any) -> str:
-    text = str(value)
-    if "$" in text or "{{" in text:
-        return (f"count {text!r} is a template placeholder (envsubst, Helm, kustomize vars); render the manifest "
-                "first and migrate the result")
+    what = placeholder_kind(value)
+    if what is not None:
+        return (f"count {str(value)!r} is {what}, not a number of devices; substitute it (envsubst, sed, helm template, "
+                "kustomize replacements) and migrate the result")
     return f"count {value!r} is not a whole number of devices"
 
 

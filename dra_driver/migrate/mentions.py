@@ -12,6 +12,7 @@ for), and a `key` field (a taint, toleration or selector key names a label or ta
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +23,20 @@ _REQUEST_MAPS = frozenset({"limits", "requests"})
 _SKIPPED_KEYS = frozenset({"metadata", "status", "key"})
 
 
+# A known name written as a key inside a string: a manifest kept as text (a Job in a ConfigMap's `data`), YAML or
+# JSON. Comment lines of that text do not count. The domains are literal, so that a long line costs linear time.
+_KEY_DOMAINS = ("nvidia.com", "amd.com", "habana.ai", "gpu.intel.com", "aws.amazon.com", "google.com")
+_KEY_IN_TEXT = re.compile(
+    r"""(?:^|[\s{,\[])["']?((?:""" + "|".join(re.escape(d) for d in _KEY_DOMAINS) + r""")/[A-Za-z0-9._-]+)["']?[ \t]*:(?=[\s"'0-9{\[]|$)"""
+)
+
+
 @dataclass(frozen=True)
 class Mention:
     path: str  # "spec.trainer.resourcesPerNode.limits" for a key, "spec.executor.gpu.name" for a value
     resource: str
     kind: DeviceKind | Unsupported
+    embedded: bool = False  # named as a key inside a string value (a manifest kept as text), which is never rewritten
 
 
 def _classified(name: str, per_profile_classes: frozenset[str]) -> DeviceKind | Unsupported:
@@ -50,6 +60,21 @@ def mentions(node: Any, per_profile_classes: frozenset[str] = frozenset(), path:
             yield from mentions(value, per_profile_classes, f"{path.rstrip('.')}[{index}].")
     elif isinstance(node, str) and is_known_resource_name(node):
         yield Mention(path.rstrip("."), node, _classified(node, per_profile_classes))
+    elif isinstance(node, str) and ":" in node:
+        for name in names_in_text(node):
+            yield Mention(path.rstrip("."), name, _classified(name, per_profile_classes), embedded=True)
+
+
+def names_in_text(text: str) -> list[str]:
+    """Known device-plugin names written as keys in `text` (`nvidia.com/gpu: 1`, `"amd.com/gpu": 8`), once each."""
+    found: dict[str, None] = {}
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        for match in _KEY_IN_TEXT.finditer(line):
+            if is_known_resource_name(match[1]):
+                found[match[1]] = None
+    return list(found)
 
 
 def is_dra_object(obj: Mapping[str, Any]) -> bool:

@@ -10,6 +10,7 @@ document (Helm's `# Source:` line) is kept verbatim either way.
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,11 +44,17 @@ class Document:
     def text(self) -> str:
         return self.prefix + self.body
 
+    @property
+    def is_json(self) -> bool:
+        """Written as JSON (`kubectl get -o json`, a .json manifest): a changed one is written as JSON again."""
+        return not self.generated and self.body.lstrip().startswith(("{", "["))
+
 
 @dataclass
 class Stream:
     source: str  # file name or "-"
     documents: list[Document] = field(default_factory=list)
+    newline: str = "\n"  # "\r\n" when every line of the input ends so: lines written here end the same way
 
 
 def _new_yaml(mapping: int = 2, sequence: int = 2, offset: int = 0) -> YAML:
@@ -113,7 +120,13 @@ def split(text: str, source: str, only: Callable[[str], bool] | None = None) -> 
             problems[index] = f"invalid YAML {_yaml_problem(exc, body_line)}"
     if problems:
         raise MigrationError([FieldError(f"{source}: document {index + 1}", problems[index]) for index in sorted(problems)])
-    return Stream(source, [document for document, _ in pieces])
+    return Stream(source, [document for document, _ in pieces], newline=_newline(text))
+
+
+def _newline(text: str) -> str:
+    """"\r\n" when every line break of `text` is one (a Windows file); a file that mixes them keeps its bytes."""
+    breaks = text.count("\n")
+    return "\r\n" if breaks and text.count("\r\n") == breaks else "\n"
 
 
 def _chunks(text: str) -> list[tuple[str, int, list[str]]]:
@@ -176,6 +189,22 @@ def dump(data: Any, indent: tuple[int, int, int]) -> str:
     return out.getvalue()
 
 
+def _json_indent(body: str) -> int | str | None:
+    """The indentation of a JSON document's text: None when it is on one line."""
+    for line in body.splitlines()[1:]:
+        stripped = line.lstrip(" \t")
+        if stripped and len(stripped) < len(line):
+            whitespace = line[: len(line) - len(stripped)]
+            return whitespace if "\t" in whitespace else len(whitespace)
+    return None
+
+
+def dump_json(data: Any, body: str) -> str:
+    """A JSON document written again as JSON, with the indentation of its original text (ruamel would write YAML)."""
+    text = json.dumps(data, indent=_json_indent(body), ensure_ascii=False)
+    return text + "\n" if body.endswith("\n") else text
+
+
 def render(stream: Stream) -> str:
     """The stream's text: unchanged documents verbatim, changed and generated ones dumped."""
     parts: list[str] = []
@@ -187,10 +216,13 @@ def render(stream: Stream) -> str:
             parts.append("\n")
         if document.generated:
             parts.append(separator + document.prefix + dump(document.data, document.indent))
+        elif document.changed and document.is_json:
+            parts.append(separator + document.prefix + dump_json(document.data, document.body))
         elif document.changed:
             spliced = splice(document.body, document.data, _new_yaml(*document.indent))
             body = spliced if spliced is not None else dump(document.data, document.indent)
             parts.append(separator + document.prefix + body)
         else:
             parts.append(separator + document.text)
-    return "".join(parts)
+    text = "".join(parts)
+    return re.sub(r"(?<!\r)\n", "\r\n", text) if stream.newline == "\r\n" else text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from migrate_testlib import by_kind, run
 from dra_driver.migrate import Action
 
@@ -130,7 +132,33 @@ def test_a_limit_range_on_gpus_is_reported_with_the_quota_to_use() -> None:
     assert result.output == text
     left = [(f.where.path, f.subject) for f in report.by_action(Action.NOT_CONVERTED)]
     assert left == [("spec.limits[0].max", "nvidia.com/gpu"), ("spec.limits[0].default", "nvidia.com/gpu")]
-    assert "deviceclass.resource.k8s.io/devices" in report.by_action(Action.NOT_CONVERTED)[0].reason
+    bound = report.by_action(Action.NOT_CONVERTED)[0]
+    assert "deviceclass.resource.k8s.io/devices" in bound.reason and "no nvidia.com/gpu limit" in bound.reason
+
+
+@pytest.mark.parametrize(("field", "side"), [("default", "limits"), ("defaultRequest", "requests")])
+def test_a_limit_range_default_gpu_is_a_request_left_to_remove_before_the_rollout(field: str, side: str) -> None:
+    # LimitRanger fills the default into every container lacking the resource, migrated ones included
+    text = ("apiVersion: v1\nkind: LimitRange\nmetadata:\n  name: gpus\nspec:\n  limits:\n  - type: Container\n"
+            f"    {field}:\n      nvidia.com/gpu: 1\n      cpu: 500m\n")
+    result, report = run(text)
+    assert result.output == text
+    [finding] = report.remaining
+    assert finding.where.path == f"spec.limits[0].{field}" and finding.subject == "nvidia.com/gpu"
+    assert f"into the {side} of every container" in finding.reason and "migrated containers included" in finding.reason
+    assert f"remove nvidia.com/gpu from `{field}` before rolling out" in finding.reason
+    assert "ResourceQuota" not in finding.reason  # a default is no namespace total
+
+
+def test_a_kueue_provisioning_request_config_is_reported_like_a_cluster_queue_not_left() -> None:
+    text = ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ProvisioningRequestConfig\nmetadata:\n  name: prov\nspec:\n"
+            "  provisioningClassName: queued-provisioning.gke.io\n  managedResources:\n  - nvidia.com/gpu\n")
+    result, report = run(text)
+    assert result.output == text and not report.remaining
+    [finding] = report.by_action(Action.NOT_CONVERTED)
+    assert finding.where.path == "spec.managedResources[0]" and finding.subject == "nvidia.com/gpu"
+    assert "deviceClassMappings: [{name: nvidia.com/gpu, deviceClassNames: [gpu.nvidia.com]}]" in finding.reason
+    assert "not a workload this tool knows" not in finding.reason
 
 
 def test_a_volcano_queue_is_reported_with_the_exact_quota_to_apply() -> None:

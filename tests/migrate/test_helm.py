@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate_testlib import run
+from migrate_testlib import pod_manifest, run
 from shared_corpus import require
 from dra_driver.cli.main import main
 from dra_driver.migrate import Action
@@ -125,8 +125,102 @@ def test_template_syntax_inside_quoted_or_block_strings_is_not_helm() -> None:
 @pytest.mark.parametrize("text", [
     "metadata:\n  name: {{ .Release.Name }}\n",  # a value
     "spec:\n{{- if .Values.gpu }}\n  x: 1\n{{- end }}\n",  # a line of its own
-    "image: repo/app:{{ .Values.tag }}\n",  # inside a plain scalar
+    "apiVersion: v1\nkind: Pod\nimage: repo/app:{{ .Values.tag }}\n",  # inside a plain scalar of an object
     "env:\n  {{- toYaml .Values.env | nindent 2 }}\n",
 ])
 def test_template_syntax_in_the_yaml_structure_is_helm(text: str) -> None:
     assert is_template_source(text)
+
+
+ARGO_PLAIN = """apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: list-
+spec:
+  templates:
+  - name: main
+    container:
+      image: bitnami/kubectl
+      command: [sh, -c]
+      args:
+      - kubectl get pods -o go-template={{range .items}}{{.metadata.name}}{{end}}
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+"""
+VALUES_WITH_TPL = """fullnameOverride: app-{{ .Release.Name }}
+resources:
+  limits:
+    nvidia.com/gpu: 1
+"""
+
+
+def test_a_go_template_in_an_argo_shell_argument_is_the_argument_not_helm() -> None:
+    assert not is_template_source(ARGO_PLAIN)
+    result, report = run(ARGO_PLAIN)
+    assert result.output == ARGO_PLAIN
+    [finding] = report.by_action(Action.NOT_CONVERTED)
+    assert finding.subject == "nvidia.com/gpu" and "Argo" in finding.reason and "Helm" not in finding.reason
+
+
+def test_a_values_file_holding_helm_actions_for_tpl_is_called_a_values_file() -> None:
+    assert not is_template_source(VALUES_WITH_TPL)
+    result, report = run(VALUES_WITH_TPL, "values.yaml")
+    assert result.output == VALUES_WITH_TPL
+    [finding] = report.remaining
+    assert "Helm values file" in finding.reason and "template source" not in finding.reason
+    assert finding.where.path == "resources.limits" and str(finding.where) == "values.yaml: document 1 resources.limits"
+
+
+def test_go_template_actions_in_the_yaml_structure_are_a_go_template_source_not_helm() -> None:
+    text = "apiVersion: v1\nkind: Pod\nspec:\n{{ if .gpu }}\n  x: 1\n{{ end }}\n  nvidia.com/gpu: 1\n"
+    assert is_template_source(text)
+    result, report = run(text)
+    assert result.output == text
+    [finding] = report.remaining
+    assert "Go template source" in finding.reason and "Helm" not in finding.reason
+
+
+def _chart(root: Path, values: str = "image: x\ngpus: 1\n", template: str = TEMPLATE) -> Path:
+    chart = root / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: demo\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text(values)
+    (chart / "templates" / "deployment.yaml").write_text(template)
+    return chart
+
+
+def test_check_on_a_chart_directory_counts_its_requests_as_left(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, values=VALUES, template=TEMPLATE.replace("{{- toYaml .Values.resources | nindent 10 }}",
+                                                                      "limits:\n            nvidia.com/gpu: {{ .Values.gpus }}"))
+    assert main(["migrate", "--check", str(chart)]) == 4
+    _, err = capsys.readouterr()
+    assert "2 device-plugin request(s) left" in err
+    assert f"{chart}/templates/deployment.yaml: Helm chart template:" in err and f"{chart}/values.yaml: Helm chart values:" in err
+    assert f"helm template RELEASE {chart} | dra-driver migrate -" in err
+
+
+def test_a_chart_is_never_printed_or_rewritten_as_manifests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, values=VALUES)
+    before = {p: p.read_bytes() for p in chart.rglob("*") if p.is_file()}
+    assert main(["migrate", str(chart)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "Helm chart values" in err  # not Chart.yaml and values.yaml as if they were manifests
+    assert main(["migrate", "-w", str(chart)]) == 0
+    assert {p: p.read_bytes() for p in chart.rglob("*") if p.is_file()} == before
+
+
+def test_a_chart_without_device_requests_is_said_to_be_unmigrated_and_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, template="apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ .Release.Name }}\n")
+    assert main(["migrate", "--check", str(chart)]) == 0
+    _, err = capsys.readouterr()
+    assert f"{chart}: Helm chart: not migrated" in err and "0 device-plugin request(s) left" in err
+
+
+def test_a_chart_link_to_a_hostile_file_is_not_followed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = _chart(tmp_path, template="apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n")
+    (chart / "templates" / "zero.yaml").symlink_to("/dev/zero")
+    (chart / "templates" / "elsewhere.yaml").symlink_to(tmp_path / "outside.yaml")
+    (tmp_path / "outside.yaml").write_text(pod_manifest("p", "nvidia.com/gpu"))
+    assert main(["migrate", "--check", str(chart)]) == 0
+    assert "Helm chart: not migrated" in capsys.readouterr().err

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from migrate_testlib import pod_manifest, run
+from migrate_testlib import cli, pod_manifest, run
+from shared_corpus import require
 from dra_driver.migrate import Action
 
 TRAINJOB = """apiVersion: trainer.kubeflow.org/v1alpha1
@@ -98,3 +101,54 @@ def test_extended_resource_strategy_serves_requests_named_anywhere() -> None:
 def test_other_accelerators_are_read_and_reported(resource: str) -> None:
     [(path, subject, reason)] = _left(pod_manifest("x", resource))
     assert (path, subject) == ("spec.containers[0].resources", resource) and "does not know how to map" in reason
+
+
+EMBEDDED = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: validation-job
+data:
+  job.yaml: |
+    apiVersion: batch/v1
+    kind: Job
+    metadata:
+      name: burn-in
+    spec:
+      template:
+        spec:
+          containers:
+          - name: burn
+            image: x
+            # amd.com/gpu: 8 below makes this a sole-tenant job
+            resources:
+              limits:
+                nvidia.com/gpu: $$GPUS
+              requests:
+                nvidia.com/gpu: $$GPUS
+  job.json: '{"resources":{"limits":{"amd.com/gpu":8}}}'
+  notes.txt: |
+    # amd.com/gpu: 8 in a comment line, and a name as a value: resource=nvidia.com/gpu
+"""
+
+
+def test_a_request_inside_a_string_is_reported_and_counted_as_left() -> None:
+    left = [(path, subject) for path, subject, _ in _left(EMBEDDED)]
+    assert left == [("data.job.yaml", "nvidia.com/gpu"), ("data.job.json", "amd.com/gpu")]
+    _, report = run(EMBEDDED)
+    assert all(f.remains and "inside a string" in f.reason and "dra-driver migrate FILE" in f.reason
+               for f in report.by_action(Action.NOT_CONVERTED))
+
+
+def test_check_fails_on_a_request_inside_a_string(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "configmap.yaml"
+    path.write_text(EMBEDDED)
+    code, _, err = cli(["--check", str(path)], capsys)
+    assert code == 4 and "2 device-plugin request(s) left unconverted" in err
+
+
+def test_the_real_gpu_validation_configmaps_are_reported() -> None:
+    # ROCm's cluster validation keeps its MPIJob and Jobs as text in ConfigMaps (corpus/, never copied here)
+    path = require() / "corpus" / "ROCm_gpu-operator__example_gpu-validation-cluster_configs_cluster-validation-job.yaml"
+    _, report = run(path.read_text(), path.name)
+    assert len(report.remaining) == 3
+    assert {f.where.obj.split("/")[0] for f in report.remaining} == {"ConfigMap"}
