@@ -42,7 +42,12 @@ NAMESPACE = "default"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("demo", help="prepare and unprepare a claim end to end on simulated hardware (no cluster, no GPU, no root)")
+    parser = subparsers.add_parser(
+        "demo",
+        description="The whole claim-to-container flow on simulated hardware, no cluster, no GPU, no root: the real daemon publishes "
+        "a profile's devices to an in-process API server, the demo allocates an example claim from them as the scheduler would, "
+        "then prepares and unprepares it over the plugin's real socket as the kubelet would, and shows the CDI spec in between.",
+    )
     parser.add_argument("--profile", default="dgx-h100", help="hardware profile to simulate (default dgx-h100)")
     parser.add_argument("--vendor", default=None, help="which vendor of the profile to use (default: the first one found)")
     parser.add_argument("--count", type=int, default=2, help="devices to allocate to the example claim (default 2)")

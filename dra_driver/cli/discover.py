@@ -27,7 +27,6 @@ def default_node_name() -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "discover",
-        help="print the ResourceSlices this node would publish",
         description="Discover accelerators (or simulate a hardware profile) and print the ResourceSlices this node would publish.",
     )
     parser.add_argument("--profile", metavar="NAME|FILE", help="simulate a shipped hardware profile (e.g. dgx-h100) or a profile file")

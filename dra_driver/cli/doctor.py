@@ -27,7 +27,6 @@ _LABEL = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL"}
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "doctor",
-        help="check whether this node can serve claims, and say how to fix what stops it (exit 0 yes, 1 no)",
         description="Checks the kubelet plugin directories and registration, the CDI directory and the container runtime's CDI "
         "configuration, the resource.k8s.io/v1 API, vendor libraries and device nodes, device plugins and same-name DRA drivers "
         "on the node, a running instance, and permissions. Exit code 0: the node can serve claims; 1: it cannot; 2: bad flags.",

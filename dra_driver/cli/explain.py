@@ -27,7 +27,6 @@ EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVAL
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "explain",
-        help="check a ResourceClaim/Template/Pod/workload against a fleet offline and explain the allocation",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

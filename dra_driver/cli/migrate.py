@@ -24,7 +24,6 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "migrate",
-        help="rewrite device-plugin GPU requests (nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, MIG, AMD partitions) as DRA",
         description="Read Kubernetes manifests (files or '-' for stdin) and rewrite device-plugin requests as "
         "ResourceClaimTemplates and pod resource claims, or emit extended-resource DeviceClasses. "
         "Everything it does not change is written back byte for byte.",

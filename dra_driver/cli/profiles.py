@@ -15,7 +15,7 @@ from dra_driver.backend.hardware_profiles import available_profiles, load_profil
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser("profiles", help="list the shipped hardware profiles (name, vendors, devices)", description=__doc__,
+    parser = subparsers.add_parser("profiles", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.set_defaults(func=run)

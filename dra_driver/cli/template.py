@@ -38,7 +38,6 @@ EXIT_OK, EXIT_NO_NODE = 0, 1
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "template",
-        help="write a ResourceClaimTemplate from what you want (count, vendor, model, memory, MIG, fallbacks, sharing), checked with explain",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
