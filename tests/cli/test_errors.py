@@ -27,7 +27,7 @@ def error_lines(err: str, command: str) -> list[str]:
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS])
 def test_a_misspelt_flag_is_a_usage_error_with_a_suggestion(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    required = {"explain": ["x"], "migrate": ["x"], "ready": ["--state-dir", "x"]}  # what each needs besides the typo
+    required = {"explain": ["x"], "migrate": ["x"], "ready": ["--state-dir", "x"], "completion": ["bash"]}  # what each needs besides the typo
     code, err = outcome(capsys, [command, "--hepl", *required.get(command, [])])
     (line,) = error_lines(err, command)
     assert code == 2 and line.startswith(f"dra-driver {command}: error: unrecognized arguments") and "did you mean" in line, err
@@ -73,7 +73,7 @@ def no_dra_kubeconfig(tmp_path: Path) -> Iterator[Path]:
 def test_a_cluster_without_resource_v1_exits_3_with_one_line(command: str, no_dra_kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     claim = tmp_path / "claim.yaml"
     claim.write_text("{}")
-    extra = {"explain": [str(claim)], "run": ["--profile", "l4", "--node-name", "n", "--kubelet-dir", str(tmp_path / "k"),
+    extra = {"explain": [str(claim)], "run": ["--profile", "l4", "--simulated-root", "none", "--node-name", "n", "--kubelet-dir", str(tmp_path / "k"),
                                               "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c")]}.get(command, [])  # fmt: skip
     code, err = outcome(capsys, [command, *extra, "--kubeconfig", str(no_dra_kubeconfig)])
     (line,) = error_lines(err, command)
