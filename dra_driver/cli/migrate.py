@@ -137,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
     if args.report == "json":
         print(report.to_json(), file=sys.stderr)
     elif args.report == "text":
-        print(report.to_text(written=args.write), file=sys.stderr)
+        for finding in report.findings:
+            print(finding, file=sys.stderr)
+        failures.info(report.summary(written=args.write))  # `dra-driver migrate: ...`, as every command's lines
     if args.check:
         if report.changed_files:
             return EXIT_WOULD_CHANGE

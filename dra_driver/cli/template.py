@@ -1,7 +1,7 @@
 """`dra-driver template`: write a ResourceClaimTemplate from what you want, checked with explain.
 
     dra-driver template --count 4 --model H100 --fallback 8xA100 --same interconnect
-    dra-driver template --mig 1g.10gb --sharing mps:threads=50 --profile dgx-a100-mig --nodes 4
+    dra-driver template --mig 1g.5gb --sharing mps:threads=50 --claim --profile dgx-a100-mig --nodes 4
     dra-driver template --vendor any --memory 128Gi --family hopper/blackwell/cdna3/gaudi3 --claim
 
 The first choice comes from --count/--vendor/--model/--family/--memory/--mig/--partition.
@@ -113,11 +113,15 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     return TemplateRequest(intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check)
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _report(result: TemplateResult) -> int:
     check = result.fleet
     if check is None:
         return EXIT_OK
-    print(f"Checked against {', '.join(check.sources)}: {len(check.fitting)} of {check.nodes} nodes could hold it now", file=sys.stderr)
+    print(f"Checked against {', '.join(check.sources)}: {len(check.fitting)} of {_plural(check.nodes, 'node')} could hold it now", file=sys.stderr)
     if check.error:
         print(f"  no node can: {check.error}", file=sys.stderr)
     for line in check.lines[1:]:  # the first line repeats the count above
@@ -136,5 +140,5 @@ def run(args: argparse.Namespace) -> int:
         result = template(replace(request, source=None))
     sys.stdout.write(result.text)
     for note in result.notes:
-        print(note, file=sys.stderr)
+        failures.warning(note)
     return _report(result)

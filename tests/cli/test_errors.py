@@ -100,3 +100,12 @@ def test_every_help_documents_the_exit_codes(command: str, capsys: pytest.Captur
     with pytest.raises(SystemExit):
         main([command, "--help"])
     assert "exit codes: 0 done; 1 the answer is no or a run-time failure; 2 usage or invalid input; 3 the cluster" in " ".join(capsys.readouterr().out.split())
+
+
+def test_migrate_summary_names_the_command_as_every_line_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: i\n"
+                        "    resources: {limits: {nvidia.com/gpu: 1}}\n")  # fmt: skip
+    code, err = outcome(capsys, ["migrate", "--check", str(manifest)])
+    assert code == 1
+    assert err.splitlines()[-1].startswith("dra-driver migrate: 1 converted")
