@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import yaml
 from kubernetes import client
 
+from dra_driver.common.wording import plural
 from dra_driver.backend import sim_scratch
 
 from dra_driver.common import suggest
@@ -174,7 +175,7 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
         say("   The scheduler makes a ResourceClaim from the template and allocates it from the ResourceSlices the driver")
         say("   publishes; the kubelet asks the driver to prepare it. Below, this demo plays scheduler and kubelet.")
         inventory = backend.discover()
-        say(f"== Simulated node '{NODE}' (profile {profile}): {_plural(len(inventory.devices), backend.driver_name + ' device')}")
+        say(f"== Simulated node '{NODE}' (profile {profile}): {plural(len(inventory.devices), backend.driver_name + ' device')}")
         for device in inventory.devices[:12]:
             say(f"   {device.name}")
         if len(inventory.devices) > 12:
@@ -183,7 +184,7 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
         say(f"   registration: {plugin.paths.registration_socket}")
         say(f"   DRA service:  {plugin.paths.dra_socket}")
 
-        say(f"== Published {_plural(len(slices), 'ResourceSlice')} for pool {NODE} through the API server")
+        say(f"== Published {plural(len(slices), 'ResourceSlice')} for pool {NODE} through the API server")
         claim = _create_and_allocate(api, request)
         say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {request.count} x DeviceClass {request.device_class}")
         say(f"   allocated from the published slices: request 'gpus' -> {', '.join(request.chosen)}")
@@ -233,9 +234,6 @@ def _create_and_allocate(api: client.ApiClient, request: Request) -> ClaimRef:
     )
     return ClaimRef(NAMESPACE, meta["name"], meta["uid"])
 
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> None:

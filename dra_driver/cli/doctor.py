@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from dra_driver.common.wording import plural
 from dra_driver.cli.run import RECORDED_FLAGS, NO_SIMULATED_ROOT, add_daemon_arguments
 from dra_driver.common.errors import DraError
 from dra_driver.node.checks import runtime_config
@@ -128,9 +129,6 @@ def _daemon_json(daemon: Holder | None) -> dict[str, Any] | None:
     return {"pid": daemon.pid, "host": daemon.host, "podUID": daemon.pod_uid, "since": daemon.since, "flags": daemon.flags}
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
 
 def write_text(report: DoctorReport, node: str, out: TextIO, daemon: Holder | None = None) -> None:
     out.write(f"dra-driver doctor on node {node}\n")
@@ -146,8 +144,8 @@ def write_text(report: DoctorReport, node: str, out: TextIO, daemon: Holder | No
         if check.fix and check.status is not Status.PASS:
             out.write(f"{indent}fix: {check.fix}\n")
     unseen = report.count(Status.UNSEEN)
-    unseen_text = f"; {_plural(unseen, 'check')} could not see what it reads" if unseen else ""
+    unseen_text = f"; {plural(unseen, 'check')} could not see what it reads" if unseen else ""
     if report.can_serve:
-        out.write(f"The node can serve claims ({_plural(report.count(Status.WARN), 'warning')}{unseen_text}).\n")
+        out.write(f"The node can serve claims ({plural(report.count(Status.WARN), 'warning')}{unseen_text}).\n")
     else:
-        out.write(f"The node cannot serve claims: {_plural(report.count(Status.FAIL), 'check')} failed{unseen_text}.\n")
+        out.write(f"The node cannot serve claims: {plural(report.count(Status.FAIL), 'check')} failed{unseen_text}.\n")

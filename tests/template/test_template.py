@@ -291,3 +291,10 @@ def test_the_docs_impossible_request_example_is_what_template_prints(capsys: pyt
 def test_notes_follow_the_warning_convention(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = write(capsys, "--model", "H100", "--sharing", "mps:threads=50")
     assert code == 0 and err.startswith("dra-driver template: warning: --sharing on a ResourceClaimTemplate shares nothing")
+
+
+def test_json_output_is_the_yaml_object(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = write(capsys, "--model", "H100", "--count", "2")
+    code_json, out_json, _ = write(capsys, "--model", "H100", "--count", "2", "-o", "json")
+    assert code == code_json == 0
+    assert json.loads(out_json) == yaml.safe_load(out)
