@@ -275,13 +275,17 @@ def test_an_outage_is_one_warning_and_its_end_another(server: SimApiServer, make
 def test_urllib3_retry_lines_only_with_debug_verbosity() -> None:
     from dra_driver.common.logs import configure_logging
 
+    root, urllib3_logger = logging.getLogger(), logging.getLogger("urllib3")
+    saved = (root.handlers[:], root.level, urllib3_logger.level)  # its handler would write to this test's captured stderr
     try:
         configure_logging(0)
-        assert logging.getLogger("urllib3").getEffectiveLevel() == logging.ERROR
+        assert urllib3_logger.getEffectiveLevel() == logging.ERROR
         configure_logging(2)
-        assert logging.getLogger("urllib3").getEffectiveLevel() == logging.WARNING
+        assert urllib3_logger.getEffectiveLevel() == logging.WARNING
     finally:
-        configure_logging(0)
+        root.handlers[:], _, _ = saved
+        root.setLevel(saved[1])
+        urllib3_logger.setLevel(saved[2])
 
 
 def test_an_unverified_tls_server_is_said_once_without_urllib3s_warning(caplog: pytest.LogCaptureFixture) -> None:
