@@ -107,7 +107,7 @@ def test_demo_of_a_partitioned_profile_prepares_a_partition(short_tmp):
     from dra_driver.cli.demo import run_demo
 
     out = io.StringIO()
-    args = argparse.Namespace(profile="mi300x-cpx", vendor=None, count=None, partitioning="static", device_class=None, work_dir=short_tmp / "w")
+    args = argparse.Namespace(profile="mi300x-cpx", vendor=None, count=2, partitioning="static", device_class=None, work_dir=short_tmp / "w")
     assert run_demo(args, out) == 0
     text = out.getvalue()
     assert "2 x DeviceClass partition.gpu.amd.com" in text and "CDI spec file removed" in text
