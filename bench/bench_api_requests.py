@@ -31,6 +31,7 @@ from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
+from node_layout import SIMULATED, node_dirs
 
 DRIVER = "gpu.nvidia.com"
 NODE = "bench-node"
@@ -50,8 +51,9 @@ def published(server: sim_apiserver.SimApiServer) -> bool:
 
 
 def start(server: sim_apiserver.SimApiServer, work: Path, profile: str) -> subprocess.Popen[bytes]:
+    node_dirs(work / "k", work / "c")
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, "--vendors", "nvidia", "--node-name", NODE,
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, *SIMULATED, "--vendors", "nvidia", "--node-name", NODE,
         "--api-server", server.url, "--kubelet-dir", str(work / "k"), "--cdi-dir", str(work / "c"), "--state-dir", str(work / "s"),
     ]  # fmt: skip
     watches = server.requests[("watch", "resourceslices")]

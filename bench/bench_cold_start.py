@@ -47,6 +47,7 @@ from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
+from node_layout import SIMULATED, node_dirs
 
 DRIVER = "gpu.nvidia.com"
 NODE = "bench-node"
@@ -91,8 +92,9 @@ def one_start(profile: str, partitioning: str) -> dict[str, float]:
     body = allocated_claim_object("first", "default", DRIVER, NODE, {"gpu": ["gpu-0"]}, device_class=DRIVER)
     stored = server.store.put(body)
     claim = ClaimRef("default", "first", stored["metadata"]["uid"])
+    node_dirs(work / "kubelet", work / "cdi")
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, "--vendors", "nvidia",
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, *SIMULATED, "--vendors", "nvidia",
         "--partitioning", partitioning, "--node-name", NODE, "--api-server", server.url,
         "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"), "--state-dir", str(work / "state"),
     ]  # fmt: skip
@@ -140,8 +142,9 @@ def rss_kib(pid: int) -> int:
 
 
 def run_command(server: sim_apiserver.SimApiServer, work: Path, profile: str) -> list[str]:
+    node_dirs(work / "kubelet", work / "cdi")
     return [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, "--vendors", "nvidia",
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, *SIMULATED, "--vendors", "nvidia",
         "--node-name", NODE, "--api-server", server.url,
         "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"), "--state-dir", str(work / "state"),
     ]  # fmt: skip

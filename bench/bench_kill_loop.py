@@ -49,6 +49,7 @@ from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
+from node_layout import SIMULATED, node_dirs
 
 DRIVER = "gpu.nvidia.com"
 NODE = "kill-node"
@@ -90,8 +91,9 @@ class Node:
         self.state_dir = run_dir / "state"
         self.paths = PluginPaths(work / "kubelet", DRIVER, self.pod_uid, self.state_dir)
         self.log = open(work / "daemon.log", "ab")  # noqa: SIM115 - kept for the whole run
+        node_dirs(work / "kubelet", self.cdi_dir)
         self.command = [
-            sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia",
+            sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", *SIMULATED, "--vendors", "nvidia",
             "--node-name", NODE, "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"),
             "--cdi-dir", str(self.cdi_dir), "--state-dir", str(self.state_dir), "--no-claim-cache",
         ]  # fmt: skip

@@ -26,6 +26,7 @@ from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.backend.interface import ClaimRef
+from node_layout import SIMULATED, node_dirs
 
 NODE = "bench-node"
 
@@ -67,7 +68,8 @@ def main() -> int:
     held: list[socket.socket] = []
     with sim_apiserver.SimApiServer() as server:
         server.add_node(NODE)
-        command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", args.profile, "--node-name", NODE,
+        node_dirs(work / "k", work / "c")
+        command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", args.profile, *SIMULATED, "--node-name", NODE,
                    "--api-server", server.url, "--kubelet-dir", str(work / "k"), "--cdi-dir", str(work / "c"),
                    "--state-dir", str(work / "s"), "--pod-uid", "bench", "--metrics-bind-address", f"127.0.0.1:{port}"]  # fmt: skip
         daemon = subprocess.Popen(command, env={**os.environ, "TMPDIR": str(work)})

@@ -71,6 +71,7 @@ from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.registry import backend_classes
 from dra_driver.backend.interface import ClaimRef
+from node_layout import SIMULATED, node_dirs
 
 BENCH_POD_UID = "6f1c2a4e-bench-pod"
 NAMESPACE = "bench"
@@ -411,7 +412,7 @@ def serving_drivers(daemon: Daemon, pod_uid: str | None) -> list[str]:
 
 
 def profile_args(profile: str) -> list[str]:
-    return [] if profile == HOST else ["--profile", profile]
+    return [] if profile == HOST else ["--profile", profile, *SIMULATED]
 
 
 def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim_apiserver.SimApiServer, work: Path, run_dir: Path, pod_uid: str | None) -> Daemon:
@@ -419,6 +420,7 @@ def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim
     server.add_node(node)
     kubelet_dir, cdi_dir, state_dir = work / f"kubelet-{index}", run_dir / f"cdi-{index}", run_dir / f"state-{index}"
     metrics_port = free_port()
+    node_dirs(kubelet_dir, cdi_dir)
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", *profile_args(profile), "--partitioning", args.partitioning,
         "--node-name", node, "--api-server", server.url, "--kubelet-dir", str(kubelet_dir), "--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir),

@@ -32,6 +32,7 @@ from pathlib import Path
 from bench_prepare import Daemon, Target, connect_target, drivers_of, make_claim
 
 from dra_driver.kube import sim_apiserver
+from node_layout import SIMULATED, node_dirs
 
 PROFILE = "dgx-h100"
 NODE = "slow-api-node"
@@ -66,8 +67,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dra-slow-", dir="/tmp"))
     server = sim_apiserver.SimApiServer().start()
     server.add_node(NODE)
+    node_dirs(work / "kubelet", work / "cdi")
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", PROFILE, "--vendors", "nvidia", "--node-name", NODE,
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", PROFILE, *SIMULATED, "--vendors", "nvidia", "--node-name", NODE,
         "--api-server", server.url, "--kubelet-dir", str(work / "kubelet"), "--cdi-dir", str(work / "cdi"), "--state-dir", str(work / "state"),
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

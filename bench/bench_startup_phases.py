@@ -26,6 +26,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
+from node_layout import SIMULATED, node_dirs
 
 if TYPE_CHECKING:
     from dra_driver.node.daemon import Daemon
@@ -52,8 +53,9 @@ def main() -> None:
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="dra-phases-", dir="/tmp")
+    node_dirs(f"{work}/k", f"{work}/cdi")
     argv = [
-        "run", "--profile", args.profile, "--partitioning", args.partitioning, "--node-name", "bench-node",
+        "run", "--profile", args.profile, *SIMULATED, "--partitioning", args.partitioning, "--node-name", "bench-node",
         "--api-server", "http://127.0.0.1:9", "--kubelet-dir", f"{work}/k", "--cdi-dir", f"{work}/cdi", "--state-dir", f"{work}/s",
     ]  # fmt: skip
     mark("interpreter + argparse")

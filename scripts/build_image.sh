@@ -26,10 +26,13 @@ case "$EXTRAS" in
     *) suffix="-all" ;;
 esac
 TAG=${TAG:-$image_name:$image_version$suffix}
-if [ "${1:-}" = "--print-tag" ]; then
-    echo "$TAG"
-    exit 0
-fi
+usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+case "${1:-}" in
+    "") ;;
+    -h | --help) echo "usage: scripts/build_image.sh [--print-tag | --help]"; echo; usage; exit 0 ;;
+    --print-tag) echo "$TAG"; exit 0 ;;
+    *) echo "build_image.sh: error: unknown argument ${1}; run scripts/build_image.sh --help" >&2; exit 2 ;;
+esac
 BASE_TAG="localhost/dra-driver-base:$SUITE"
 PODMAN=(podman --root "$WORK/storage" --runroot "$WORK/run" --tmpdir "$WORK/tmp" --storage-driver=vfs --cgroup-manager=cgroupfs)
 # crun refuses hybrid cgroup hierarchies; runc copes. Without a network, nothing can be pulled.

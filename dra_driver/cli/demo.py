@@ -14,12 +14,14 @@ import argparse
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 from kubernetes import client
 
+from dra_driver.common.wording import plural
 from dra_driver.backend import sim_scratch
 
 from dra_driver.common import suggest
@@ -27,6 +29,7 @@ from dra_driver.node.daemon import Daemon
 from dra_driver.common.errors import DraError, UsageError
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
+from dra_driver.explain import shipped_class_documents
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.kube.sim_apiserver import SimApiServer
 from dra_driver.node.plugin.driver import PluginSettings
@@ -42,10 +45,21 @@ NAMESPACE = "default"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("demo", help="prepare and unprepare a claim end to end on simulated hardware (no cluster, no GPU, no root)")
+    parser = subparsers.add_parser(
+        "demo",
+        description="The whole claim-to-container flow on simulated hardware, no cluster, no GPU, no root: the real daemon publishes "
+        "a profile's devices to an in-process API server, the demo allocates an example claim from them as the scheduler would, "
+        "then prepares and unprepares it over the plugin's real socket as the kubelet would, and shows the CDI spec in between.",
+    )
     parser.add_argument("--profile", default="dgx-h100", help="hardware profile to simulate (default dgx-h100)")
     parser.add_argument("--vendor", default=None, help="which vendor of the profile to use (default: the first one found)")
-    parser.add_argument("--count", type=int, default=2, help="devices to allocate to the example claim (default 2)")
+    parser.add_argument("--count", type=int, default=None, help="devices to allocate to the example claim (default: 2, or 1 when the profile has one)")
+    parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static",
+                        help="as run's: dynamic publishes every MIG placement / AMD partition mode, and the demo then asks for a "
+                        "partition, created at prepare (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--device-class", default=None, metavar="NAME",
+                        help="the example claim's DeviceClass (default: the first shipped class of the vendor that the profile's "
+                        "devices can satisfy: the whole device, else a partition; with --partitioning dynamic a partition first)")  # fmt: skip
     parser.add_argument("--work-dir", type=Path, default=None, help="where the kubelet and CDI dirs go (default: a new temp dir, removed afterwards)")
     parser.set_defaults(func=run_demo)
 
@@ -66,17 +80,18 @@ def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import sys
 
     out = out or sys.stdout
-    if args.count < 1:
+    if args.count is not None and args.count < 1:
         raise UsageError("--count must be at least 1")
     profile = load_profile(args.profile)
-    opened = open_backends(BackendSettings(node_name=NODE), profile, [profile_vendor(profile.name, sorted(profile.sections), args.vendor)] if args.vendor else None)
+    settings = BackendSettings(node_name=NODE, partitioning=args.partitioning)
+    opened = open_backends(settings, profile, [profile_vendor(profile.name, sorted(profile.sections), args.vendor)] if args.vendor else None)
     if not opened.backends:
         reasons = "; ".join(str(p) for p in opened.unavailable) or f"profile {profile.name} describes no installed vendor"
         opened.close()
         raise DraError(f"nothing to simulate: {reasons}")
     try:
         with _work_dir(args.work_dir) as work, SimApiServer() as server:
-            return _demo(opened.backends[0], profile.name, args.count, work, server, out)
+            return _demo(opened.backends[0], profile.name, Wish(args.count, args.device_class, args.partitioning), work, server, out)
     finally:
         opened.close()
 
@@ -92,11 +107,59 @@ def profile_vendor(profile: str, sections: list[str], given: str) -> str:
     return name
 
 
-def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: SimApiServer, out: TextIO) -> int:
+@dataclass(frozen=True)
+class Wish:
+    """What the demo's claim asks for: given by flags, or (None) chosen from what the profile publishes."""
+
+    count: int | None
+    device_class: str | None
+    partitioning: str = "static"
+
+
+@dataclass(frozen=True)
+class Request:
+    """The demo's claim: `count` devices of `device_class`, and what the scheduler chose on the demo node."""
+
+    device_class: str
+    count: int
+    allocation: dict[str, Any]
+    chosen: list[str]
+
+
+def class_candidates(driver: str, partitioning: str) -> list[str]:
+    """The shipped DeviceClasses of `driver`'s vendor the demo tries, in order: the whole device (the class named after
+    the driver), then the generic partition classes (`mig.nvidia.com`, `partition.gpu.amd.com`), specific MIG
+    profiles last; partitions first with dynamic partitioning, which exists to hand them out."""
+    domain = ".".join(driver.split(".")[-2:])
+    names = sorted(
+        (str(doc.get("metadata", {}).get("name") or "") for doc in shipped_class_documents()),
+        key=lambda name: (len(name.split(".")[0].split("-")), name),  # mig.nvidia.com before mig-1g.10gb.nvidia.com
+    )
+    partitions = [name for name in names if name != driver and name.endswith("." + domain) and not name.startswith("extended.")]
+    return [*partitions, driver] if partitioning == "dynamic" else [driver, *partitions]
+
+
+def choose_request(driver: str, slices: list[dict[str, Any]], wish: Wish) -> Request:
+    """The first candidate class (or the one asked) that the published devices can satisfy, with `wish.count` devices,
+    or by default 2 (1 when only one fits); DraError naming what was tried."""
+    classes = [wish.device_class] if wish.device_class else class_candidates(driver, wish.partitioning)
+    problems = []
+    for device_class in classes:
+        for count in [wish.count] if wish.count is not None else [2, 1]:
+            try:
+                allocation, chosen = allocate(claim_object("demo-claim", NAMESPACE, device_class, count), slices, NODE)
+            except DraError as exc:
+                problems.append(f"{count} x {device_class}: {exc}")
+                continue
+            return Request(device_class, count, allocation, chosen)
+    raise DraError(f"no example claim fits the simulated node: {'; '.join(problems[:4])}")
+
+
+def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: SimApiServer, out: TextIO) -> int:
     def say(text: str = "") -> None:
         print(text, file=out)
 
-    settings = PluginSettings(node_name=NODE, kubelet_dir=work / "kubelet", cdi_dir=work / "cdi")
+    settings = PluginSettings(node_name=NODE, kubelet_dir=work / "kubelet", cdi_dir=work / "cdi", state_dir=work / "state")
     api = server.api_client()
     client.CoreV1Api(api).create_node({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
     daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE))
@@ -105,12 +168,14 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         raise DraError(f"the daemon could not start {backend.driver_name}: {status.failed}")
     try:
         plugin = daemon.plugins[backend.driver_name]
+        slices = wait_for_pool(api, backend.driver_name, NODE)
+        request = choose_request(backend.driver_name, slices, wish)
         say("== What you write: a ResourceClaimTemplate (which devices) and a Pod that uses it")
-        say(_indent(_user_side(backend.driver_name, count)))
+        say(_indent(_user_side(request.device_class, request.count)))
         say("   The scheduler makes a ResourceClaim from the template and allocates it from the ResourceSlices the driver")
         say("   publishes; the kubelet asks the driver to prepare it. Below, this demo plays scheduler and kubelet.")
         inventory = backend.discover()
-        say(f"== Simulated node '{NODE}' (profile {profile}): {len(inventory.devices)} {backend.driver_name} devices")
+        say(f"== Simulated node '{NODE}' (profile {profile}): {plural(len(inventory.devices), backend.driver_name + ' device')}")
         for device in inventory.devices[:12]:
             say(f"   {device.name}")
         if len(inventory.devices) > 12:
@@ -119,11 +184,10 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
         say(f"   registration: {plugin.paths.registration_socket}")
         say(f"   DRA service:  {plugin.paths.dra_socket}")
 
-        slices = wait_for_pool(api, backend.driver_name, NODE)
-        say(f"== Published {len(slices)} ResourceSlice(s) for pool {NODE} through the API server")
-        claim, chosen = _create_and_allocate(api, backend.driver_name, count, slices)
-        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {count} x DeviceClass {backend.driver_name}")
-        say(f"   allocated from the published slices: request 'gpus' -> {', '.join(chosen)}")
+        say(f"== Published {plural(len(slices), 'ResourceSlice')} for pool {NODE} through the API server")
+        claim = _create_and_allocate(api, request)
+        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {request.count} x DeviceClass {request.device_class}")
+        say(f"   allocated from the published slices: request 'gpus' -> {', '.join(request.chosen)}")
 
         conn = register(plugin.paths.registration_socket)
         say("== Kubelet registration (GetInfo)")
@@ -158,20 +222,18 @@ def _demo(backend: VendorBackend, profile: str, count: int, work: Path, server: 
     return 0
 
 
-def _create_and_allocate(api: client.ApiClient, driver: str, count: int, slices: list[dict[str, Any]]) -> tuple[ClaimRef, list[str]]:
-    """Create the claim through the real kubernetes client, allocate it, write status.allocation as the scheduler does.
-
-    The class is the vendor's shipped whole-device class, whose name is the driver name.
-    """
-    body = claim_object("demo-claim", NAMESPACE, driver, count)
-    allocation, chosen = allocate(body, slices, NODE)  # before creating: a claim that cannot be allocated is not left behind
+def _create_and_allocate(api: client.ApiClient, request: Request) -> ClaimRef:
+    """Create the claim through the real kubernetes client and write the allocation chosen before creating it (a claim
+    that cannot be allocated is not left behind) as status.allocation, as the scheduler does."""
+    body = claim_object("demo-claim", NAMESPACE, request.device_class, request.count)
     resource = client.ResourceV1Api(api)
     created = resource.create_namespaced_resource_claim(NAMESPACE, body, _preload_content=False)
     meta = json.loads(created.data)["metadata"]
     resource.patch_namespaced_resource_claim_status(
-        meta["name"], NAMESPACE, {"status": {"allocation": allocation}}, _content_type="application/merge-patch+json"
+        meta["name"], NAMESPACE, {"status": {"allocation": request.allocation}}, _content_type="application/merge-patch+json"
     )
-    return ClaimRef(NAMESPACE, meta["name"], meta["uid"]), chosen
+    return ClaimRef(NAMESPACE, meta["name"], meta["uid"])
+
 
 
 def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> None:

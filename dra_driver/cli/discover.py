@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.common.wording import plural
 from dra_driver.cli import failures
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import as_list, render_pool, validate_slices
@@ -27,7 +28,6 @@ def default_node_name() -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "discover",
-        help="print the ResourceSlices this node would publish",
         description="Discover accelerators (or simulate a hardware profile) and print the ResourceSlices this node would publish.",
     )
     parser.add_argument("--profile", metavar="NAME|FILE", help="simulate a shipped hardware profile (e.g. dgx-h100) or a profile file")
@@ -96,7 +96,7 @@ def render_table(slices: list[dict[str, Any]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     devices = len(rows) - 1
-    lines.append(f"\n{devices} devices, {counter_sets} counter sets in {len(slices)} slices")
+    lines.append(f"\n{plural(devices, 'device')}, {plural(counter_sets, 'counter set')} in {plural(len(slices), 'slice')}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from dra_driver.common.wording import plural
 from dra_driver.allocator.report import to_json, to_text
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
@@ -27,7 +28,6 @@ EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVAL
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "explain",
-        help="check a ResourceClaim/Template/Pod/workload against a fleet offline and explain the allocation",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         out["warnings"] = result.warnings
         print(json.dumps(out, indent=2))
     else:
-        line = f"Fleet: {', '.join(summary['sources'])}: {summary['devices']} devices in {summary['pools']} pools on {summary['nodes']} nodes"
+        line = f"Fleet: {', '.join(summary['sources'])}: {plural(summary['devices'], 'device')} in {plural(summary['pools'], 'pool')} on {plural(summary['nodes'], 'node')}"
         if summary["allocatedElsewhere"]:
             line += f"; {summary['allocatedElsewhere']} devices allocated to other claims"
         line += f"\nCEL: selectors validated as {summary['celEnvironments']['validation']}, matched as {summary['celEnvironments']['matching']}"

@@ -31,7 +31,6 @@ EXIT_OK = 0
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "fleet",
-        help="show devices per node (total, allocated, free, tainted), shared counters, and who holds each device",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,6 +2,9 @@
 
 Each command lives in its own module `dra_driver.cli.<name>` that defines
 `add_parser(subparsers)`; the parser it adds must set `func=<callable(args) -> int>`.
+`COMMANDS` names every command with its one-line summary, so `dra-driver --help` and
+`--version` answer without importing any command module (each pulls in gRPC, the
+kubernetes client, ruamel, pydantic or the CEL layer).
 """
 
 from __future__ import annotations
@@ -23,7 +26,22 @@ from dra_driver.common.errors import DraError
 from dra_driver.inputs import limits as input_limits
 from dra_driver.common.logs import configure_logging
 
-COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "doctor", "demo", "explain", "migrate", "fleet", "template", "profiles")
+# Every command and its summary (the `dra-driver --help` listing, and the description of a command whose
+# module gives none); the module dra_driver.cli.<name> is imported only when that command runs.
+COMMANDS: dict[str, str] = {
+    "discover": "print the ResourceSlices this node would publish",
+    "run": "serve the kubelet plugin (registration + DRA gRPC) for every vendor found",
+    "ready": "exit 0 when the daemon of this pod is ready (registered, serving, slices published)",
+    "doctor": "check whether this node can serve claims, and say how to fix what stops it (exit 0 yes, 1 no)",
+    "demo": "prepare and unprepare a claim end to end on simulated hardware (no cluster, no GPU, no root)",
+    "explain": "check a ResourceClaim/Template/Pod/workload against a fleet offline and explain the allocation",
+    "migrate": "rewrite device-plugin GPU requests (nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, MIG, AMD partitions) as DRA",
+    "fleet": "show devices per node (total, allocated, free, tainted), shared counters, and who holds each device",
+    "template": "write a ResourceClaimTemplate from what you want (count, vendor, model, memory, MIG, fallbacks, sharing), checked with explain",
+    "profiles": "list the shipped hardware profiles (name, vendors, devices)",
+    "completion": "print a shell completion script (bash or zsh)",
+    "version": "print the version of dra-driver",
+}
 # Top-level options that take a value (chosen_command skips the value too).
 _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
 EXIT_BAD_INPUT = failures.EXIT_USAGE
@@ -121,18 +139,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
     add_input_limit_flags(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS if only is None else (only,):
-        try:
-            module = importlib.import_module(f"dra_driver.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"dra_driver.cli.{name}":
-                continue  # command not built into this version
-            raise
-        module.add_parser(subparsers)
-    for name, command in subparsers.choices.items():
-        command.epilog = "\n\n".join(filter(None, (command.epilog, failures.EPILOG)))
-        command.prog = f"dra-driver {name}"
+    if only is None:  # the listing only: a command's own parser is built when it is named
+        for name, summary in COMMANDS.items():
+            subparsers.add_parser(name, help=summary)
+        return parser
+    importlib.import_module(f"dra_driver.cli.{only}").add_parser(subparsers)
+    finish_command_parser(only, subparsers.choices[only])
     return parser
+
+
+def finish_command_parser(name: str, command: argparse.ArgumentParser) -> None:
+    """What every command's parser shares: its prog, a description (the summary when the module gives none), the epilog."""
+    command.prog = f"dra-driver {name}"
+    if not command.description:
+        command.description = COMMANDS[name][0].upper() + COMMANDS[name][1:] + "."
+    command.epilog = "\n\n".join(filter(None, (command.epilog, failures.EPILOG)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,6 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "migrate",
-        help="rewrite device-plugin GPU requests (nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, MIG, AMD partitions) as DRA",
         description="Read Kubernetes manifests (files or '-' for stdin) and rewrite device-plugin requests as "
         "ResourceClaimTemplates and pod resource claims, or emit extended-resource DeviceClasses. "
         "Everything it does not change is written back byte for byte.",
@@ -144,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
     if args.report == "json":
         print(report.to_json(), file=sys.stderr)
     elif args.report == "text":
-        print(report.to_text(written=args.write), file=sys.stderr)
+        for finding in report.findings:
+            print(finding, file=sys.stderr)
+        failures.info(report.summary(written=args.write))  # `dra-driver migrate: ...`, as every command's lines
     if args.check:
         if report.changed_files:
             return EXIT_WOULD_CHANGE

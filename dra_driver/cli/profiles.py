@@ -1,5 +1,8 @@
 """`dra-driver profiles`: the shipped hardware profiles, one line each (name, vendors, devices, what it is).
 
+The table cuts each description to fit a terminal line (-o wide prints it whole; -o json and -o yaml
+for tools).
+
 The names --profile takes in discover, demo, run, explain, fleet and template. Devices are counted
 from a simulated discovery of each profile (static partitioning: whole GPUs and existing MIG devices
 or partitions), so the count is what `discover --profile NAME` would publish.
@@ -15,10 +18,15 @@ from dra_driver.backend.hardware_profiles import available_profiles, load_profil
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser("profiles", help="list the shipped hardware profiles (name, vendors, devices)", description=__doc__,
+    parser = subparsers.add_parser("profiles", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
+                        help="table (descriptions cut to one line of about 120 characters), wide (whole), json or yaml (default: table)")  # fmt: skip
     parser.set_defaults(func=run)
+
+
+LINE_WIDTH = 120
+COLUMN_GAP = 2  # what format_table puts between columns
 
 
 def _devices(name: str) -> int:
@@ -42,5 +50,22 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(found, indent=2))
         return 0
-    print("\n".join(format_table(["NAME", "VENDORS", "DEVICES", "DESCRIPTION"], [[r["name"], ",".join(r["vendors"]), str(r["devices"]), r["description"]] for r in found])))
+    if args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(found, sort_keys=False), end="")
+        return 0
+    header = ["NAME", "VENDORS", "DEVICES", "DESCRIPTION"]
+    table = [[r["name"], ",".join(r["vendors"]), str(r["devices"]), r["description"]] for r in found]
+    if args.output == "table":
+        before = sum(max(len(cell) for cell in [header[i], *(r[i] for r in table)]) + COLUMN_GAP for i in range(3))
+        table = [[*r[:3], shortened(r[3], max(LINE_WIDTH - before, 20))] for r in table]
+    print("\n".join(format_table(header, table)))
     return 0
+
+
+def shortened(text: str, width: int) -> str:
+    """`text` cut at a word to at most `width` characters, ending in '...' when cut."""
+    if len(text) <= width:
+        return text
+    return text[: width - 3].rsplit(" ", 1)[0].rstrip(",;:") + "..."

@@ -18,7 +18,11 @@ from dra_driver.node.readiness import MAX_AGE_S, read_status, status_path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("ready", help="exit 0 when the daemon of this pod is ready (registered, serving, slices published)")
+    parser = subparsers.add_parser(
+        "ready",
+        description="The DaemonSet's exec readinessProbe: reads the status the daemon of the same pod writes under --state-dir and "
+        "exits 0 when it is registered with the kubelet, its DRA socket answers and its slices are published; 1 with the reason otherwise.",
+    )
     # Required rather than defaulted: the default lives beside the socket code, whose gRPC import would cost every probe ~0.1 s CPU.
     parser.add_argument("--state-dir", type=Path, required=True, help="the daemon's --state-dir (deploy/: /var/run/dra-driver)")
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="the daemon's --pod-uid (default: $POD_UID)")

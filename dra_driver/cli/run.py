@@ -46,7 +46,12 @@ METRICS_ENV = "DRA_DRIVER_METRICS_BIND_ADDRESS"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("run", help="serve the kubelet plugin (registration + DRA gRPC) for every vendor found")
+    parser = subparsers.add_parser(
+        "run",
+        description="The node daemon (the DaemonSet's container): for every vendor whose hardware is found (or --profile simulates), "
+        "register a kubelet plugin, answer NodePrepareResources/NodeUnprepareResources by writing CDI specs, and publish the node's "
+        "ResourceSlices. Runs until SIGTERM; the kubelet's directories must exist (it creates only its own: --state-dir, --cdi-dir).",
+    )
     add_daemon_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -60,12 +65,18 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-server", default=None, help="API server base URL without auth (tests, kubectl proxy)")
     parser.add_argument("--vendors", default=None, help="comma-separated vendors (default: every installed backend that finds hardware)")
     parser.add_argument("--profile", default=None, help="simulate this hardware profile instead of the real hardware")
-    parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
     parser.add_argument(
-        "--simulated-root", type=Path, default=None,
-        help="with --profile in a real cluster: a host path, mounted at the same path in the pod, for the simulated device nodes "
-        "(character nodes with /dev/null's numbers) and driver files the CDI specs name; kept while prepared claims use it "
-        "(deploy/overlays/simulated; default: none, the simulation's files stay in its private scratch dir)",
+        "--partitioning", choices=("static", "dynamic"), default="static",
+        help="static: publish the GPUs and the partitions that exist (MIG devices, AMD partitions) as they are; dynamic: publish "
+        "every MIG placement and AMD partition mode with shared counters, and create the partition a claim was given at prepare "
+        "(needs the DRAPartitionableDevices gate; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--simulated-root", type=_simulated_root, default=None, metavar="PATH|none",
+        help="needed with --profile: a host path, mounted at the same path in the pod, for the simulated device nodes "
+        "(character nodes with /dev/null's numbers) and driver files the CDI specs name, kept while prepared claims use it "
+        "(deploy/overlays/simulated uses /var/run/dra-driver-sim); or 'none' where no container runtime reads the specs "
+        "(tests, benchmarks): the simulation's files then stay in its private scratch dir",
     )
     parser.add_argument(
         "--metrics-bind-address", type=_bind_address, default=os.environ.get(METRICS_ENV) or "0", metavar="HOST:PORT",
@@ -144,6 +155,31 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+NO_SIMULATED_ROOT = "none"
+
+
+def _simulated_root(text: str) -> Path | str:
+    return NO_SIMULATED_ROOT if text == NO_SIMULATED_ROOT else Path(text)
+
+
+# The flags the daemon records with its instance lock (instance_lock.py), which `doctor` adopts: what decides
+# which node, which hardware and which directories the daemon serves.
+RECORDED_FLAGS = (
+    "node_name", "kubelet_dir", "cdi_dir", "state_dir", "driver_root", "profile", "partitioning", "simulated_root", "vendors",
+    "offer_devices", "pod_resources_socket", "api_server", "kubeconfig", "context", "pod_uid",
+)  # fmt: skip
+
+
+def recorded_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The effective values of RECORDED_FLAGS (after environment defaults), as `--flag` -> text; paths made absolute."""
+    flags = {}
+    for dest in RECORDED_FLAGS:
+        value = getattr(args, dest, None)
+        if value is not None:
+            flags["--" + dest.replace("_", "-")] = os.path.abspath(value) if isinstance(value, Path) else str(value)
+    return flags
+
+
 def _bind_address(text: str) -> BindAddress:
     try:
         return BindAddress.parse(text)
@@ -211,7 +247,7 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
     check_identity(args.node_name, args.pod_uid)
     source = api_source(args.api_server, args.kubeconfig, args.context, instead="--api-server URL")
     check_api_server(source)
-    warn_without_kubelet(args.kubelet_dir)
+    require_node_dirs(args.kubelet_dir, args.cdi_dir)
     writable_dir("--state-dir", args.state_dir, file_modes.PRIVATE_DIR)
     writable_dir("--cdi-dir", args.cdi_dir, file_modes.CDI_DIR)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
@@ -237,7 +273,7 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
     try:
         settings = PluginSettings(
             node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir,
-            device_nodes=simulated.make_device_nodes if simulated is not None else None,
+            device_nodes=simulated.make_device_nodes if simulated is not None else None, flags=recorded_flags(args),
         )
         metrics = BindAddress("", args.metrics_port) if args.metrics_port is not None else args.metrics_bind_address
         guard, conflicts = DevicePluginGuard(coexistence_settings(args)), ConflictBoard()
@@ -264,10 +300,17 @@ def check_api_server(source: ApiSource) -> None:
         failures.warning(f"{exc}; starting anyway, publishing retries with backoff")
 
 
-def warn_without_kubelet(kubelet_dir: Path) -> None:
-    """No kubelet plugin registry: the sockets would be served where no kubelet looks (a wrong --kubelet-dir, or not a node)."""
-    if not (kubelet_dir / "plugins_registry").is_dir():
-        failures.warning(f"no kubelet here: {kubelet_dir / 'plugins_registry'} does not exist; the kubelet will not find the plugin (pass the kubelet's --root-dir as --kubelet-dir)")
+def require_node_dirs(kubelet_dir: Path, cdi_dir: Path) -> None:
+    """The kubelet's plugin directories and the container runtime's CDI directory belong to them: made here, they would
+    hide a wrong --kubelet-dir/--cdi-dir (or a machine that is not a node) behind a daemon nobody calls, and make
+    `doctor` pass its kubelet check. UsageError naming what is missing and the fix; nothing is created."""
+    missing = [path for path in (kubelet_dir / "plugins_registry", kubelet_dir / "plugins") if not path.is_dir()]
+    if missing:
+        raise UsageError(f"no kubelet here: {' and '.join(map(str, missing))} missing; pass the kubelet's --root-dir as --kubelet-dir "
+                         "(in a pod, mount the host's plugins_registry and plugins directories)")  # fmt: skip
+    if not cdi_dir.exists():  # something else in its place: writable_dir names that
+        raise UsageError(f"--cdi-dir {cdi_dir}: does not exist; create it where the container runtime reads CDI specs "
+                         "(its cdi_spec_dirs: /etc/cdi, /var/run/cdi) or point --cdi-dir at one")  # fmt: skip
 
 
 def announce(daemon: Daemon, args: argparse.Namespace, source: ApiSource) -> None:
@@ -343,11 +386,17 @@ def _build_and_run(args: argparse.Namespace, requested: threading.Event, deliver
 
 
 def open_simulated_root(args: argparse.Namespace) -> SimulatedRoot | None:
-    """--simulated-root: only with --profile (a real node's device nodes are the kernel's); its nodes for specs already there."""
-    if args.simulated_root is None:
+    """--simulated-root: only with --profile (a real node's device nodes are the kernel's), and --profile only with it,
+    so a simulated node is consistent on its own: without a root, its CDI specs would name device nodes no host has
+    and the container runtime would refuse every pod after prepare succeeded. Its nodes for specs already there."""
+    if args.profile and args.simulated_root is None:
+        raise UsageError(f"--profile {args.profile} needs --simulated-root: pass a host path mounted at the same path in the pod "
+                         "(--simulated-root /var/run/dra-driver-sim, as deploy/overlays/simulated does) for the device nodes its CDI "
+                         f"specs name, or --simulated-root {NO_SIMULATED_ROOT} where no container runtime reads the specs (tests, benchmarks)")  # fmt: skip
+    if args.simulated_root is None or args.simulated_root == NO_SIMULATED_ROOT:
         return None
     if not args.profile:
-        raise DraError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
+        raise UsageError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
     from dra_driver.backend.sim_node import SimulatedRoot
 
     simulated = SimulatedRoot(args.simulated_root)

@@ -1,7 +1,7 @@
 """`dra-driver template`: write a ResourceClaimTemplate from what you want, checked with explain.
 
     dra-driver template --count 4 --model H100 --fallback 8xA100 --same interconnect
-    dra-driver template --mig 1g.10gb --sharing mps:threads=50 --profile dgx-a100-mig --nodes 4
+    dra-driver template --mig 1g.5gb --sharing mps:threads=50 --claim --profile dgx-a100-mig --nodes 4
     dra-driver template --vendor any --memory 128Gi --family hopper/blackwell/cdna3/gaudi3 --claim
 
 The first choice comes from --count/--vendor/--model/--family/--memory/--mig/--partition.
@@ -20,11 +20,13 @@ no node of the given fleet can hold it now, 2 invalid input or no known hardware
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from dataclasses import replace
 from typing import Any
 
+from dra_driver.common.wording import plural
 from dra_driver.template import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_share_memory, parse_sharing, parse_want, template
 from dra_driver.template.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
@@ -38,7 +40,6 @@ EXIT_OK, EXIT_NO_NODE = 0, 1
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "template",
-        help="write a ResourceClaimTemplate from what you want (count, vendor, model, memory, MIG, fallbacks, sharing), checked with explain",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -61,6 +62,8 @@ def add_parser(subparsers: Any) -> None:
     out.add_argument("-n", "--namespace", help="namespace (default: none written)")
     out.add_argument("--request", default="accel", help="request name pods refer to in resources.claims[].request (default accel)")
     out.add_argument("--claim", action="store_true", help="write a ResourceClaim instead of a ResourceClaimTemplate")
+    out.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
+                     help="yaml: the object with comments saying what each part means; json: the same object, no comments (default: yaml)")  # fmt: skip
     add_fleet_source(
         parser,
         "check against a fleet (optional, one kind)",
@@ -114,11 +117,12 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     return TemplateRequest(intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check)
 
 
+
 def _report(result: TemplateResult) -> int:
     check = result.fleet
     if check is None:
         return EXIT_OK
-    print(f"Checked against {', '.join(check.sources)}: {len(check.fitting)} of {check.nodes} nodes could hold it now", file=sys.stderr)
+    print(f"Checked against {', '.join(check.sources)}: {len(check.fitting)} of {plural(check.nodes, 'node')} could hold it now", file=sys.stderr)
     if check.error:
         print(f"  no node can: {check.error}", file=sys.stderr)
     for line in check.lines[1:]:  # the first line repeats the count above
@@ -135,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
             raise
         failures.warning(f"not checked against a cluster: {exc}")
         result = template(replace(request, source=None))
-    sys.stdout.write(result.text)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(result.document, indent=2) + "\n")
+    else:
+        sys.stdout.write(result.text)
     for note in result.notes:
-        print(note, file=sys.stderr)
+        failures.warning(note)
     return _report(result)

@@ -48,6 +48,9 @@ def configure_logging(verbosity: int = 0, fmt: str = "text") -> None:
     # Third-party libraries stay at warning even when we are verbose.
     for noisy in ("celpy", "kubernetes", "urllib3", "grpc"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # urllib3 warns once per retry of a request ("Retrying (Retry(total=2, ...)) after connection broken by ..."),
+    # which our own line about the failed request already says: shown with -vv only.
+    logging.getLogger("urllib3").setLevel(logging.WARNING if verbosity >= 2 else logging.ERROR)
 
 
 def fields(**values: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ the simulated API server by URL; a developer laptop uses a kubeconfig.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from dataclasses import replace
 from collections.abc import Iterator, Mapping
@@ -16,6 +17,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from dra_driver.common import suggest
+from dra_driver.common.logs import fields
 from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource, KubeConfigError, api_source
 
 __all__ = [
@@ -87,10 +89,30 @@ def server_label(source: ApiSource, configuration: client.Configuration) -> str:
 
 
 def api_client_for(configuration: client.Configuration) -> client.ApiClient:
-    """The ApiClient every part of the driver uses: `configuration`'s server and auth, our User-Agent."""
+    """The ApiClient every part of the driver uses: `configuration`'s server and auth, our User-Agent.
+
+    A server whose certificate is not verified (insecure-skip-tls-verify) is said once, in one line, instead of
+    urllib3's two-line InsecureRequestWarning (with a source path) on every request."""
+    if not configuration.verify_ssl and configuration.host.startswith("https:"):
+        _say_tls_unverified(configuration.host)
     api_client = client.ApiClient(configuration)
     api_client.user_agent = USER_AGENT
     return api_client
+
+
+log = logging.getLogger(__name__)
+_TLS_UNVERIFIED: set[str] = set()  # servers already said to be unverified: once per process
+
+
+def _say_tls_unverified(host: str) -> None:
+    import warnings
+
+    import urllib3
+
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    if host not in _TLS_UNVERIFIED:
+        _TLS_UNVERIFIED.add(host)
+        log.warning("the API server's TLS certificate is not verified (insecure-skip-tls-verify in the kubeconfig)", extra=fields(server=host))
 
 
 def make_api_client(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:

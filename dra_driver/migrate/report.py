@@ -89,11 +89,13 @@ class Report:
 
     def to_text(self, written: bool = False) -> str:
         """The findings and a summary line; `written`: the changed files were rewritten (-w), not just shown."""
-        lines = [str(f) for f in self.findings]
+        return "\n".join([*(str(f) for f in self.findings), f"migrate: {self.summary(written)}"])
+
+    def summary(self, written: bool = False) -> str:
+        """The counts: what was done, files changed (or that would change), requests left."""
         counts = ", ".join(f"{len(self.by_action(a))} {a.value}" for a in Action)
         changed = f"{len(self.changed_files)} file(s) {'changed' if written else 'would change'}"
-        lines.append(f"migrate: {counts}; {changed}; {len(self.remaining)} device-plugin request(s) left unconverted")
-        return "\n".join(lines)
+        return f"{counts}; {changed}; {len(self.remaining)} device-plugin request(s) left unconverted"
 
 
 class MigrationError(UsageError):

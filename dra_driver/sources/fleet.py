@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dra_driver.common.wording import plural
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Allocated, DeviceID, Node
 from dra_driver.common.errors import DraError, FieldError, UsageError, ValidationError
@@ -170,7 +171,7 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
         inventories = [backend.discover() for backend in opened.backends]
     finally:
         opened.close()
-    fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({partitioning})"])
+    fleet = Fleet(sources=[f"profile {profile.name} x {plural(nodes, 'node')} ({partitioning})"])
     for index in range(nodes):
         for inventory in inventories:
             fleet.slices += render_pool(inventory, f"{node_prefix}{index}")

@@ -57,7 +57,7 @@ class TemplateRequest:
 
 # A ResourceClaimTemplate gives each pod a claim of its own: sharing settings then stay inside one pod.
 TEMPLATE_SHARES_NOTHING = (
-    "note: --sharing on a ResourceClaimTemplate shares nothing across pods: each pod gets its own claim and its own "
+    "--sharing on a ResourceClaimTemplate shares nothing across pods: each pod gets its own claim and its own "
     "GPU, and the setting applies to that pod's containers only. To share one GPU between pods, write a ResourceClaim "
     "(add --claim) and name it in each pod's spec.resourceClaims[].resourceClaimName (those pods then run on the node "
     "that holds it), or give each pod's claim a share of a GPU with --share-memory (nodes running --consumable-gpu-memory)"

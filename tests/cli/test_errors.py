@@ -27,7 +27,7 @@ def error_lines(err: str, command: str) -> list[str]:
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS])
 def test_a_misspelt_flag_is_a_usage_error_with_a_suggestion(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    required = {"explain": ["x"], "migrate": ["x"], "ready": ["--state-dir", "x"]}  # what each needs besides the typo
+    required = {"explain": ["x"], "migrate": ["x"], "ready": ["--state-dir", "x"], "completion": ["bash"]}  # what each needs besides the typo
     code, err = outcome(capsys, [command, "--hepl", *required.get(command, [])])
     (line,) = error_lines(err, command)
     assert code == 2 and line.startswith(f"dra-driver {command}: error: unrecognized arguments") and "did you mean" in line, err
@@ -73,7 +73,7 @@ def no_dra_kubeconfig(tmp_path: Path) -> Iterator[Path]:
 def test_a_cluster_without_resource_v1_exits_3_with_one_line(command: str, no_dra_kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     claim = tmp_path / "claim.yaml"
     claim.write_text("{}")
-    extra = {"explain": [str(claim)], "run": ["--profile", "l4", "--node-name", "n", "--kubelet-dir", str(tmp_path / "k"),
+    extra = {"explain": [str(claim)], "run": ["--profile", "l4", "--simulated-root", "none", "--node-name", "n", "--kubelet-dir", str(tmp_path / "k"),
                                               "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c")]}.get(command, [])  # fmt: skip
     code, err = outcome(capsys, [command, *extra, "--kubeconfig", str(no_dra_kubeconfig)])
     (line,) = error_lines(err, command)
@@ -100,3 +100,12 @@ def test_every_help_documents_the_exit_codes(command: str, capsys: pytest.Captur
     with pytest.raises(SystemExit):
         main([command, "--help"])
     assert "exit codes: 0 done; 1 the answer is no or a run-time failure; 2 usage or invalid input; 3 the cluster" in " ".join(capsys.readouterr().out.split())
+
+
+def test_migrate_summary_names_the_command_as_every_line_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: i\n"
+                        "    resources: {limits: {nvidia.com/gpu: 1}}\n")  # fmt: skip
+    code, err = outcome(capsys, ["migrate", "--check", str(manifest)])
+    assert code == 1
+    assert err.splitlines()[-1].startswith("dra-driver migrate: 1 converted")

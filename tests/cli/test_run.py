@@ -12,22 +12,35 @@ from dra_driver.cli.run import add_daemon_arguments, run
 
 
 def parse(*argv: str) -> argparse.Namespace:
+    """run's flags; a simulated profile without a simulated root unless the test names one (no runtime reads its specs)."""
     parser = argparse.ArgumentParser()
     add_daemon_arguments(parser)
-    return parser.parse_args(list(argv))
+    return parser.parse_args(["--simulated-root", "none", *argv])
+
+
+def node_dirs(root: Path) -> Path:
+    """The directories the kubelet and the container runtime own, as on a node: `run` creates none of them."""
+    for sub in ("k/plugins_registry", "k/plugins", "c"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def no_socket(root: Path) -> bool:
+    return not list((root / "k").rglob("*.sock"))
 
 
 @pytest.mark.parametrize("flag", ["--state-dir", "--cdi-dir"])
 def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    node_dirs(tmp_path)
     blocker = tmp_path / "blocker"
     blocker.write_text("")
-    dirs = {"--state-dir": str(tmp_path / "state"), "--cdi-dir": str(tmp_path / "cdi")}
+    dirs = {"--state-dir": str(tmp_path / "state"), "--cdi-dir": str(tmp_path / "c")}
     dirs[flag] = str(blocker)
     args = parse("--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), *[x for kv in dirs.items() for x in kv])
     assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     err = capsys.readouterr().err
     assert f"{flag} {blocker}: exists and is not a directory" in err and f"point {flag} at a writable directory" in err
-    assert not (tmp_path / "k").exists()  # nothing was started
+    assert no_socket(tmp_path)  # nothing was started
 
 
 def test_missing_directories_are_created_with_their_mode_whatever_the_umask(tmp_path: Path) -> None:
@@ -63,18 +76,20 @@ def test_node_name_and_pod_uid_follow_the_kubernetes_rules(tmp_path: Path, capsy
 
 @pytest.mark.parametrize("flag", ["--nvidia-cdi-hook-path", "--host-driver-root"])
 def test_relative_host_paths_for_cdi_specs_are_refused_with_the_flag(tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    node_dirs(tmp_path)
     args = parse(
         "--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"),
         "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c"), flag, "usr/bin/nvidia-cdi-hook",
     )  # fmt: skip
     assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     assert f"{flag} usr/bin/nvidia-cdi-hook: must be an absolute host path" in capsys.readouterr().err
-    assert not (tmp_path / "k").exists()
+    assert no_socket(tmp_path)
 
 
 def test_driver_file_flags_reach_the_backend_settings(tmp_path: Path) -> None:
     from dra_driver.cli.run import build_daemon
 
+    node_dirs(tmp_path)
     args = parse(
         "--profile", "dgx-h100", "--vendors", "nvidia", "--node-name", "n", "--api-server", "http://127.0.0.1:1",
         "--kubelet-dir", str(tmp_path / "k"), "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c"),
@@ -153,8 +168,8 @@ def test_log_level_from_the_environment_and_v_wins(monkeypatch: pytest.MonkeyPat
     configure_logging(0)  # quiet again for the tests after this one
 
 
-def test_run_says_what_it_serves_and_warns_without_a_kubelet(short_tmp: Path) -> None:
-    """One info line on stderr at the default (quiet) log level, and a warning when no kubelet plugin registry is there."""
+def test_run_says_what_it_serves(short_tmp: Path) -> None:
+    """One info line on stderr at the default (quiet) log level."""
     import signal
     import subprocess
     import sys
@@ -163,15 +178,15 @@ def test_run_says_what_it_serves_and_warns_without_a_kubelet(short_tmp: Path) ->
     from dra_driver.kube.sim_apiserver import SimApiServer
 
     with SimApiServer() as server:
-        command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "l4", "--node-name", "node-a", "--api-server", server.url,
-                   "--kubelet-dir", str(short_tmp / "k"), "--state-dir", str(short_tmp / "s"), "--cdi-dir", str(short_tmp / "c")]  # fmt: skip
+        node_dirs(short_tmp)
+        command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "l4", "--simulated-root", "none", "--node-name", "node-a",
+                   "--api-server", server.url, "--kubelet-dir", str(short_tmp / "k"), "--state-dir", str(short_tmp / "s"), "--cdi-dir", str(short_tmp / "c")]  # fmt: skip
         daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while not list((short_tmp / "k" / "plugins_registry").glob("*.sock")) and daemon.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=60)
-    assert f"dra-driver run: warning: no kubelet here: {short_tmp / 'k' / 'plugins_registry'} does not exist" in err
     assert f"dra-driver run: serving gpu.nvidia.com on node node-a, simulating profile l4; sockets under {short_tmp / 'k'}" in err
     assert f"API server: {server.url}" in err
 
@@ -180,11 +195,12 @@ def test_a_second_instance_on_the_state_dir_is_refused_in_one_line(short_tmp: Pa
     """Another instance holds the NVIDIA driver's state: run exits 1 with one line naming it and the fix."""
     from dra_driver.node.plugin.instance_lock import InstanceLock
 
+    node_dirs(short_tmp)
     held = InstanceLock.acquire(short_tmp / "state" / "gpu.nvidia.com", None)
     try:
         args = parse(
             "--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:9", "--kubelet-dir", str(short_tmp / "k"),
-            "--state-dir", str(short_tmp / "state"), "--cdi-dir", str(short_tmp / "cdi"),
+            "--state-dir", str(short_tmp / "state"), "--cdi-dir", str(short_tmp / "c"),
         )  # fmt: skip
         assert run(args) == 1
     finally:
@@ -193,3 +209,42 @@ def test_a_second_instance_on_the_state_dir_is_refused_in_one_line(short_tmp: Pa
     assert f"error: no driver could start: gpu.nvidia.com: state directory {short_tmp / 'state' / 'gpu.nvidia.com'} is in use" in err
     assert f"(pid {os.getpid()} on host " in err and "stop the other instance" in err
     assert not list((short_tmp / "k" / "plugins_registry").glob("*.sock"))  # nothing was served
+
+
+@pytest.mark.parametrize("missing", ["k/plugins_registry", "k/plugins", "c"])
+def test_another_components_directories_are_never_created(tmp_path: Path, missing: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The kubelet's plugin directories and the runtime's CDI directory are theirs: a missing one is refused in one line
+    naming the fix, and nothing is created (doctor's kubelet-dirs check then tells the truth)."""
+    node_dirs(tmp_path)
+    (tmp_path / missing).rmdir()
+    args = parse("--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"),
+                 "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c"))  # fmt: skip
+    assert run(args) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert str(tmp_path / missing) in line and ("--kubelet-dir" in line or "--cdi-dir" in line)
+    assert not (tmp_path / missing).exists() and not (tmp_path / "s").exists()
+
+
+def test_a_profile_without_a_simulated_root_is_refused_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Simulated hardware under a real runtime needs its device nodes on a host path: without --simulated-root the specs
+    would name nodes no host has, so run refuses, naming the flag (and `none` for a kubelet that starts no containers)."""
+    node_dirs(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_daemon_arguments(parser)
+    args = parser.parse_args(["--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"),
+                              "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c")])  # fmt: skip
+    assert run(args) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert "--profile dgx-h100 needs --simulated-root" in line and "--simulated-root none" in line
+    assert no_socket(tmp_path) and not (tmp_path / "s").exists()
+
+
+def test_the_daemon_records_its_effective_flags_with_its_instance_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `doctor` reads: the flags after environment defaults, paths absolute."""
+    from dra_driver.cli.run import recorded_flags
+
+    monkeypatch.setenv("NODE_NAME", "node-from-env")
+    flags = recorded_flags(parse("--profile", "mi300x", "--kubelet-dir", "rel/k", "--partitioning", "dynamic"))
+    assert flags["--node-name"] == "node-from-env" and flags["--profile"] == "mi300x" and flags["--partitioning"] == "dynamic"
+    assert flags["--kubelet-dir"] == os.path.abspath("rel/k") and flags["--simulated-root"] == "none"
+    assert "--kubeconfig" not in flags  # unset flags are not recorded

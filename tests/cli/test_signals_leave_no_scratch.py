@@ -36,8 +36,10 @@ def profile(tmp_path: Path) -> Path:
 
 
 def spawn(server: SimApiServer, work: Path, profile: Path) -> subprocess.Popen[str]:
+    for owned_by_others in ("k/plugins_registry", "k/plugins", "c"):  # the kubelet's and the runtime's: run creates none
+        (work / owned_by_others).mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", str(profile), "--node-name", "n", "--api-server", server.url,
+        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", str(profile), "--simulated-root", "none", "--node-name", "n", "--api-server", server.url,
         "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"),
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # $TMPDIR: empty_tmpdir

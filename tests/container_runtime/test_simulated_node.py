@@ -52,6 +52,8 @@ class Host:
 
     def driver_pod(self, pod_uid: str, profile: str = "dgx-h100", driver: str = DRIVER) -> DriverPod:
         private_tmp = Path(tempfile.mkdtemp(prefix=f"pod-{pod_uid}-tmp-", dir=self.root))
+        for owned_by_others in (self.root / "kubelet" / "plugins_registry", self.root / "kubelet" / "plugins", self.cdi_dir):  # run creates none
+            owned_by_others.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile, "--simulated-root", str(self.simulated_root),
             "--node-name", NODE, "--pod-uid", pod_uid, "--api-server", self.server.url, "--kubelet-dir", str(self.root / "kubelet"),

@@ -330,3 +330,26 @@ def test_build_script_tags_the_image_the_overlay_deploys(overlay: str, extras: s
                           env={k: v for k, v in os.environ.items() if k != "TAG"} | {"EXTRAS": extras})  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert container(render(overlay))["image"] == done.stdout.strip()
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_build_script_help_prints_usage_and_builds_nothing(flag: str, tmp_path: Path) -> None:
+    import os
+
+    work = tmp_path / "work"
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "build_image.sh"), flag], capture_output=True, text=True, timeout=30,
+                          env=os.environ | {"WORK": str(work)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: scripts/build_image.sh")
+    assert "EXTRAS" in done.stdout
+    assert not work.exists(), "--help must not start a build"
+
+
+def test_build_script_refuses_an_unknown_argument(tmp_path: Path) -> None:
+    import os
+
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "build_image.sh"), "--bogus"], capture_output=True, text=True, timeout=30,
+                          env=os.environ | {"WORK": str(tmp_path / "work")})  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown argument --bogus" in done.stderr
+    assert not (tmp_path / "work").exists()

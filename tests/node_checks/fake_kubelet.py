@@ -29,14 +29,16 @@ from dra_driver.backend.interface import BackendSettings
 
 
 @contextmanager
-def nvidia_daemon(server: Any, root: Path, pod_uid: str | None = None, recheck_interval: float = 10.0) -> Iterator[Daemon]:
+def nvidia_daemon(
+    server: Any, root: Path, pod_uid: str | None = None, recheck_interval: float = 10.0, flags: dict[str, str] | None = None
+) -> Iterator[Daemon]:
     """A daemon with the NVIDIA backend (dgx-h100 profile) under `root`, publishing to `server`, wired as `run` wires it
     (one ConflictBoard shared by the daemon and its publishers)."""
     import dataclasses
 
     from dra_driver_nvidia.backend import NvidiaBackend
 
-    settings = dataclasses.replace(node_settings(root), pod_uid=pod_uid)
+    settings = dataclasses.replace(node_settings(root), pod_uid=pod_uid, flags=flags or {})
     backend = NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
     api = server.api_client()
     conflicts = ConflictBoard()

@@ -79,7 +79,7 @@ def test_text_output_names_each_problem_and_its_fix(tree: Path, capsys: pytest.C
     text = capsys.readouterr().out
     assert code == 1
     assert f"FAIL  cdi-dir" in text and f"{tree / 'cdi'} is not a directory" in text and "fix: mount the host's" in text
-    assert "WARN  registration" in text and "The node cannot serve claims: 1 check(s) failed." in text
+    assert "WARN  registration" in text and "The node cannot serve claims: 1 check failed." in text
 
 
 @pytest.mark.parametrize(
@@ -178,5 +178,63 @@ def test_unreadable_device_plugin_sources_are_a_warning(tree: Path):
 
 def test_bad_flags_exit_2(tree: Path, capsys: pytest.CaptureFixture[str]):
     with pytest.raises(SystemExit) as exit_info:
-        main(["doctor", "-o", "yaml"])
+        main(["doctor", "-o", "xml"])
     assert exit_info.value.code == 2
+
+
+def test_in_the_pod_the_doctor_checks_the_node_as_the_running_daemon_runs_it(tree: Path, capsys: pytest.CaptureFixture[str]):
+    """`kubectl exec ds/... -- dra-driver doctor` with no flags: the daemon's recorded flags (profile, simulated root, kubelet
+    and CDI dirs) are used, so a simulated node that serves claims is not failed for lacking a vendor library."""
+    simulated_root = tree / "sim"
+    simulated_root.mkdir()
+    flags = {"--profile": "dgx-h100", "--simulated-root": str(simulated_root), "--kubelet-dir": str(tree / "kubelet"),
+             "--cdi-dir": str(tree / "cdi"), "--node-name": "node-a"}  # fmt: skip
+    with sim_apiserver.SimApiServer() as server, nvidia_daemon(server, tree, "11111111-1111-1111-1111-111111111111", flags=flags):
+        code = main(["doctor", "--state-dir", str(tree / "run"), "--containerd-config", str(tree / "etc" / "config.toml"),
+                     "--crio-config", str(tree / "etc" / "crio.conf"), "--kubeconfig", str(tree / "etc" / "missing")])  # fmt: skip
+        text = capsys.readouterr().out
+        ignored = main(["doctor", "-o", "json", "--ignore-daemon", "--state-dir", str(tree / "run"), "--kubelet-dir", str(tree / "kubelet"),
+                        "--cdi-dir", str(tree / "cdi"), "--driver-root", str(tree / "etc"), "--kubeconfig", str(tree / "etc" / "missing")])  # fmt: skip
+        without = by_name(json.loads(capsys.readouterr().out))
+    assert code == 0, text
+    assert "as the running daemon sees it (pid" in text and "--profile=dgx-h100" in text
+    assert "PASS  vendor-libraries   nvidia: 8 devices" in text
+    assert f"PASS  device-nodes       simulated hardware (--profile dgx-h100): device nodes and driver files under --simulated-root {simulated_root}" in text
+    assert f"PASS  kubelet-dirs       {tree / 'kubelet'}/plugins_registry" in text  # the daemon's --kubelet-dir, not /var/lib/kubelet
+    assert ignored == 1 and without["vendor-libraries"]["status"] == "fail"  # what the doctor said before it read the daemon's flags
+
+
+def test_the_doctors_own_flags_win_over_the_daemons(tree: Path):
+    held = InstanceLock.acquire(tree / "run" / DRIVER, None, flags={"--profile": "mi300x", "--kubelet-dir": "/nonexistent-kubelet"})
+    try:
+        code, report = doctor(tree)  # gives --profile dgx-h100 and --kubelet-dir itself
+    finally:
+        held.release()
+    checks = by_name(report)
+    assert checks["vendor-libraries"]["summary"].startswith("nvidia: 8 devices") and checks["kubelet-dirs"]["status"] == "pass"
+    assert report["daemon"]["flags"]["--profile"] == "mi300x"
+
+
+def test_a_host_file_outside_the_pods_view_is_cannot_see_not_a_warning(tree: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # in a pod, as the kubelet sets it
+    (tree / "etc" / "config.toml").unlink()
+    check = by_name(doctor(tree)[1])["runtime-cdi"]
+    assert check["status"] == "cannot-see" and check["summary"].startswith("cannot see the container runtime's configuration from this pod")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    assert by_name(doctor(tree)[1])["runtime-cdi"]["status"] == "warn"  # on the node itself, no file is worth a warning
+
+
+def test_a_missing_simulated_root_fails_the_device_nodes_check(tree: Path):
+    check = by_name(doctor(tree, "--simulated-root", str(tree / "no-such-root"))[1])["device-nodes"]
+    assert check["status"] == "fail" and "--simulated-root" in check["summary"] and "same path in the driver's pod" in check["fix"]
+
+
+def test_doctor_help_shows_only_the_flags_it_reads(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit):
+        main(["doctor", "--help"])
+    text = capsys.readouterr().out
+    assert "--profile" in text and "--containerd-config" in text and "--mps-compute-mode" not in text
+    assert len(text.splitlines()) < 110
+    with pytest.raises(SystemExit):  # still accepted: a DaemonSet's arguments can be copied
+        main(["doctor", "--mps-compute-mode", "unchanged", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err

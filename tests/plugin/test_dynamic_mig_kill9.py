@@ -36,8 +36,10 @@ def apiserver() -> Iterator[SimApiServer]:
 
 
 def spawn(server: SimApiServer, work: Path, log: Path) -> subprocess.Popen[bytes]:
+    for owned_by_others in ("k/plugins_registry", "k/plugins", "c"):  # the kubelet's and the runtime's: run creates none
+        (work / owned_by_others).mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "-v", "run", "--profile", "dgx-h100", "--partitioning", "dynamic",
+        sys.executable, "-m", "dra_driver.cli.main", "-v", "run", "--profile", "dgx-h100", "--simulated-root", "none", "--partitioning", "dynamic",
         "--node-name", "node-a", "--api-server", server.url,
         "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"),
     ]  # fmt: skip

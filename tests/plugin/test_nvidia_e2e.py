@@ -53,14 +53,14 @@ def test_demo_runs_without_root_or_cluster(short_tmp):
     from dra_driver.cli.demo import run_demo
 
     out = io.StringIO()
-    args = argparse.Namespace(profile="dgx-h100", vendor=None, count=2, work_dir=short_tmp / "w")
+    args = argparse.Namespace(profile="dgx-h100", vendor=None, count=2, partitioning="static", device_class=None, work_dir=short_tmp / "w")
     assert run_demo(args, out) == 0
     text = out.getvalue()
     assert "kubelet uses v1.DRAPlugin" in text
     assert "k8s.gpu.nvidia.com/device=" in text and "NVIDIA_VISIBLE_DEVICES=" in text
     assert "CDI spec file removed" in text and "its sockets were removed" in text
     assert not list((short_tmp / "w" / "cdi").glob("*.json"))
-    assert "Published 1 ResourceSlice(s)" in text
+    assert "Published 1 ResourceSlice for pool" in text
     assert "2 x DeviceClass gpu.nvidia.com" in text and "request 'gpus' -> gpu-0, gpu-1" in text
 
 
@@ -69,7 +69,7 @@ def test_demo_allocates_through_the_allocator_and_skips_gpus_in_mig_mode(short_t
     from dra_driver.cli.demo import run_demo
 
     out = io.StringIO()
-    args = argparse.Namespace(profile="dgx-a100-mig", vendor=None, count=2, work_dir=short_tmp / "w")
+    args = argparse.Namespace(profile="dgx-a100-mig", vendor=None, count=2, partitioning="static", device_class=None, work_dir=short_tmp / "w")
     assert run_demo(args, out) == 0
     assert "request 'gpus' -> gpu-4, gpu-5" in out.getvalue()
 
@@ -82,12 +82,43 @@ def test_demo_refuses_a_claim_the_node_cannot_hold(short_tmp, capsys):
     assert err.startswith("dra-driver demo: error: ") and "cannot be allocated on demo-node" in err and "needs 9, 8 usable" in err
 
 
+@pytest.mark.parametrize("partitioning", ["static", "dynamic"])
+def test_every_shipped_profile_has_a_demo_claim(partitioning: str) -> None:
+    """`demo --profile P` for each shipped profile and vendor: the example claim is chosen from what the profile publishes
+    (mi300x-cpx has partitions only, l4 one GPU) and the scheduler can allocate it; dynamic partitioning asks for a partition."""
+    from dra_driver.backend.hardware_profiles import available_profiles
+    from dra_driver.cli.demo import NODE, Wish, choose_request
+    from dra_driver.sources import fleet as fleets
+
+    for profile in sorted(available_profiles()):
+        slices = fleets.simulated(profile, 1, partitioning, node_prefix=NODE)
+        for driver in sorted({s["spec"]["driver"] for s in slices.slices}):
+            mine = [s for s in slices.slices if s["spec"]["driver"] == driver]
+            for item in mine:
+                item["spec"]["nodeName"] = item["spec"]["pool"]["name"] = NODE
+            request = choose_request(driver, mine, Wish(None, None, partitioning))
+            assert request.chosen and len(request.chosen) == request.count, (profile, driver)
+            if profile == "dgx-h100" and partitioning == "dynamic":
+                assert request.device_class == "mig.nvidia.com", "dynamic MIG is what --partitioning dynamic demos"
+
+
+def test_demo_of_a_partitioned_profile_prepares_a_partition(short_tmp):
+    """mi300x-cpx failed with `gpus needs 2, 0 usable`: its GPUs are all partitions, which the whole-GPU class never picks."""
+    from dra_driver.cli.demo import run_demo
+
+    out = io.StringIO()
+    args = argparse.Namespace(profile="mi300x-cpx", vendor=None, count=2, partitioning="static", device_class=None, work_dir=short_tmp / "w")
+    assert run_demo(args, out) == 0
+    text = out.getvalue()
+    assert "2 x DeviceClass partition.gpu.amd.com" in text and "CDI spec file removed" in text
+
+
 def test_demo_shows_the_users_side_first_and_folds_the_driver_files(short_tmp):
     """Someone new to DRA first sees the template and pod they would write; the ~30 driver-file mounts are counted, not listed twice."""
     from dra_driver.cli.demo import SHOWN_MOUNTS, run_demo
 
     out = io.StringIO()
-    assert run_demo(argparse.Namespace(profile="dgx-h100", vendor=None, count=2, work_dir=short_tmp / "w"), out) == 0
+    assert run_demo(argparse.Namespace(profile="dgx-h100", vendor=None, count=2, partitioning="static", device_class=None, work_dir=short_tmp / "w"), out) == 0
     text = out.getvalue()
     first = text.split("\n== ", 2)[0]
     assert first.startswith("== What you write") and "kind: ResourceClaimTemplate" in first and "resourceClaimTemplateName: gpus" in first

@@ -255,3 +255,52 @@ def test_invalid_inventory_is_refused_before_any_write(server: SimApiServer, mak
     with pytest.raises(ValidationError, match="GPU_0"):
         publisher.sync_once()
     assert server.writes() == 0
+
+
+def test_an_outage_is_one_warning_and_its_end_another(server: SimApiServer, make_publisher: Build, caplog: pytest.LogCaptureFixture) -> None:
+    """An unreachable server printed a warning per retry (with urllib3's own retry lines, 35 in 120 s): one line per
+    problem instead, and one when publishing works again."""
+    server.stop()
+    with caplog.at_level(logging.DEBUG, logger="dra_driver.node.publisher"):
+        publisher = make_publisher(Source(70)).start()
+        eventually(lambda: publisher._backoff.failures >= 3, message="failed attempts while the server is down")
+        server.start()
+        eventually(lambda: pool_consistent(slices(server), gpu_names(70)), message="convergence after outage")
+        eventually(lambda: any("works again" in r.getMessage() for r in caplog.records), message="the outage's end said")
+    failed = [r for r in caplog.records if r.getMessage().startswith("publishing slices failed")]
+    assert len(failed) >= 3 and [r.levelno for r in failed].count(logging.WARNING) == 1
+    assert [r.levelno for r in caplog.records if "works again" in r.getMessage()] == [logging.WARNING]
+
+
+def test_urllib3_retry_lines_only_with_debug_verbosity() -> None:
+    from dra_driver.common.logs import configure_logging
+
+    root, urllib3_logger = logging.getLogger(), logging.getLogger("urllib3")
+    saved = (root.handlers[:], root.level, urllib3_logger.level)  # its handler would write to this test's captured stderr
+    try:
+        configure_logging(0)
+        assert urllib3_logger.getEffectiveLevel() == logging.ERROR
+        configure_logging(2)
+        assert urllib3_logger.getEffectiveLevel() == logging.WARNING
+    finally:
+        root.handlers[:], _, _ = saved
+        root.setLevel(saved[1])
+        urllib3_logger.setLevel(saved[2])
+
+
+def test_an_unverified_tls_server_is_said_once_without_urllib3s_warning(caplog: pytest.LogCaptureFixture) -> None:
+    import warnings
+
+    import urllib3
+    from kubernetes import client
+
+    from dra_driver.kube.client import api_client_for
+
+    configuration = client.Configuration(host="https://192.0.2.7:6443")
+    configuration.verify_ssl = False
+    with caplog.at_level(logging.WARNING, logger="dra_driver.kube.client"), warnings.catch_warnings(record=True) as shown:
+        api_client_for(configuration)
+        api_client_for(configuration)
+        warnings.warn("insecure", urllib3.exceptions.InsecureRequestWarning)  # what urllib3 does on each request
+    assert [r.getMessage() for r in caplog.records].count("the API server's TLS certificate is not verified (insecure-skip-tls-verify in the kubeconfig)") == 1
+    assert not [w for w in shown if issubclass(w.category, urllib3.exceptions.InsecureRequestWarning)]

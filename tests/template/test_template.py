@@ -69,7 +69,7 @@ CASES = [
 def test_each_vendor_and_option_is_valid_and_fits_its_hardware(flags: list[str], profile: str, device_class: str, fragments: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, err = write(capsys, *flags, "--profile", profile)
     assert code == 0, err
-    assert "1 of 1 nodes could hold it now" in err
+    assert "1 of 1 node could hold it now" in err
     doc = yaml.safe_load(out)
     validate_strictly(doc)
     (request,) = devices_of(doc)["requests"]
@@ -241,7 +241,7 @@ def test_current_products_are_known_hardware(flags: list[str], product: str, pro
     """Blackwell, MI325X and Gaudi3 PCIe are shipped profiles, so template finds them without --no-hardware-check."""
     code, out, err = write(capsys, *flags, "--profile", profile)
     assert code == 0, err
-    assert "1 of 1 nodes could hold it now" in err
+    assert "1 of 1 node could hold it now" in err
     kinds = [k for k in known_kinds() if k.product == product and not k.partition]
     assert kinds and profile in kinds[0].profiles
 
@@ -257,3 +257,44 @@ def test_family_help_and_errors_name_the_families_of_the_shipped_profiles(capsys
     assert not missing, f"--family help (dra_driver/cli/template.py) should name {missing}"
     code, _, err = write(capsys, "--family", "hopper!")
     assert code == 2 and "blackwell" in err
+
+
+def help_examples() -> list[list[str]]:
+    """The command lines `dra-driver template --help` shows (its module docstring)."""
+    import shlex
+
+    from dra_driver.cli import template as command
+
+    return [shlex.split(line.strip())[2:] for line in (command.__doc__ or "").splitlines() if line.strip().startswith("dra-driver template ")]
+
+
+@pytest.mark.parametrize("example", help_examples(), ids=lambda words: " ".join(words)[:40])
+def test_every_help_example_works(example: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A --help example that no longer works (the MIG one answered "0 of 4 nodes could hold it now") fails here."""
+    code, out, err = write(capsys, *example)
+    assert code == 0, err  # 1 when no node of the example's fleet could hold it
+
+
+def test_the_docs_impossible_request_example_is_what_template_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/template.md's `--memory` example: the command, its exit code and its lines (profile count included) as printed."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "template.md").read_text()
+    block = re.search(r"```\n   \$ (dra-driver template --memory [^\n]+)\n(.*?)\n   ```", text, re.S)
+    assert block, "docs/template.md lost its impossible-request example"
+    code, _, err = write(capsys, *shlex.split(block.group(1))[2:])
+    assert code == 2
+    assert err.splitlines() == [line.removeprefix("   ") for line in block.group(2).splitlines()]
+
+
+def test_notes_follow_the_warning_convention(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = write(capsys, "--model", "H100", "--sharing", "mps:threads=50")
+    assert code == 0 and err.startswith("dra-driver template: warning: --sharing on a ResourceClaimTemplate shares nothing")
+
+
+def test_json_output_is_the_yaml_object(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = write(capsys, "--model", "H100", "--count", "2")
+    code_json, out_json, _ = write(capsys, "--model", "H100", "--count", "2", "-o", "json")
+    assert code == code_json == 0
+    assert json.loads(out_json) == yaml.safe_load(out)

@@ -43,6 +43,7 @@ class Status(str, Enum):
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
+    UNSEEN = "cannot-see"  # what the check reads is outside this process's view (a host file the pod does not mount)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,10 @@ class DoctorSettings:
     offer: Offer = field(default_factory=Offer)
     api_server: str | None = None
     kubeconfig: str | None = None
+    context: str | None = None
+    simulated_root: Path | None = None  # run's --simulated-root (None also for `none`)
+    partitioning: str = "static"
+    in_pod: bool = False  # in a Kubernetes pod: the host's files are only those it mounts
 
 
 @dataclass
@@ -103,6 +108,9 @@ class DoctorReport:
 
     def as_json(self) -> dict[str, Any]:
         return {"canServeClaims": self.can_serve, "exitCode": self.exit_code, "checks": [c.as_json() for c in self.checks]}
+
+    def count(self, status: Status) -> int:
+        return sum(c.status is status for c in self.checks)
 
 
 def run_checks(settings: DoctorSettings) -> DoctorReport:
@@ -143,7 +151,7 @@ def node_facts(settings: DoctorSettings) -> Iterator[NodeFacts]:
 
 def _backend_settings(settings: DoctorSettings) -> BackendSettings:
     # A scratch state dir: the doctor must not touch the state of a daemon that runs (backend records, MIG ownership).
-    return BackendSettings(node_name=settings.node_name, partitioning="static", state_dir=None, driver_root=settings.driver_root)
+    return BackendSettings(node_name=settings.node_name, partitioning=settings.partitioning, state_dir=None, driver_root=settings.driver_root)
 
 
 def _connect(settings: DoctorSettings, facts: NodeFacts) -> None:
@@ -152,7 +160,7 @@ def _connect(settings: DoctorSettings, facts: NodeFacts) -> None:
         from dra_driver.kube.server_check import without_retries
 
         # No retries: the doctor reports an unreachable server now, it does not wait for it.
-        configuration = without_retries(load_configuration(settings.api_server, settings.kubeconfig))
+        configuration = without_retries(load_configuration(settings.api_server, settings.kubeconfig, settings.context))
         facts.api = JsonApi(api_client_for(configuration))
     except DraError as exc:
         facts.api_problem = str(exc)
@@ -184,7 +192,7 @@ def check_vendor_libraries(settings: DoctorSettings, facts: NodeFacts) -> CheckR
 
 def check_device_nodes(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     if settings.profile is not None:
-        return CheckResult("device-nodes", Status.PASS, "simulated hardware (--profile): no device nodes needed")
+        return _simulated_device_nodes(settings)
     missing = []
     for vendor in sorted(facts.inventories):
         for pattern in VENDOR_DEVICE_NODES.get(vendor, ()):
@@ -194,6 +202,17 @@ def check_device_nodes(settings: DoctorSettings, facts: NodeFacts) -> CheckResul
         return CheckResult("device-nodes", Status.FAIL, f"device nodes missing: {', '.join(missing)}",
                            "mount the host's /dev into the driver's pod and load the vendor's kernel module", tuple(missing))  # fmt: skip
     return CheckResult("device-nodes", Status.PASS, f"device nodes present under {settings.dev_dir}")
+
+
+def _simulated_device_nodes(settings: DoctorSettings) -> CheckResult:
+    """Simulated hardware: its device nodes are made under --simulated-root when a spec names them (backend/sim_node.py)."""
+    name = f"simulated hardware (--profile {settings.profile.name if settings.profile else ''})"
+    if settings.simulated_root is None:
+        return CheckResult("device-nodes", Status.PASS, f"{name} without a simulated root: no device nodes (no container runtime may read its specs)")
+    if not settings.simulated_root.is_dir():
+        return CheckResult("device-nodes", Status.FAIL, f"{name}: --simulated-root {settings.simulated_root} is not a directory",
+                           "mount the host path at the same path in the driver's pod (deploy/overlays/simulated: /var/run/dra-driver-sim)")  # fmt: skip
+    return CheckResult("device-nodes", Status.PASS, f"{name}: device nodes and driver files under --simulated-root {settings.simulated_root}")
 
 
 # --------------------------------------------------------------------------- kubelet
@@ -240,6 +259,11 @@ def check_cdi_dir(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
 
 def check_runtime_cdi(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     runtimes = [r for r in (runtime_config.containerd_cdi(settings.containerd_config), runtime_config.crio_cdi(settings.crio_config)) if r]
+    if not runtimes and settings.in_pod:  # the DaemonSet mounts no runtime configuration: nothing is wrong, it is out of view
+        return CheckResult("runtime-cdi", Status.UNSEEN, f"cannot see the container runtime's configuration from this pod ({settings.containerd_config}, "
+                           f"{settings.crio_config} are host files it does not mount)",
+                           f"run `dra-driver doctor` on the node itself to check it, or mount the file read-only and pass --containerd-config/--crio-config; "
+                           f"containerd 1.7 needs enable_cdi = true, and {settings.cdi_dir} must be among its cdi_spec_dirs")  # fmt: skip
     if not runtimes:
         return CheckResult("runtime-cdi", Status.WARN, f"no containerd ({settings.containerd_config}) or CRI-O ({settings.crio_config}) configuration found",
                            f"mount the runtime's configuration to check it; containerd 1.7 needs enable_cdi = true, and {settings.cdi_dir} must be among its cdi_spec_dirs")  # fmt: skip

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,8 @@ class PluginSettings:
     health_streams: int = MAX_STREAMS
     # Simulated node in a real cluster: makes the host device nodes of a CDI spec before it is written (dra_driver.backend.sim_node).
     device_nodes: Callable[[dict[str, Any]], None] | None = None
+    # The daemon's effective flags, recorded with its instance lock: `doctor` checks the node as this daemon runs it.
+    flags: Mapping[str, str] = field(default_factory=dict)
 
 
 class DriverPlugin:
@@ -131,7 +133,7 @@ class DriverPlugin:
     def _start(self) -> None:
         self.paths.check_socket_paths()
         self.paths.make_dirs(self.settings.cdi_dir)
-        self._instance_lock = InstanceLock.acquire(self.paths.state_root, self.settings.pod_uid)
+        self._instance_lock = InstanceLock.acquire(self.paths.state_root, self.settings.pod_uid, flags=self.settings.flags)
         inventory = self._inventory or self.backend.discover()
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
         self.service.start_recovery()  # the kubelet can register meanwhile; claim calls wait for it

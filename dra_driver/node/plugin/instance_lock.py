@@ -8,8 +8,11 @@ plain socket names, so it must be alone. Two `flock`s (the kernel drops them whe
 - `<dir>/instance.lock`: exclusive for an instance without `--pod-uid`, shared for one with it, so two plain
   instances, or a plain and a rolling-update one, never hold it together;
 - `<dir>/instances/<pod UID, or "single">.lock`: exclusive, so two instances with the same pod UID (the same
-  socket names) never run together; its holder writes who it is (pid, host, pod UID, start time) into it, which
-  is how a refused instance, or `holders()`, names it.
+  socket names) never run together; its holder writes who it is (pid, host, pod UID, start time) and the
+  daemon's effective flags into it, which is how a refused instance, or `holders()`, names it, and how
+  `dra-driver doctor` checks the node as the running daemon sees it (the flags after $NODE_NAME, ConfigMap
+  and other environment defaults were applied, which /proc/<pid>/cmdline would not show; readable from the
+  host and from any container that mounts the state dir, without sharing the daemon's PID namespace).
 
 The mode lock is also taken on the state directory itself (an fd of `<dir>`, shared or exclusive as above): a
 file can be deleted from under a live holder (a second instance would then lock a fresh file), the directory
@@ -32,7 +35,8 @@ import socket
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver.common import json_text
@@ -53,6 +57,7 @@ _SINGLE = "single"
 ACQUIRE_WAIT_S = 1.0
 _POLL_S = 0.05
 _RECORD_LIMIT = 4096
+_FLAG_LIMIT = 512  # a longer flag value is not recorded (the whole record must stay under _RECORD_LIMIT)
 
 
 class InstanceLockError(DraError):
@@ -76,6 +81,7 @@ class Holder:
     host: str | None = None
     since: str | None = None
     known: bool = True
+    flags: dict[str, str] = field(default_factory=dict)  # the daemon's effective flags (`--profile` -> `dgx-h100`)
 
     def describe(self) -> str:
         if not self.known:
@@ -103,10 +109,12 @@ class InstanceLock:
         self._mode_fd: int | None = mode_fd
         self._owner_fd: int | None = owner_fd
         self._guard = threading.Lock()  # check (the daemon's loop) vs. release (stop)
+        self._flags: dict[str, str] = {}
 
     @classmethod
-    def acquire(cls, directory: Path, pod_uid: str | None, wait_s: float = ACQUIRE_WAIT_S) -> InstanceLock:
-        """Lock `directory` for this instance or raise InstanceLockError naming the holder and the fix."""
+    def acquire(cls, directory: Path, pod_uid: str | None, wait_s: float = ACQUIRE_WAIT_S, flags: Mapping[str, str] | None = None) -> InstanceLock:
+        """Lock `directory` for this instance or raise InstanceLockError naming the holder and the fix; `flags` (the
+        daemon's effective flags) go into the record for `holders()`."""
         _owners_dir(directory)
         shared = pod_uid is not None
         deadline = time.monotonic() + wait_s
@@ -118,10 +126,13 @@ class InstanceLock:
                 raise _refusal(directory, pod_uid, mode_busy=held)
             time.sleep(_POLL_S)
         dir_fd, mode_fd, owner_fd = held
-        _write_record(owner_fd, pod_uid, directory)
+        kept_flags = dict(flags or {})
+        _write_record(owner_fd, pod_uid, directory, kept_flags)
         _remove_dead_records(directory / OWNERS_DIR, keep=owner_name(pod_uid))
         log.info("instance lock taken", extra=fields(state=str(directory), pod_uid=pod_uid or ""))
-        return cls(directory, pod_uid, dir_fd, mode_fd, owner_fd)
+        lock = cls(directory, pod_uid, dir_fd, mode_fd, owner_fd)
+        lock._flags = kept_flags  # written again with the record when check() remakes it
+        return lock
 
     def check(self) -> str | None:
         """Re-verify what this instance holds: a lock file or record deleted under it is made and locked again;
@@ -150,7 +161,7 @@ class InstanceLock:
                     return f"{owner_path} was replaced by one another instance holds: each instance needs its own --pod-uid"
                 os.close(self._owner_fd)
                 self._owner_fd = fd
-                _write_record(fd, self.pod_uid, self.directory)
+                _write_record(fd, self.pod_uid, self.directory, self._flags)
                 log.warning("instance record was removed; written again", extra=fields(path=str(owner_path)))
             return None
 
@@ -280,21 +291,27 @@ def _parse_record(raw: bytes) -> Holder:
     try:
         data = json_text.loads(raw)
         pod_uid = data.get("podUID")
+        flags = data.get("flags") if isinstance(data.get("flags"), dict) else {}
         return Holder(
             pod_uid=str(pod_uid) if pod_uid else None,
             pid=int(data["pid"]),
             host=str(data.get("host") or "") or None,
             since=str(data.get("since") or "") or None,
+            flags={str(k): v for k, v in flags.items() if isinstance(v, str) and str(k).startswith("--")},
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return Holder(pod_uid=None, known=False)  # still being written, or damaged: alive, but unnamed
 
 
-def _write_record(fd: int, pod_uid: str | None, directory: Path) -> None:
-    """Who holds the lock, for refusals and `holders()`. Only informative: on a full disk the lock holds without it
-    (the instance is then named as one that left no readable record)."""
+def _write_record(fd: int, pod_uid: str | None, directory: Path, flags: Mapping[str, str]) -> None:
+    """Who holds the lock and the daemon's effective flags, for refusals, `holders()` and doctor. Only informative:
+    on a full disk the lock holds without it (the instance is then named as one that left no readable record)."""
     since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "podUID": pod_uid, "since": since}).encode()
+    who = {"pid": os.getpid(), "host": socket.gethostname(), "podUID": pod_uid, "since": since}
+    kept = {flag: value for flag, value in flags.items() if len(value) <= _FLAG_LIMIT}
+    record = json.dumps({**who, "flags": kept}).encode()
+    if len(record) > _RECORD_LIMIT:  # never a record holders() cannot read back: who it is matters more than its flags
+        record = json.dumps(who).encode()
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, record, 0)

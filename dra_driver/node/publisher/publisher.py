@@ -137,6 +137,7 @@ class SlicePublisher:
         self._watch: WatchStream | None = None
         self._threads: list[threading.Thread] = []
         self._backoff = Backoff(self.options.backoff_initial, cap=self.options.backoff_cap)
+        self._last_error = ""  # of the current streak of failed syncs: a repeat is logged at debug
         self.conflicts = conflicts or ConflictBoard()  # shared with prepare (dra_driver.node.daemon) when given
         self._notes = notes or dict
         self.slice_count = 0  # slices of the pool as last reconciled (dra_driver_pool_slices)
@@ -445,13 +446,20 @@ class SlicePublisher:
             self._dirty.clear()
             try:
                 self.sync_once()
+                if self._backoff.failures:  # the other end of the warning below: the outage is over
+                    log.warning("publishing slices works again", extra=fields(driver=self.driver, failed_attempts=self._backoff.failures))
                 self._backoff.reset()
             except SameNameConflict:  # logged by the board when found; checked again on the next change or resync
                 continue
             except _RETRYABLE as exc:
                 self.failures += 1
                 delay = self._backoff.next_delay(_retry_after(exc))
-                log.warning("publishing slices failed; retrying", extra=fields(driver=self.driver, error=_describe(exc), retry_in=round(delay, 3)))
+                # One warning per outage (its first failure, or a new reason), not one per retry: an unreachable server
+                # would otherwise print a line every few seconds for as long as it lasts.
+                error = _describe(exc)
+                level = logging.WARNING if self._backoff.failures == 1 or error != self._last_error else logging.DEBUG
+                self._last_error = error
+                log.log(level, "publishing slices failed; retrying with backoff", extra=fields(driver=self.driver, error=error, retry_in=round(delay, 3)))
                 if self._stop.wait(delay):
                     return
                 self._dirty.set()
