@@ -19,6 +19,8 @@ BENCH = Path(__file__).parents[2] / "bench" / "bench_kill_loop.py"
 
 
 def bench_module() -> ModuleType:
+    if str(BENCH.parent) not in sys.path:  # the bench imports its sibling node_layout
+        sys.path.insert(0, str(BENCH.parent))
     spec = importlib.util.spec_from_file_location("bench_kill_loop", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
