@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dra_driver.common import json_text
+from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import replace_file
 from dra_driver.common.logs import fields
 
@@ -45,6 +45,9 @@ DIAL_TIMEOUT_S = 1.0
 # The probe's default limit on the status file's age: several missed checks, not one slow one.
 MAX_AGE_S = 15.0
 STATUS_DIR = "ready"
+
+
+MAX_STATUS_BYTES = 1 << 20  # a status is a few hundred bytes; a problem list never nears this
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class ReadinessReport:
         return json.dumps({"ready": self.ready, "problems": self.problems, "checkedAt": self.checked_at}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> ReadinessReport:
+    def from_json(cls, text: str | bytes) -> ReadinessReport:
         data = json_text.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("ready"), bool) or not isinstance(data.get("checkedAt"), (int, float)):
             raise ValueError("not a readiness status (ready, checkedAt)")
@@ -81,7 +84,7 @@ def read_status(path: Path, max_age: float, now: float | None = None) -> Readine
     """The daemon's last report, or a not-ready one saying why it cannot be trusted (missing, damaged, stale)."""
     now = time.time() if now is None else now
     try:
-        report = ReadinessReport.from_json(path.read_text())
+        report = ReadinessReport.from_json(node_file.read_regular(path, MAX_STATUS_BYTES))
     except FileNotFoundError:
         return ReadinessReport(False, {"daemon": [f"no readiness status at {path} (not started yet, or another --state-dir/--pod-uid)"]})
     except (OSError, ValueError) as exc:
