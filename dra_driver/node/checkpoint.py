@@ -50,19 +50,21 @@ import json
 import logging
 import os
 import re
-import stat
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from dra_driver.common import atomic_file
+from dra_driver.common import atomic_file, node_file
 from dra_driver.node import file_modes
 from dra_driver.common.logs import fields
 from dra_driver.common.signed_json import SignedJsonError, body_as_written, canonical, verified_body
 
 log = logging.getLogger(__name__)
+
+# A record file holds a few phase lines of one claim, each with its CDI spec text (KiBs); far more is not ours.
+MAX_RECORD_FILE_BYTES = 64 << 20
 
 FORMAT_VERSION = 2
 LEGACY_FORMAT_VERSION = 1
@@ -173,7 +175,7 @@ class DamagedRecord:
 
 def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
     try:
-        return path.read_text().strip()
+        return node_file.read_regular(path, 256, follow_symlinks=True).decode(errors="replace").strip()
     except OSError:
         # Without a boot ID (non-Linux, tests) state survives restarts; that is the safe side.
         return ""
@@ -661,22 +663,12 @@ def _uid_of_file_name(name: str) -> str | None:
 
 
 def _read_regular_file(path: Path) -> bytes:
-    """The bytes of `path` if it is a regular file; never follows a symlink in its place."""
+    """The bytes of `path` if it is a regular file of at most MAX_RECORD_FILE_BYTES; never follows a symlink in
+    its place, never waits on a pipe."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CheckpointCorrupt("a symlink in a record's place (never followed)") from exc
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CheckpointCorrupt("not a regular file (a directory or a device in a record's place)")
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return node_file.read_regular(path, MAX_RECORD_FILE_BYTES)
+    except node_file.NodeFileError as exc:
+        raise CheckpointCorrupt(f"{exc.problem} (in a record's place; never followed or read)") from exc
 
 
 def _set_aside(path: Path, reason: object, consequence: str) -> Path | None:

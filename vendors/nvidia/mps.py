@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.common import node_file
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 BINARY = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
+_MAX_PID_FILE_BYTES = 64
 CONTROL_SOCKET = "control"
 UNKNOWN_COMMAND = "Unknown command"
 SET_THREADS = "set_default_active_thread_percentage"
@@ -171,7 +173,7 @@ class MpsControl:
     def running(self, where: DaemonDir, expected: DaemonProcess | None = None) -> DaemonProcess | None:
         """The live control daemon of `where` (its PID file), or None; with `expected`, only that very process."""
         try:
-            pid = int((where.pipe / PID_FILE).read_text().strip())
+            pid = int(node_file.read_regular(where.pipe / PID_FILE, _MAX_PID_FILE_BYTES).strip())
         except (OSError, ValueError):
             pid = expected.pid if expected is not None else 0
         if pid <= 0 or (expected is not None and pid != expected.pid):

@@ -25,6 +25,7 @@ import grpc
 
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from dra_driver.common import node_file
 from dra_driver.common.logs import fields
 from dra_driver.node.metrics import Metrics
 
@@ -36,6 +37,7 @@ FIELD_MANAGER = "dra-driver"
 # Builds before the label wrote with the Python client's default manager (its user agent's product name).
 _LEGACY_MANAGERS = frozenset({FIELD_MANAGER, "OpenAPI-Generator"})
 _MARKERS = "registrations"
+_MAX_MARKER_BYTES = 64  # an inode number
 _PROBE_TIMEOUT_S = 1.0
 
 
@@ -63,7 +65,7 @@ def unmark_registration(state_root: Path, socket: Path) -> None:
 def created_here(state_root: Path, socket: Path) -> bool:
     """True when an instance of this driver created `socket` (its recorded inode is the socket's)."""
     try:
-        recorded = (marker_dir(state_root) / socket.name).read_text().strip()
+        recorded = node_file.read_regular(marker_dir(state_root) / socket.name, _MAX_MARKER_BYTES).decode().strip()
         return recorded == str(socket.stat().st_ino)
     except (OSError, ValueError):
         return False

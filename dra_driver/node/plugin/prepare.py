@@ -302,7 +302,7 @@ class PrepareService:
             )
         wanted = {i.partition("=")[2] for d in record.devices for i in d.cdi_ids}
         try:
-            missing = wanted - cdi.device_names(cdi.parse_spec(path.read_bytes()))
+            missing = wanted - cdi.device_names(cdi.parse_spec(cdi.read_spec_file(path)))
         except (OSError, cdi.SpecUnreadable) as exc:
             missing, problem = wanted or {"(spec)"}, str(exc)
         else:
