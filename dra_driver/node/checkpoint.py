@@ -89,6 +89,9 @@ class CheckpointDevice:
     admin_access: bool = False
     share_id: str | None = None
     cdi_ids: list[str] = field(default_factory=list)
+    # A consumable-capacity share's consumedCapacity (name -> quantity as the scheduler wrote it): what it takes of
+    # the device, counted against the device's capacity when another share is prepared (also after a restart).
+    consumed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +129,7 @@ class ClaimRecord:
             "namespace": self.namespace,
             "name": self.name,
             "phase": self.phase,
-            "devices": [vars(d) for d in self.devices],
+            "devices": [vars(d) if d.consumed else _without_consumed(d) for d in self.devices],
             "backend_state": self.backend_state,
             "cdi_spec": self.cdi_spec,
         }
@@ -150,6 +153,13 @@ class ClaimRecord:
             spec_json=data.get("spec_json"),
             recovered=str(data.get("recovered") or ""),
         )
+
+
+def _without_consumed(device: CheckpointDevice) -> dict[str, Any]:
+    """A device entry without the empty `consumed` key: the records of claims without shares stay as they were."""
+    out = dict(vars(device))
+    del out["consumed"]
+    return out
 
 
 class CheckpointCorrupt(Exception):
@@ -642,7 +652,8 @@ def _salvage_line(line: bytes, boot_id: str) -> ClaimRecord | None:
             return None
         devices = [
             CheckpointDevice(str(d.get("request", "")), d["pool"], d["device"], d.get("admin_access") is True,
-                             d.get("share_id") if isinstance(d.get("share_id"), str) else None)
+                             d.get("share_id") if isinstance(d.get("share_id"), str) else None,
+                             consumed=_string_map(d.get("consumed")))
             for d in data.get("devices") or []
             if isinstance(d, dict) and isinstance(d.get("pool"), str) and isinstance(d.get("device"), str)
         ]
@@ -650,6 +661,10 @@ def _salvage_line(line: bytes, boot_id: str) -> ClaimRecord | None:
         return None
     text = lambda key: data[key] if isinstance(data.get(key), str) else ""  # noqa: E731
     return ClaimRecord(data["uid"], text("namespace"), text("name"), PREPARE_COMPLETED, devices)
+
+
+def _string_map(value: Any) -> dict[str, str]:
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(value, dict) else {}
 
 
 def _uid_of_file_name(name: str) -> str | None:

@@ -143,6 +143,7 @@ class DriverPlugin:
         self._instance_lock = InstanceLock.acquire(self.paths.state_root, self.settings.pod_uid)
         self._remove_leftover_temps()
         inventory = self._inventory or self.backend.discover()
+        self.service.use_inventory(inventory)
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
         self.service.start_recovery()  # the kubelet can register meanwhile; claim calls wait for it
         health = self.health = HealthServicer(self.hub, max_streams=self.settings.health_streams)
