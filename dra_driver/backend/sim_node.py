@@ -34,6 +34,7 @@ from typing import Any
 from dra_driver.common import json_text, node_file
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
+from dra_driver.node import file_modes
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class SimulatedRoot:
     def __init__(self, path: Path) -> None:
         self.path = check_root(path)
         try:
-            self.path.mkdir(mode=0o755, parents=True, exist_ok=True)
+            file_modes.make_dirs(self.path, file_modes.CDI_DIR)  # the host's: runtimes read the device nodes under it
             self._fd: int | None = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise SimulatedRootError(f"--simulated-root {path}: cannot create or open it ({exc.strerror or exc}); mount a writable host path there") from exc

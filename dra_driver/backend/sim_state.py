@@ -41,6 +41,7 @@ from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import create_temp
 from dra_driver.node.checkpoint import read_boot_id
 from dra_driver.common.logs import fields
+from dra_driver.node import file_modes
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class SimulatedState:
         """Hold the exclusive lock for a change (read again with `load` inside if `changed`, then `save`)."""
         if self._lock_fd is None:  # opened once: a prepare changes the hardware several times
             try:
-                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                file_modes.make_dirs(self.directory, file_modes.PRIVATE_DIR)
                 self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except OSError as exc:
                 self._unwritable(exc)

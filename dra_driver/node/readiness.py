@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import replace_file
 from dra_driver.common.logs import fields
+from dra_driver.node import file_modes
 
 if TYPE_CHECKING:
     from dra_driver.node.plugin.driver import DriverPlugin
@@ -196,9 +197,9 @@ class ReadinessMonitor:
         if self.status_file is None:
             return
         try:
-            self.status_file.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(self.status_file, report.to_json().encode(), durable=False, mode=0o644)
-        except OSError as exc:
+            file_modes.own_dir(self.status_file.parent, file_modes.STATUS_DIR)  # narrowed if found wider: nobody plants a status
+            replace_file(self.status_file, report.to_json().encode(), durable=False, mode=file_modes.STATUS_FILE)
+        except (OSError, file_modes.PermissionProblem) as exc:
             log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=str(exc)))
 
     @property

@@ -25,7 +25,8 @@ import grpc
 
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from dra_driver.common import node_file
+from dra_driver.common import atomic_file, node_file
+from dra_driver.node import file_modes
 from dra_driver.common.logs import fields
 from dra_driver.node.metrics import Metrics
 
@@ -48,11 +49,8 @@ def marker_dir(state_root: Path) -> Path:
 def mark_registration(state_root: Path, socket: Path) -> None:
     """Record that this driver created `socket` (its inode), so other instances do not take it for a stranger's."""
     directory = marker_dir(state_root)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    marker = directory / socket.name
-    temp = directory / f".{socket.name}.{os.getpid()}.tmp"
-    temp.write_text(f"{socket.stat().st_ino}\n")
-    os.replace(temp, marker)
+    file_modes.make_dirs(directory, file_modes.PRIVATE_DIR)
+    atomic_file.replace_file(directory / socket.name, f"{socket.stat().st_ino}\n".encode(), durable=False, mode=file_modes.PRIVATE_FILE)
 
 
 def unmark_registration(state_root: Path, socket: Path) -> None:
