@@ -394,7 +394,12 @@ class Checkpoint:
         for entry in entries:
             target = self.path / entry.name
             if not target.exists():
-                atomic_file.replace_file(target, Path(entry.path).read_bytes(), durable=self.flush)
+                try:
+                    raw = _read_regular_file(Path(entry.path))
+                except CheckpointCorrupt as exc:  # changed since the listing, or far too large: left where it is
+                    log.error("earlier checkpoint record not moved", extra=fields(path=entry.path, error=str(exc)))
+                    continue
+                atomic_file.replace_file(target, raw, durable=self.flush)
             _unlink(Path(entry.path))
         try:
             earlier.rmdir()
