@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -32,8 +31,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dra_driver.common import json_text, node_file
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
+from dra_driver.node import file_modes
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class SimulatedRoot:
     def __init__(self, path: Path) -> None:
         self.path = check_root(path)
         try:
-            self.path.mkdir(mode=0o755, parents=True, exist_ok=True)
+            file_modes.make_dirs(self.path, file_modes.CDI_DIR)  # the host's: runtimes read the device nodes under it
             self._fd: int | None = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise SimulatedRootError(f"--simulated-root {path}: cannot create or open it ({exc.strerror or exc}); mount a writable host path there") from exc
@@ -114,7 +115,7 @@ class SimulatedRoot:
         """Start-up: the nodes of specs already written (a spec's node may have been removed meanwhile)."""
         for spec_file in sorted(cdi_dir.glob("*.json")):
             try:
-                spec = json.loads(spec_file.read_bytes()[:_MAX_SCANNED_FILE])
+                spec = json_text.loads(node_file.read_regular(spec_file, _MAX_SCANNED_FILE))
             except (OSError, ValueError):
                 continue  # not ours to judge here: recovery reports damaged specs
             if isinstance(spec, dict) and any(Path(p).is_relative_to(self.dev_root) for p in _device_node_paths(spec)):
@@ -191,11 +192,10 @@ class SimulatedRoot:
         needle = os.fsencode(str(self.path))
         for entry in _files(cdi_dir):
             try:
-                size = entry.stat(follow_symlinks=False).st_size
-                if size > _MAX_SCANNED_FILE or needle in Path(entry.path).read_bytes():
+                if needle in node_file.read_regular(entry.path, _MAX_SCANNED_FILE):
                     return entry.path
             except OSError:
-                return entry.path  # unreadable: maybe ours
+                return entry.path  # unreadable, too large, not a regular file: maybe ours
         if state_dir is not None:
             for driver_dir in _dirs(state_dir):
                 records = next(iter(_files(Path(driver_dir.path) / "checkpoint.d")), None)

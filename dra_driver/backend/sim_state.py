@@ -15,7 +15,9 @@ keeps what the driver can change in `<state_dir>/simulated-hardware/<vendor>.jso
   ignored (the node's hardware changed), and the library decides what a reboot keeps (`boot_changed`).
 
 Without a state directory (tests of one backend, `discover`) the state lives in the process only.
-A state file that cannot be read or parsed is logged and ignored: the simulation starts from the profile.
+A state file that cannot be read or parsed, or whose hardware part is not of the vendor's schema (a pydantic
+model: a field of the wrong type is damage like any other), is logged and ignored: the simulation starts from
+the profile. A named pipe, symlink or device in its place is refused without waiting (common.node_file).
 A state directory that cannot be written is logged once and the state is then kept in the process only:
 the simulated hardware never fails a call for it (the driver's own use of the directory reports it).
 """
@@ -31,12 +33,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from dra_driver.common import json_text
+from pydantic import BaseModel, ValidationError
+
+from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import create_temp
 from dra_driver.node.checkpoint import read_boot_id
 from dra_driver.common.logs import fields
+from dra_driver.node import file_modes
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +50,15 @@ FORMAT_VERSION = 1
 _MAX_BYTES = 4 * 1024 * 1024  # a simulated node's state is a few KiB; anything larger is not ours
 
 
-@dataclass(frozen=True)
-class Loaded:
-    """The hardware part of a state file, and whether it was written in an earlier boot."""
+Hardware = TypeVar("Hardware", bound=BaseModel)
 
-    hardware: dict[str, Any]
+
+@dataclass(frozen=True)
+class Loaded(Generic[Hardware]):
+    """The hardware part of a state file, checked against the vendor's schema, and whether it was written in an
+    earlier boot."""
+
+    hardware: Hardware
     boot_changed: bool
 
 
@@ -99,15 +108,14 @@ class SimulatedState:
             inode = None
         return inode != self._held_inode
 
-    def load(self) -> Loaded | None:
-        """The hardware state in the file, or None when there is none of this profile (or it is unreadable)."""
+    def load(self, schema: type[Hardware]) -> Loaded[Hardware] | None:
+        """The hardware state in the file, or None when there is none of this profile, or it is unreadable or
+        not of `schema` (a field of the wrong type is damage like any other: logged, and the profile used)."""
         try:
             fd = self._hold()
             if fd is None:
                 return None
-            raw = os.pread(fd, _MAX_BYTES + 1, 0)
-            if len(raw) > _MAX_BYTES:
-                raise ValueError(f"larger than {_MAX_BYTES} bytes")
+            raw = node_file.read_fd(fd, self.path, _MAX_BYTES)
             document = json_text.loads(raw)
             if not isinstance(document, dict) or not isinstance(document.get("hardware"), dict):
                 raise ValueError("not a simulated-hardware state document")
@@ -117,14 +125,21 @@ class SimulatedState:
         if document.get("version") != FORMAT_VERSION or document.get("profile") != self._digest:
             log.info("simulated hardware state is of another profile; starting from this one", extra=fields(path=str(self.path)))
             return None
-        return Loaded(document["hardware"], boot_changed=document.get("boot") != self._boot_id)
+        try:
+            hardware = schema.model_validate(document["hardware"])
+        except ValidationError as exc:
+            problem = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors()[:3])
+            log.warning("simulated hardware state unreadable; starting from the profile",
+                        extra=fields(path=str(self.path), error=f"hardware.{problem}"))  # fmt: skip
+            return None
+        return Loaded(hardware, boot_changed=document.get("boot") != self._boot_id)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the exclusive lock for a change (read again with `load` inside if `changed`, then `save`)."""
         if self._lock_fd is None:  # opened once: a prepare changes the hardware several times
             try:
-                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                file_modes.make_dirs(self.directory, file_modes.PRIVATE_DIR)
                 self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except OSError as exc:
                 self._unwritable(exc)
@@ -179,9 +194,13 @@ class SimulatedState:
         """Open the file now at the path as the one last seen (None: there is none)."""
         self._release()
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = node_file.open_regular(self.path)  # a pipe or link in its place is refused (load logs it), never waited on
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except node_file.NodeFileError:
+            with suppress(OSError):  # seen: not read (and logged) again until something replaces it
+                self._held_inode = os.stat(self.path).st_ino
+            raise
         self._held, self._held_inode = fd, os.fstat(fd).st_ino
         return fd
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from dra_driver.common import node_file
+
 # A lower-case PCI address as the kernel names devices: 0000:19:00.0.
 BDF_PATTERN = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 # A host bridge (root complex) directory: pci<domain>:<bus>, e.g. pci0000:17.
 PCIE_ROOT_PATTERN = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}\Z")
+_MAX_ATTRIBUTE_BYTES = 64 * 1024  # a sysfs attribute is at most a page
 
 
 def pci_device_dir(sysfs_root: Path, bdf: str) -> Path:
@@ -36,8 +39,8 @@ def pcie_root(device_dir: Path) -> str | None:
 
 def read_text(path: Path) -> str | None:
     """The file's content without surrounding whitespace, or None when it cannot be read."""
-    try:
-        return path.read_text(errors="replace").strip()
+    try:  # sysfs links are followed (device directories are links); a pipe or device planted in a tree is not read
+        return node_file.read_regular(path, _MAX_ATTRIBUTE_BYTES, follow_symlinks=True).decode(errors="replace").strip()
     except OSError:
         return None
 

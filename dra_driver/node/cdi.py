@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.common.atomic_file import TEMP_SUFFIX, replace_file
+from dra_driver.common import node_file
 from dra_driver.common.logs import fields
 from dra_driver.model.names import uid_problem
 from dra_driver.common.signed_json import SignedJsonError, signed_text, verified_body
@@ -57,6 +58,8 @@ CDI_CLASS = "device"
 SPEC_SUFFIX = ".json"
 CLAIM_FILE_SUFFIX = ".claim"
 # Temp files of older builds (`.spec.<random>.tmp`) name no claim: removed once this old, when no write can still be running.
+# A spec or claim file of one claim is KiBs (a device's nodes, mounts and hooks); far more is not ours.
+MAX_FILE_BYTES = 64 << 20
 _UNNAMED_TEMP_PREFIX = ".spec."
 _UNNAMED_TEMP_AGE_S = 60.0
 
@@ -306,9 +309,14 @@ def write_claim_file(path: Path, claim_data: dict[str, Any]) -> None:
     replace_file(path, signed_text(claim_data).encode(), durable=False, mode=0o600)
 
 
+def read_spec_file(path: Path) -> bytes:
+    """A spec's or claim file's bytes: a regular file, never a symlink or a pipe, at most MAX_FILE_BYTES."""
+    return node_file.read_regular(path, MAX_FILE_BYTES)
+
+
 def read_claim_file(path: Path) -> dict[str, Any]:
     """A claim file's data, checksum verified; FileNotFoundError without one, SpecUnreadable if damaged."""
-    raw = path.read_bytes()
+    raw = read_spec_file(path)
     try:
         return verified_body(raw)
     except SignedJsonError as exc:

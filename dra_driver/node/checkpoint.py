@@ -50,19 +50,21 @@ import json
 import logging
 import os
 import re
-import stat
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from dra_driver.common import atomic_file
+from dra_driver.common import atomic_file, node_file
 from dra_driver.node import file_modes
 from dra_driver.common.logs import fields
 from dra_driver.common.signed_json import SignedJsonError, body_as_written, canonical, verified_body
 
 log = logging.getLogger(__name__)
+
+# A record file holds a few phase lines of one claim, each with its CDI spec text (KiBs); far more is not ours.
+MAX_RECORD_FILE_BYTES = 64 << 20
 
 FORMAT_VERSION = 2
 LEGACY_FORMAT_VERSION = 1
@@ -87,6 +89,9 @@ class CheckpointDevice:
     admin_access: bool = False
     share_id: str | None = None
     cdi_ids: list[str] = field(default_factory=list)
+    # A consumable-capacity share's consumedCapacity (name -> quantity as the scheduler wrote it): what it takes of
+    # the device, counted against the device's capacity when another share is prepared (also after a restart).
+    consumed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -124,7 +129,7 @@ class ClaimRecord:
             "namespace": self.namespace,
             "name": self.name,
             "phase": self.phase,
-            "devices": [vars(d) for d in self.devices],
+            "devices": [vars(d) if d.consumed else _without_consumed(d) for d in self.devices],
             "backend_state": self.backend_state,
             "cdi_spec": self.cdi_spec,
         }
@@ -150,6 +155,13 @@ class ClaimRecord:
         )
 
 
+def _without_consumed(device: CheckpointDevice) -> dict[str, Any]:
+    """A device entry without the empty `consumed` key: the records of claims without shares stay as they were."""
+    out = dict(vars(device))
+    del out["consumed"]
+    return out
+
+
 class CheckpointCorrupt(Exception):
     pass
 
@@ -173,7 +185,7 @@ class DamagedRecord:
 
 def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
     try:
-        return path.read_text().strip()
+        return node_file.read_regular(path, 256, follow_symlinks=True).decode(errors="replace").strip()
     except OSError:
         # Without a boot ID (non-Linux, tests) state survives restarts; that is the safe side.
         return ""
@@ -382,7 +394,12 @@ class Checkpoint:
         for entry in entries:
             target = self.path / entry.name
             if not target.exists():
-                atomic_file.replace_file(target, Path(entry.path).read_bytes(), durable=self.flush)
+                try:
+                    raw = _read_regular_file(Path(entry.path))
+                except CheckpointCorrupt as exc:  # changed since the listing, or far too large: left where it is
+                    log.error("earlier checkpoint record not moved", extra=fields(path=entry.path, error=str(exc)))
+                    continue
+                atomic_file.replace_file(target, raw, durable=self.flush)
             _unlink(Path(entry.path))
         try:
             earlier.rmdir()
@@ -640,7 +657,8 @@ def _salvage_line(line: bytes, boot_id: str) -> ClaimRecord | None:
             return None
         devices = [
             CheckpointDevice(str(d.get("request", "")), d["pool"], d["device"], d.get("admin_access") is True,
-                             d.get("share_id") if isinstance(d.get("share_id"), str) else None)
+                             d.get("share_id") if isinstance(d.get("share_id"), str) else None,
+                             consumed=_string_map(d.get("consumed")))
             for d in data.get("devices") or []
             if isinstance(d, dict) and isinstance(d.get("pool"), str) and isinstance(d.get("device"), str)
         ]
@@ -648,6 +666,10 @@ def _salvage_line(line: bytes, boot_id: str) -> ClaimRecord | None:
         return None
     text = lambda key: data[key] if isinstance(data.get(key), str) else ""  # noqa: E731
     return ClaimRecord(data["uid"], text("namespace"), text("name"), PREPARE_COMPLETED, devices)
+
+
+def _string_map(value: Any) -> dict[str, str]:
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(value, dict) else {}
 
 
 def _uid_of_file_name(name: str) -> str | None:
@@ -661,22 +683,12 @@ def _uid_of_file_name(name: str) -> str | None:
 
 
 def _read_regular_file(path: Path) -> bytes:
-    """The bytes of `path` if it is a regular file; never follows a symlink in its place."""
+    """The bytes of `path` if it is a regular file of at most MAX_RECORD_FILE_BYTES; never follows a symlink in
+    its place, never waits on a pipe."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CheckpointCorrupt("a symlink in a record's place (never followed)") from exc
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CheckpointCorrupt("not a regular file (a directory or a device in a record's place)")
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return node_file.read_regular(path, MAX_RECORD_FILE_BYTES)
+    except node_file.NodeFileError as exc:
+        raise CheckpointCorrupt(f"{exc.problem} (in a record's place; never followed or read)") from exc
 
 
 def _set_aside(path: Path, reason: object, consequence: str) -> Path | None:

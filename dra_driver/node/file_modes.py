@@ -7,7 +7,10 @@
 | CDI dir when the driver creates it | 0755 | container runtimes read the specs |
 | sockets | 0600 | connecting needs write permission on the socket file: the kubelet (root) only |
 | CDI specs | 0644 | runtimes read them, only the driver writes them |
-| claim files, checkpoint records, lock files | 0600 | the driver's own |
+| claim files, checkpoint records, lock files, `registrations/` markers, sharing and simulated-hardware records | 0600 | the driver's own |
+| readiness status dir `<state-dir>/ready` and its files | 0755 / 0644 | the exec probe (`dra-driver ready`) reads them, only the driver writes |
+| MPS directories (`<state-dir>/nvidia/mps`, each claim's directory and its `pipe`, `log`, `shm`) | 0755 | clients in containers (any user) use the pipe directory; only the driver and its MPS daemon write |
+| what an MPS control daemon creates (control socket, pid file, logs) | umask 022 for the daemon | it is started with this umask, not the driver's |
 
 A mode is applied with chmod after the file or directory exists: `mkdir` and `open` only ever clear bits with
 the umask, never set them, so the result would otherwise depend on it. Directories whose names the driver
@@ -37,6 +40,10 @@ CDI_DIR = 0o755
 SOCKET = 0o600
 SPEC_FILE = 0o644
 PRIVATE_FILE = 0o600
+STATUS_DIR = 0o755
+STATUS_FILE = 0o644
+MPS_DIR = 0o755
+MPS_DAEMON_UMASK = 0o022
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 

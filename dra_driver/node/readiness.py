@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dra_driver.common import json_text
+from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import replace_file
 from dra_driver.common.logs import fields
+from dra_driver.node import file_modes
 
 if TYPE_CHECKING:
     from dra_driver.node.plugin.driver import DriverPlugin
@@ -56,6 +57,9 @@ DIAL_TIMEOUT_S = 1.0
 # The probe's default limit on the status file's age: several missed checks, not one slow one.
 MAX_AGE_S = 15.0
 STATUS_DIR = "ready"
+
+
+MAX_STATUS_BYTES = 1 << 20  # a status is a few hundred bytes; a problem list never nears this
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ class ReadinessReport:
         return json.dumps(data, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> ReadinessReport:
+    def from_json(cls, text: str | bytes) -> ReadinessReport:
         data = json_text.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("ready"), bool):
             raise ValueError("not a readiness status (ready, heartbeat)")
@@ -122,7 +126,7 @@ def read_status(path: Path, max_age: float, now: float | None = None) -> Readine
     daemon holding its lock, a heartbeat stale, in the future or not a number. `now` is time.monotonic()."""
     now = time.monotonic() if now is None else now
     try:
-        report = ReadinessReport.from_json(path.read_text())
+        report = ReadinessReport.from_json(node_file.read_regular(path, MAX_STATUS_BYTES))
     except FileNotFoundError:
         return _unready(f"no readiness status at {path} (not started yet, or another --state-dir/--pod-uid)")
     except (OSError, ValueError) as exc:
@@ -265,14 +269,15 @@ class ReadinessMonitor:
         if self.status_file is None:
             return
         try:
-            self.status_file.parent.mkdir(parents=True, exist_ok=True)
+            file_modes.own_dir(self.status_file.parent, file_modes.STATUS_DIR)  # narrowed if found wider: nobody plants a status
             if not self._hold_liveness():
                 return
-            replace_file(self.status_file, report.to_json().encode(), durable=False, mode=0o644)
-        except OSError as exc:
+            replace_file(self.status_file, report.to_json().encode(), durable=False, mode=file_modes.STATUS_FILE)
+        except (OSError, file_modes.PermissionProblem) as exc:
             from dra_driver.node.plugin.storage_errors import cause  # here: `dra-driver ready` imports this module
 
-            log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=cause(exc)))
+            detail = cause(exc) if isinstance(exc, OSError) else str(exc)
+            log.error("cannot write the readiness status; the readiness probe will fail", extra=fields(path=str(self.status_file), error=detail))
 
     def _hold_liveness(self) -> bool:
         """Hold the flock that proves to `dra-driver ready` that this daemon lives; False (status not written) while

@@ -10,6 +10,8 @@ half-prepared claim back (`unprepare(claim, {})`) and `reconcile` with the live 
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,3 +112,23 @@ def test_kill_at_every_step_of_a_dynamic_prepare(
     assert modes(restarted) == {GPU0: ("SPX", "NPS1"), GPU1: ("SPX", "NPS1")}  # nobody uses it: the default mode
     retried = restarted.prepare(KILLED, alloc(KILLED_DEVICE))  # the kubelet's retry prepares the claim afresh
     assert [d.device for d in retried.devices] == [KILLED_DEVICE] and modes(restarted)[GPU0] == ("QPX", "NPS4")
+
+
+@pytest.mark.parametrize("gpus", [["a list"], {GPU1: {"compute": 8, "memory": "NPS1"}}, {GPU1: "CPX"}], ids=["list", "int-mode", "string-entry"])
+def test_saved_modes_of_the_wrong_type_are_logged_and_ignored(
+    open_backend: OpenBackend, tmp_path: Path, caplog: pytest.LogCaptureFixture, gpus: Any
+) -> None:
+    """A state file with a valid header (version, profile, boot) and wrongly typed modes: the restarted daemon
+    starts from the profile's modes, it does not fail every restart."""
+    state_dir = tmp_path / "state"
+    first = open_backend("mi300x", "dynamic", state_dir=state_dir)
+    first.discover()
+    first.prepare(DONE, alloc(DONE_DEVICE))
+    path = state_dir / "simulated-hardware" / "amd.json"
+    document = json.loads(path.read_bytes())
+    document["hardware"]["gpus"] = gpus
+    path.write_text(json.dumps(document))
+    with caplog.at_level(logging.WARNING):
+        restarted = open_backend("mi300x", "dynamic", state_dir=state_dir)
+        assert modes(restarted) == {GPU0: ("SPX", "NPS1"), GPU1: ("SPX", "NPS1")}
+    assert "simulated hardware state unreadable" in caplog.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -67,6 +68,7 @@ class PodResourcesState:
     allocatable: dict[str, list[str]] = field(default_factory=dict)
     pods: list[tuple[str, str, str, str, list[str]]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
+    hold: threading.Event | None = None  # when set: every call waits for it (a kubelet slow to answer), up to 30 s
 
 
 class _Servicer(pr_grpc.PodResourcesListerServicer):
@@ -75,6 +77,8 @@ class _Servicer(pr_grpc.PodResourcesListerServicer):
 
     def GetAllocatableResources(self, request: Any, context: Any) -> Any:
         self.state.calls.append("GetAllocatableResources")
+        if self.state.hold is not None:
+            self.state.hold.wait(30)
         return pr_pb2.AllocatableResourcesResponse(
             devices=[pr_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in self.state.allocatable.items()]
         )

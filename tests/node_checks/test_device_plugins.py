@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.hostile_paths import HOSTILE, plant, returns_within
 from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, pod_resources_server, write_checkpoint
 
 from dra_driver.backend.hardware_profiles import load_profile
@@ -215,3 +218,40 @@ def test_run_flags_reach_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert settings.offer.keys == {"gpu-4", "gpu-abc"}
     other = coexistence_settings(parser.parse_args(["--pod-resources-socket", str(tmp_path / "pr.sock")]))
     assert other.pod_resources_socket == tmp_path / "pr.sock" and other.offer.keys == frozenset()
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_pipe_or_link_at_the_kubelet_checkpoint_is_named_without_waiting(mig_inventory: Inventory, short_tmp: Path, kind: str):
+    """A FIFO there blocked the scan in open() while holding the guard's lock: no slices, every prepare timed out."""
+    kubelet = short_tmp / "kubelet"
+    checkpoint = kubelet / "device-plugins" / "kubelet_internal_checkpoint"
+    plant(checkpoint, kind)
+    report = returns_within(lambda: scan(kubelet, None), checkpoint)
+    assert report.vendors == {} and len(report.problems) == 1
+    assert report.problems[0].startswith(f"{checkpoint}: is ") and "remove it" in report.problems[0]
+    guard = DevicePluginGuard(CoexistenceSettings(kubelet, None))
+    assert returns_within(lambda: guard.refusal("nvidia", ["gpu-4"]), checkpoint) is None
+
+
+def test_a_slow_kubelet_never_holds_the_lock_prepare_needs(mig_inventory: Inventory, short_tmp: Path):
+    """A rescan waiting on the kubelet (PodResources) runs outside the guard's lock: meanwhile the publisher and
+    prepare are answered from the last scan instead of waiting for the kubelet's answer or the call's timeout."""
+    kubelet = short_tmp / "kubelet"
+    sock = kubelet / "pod-resources" / "kubelet.sock"
+    state = PodResourcesState(allocatable={"nvidia.com/gpu": [uuid_of(mig_inventory, "gpu-4")]})
+    now = [0.0]
+    with pod_resources_server(sock, state):
+        guard = DevicePluginGuard(CoexistenceSettings(kubelet, sock, rescan_interval=30), clock=lambda: now[0])
+        assert set(guard.observe("nvidia", mig_inventory)) == {"gpu-4"}
+        state.hold = threading.Event()
+        now[0] = 31.0
+        rescan = threading.Thread(target=guard.poll, daemon=True)
+        rescan.start()
+        while state.calls.count("GetAllocatableResources") < 2:  # the rescan is waiting on the kubelet
+            time.sleep(0.01)
+        withheld = guard.observe("nvidia", mig_inventory)  # waited for the rescan's timeout before the fix
+        state.hold.set()
+        rescan.join(10)
+        assert set(withheld) == {"gpu-4"}
+        # The rescan was still waiting when observe answered: it got the kubelet's answer, not a timeout.
+        assert not rescan.is_alive() and guard.report().problems == []

@@ -49,10 +49,18 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_record_json_matches_asdict():
     rec = record("u1", PREPARE_COMPLETED, devices=2)
-    # The two later fields are left out while unset (older builds read the same lines); spec_on_disk is memory only.
-    assert rec.to_json() == {k: v for k, v in asdict(rec).items() if k not in ("spec_json", "recovered", "spec_on_disk")}
+
+    def expected(r: ClaimRecord, leave_out: tuple[str, ...]) -> dict:
+        out = {k: v for k, v in asdict(r).items() if k not in leave_out}
+        out["devices"] = [{k: v for k, v in d.items() if k != "consumed" or v} for d in out["devices"]]
+        return out
+
+    # The later fields (a device's consumed capacity too) are left out while unset (older builds read the same
+    # lines); spec_on_disk is memory only.
+    assert rec.to_json() == expected(rec, ("spec_json", "recovered", "spec_on_disk"))
     full = replace(rec, spec_json='{"devices":[]}', recovered="cdi-spec")
-    assert full.to_json() == {k: v for k, v in asdict(full).items() if k != "spec_on_disk"}
+    full.devices[0] = replace(full.devices[0], share_id="4f1c2d3e-0000-4000-8000-000000000001", consumed={"memory": "20Gi"})
+    assert full.to_json() == expected(full, ("spec_on_disk",)) and full.to_json()["devices"][0]["consumed"] == {"memory": "20Gi"}
     assert ClaimRecord.from_json(full.to_json()) == full
 
 

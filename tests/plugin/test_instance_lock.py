@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import make_settings
+from tests.hostile_paths import HOSTILE, plant, returns_within
 from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
@@ -165,6 +166,25 @@ def test_holders_names_a_live_process_and_forgets_a_killed_one(tmp_path: Path):
         assert sorted(p.name for p in (tmp_path / instance_lock.OWNERS_DIR).iterdir()) == ["single.lock"]  # the dead record is gone
     finally:
         lock.release()
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_pipe_or_link_among_the_lock_files_never_blocks_holders_or_a_refusal(tmp_path: Path, kind: str):
+    """A FIFO at instances/<name>.lock or instance.lock hung `doctor` (holders) and a refused second instance."""
+    planted = tmp_path / instance_lock.OWNERS_DIR / "planted.lock"
+    plant(planted, kind)
+    plant(tmp_path / instance_lock.MODE_LOCK, kind)
+    assert returns_within(lambda: instance_lock.holders(tmp_path), planted) == []
+    (tmp_path / instance_lock.MODE_LOCK).unlink()
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "pod-a"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        plant(planted, kind)  # after the holder's start, which removes records no live instance holds
+        refused = returns_within(lambda: pytest.raises(InstanceLockError, InstanceLock.acquire, tmp_path, None, wait_s=0.1), planted)
+        assert f"pid {child.pid} " in str(refused.value) and [h.pid for h in refused.value.holders] == [child.pid]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
 
 
 def test_a_probe_by_holders_never_makes_a_start_refuse(tmp_path: Path):

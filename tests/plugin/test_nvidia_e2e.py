@@ -127,3 +127,48 @@ def test_demo_shows_the_users_side_first_and_folds_the_driver_files(short_tmp):
     assert len(mounts) == 2 * SHOWN_MOUNTS  # a few in the spec, a few in what the container gets
     assert "more driver-file mounts" in text and re.search(r"mounts: \d{2}, for example:", text)
     assert len(text.splitlines()) < 200
+
+
+def _share_claim(apiserver, name: str, share_id: str, memory: str) -> ClaimRef:
+    obj = allocated_claim_object(name, "ml", "gpu.nvidia.com", "node-a", {"gpu": ["gpu-0"]})
+    obj["status"]["allocation"]["devices"]["results"][0].update({"shareID": share_id, "consumedCapacity": {"memory": memory}})
+    stored = apiserver.store.put(obj)
+    return ClaimRef("ml", name, stored["metadata"]["uid"])
+
+
+def test_shares_never_add_up_to_more_than_a_gpus_memory(short_tmp, apiserver):
+    """--consumable-gpu-memory: the scheduler would not give one 81559Mi GPU shares of 30Gi + 40Gi + 20Gi, and the node
+    does not trust that it did: the third claim fails alone, also after a restart (the shares come back from the
+    records), and is prepared once a share is released."""
+    settings = make_settings(short_tmp)
+    backend_settings = BackendSettings(node_name="node-a", state_dir=settings.state_dir, consumable_gpu_memory=True)
+
+    def start() -> tuple[Daemon, object]:
+        backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], backend_settings)
+        daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+        assert daemon.start().running == ["gpu.nvidia.com"]
+        return daemon, backend
+
+    a, b, c = (_share_claim(apiserver, n, f"4f1c2d3e-0000-4000-8000-00000000000{i}", m) for i, (n, m) in enumerate([("a", "30Gi"), ("b", "40Gi"), ("c", "20Gi")]))
+    daemon, backend = start()
+    try:
+        conn = register(daemon.plugins["gpu.nvidia.com"].paths.registration_socket)
+        answers = conn.prepare([a, b]).claims
+        assert answers[a.uid].error == "" and answers[b.uid].error == ""
+        error = conn.prepare([c]).claims[c.uid].error
+        assert "device node-a/gpu-0 would have 90Gi of its memory consumed by 3 shares, more than its capacity 81559Mi" in error
+        conn.close()
+    finally:
+        daemon.stop()
+        backend.close()
+    daemon, backend = start()  # a restart: the shares prepared are rebuilt from the records
+    try:
+        conn = register(daemon.plugins["gpu.nvidia.com"].paths.registration_socket)
+        assert "more than its capacity 81559Mi" in conn.prepare([c]).claims[c.uid].error
+        assert conn.unprepare([a]).claims[a.uid].error == ""
+        assert conn.prepare([c]).claims[c.uid].error == ""  # 60Gi now
+        assert all(e.error == "" for e in conn.unprepare([b, c]).claims.values())
+        conn.close()
+    finally:
+        daemon.stop()
+        backend.close()

@@ -113,3 +113,61 @@ def test_nothing_the_daemon_creates_under_umask_000_lets_another_user_in(apiserv
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(20)
+
+
+NVIDIA = "gpu.nvidia.com"
+SHARING_API = "resource.nvidia.com/v1beta1"
+
+
+def _nvidia_claim(apiserver, name: str, device: str, sharing: dict | None = None, share: tuple[str, str] | None = None) -> ClaimRef:
+    config = [{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": NVIDIA, "parameters": {"apiVersion": SHARING_API, "kind": "GpuConfig", "sharing": sharing}}}] if sharing else None
+    obj = allocated_claim_object(name, "default", NVIDIA, "node-a", {"gpu": [device]}, device_class=NVIDIA, config=config)
+    if share is not None:
+        obj["status"]["allocation"]["devices"]["results"][0].update({"shareID": share[0], "consumedCapacity": {"memory": share[1]}})
+    stored = apiserver.store.put(obj)
+    return ClaimRef("default", name, stored["metadata"]["uid"])
+
+
+def _mps_client_socket(path: Path, info: os.stat_result) -> bool:
+    """The MPS control daemon's client socket (`pipe/control`, 0666 as the real daemon makes it): the claim's
+    containers, running as any user, connect to it; connecting to a socket needs its write bit."""
+    return stat.S_ISSOCK(info.st_mode) and path.name == "control" and path.parent.name == "pipe" and path.parents[2].name == "mps"
+
+
+def test_no_path_the_daemon_creates_under_umask_000_is_writable_by_others_with_sharing(apiserver, short_tmp: Path):
+    """`dra-driver run` (NVIDIA, simulated) under umask 000 with a pre-existing 0755 state dir, after claims with MPS,
+    time-slicing and a consumable-memory share: nothing under the kubelet, state or CDI directories lets group or
+    others write (intermediate directories such as nvidia/mps included, and whatever the MPS daemons make)."""
+    root = short_tmp
+    root.chmod(0o755)
+    for made in (root / "kubelet" / "plugins_registry", root / "run", root / "cdi"):
+        made.mkdir(parents=True)
+        made.chmod(0o755)
+    pod_uid = "4f1c2d3e-0000-4000-8000-0000000000aa"
+    paths = PluginPaths(root / "kubelet", NVIDIA, pod_uid, state_dir=root / "run")
+    claims = [
+        _nvidia_claim(apiserver, "mps", "gpu-1", {"strategy": "MPS"}),
+        _nvidia_claim(apiserver, "sliced", "gpu-2", {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}),
+        _nvidia_claim(apiserver, "share", "gpu-0", share=("4f1c2d3e-0000-4000-8000-000000000001", "20Gi")),
+    ]
+    command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia", "--consumable-gpu-memory",
+               "--node-name", "node-a", "--api-server", apiserver.url, "--pod-uid", pod_uid, "--kubelet-dir", str(root / "kubelet"),
+               "--state-dir", str(root / "run"), "--cdi-dir", str(root / "cdi")]  # fmt: skip
+    daemon = subprocess.Popen(command, umask=0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(paths.registration_socket.exists, timeout=60)
+        conn = register(paths.registration_socket)
+        assert {uid: e.error for uid, e in conn.prepare(claims).claims.items()} == {c.uid: "" for c in claims}
+        wait_for(lambda: any((root / "run" / "ready").glob("*.json")), timeout=60)
+        writable = {
+            str(path): oct(stat.S_IMODE(info.st_mode))
+            for path in [root / "kubelet", root / "run", root / "cdi", *(root / "kubelet").rglob("*"), *(root / "run").rglob("*"), *(root / "cdi").rglob("*")]
+            if not stat.S_ISLNK((info := os.lstat(path)).st_mode) and stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
+            and not _mps_client_socket(path, info)
+        }
+        assert writable == {}, "writable by group or others:\n" + "\n".join(f"{mode} {path}" for path, mode in sorted(writable.items()))
+        assert all(e.error == "" for e in conn.unprepare(claims).claims.values())
+        conn.close()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)

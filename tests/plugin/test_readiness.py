@@ -17,6 +17,8 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
+from tests.hostile_paths import HOSTILE, plant, returns_within
+
 from dra_driver.node import metrics_http
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
@@ -229,6 +231,18 @@ def test_readyz_is_unready_when_the_monitor_stopped_checking(ready_daemon: Daemo
     monkeypatch.setattr(time, "monotonic", lambda: later)
     answer = ready_daemon._readyz()
     assert answer.status == 503 and b"the daemon stopped checking" in answer.body
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_pipe_or_link_at_the_status_file_is_not_ready_at_once(short_tmp: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    """`dra-driver ready` is the exec probe: a FIFO there hung it until the kubelet killed it, and a link to
+    /dev/zero was read until MemoryError. Both are a prompt not-ready naming the path."""
+    path = status_path(short_tmp, "pod-a")
+    plant(path, kind)
+    code = returns_within(lambda: main(["ready", "--state-dir", str(short_tmp), "--pod-uid", "pod-a"]), path)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"readiness status {path} unreadable: {path}: is " in err and "remove it" in err
 
 
 def test_rolling_update_two_daemons_on_one_node(short_tmp: Path, cluster: SimApiServer, monkeypatch: pytest.MonkeyPatch) -> None:

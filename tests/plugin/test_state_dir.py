@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
+from dra_driver.common import atomic_file
 from dra_driver.node.checkpoint import PREPARE_COMPLETED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader, allocated_claim_object
@@ -85,3 +87,23 @@ def test_a_record_already_in_the_new_place_wins(tmp_path: Path) -> None:
     moved.load()
     assert {r.uid: r.name for r in moved.records()} == {"u1": "newer", "u2": "only-old"}
     assert not earlier.exists()
+
+
+def test_leftover_temp_files_anywhere_under_the_state_dir_are_removed_at_start(short_tmp: Path, apiserver) -> None:
+    """A kill -9 mid-write leaves `.<name>.<random>.tmp` in whichever directory was being written (a sharing
+    record here); start-up removes them all, but never a temp a live writer (another instance) still holds."""
+    settings = make_settings(short_tmp, pod_uid="pod-1")
+    sharing = settings.state_dir / "nvidia" / "sharing"
+    sharing.mkdir(parents=True)
+    killed = [sharing / ".uid-1.json.0123456789ab.tmp", settings.state_dir / "ready" / ".pod-0.json.0123456789ab.tmp"]
+    for path in killed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"a": "full record"}')
+    fd, live = atomic_file.create_temp(str(sharing / "uid-2.json"))  # a peer's write under way
+    try:
+        daemon, _ = start(settings, apiserver)
+        daemon.stop()
+        assert [p for p in killed if p.exists()] == [] and Path(live).exists()
+    finally:
+        os.close(fd)
+    assert atomic_file.remove_leftovers(settings.state_dir) == [Path(live)]  # its writer gone: a leftover now

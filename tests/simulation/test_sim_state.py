@@ -8,6 +8,7 @@ its restarted successor, each build from the same profile and state dir).
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.sim_state import SimulatedState, profile_digest
+from tests.hostile_paths import HOSTILE, plant, returns_within
 
 fake_nvml = pytest.importorskip("dra_driver_nvidia.fake_nvml")
 from dra_driver_nvidia import mig, nvml  # noqa: E402
@@ -129,3 +131,49 @@ def test_an_unwritable_state_dir_keeps_the_state_in_the_process(library: Any, tm
         gi = create_1g(0, 0)
     assert [i[0] for i in state_of(lib)[0][2]] == [gi]
     assert caplog.text.count("cannot keep the simulated hardware state") == 1
+
+
+def _document(lib_section: dict[str, Any], hardware: Any, boot: str = "boot-1") -> bytes:
+    return json.dumps({"version": 1, "profile": profile_digest(lib_section), "boot": boot, "hardware": hardware}).encode()
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    [
+        {"serial": "7", "gpus": {}},
+        {"gpus": ["not", "a", "map"]},
+        {"gpus": {"GPU-x": {"migMode": "on", "migPending": 1, "instances": []}}},
+        {"gpus": {"GPU-x": {"migMode": 1, "migPending": 1, "instances": [{"id": "1", "profileId": 19, "start": 0, "computes": []}]}}},
+        {"gpus": {"GPU-x": {"migMode": 1, "migPending": 1, "instances": [{"id": 1, "profileId": 19, "start": 0, "computes": [{"id": 0, "profileId": None, "uuid": 5}]}]}}},
+    ],
+    ids=["serial-string", "gpus-list", "mig-mode-string", "gi-id-string", "compute-fields"],
+)
+def test_a_valid_header_with_wrong_field_types_is_logged_and_ignored(
+    library: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, hardware: dict[str, Any]
+) -> None:
+    """Damage past the header (the version, profile and boot are right) is damage like any other: the library
+    starts from the profile, it does not raise a TypeError out of every restart."""
+    data = section("dgx-h100")
+    uuid = parse_section(data).gpus[0].uuid
+    text = json.dumps(hardware).replace("GPU-x", uuid)
+    (tmp_path / "simulated-hardware").mkdir()
+    (tmp_path / "simulated-hardware" / "nvidia.json").write_bytes(_document(data, json.loads(text)))
+    with caplog.at_level(logging.WARNING):
+        lib = library(data)
+        state = state_of(lib)
+    assert all(gpu[0] == 0 and gpu[2] == [] for gpu in state)
+    errors = [r.fields["error"] for r in caplog.records if "simulated hardware state unreadable" in r.getMessage()]
+    assert errors and errors[0].startswith("hardware.")
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_pipe_or_link_at_the_state_file_is_refused_without_waiting(
+    library: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    path = tmp_path / "simulated-hardware" / "nvidia.json"
+    plant(path, kind)
+    with caplog.at_level(logging.WARNING):
+        state = returns_within(lambda: state_of(library()), path)
+    assert all(gpu[2] == [] for gpu in state)
+    errors = [r.fields["error"] for r in caplog.records if "simulated hardware state unreadable" in r.getMessage()]
+    assert errors and str(path) in errors[0] and ("named pipe" in errors[0] or "symlink" in errors[0])

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from dra_driver.backend.sim_state import SimulatedState, changing
 
 from dra_driver_amd.profile import AmdProfile, GpuEntry, GpuModel
@@ -117,6 +119,23 @@ class _GpuState:
     uncorrectable: int = 0
 
 
+class SavedModes(BaseModel):
+    """One GPU's partition modes as saved (sim_state): strict, so a field of the wrong type is damage, not a crash."""
+
+    model_config = ConfigDict(strict=True)
+
+    compute: str | None = None
+    memory: str | None = None
+
+
+class SavedHardware(BaseModel):
+    """What `_export` writes: each GPU's partition modes by BDF."""
+
+    model_config = ConfigDict(strict=True)
+
+    gpus: dict[str, SavedModes] = Field(default_factory=dict)
+
+
 def _partition_bdf(bdf: str, index: int) -> str:
     # amd-smi lists partition k of 0000:0c:00.0 as 0000:0c:00.k.
     return f"{bdf[:-1]}{index}"
@@ -169,10 +188,10 @@ class FakeAmdSmi:
         """Take the partition modes saved by an earlier daemon or another process (a stat when nothing changed)."""
         if self.state is None or not self.state.changed():
             return
-        loaded = self.state.load()
-        for bdf, modes in (loaded.hardware.get("gpus", {}) if loaded else {}).items():
+        loaded = self.state.load(SavedHardware)
+        for bdf, modes in (loaded.hardware.gpus if loaded else {}).items():
             if bdf in self._gpus:
-                self._gpus[bdf].compute, self._gpus[bdf].memory = modes.get("compute"), modes.get("memory")
+                self._gpus[bdf].compute, self._gpus[bdf].memory = modes.compute, modes.memory
 
     @contextmanager
     def _changing(self) -> Iterator[None]:

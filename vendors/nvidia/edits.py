@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from dra_driver.common import node_file
 from dra_driver.common.logs import fields
 from dra_driver.backend.interface import ContainerEdits, DeviceNode
 from dra_driver_nvidia.config import TIMESLICE_VALUES, GpuConfig, MigDeviceConfig
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 MIG_MINORS_FILE = Path("driver/nvidia-caps/mig-minors")
+_MAX_MIG_MINORS_BYTES = 1 << 20  # about 9 lines per GPU instance, 15 instances per GPU
 # Layout of the nvidia-caps minors the kernel driver assigns (what mig-minors lists):
 # config=1, monitor=2, then per GPU 15 GIs x (1 GI access + 8 CI access) minors.
 _CAPS_PER_GI = 9
@@ -59,7 +61,7 @@ class MigMinors:
         self._table: dict[tuple[int, int, int | None], int] = {}
         path = proc_root / MIG_MINORS_FILE if proc_root is not None else None
         if path is not None and path.is_file():
-            for line in path.read_text().splitlines():
+            for line in node_file.read_regular(path, _MAX_MIG_MINORS_BYTES, follow_symlinks=True).decode(errors="replace").splitlines():
                 match = _MIG_LINE.match(line.strip())
                 if match:
                     gpu, gi, ci, minor = match.groups()

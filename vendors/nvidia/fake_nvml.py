@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
+from pydantic import BaseModel, ConfigDict, Field
 
 from dra_driver.common.errors import ProfileError
 from dra_driver.backend.sim_load import SimulatedLoad
@@ -38,6 +39,39 @@ _PTR = ctypes.sizeof(ctypes.c_void_p)
 NO_ID = 0xFFFFFFFF
 # Compute slices of each NVML_COMPUTE_INSTANCE_PROFILE_* enum value (0x0..0x6).
 _CI_PROFILE_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}
+
+
+class _Saved(BaseModel):
+    """A part of the saved state (sim_state): strict, so a field of the wrong type is damage, not a crash."""
+
+    model_config = ConfigDict(strict=True, populate_by_name=True)
+
+
+class SavedCompute(_Saved):
+    id: int
+    profile_id: int = Field(alias="profileId")
+    uuid: str
+
+
+class SavedGpuInstance(_Saved):
+    id: int
+    profile_id: int = Field(alias="profileId")
+    start: int
+    computes: list[SavedCompute]
+
+
+class SavedGpu(_Saved):
+    mig_mode: int = Field(alias="migMode")
+    mig_pending: int = Field(alias="migPending")
+    compute_mode: int = Field(default=pynvml.NVML_COMPUTEMODE_DEFAULT, alias="computeMode")
+    instances: list[SavedGpuInstance]
+
+
+class SavedHardware(_Saved):
+    """What `_export` writes: the MIG UUID serial and each GPU's modes and instances, by GPU UUID."""
+
+    serial: int = 0
+    gpus: dict[str, SavedGpu] = Field(default_factory=dict)
 
 
 def error_code(name: str) -> int:
@@ -180,45 +214,45 @@ class FakeNvmlLibrary:
     def _read_state(self) -> None:
         """Take the saved state (what another process or an earlier daemon left), keeping the handles of what is unchanged."""
         assert self.state is not None
-        loaded = self.state.load()
+        loaded = self.state.load(SavedHardware)
         if loaded is None:
             return
         saved = loaded.hardware
-        self._serial = max(self._serial, int(saved.get("serial", 0)))
+        self._serial = max(self._serial, saved.serial)
         for gpu in self.gpus:
-            entry = saved.get("gpus", {}).get(gpu.spec.uuid)
+            entry = saved.gpus.get(gpu.spec.uuid)
             if entry is None:
                 continue
-            gpu.mig_pending = int(entry["migPending"])
-            gpu.mig_mode = gpu.mig_pending if loaded.boot_changed else int(entry["migMode"])
+            gpu.mig_pending = entry.mig_pending
+            gpu.mig_mode = gpu.mig_pending if loaded.boot_changed else entry.mig_mode
             # The compute mode outlives a driver restart, not a reboot (the driver loads with Default).
-            gpu.compute_mode = pynvml.NVML_COMPUTEMODE_DEFAULT if loaded.boot_changed else int(entry.get("computeMode", pynvml.NVML_COMPUTEMODE_DEFAULT))
-            self._take_instances(gpu, [] if loaded.boot_changed else entry["instances"])
+            gpu.compute_mode = pynvml.NVML_COMPUTEMODE_DEFAULT if loaded.boot_changed else entry.compute_mode
+            self._take_instances(gpu, [] if loaded.boot_changed else entry.instances)
 
-    def _take_instances(self, gpu: FakeGpu, saved: list[dict[str, Any]]) -> None:
-        wanted = {int(gi["id"]): gi for gi in saved}
+    def _take_instances(self, gpu: FakeGpu, saved: list[SavedGpuInstance]) -> None:
+        wanted = {gi.id: gi for gi in saved}
         for gi_id, gi in list(gpu.instances.items()):
             entry = wanted.get(gi_id)
-            if entry is None or (int(entry["profileId"]), int(entry["start"])) != (gi.profile.id, gi.start):
+            if entry is None or (entry.profile_id, entry.start) != (gi.profile.id, gi.start):
                 self._forget_gpu_instance(gi)
         for gi_id, entry in wanted.items():
             gi = gpu.instances.get(gi_id)
             if gi is None:
-                profile = self._profile_by_id(gpu, int(entry["profileId"]))
+                profile = self._profile_by_id(gpu, entry.profile_id)
                 if profile is None:
                     continue  # not in this profile's table: the digest check makes this unreachable
-                gi = FakeGpuInstance(gpu, gi_id, profile, int(entry["start"]))
+                gi = FakeGpuInstance(gpu, gi_id, profile, entry.start)
                 gpu.instances[gi_id] = gi
                 self._register(gi)
-            computes = {int(ci["id"]): ci for ci in entry["computes"]}
+            computes = {ci.id: ci for ci in entry.computes if ci.profile_id in _CI_PROFILE_SLICES}
             for ci_id, ci in list(gi.computes.items()):
-                if ci_id not in computes or computes[ci_id]["uuid"] != ci.uuid:
+                if ci_id not in computes or computes[ci_id].uuid != ci.uuid:
                     del gi.computes[ci_id]
                     self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
             for ci_id, ci_entry in computes.items():
                 if ci_id not in gi.computes:
-                    profile_id = int(ci_entry["profileId"])
-                    ci = FakeComputeInstance(gi, ci_id, profile_id, _CI_PROFILE_SLICES[profile_id], str(ci_entry["uuid"]))
+                    profile_id = ci_entry.profile_id
+                    ci = FakeComputeInstance(gi, ci_id, profile_id, _CI_PROFILE_SLICES[profile_id], ci_entry.uuid)
                     gi.computes[ci_id] = ci
                     self._register(ci)
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.common import node_file
 from dra_driver.common.errors import DraError
 
 OLD_MAGIC = b"ld.so-1.7.0"
@@ -36,6 +37,7 @@ _NEW_HEADER = struct.Struct("<17s3sIIB3xI12x")  # magic, version, nlibs, len_str
 _NEW_ENTRY = struct.Struct("<iIIIQ")
 _ENDIAN_BIG = 3  # cache_file_new.flags: 0 unset, 1 invalid, 2 little, 3 big
 _MAX_ENTRIES = 1 << 20  # far above any real cache; a larger count is a corrupt file
+MAX_CACHE_BYTES = 256 << 20  # far above any real cache (a few hundred KiB)
 
 FLAG_ELF_LIBC6 = 0x0003
 FLAG_TYPE_MASK = 0x00FF
@@ -64,7 +66,7 @@ class CacheEntry:
 def read(path: Path) -> list[CacheEntry]:
     """Entries of the cache file at `path` (new section preferred when both layouts are present)."""
     try:
-        data = path.read_bytes()
+        data = node_file.read_regular(path, MAX_CACHE_BYTES, follow_symlinks=True)  # the host's file: links allowed
     except OSError as exc:
         raise LdCacheError(f"{path}: cannot read the linker cache ({exc.strerror or exc})") from exc
     try:

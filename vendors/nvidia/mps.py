@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.common import node_file
+from dra_driver.node import file_modes
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
 
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 BINARY = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
+_MAX_PID_FILE_BYTES = 64
 CONTROL_SOCKET = "control"
 UNKNOWN_COMMAND = "Unknown command"
 SET_THREADS = "set_default_active_thread_percentage"
@@ -103,13 +106,14 @@ class MpsControl:
 
     def start(self, where: DaemonDir, gpus: Sequence[str]) -> DaemonProcess:
         """`nvidia-cuda-mps-control -d`, then wait until it answers on its pipe directory."""
-        for directory in (where.pipe, where.log, where.shm):
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(0o755)  # clients run as any user in their containers
+        # Every level its mode (clients run as any user in their containers), whatever the umask; one found wider
+        # is narrowed and one of another user refused: the root-run daemon writes its logs there.
+        for directory in (where.root.parent, where.root, where.pipe, where.log, where.shm):
+            file_modes.own_dir(directory, file_modes.MPS_DIR)
         try:
             result = subprocess.run(
                 [*self._launcher(where), str(self.binary), "-d"], env=self._env(where, gpus), capture_output=True, text=True,
-                timeout=START_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL,
+                timeout=START_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL, umask=file_modes.MPS_DAEMON_UMASK,
             )  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise MpsError(str(where.root), f"cannot run {self.binary} -d: {exc}") from exc
@@ -171,7 +175,7 @@ class MpsControl:
     def running(self, where: DaemonDir, expected: DaemonProcess | None = None) -> DaemonProcess | None:
         """The live control daemon of `where` (its PID file), or None; with `expected`, only that very process."""
         try:
-            pid = int((where.pipe / PID_FILE).read_text().strip())
+            pid = int(node_file.read_regular(where.pipe / PID_FILE, _MAX_PID_FILE_BYTES).strip())
         except (OSError, ValueError):
             pid = expected.pid if expected is not None else 0
         if pid <= 0 or (expected is not None and pid != expected.pid):

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dra_driver.common import atomic_file
+from dra_driver.common import atomic_file, json_text, node_file
 from dra_driver.node.checkpoint import read_boot_id
 from dra_driver.common.logs import fields
 
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 SUBDIR = Path("nvidia") / "mig-owned"
 _SUFFIX = ".json"
+MAX_RECORD_BYTES = 1 << 20  # a record names a few MIG instances
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 GiKey = tuple[str, int, int]  # (parent GPU uuid, GI profile ID, placement start)
 
@@ -168,14 +169,14 @@ class OwnershipJournal:
     def _parse(self, path: Path) -> tuple[str, list[OwnedInstance]] | None:
         """(claim UID, entries), or None for a missing, unreadable, corrupt or other-boot file."""
         try:
-            raw = path.read_bytes()
+            raw = node_file.read_regular(path, MAX_RECORD_BYTES)
         except FileNotFoundError:
             return None
         except OSError as exc:
             log.warning("MIG ownership record unreadable; ignored", extra=fields(path=str(path), error=str(exc)))
             return None
         try:
-            record = _ClaimFile.model_validate(json.loads(raw))
+            record = _ClaimFile.model_validate(json_text.loads(raw))
         except (ValueError, ValidationError) as exc:  # json errors are ValueErrors (also bad UTF-8)
             log.warning("MIG ownership record is corrupt; ignored (the instances it named are left alone)",
                         extra=fields(path=str(path), error=str(exc).splitlines()[0]))

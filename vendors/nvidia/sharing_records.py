@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dra_driver.common import json_text
+from dra_driver.common import json_text, node_file
 from dra_driver.common import atomic_file
 from dra_driver.node.checkpoint import read_boot_id
 from dra_driver.common.logs import fields
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 _SUFFIX = ".json"
+MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes
 
 
 class _Record(BaseModel):
@@ -112,7 +113,7 @@ class SharingRecords:
 
     def _parse(self, path: Path) -> SharingRecord | None:
         try:
-            raw = path.read_bytes()
+            raw = node_file.read_regular(path, MAX_RECORD_BYTES)
         except FileNotFoundError:
             return None
         except OSError as exc:

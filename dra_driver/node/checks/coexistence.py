@@ -153,8 +153,10 @@ class DevicePluginGuard:
         self.settings = settings
         self._metrics = metrics
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the state below; never held across I/O (prepare's refusal takes it)
+        self._scanning = threading.Lock()  # one scan at a time, taken before `_lock`, never under it
         self._node: Mapping[str, Any] | None = None
+        self._node_generation = 0  # a scan started before the last set_node is not fresh
         self._report: DevicePluginReport | None = None
         self._scanned_at = 0.0
         self._inventories: dict[str, Inventory] = {}  # vendor -> the full inventory last seen
@@ -176,6 +178,7 @@ class DevicePluginGuard:
         """The Node object (its allocatable names device-plugin resources); read once the API client exists."""
         with self._lock:
             self._node = node
+            self._node_generation += 1
             self._scanned_at = 0.0
 
     def subscribe(self, vendor: str, callback: Callable[[], None]) -> None:
@@ -184,17 +187,41 @@ class DevicePluginGuard:
             self._listeners.setdefault(vendor, []).append(callback)
 
     def report(self) -> DevicePluginReport:
+        self._refresh()
         with self._lock:
-            return self._fresh_report()
+            return self._current_report()
 
-    def _fresh_report(self) -> DevicePluginReport:
-        now = self._clock()
-        if self._report is None or now - self._scanned_at >= self.settings.rescan_interval:
-            self._report = scan(self.settings.kubelet_dir, self.settings.pod_resources_socket, self._node)
-            self._scanned_at = now
-            for problem in self._report.problems:
+    def _current_report(self) -> DevicePluginReport:
+        return self._report if self._report is not None else DevicePluginReport()
+
+    def _due(self) -> bool:
+        return self._report is None or self._clock() - self._scanned_at >= self.settings.rescan_interval
+
+    def _refresh(self) -> None:
+        """Rescan when the last scan is due, outside `_lock`: a scan reads the kubelet's files and asks the kubelet
+        over gRPC, and a prepare waiting for `_lock` must never wait for that. While another thread scans, the
+        last report stands (the first scan is waited for: there is nothing else to answer from)."""
+        with self._lock:
+            if not self._due():
+                return
+            first = self._report is None
+        if not self._scanning.acquire(blocking=first):
+            return
+        try:
+            with self._lock:
+                if not self._due():
+                    return
+                node, generation = self._node, self._node_generation
+            started = self._clock()
+            report = scan(self.settings.kubelet_dir, self.settings.pod_resources_socket, node)
+            for problem in report.problems:
                 log.debug("device-plugin source not readable", extra=fields(problem=problem))
-        return self._report
+            with self._lock:
+                self._report = report
+                if generation == self._node_generation:  # else the Node changed meanwhile: scan again next time
+                    self._scanned_at = started
+        finally:
+            self._scanning.release()
 
     def remember(self, vendor: str, inventory: Inventory) -> None:
         """Keep the vendor's full inventory; nothing is scanned yet (the daemon's start-up is on the kubelet's clock)."""
@@ -203,6 +230,7 @@ class DevicePluginGuard:
 
     def observe(self, vendor: str, inventory: Inventory) -> dict[str, str]:
         """Remember the vendor's full inventory and return what is withheld from it now."""
+        self._refresh()
         with self._lock:
             self._inventories[vendor] = inventory
             withheld = self._update(vendor)
@@ -217,11 +245,11 @@ class DevicePluginGuard:
         return replace(inventory, devices=[d for d in inventory.devices if d.name not in withheld])
 
     def _update(self, vendor: str) -> dict[str, str]:
-        """Recompute (lock held); a change is logged once, counted, and queued for the listeners (see _notify)."""
+        """Recompute from the last scan (lock held); a change is logged once, counted, and queued for the listeners (see _notify)."""
         inventory = self._inventories.get(vendor)
         if inventory is None:
             return {}
-        plugins = self._fresh_report().for_vendor(vendor)
+        plugins = self._current_report().for_vendor(vendor)
         withheld = withheld_devices(inventory, plugins, self.settings.offer)
         self._overlap[inventory.driver] = offered_overlap(inventory, plugins, self.settings.offer)
         previous = self._withheld.get(vendor)
@@ -258,6 +286,7 @@ class DevicePluginGuard:
     def poll(self) -> None:
         """Rescan when the last scan is older than the rescan interval (the daemon calls this every second):
         a device plugin started or stopped after the driver changes the slices within that interval."""
+        self._refresh()
         with self._lock:
             for vendor in list(self._inventories):
                 self._update(vendor)
@@ -275,9 +304,10 @@ class DevicePluginGuard:
     def refusal(self, vendor: str, devices: Sequence[str]) -> str | None:
         """Why a prepare of these devices must fail, or None. With a device plugin of the vendor on the node,
         the pods holding its devices are asked live (PodResources List): a pod admitted a moment ago counts."""
+        self._refresh()
         with self._lock:
             withheld = self._update(vendor)
-            plugins = self._fresh_report().for_vendor(vendor)
+            plugins = self._current_report().for_vendor(vendor)
             inventory = self._inventories.get(vendor)
         self._notify()
         if plugins is None or inventory is None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver.common import json_text
+from dra_driver.common import json_text, node_file
 from dra_driver.node.checks.pod_resources import Holder, PodResourcesUnavailable, read_pod_resources
 
 DEVICE_PLUGIN_DIR = "device-plugins"
@@ -127,16 +127,16 @@ def scan_checkpoint(path: Path, report: DevicePluginReport) -> None:
     """The kubelet's device-manager checkpoint: `Data.RegisteredDevices` and `Data.PodDeviceEntries`
     (`DeviceIDs` is a map NUMA node -> IDs since Kubernetes 1.20, a plain list before)."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(_MAX_CHECKPOINT_BYTES + 1)
+        raw = node_file.read_regular(path, _MAX_CHECKPOINT_BYTES)
     except FileNotFoundError:
+        return
+    except node_file.NodeFileError as exc:
+        report.problems.append(str(exc))
         return
     except OSError as exc:
         report.problems.append(f"{path}: {exc.strerror or exc}")
         return
     try:
-        if len(raw) > _MAX_CHECKPOINT_BYTES:
-            raise ValueError(f"larger than {_MAX_CHECKPOINT_BYTES} bytes")
         data = json_text.loads(raw).get("Data") or {}
         registered = data.get("RegisteredDevices") or {}
         entries = data.get("PodDeviceEntries") or []

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from dra_driver.common import node_file
+
 DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_CONTAINERD_CONFIG = Path("/etc/containerd/config.toml")
 DEFAULT_CRIO_CONFIG = Path("/etc/crio/crio.conf")
@@ -50,10 +52,7 @@ def _canonical(path: str) -> str:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    with path.open("rb") as handle:
-        raw = handle.read(_MAX_CONFIG_BYTES + 1)
-    if len(raw) > _MAX_CONFIG_BYTES:
-        raise ValueError(f"larger than {_MAX_CONFIG_BYTES} bytes")
+    raw = node_file.read_regular(path, _MAX_CONFIG_BYTES, follow_symlinks=True)  # the host's: links are normal there
     return tomllib.loads(raw.decode("utf-8"))
 
 

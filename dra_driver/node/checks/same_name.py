@@ -28,7 +28,7 @@ import grpc
 
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from dra_driver.common.atomic_file import replace_file
+from dra_driver.common import atomic_file, node_file
 from dra_driver.common.logs import fields
 from dra_driver.model.names import uid_problem
 from dra_driver.node import file_modes
@@ -44,6 +44,7 @@ FIELD_MANAGER = "dra-driver"
 # Builds before the label wrote with the Python client's default manager (its user agent's product name).
 _LEGACY_MANAGERS = frozenset({FIELD_MANAGER, "OpenAPI-Generator"})
 _MARKERS = "registrations"
+_MAX_MARKER_BYTES = 64  # an inode number
 _PROBE_TIMEOUT_S = 1.0
 
 
@@ -57,7 +58,7 @@ def mark_registration(state_root: Path, socket: Path) -> None:
     directory = marker_dir(state_root)
     try:
         file_modes.make_dirs(directory, file_modes.PRIVATE_DIR)
-        replace_file(directory / socket.name, f"{socket.stat().st_ino}\n".encode(), durable=False, mode=file_modes.PRIVATE_FILE)
+        atomic_file.replace_file(directory / socket.name, f"{socket.stat().st_ino}\n".encode(), durable=False, mode=file_modes.PRIVATE_FILE)
     except OSError as exc:
         log.error(
             "cannot record this instance's registration socket; other instances still know it by the instance lock",
@@ -80,7 +81,7 @@ def created_here(state_root: Path, socket: Path, driver: str) -> bool:
 
 def _marked(state_root: Path, socket: Path) -> bool:
     try:
-        recorded = (marker_dir(state_root) / socket.name).read_text().strip()
+        recorded = node_file.read_regular(marker_dir(state_root) / socket.name, _MAX_MARKER_BYTES).decode().strip()
         return recorded == str(socket.stat().st_ino)
     except (OSError, ValueError):
         return False

@@ -32,6 +32,7 @@ import grpc
 from dra_driver.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.node.checkpoint import DEFAULT_BOOT_ID_PATH, Checkpoint
+from dra_driver.common import atomic_file
 from dra_driver.common.logs import fields
 from dra_driver.node.metrics import Metrics
 from dra_driver.model.device import Inventory
@@ -130,11 +131,21 @@ class DriverPlugin:
             self.stop()
             raise
 
+    def _remove_leftover_temps(self) -> None:
+        """Temp files of atomic writes a kill -9 interrupted anywhere under the state directory (checkpoint records,
+        sharing and MIG ownership records, readiness status, simulated hardware); the CDI directory's are
+        recovery's. A temp a live instance is writing is locked and stays (atomic_file.remove_leftovers)."""
+        root = self.paths.state_dir if self.paths.state_dir is not None else self.paths.state_root
+        for path in atomic_file.remove_leftovers(root):
+            log.info("removed a leftover temp file from the state directory", extra=fields(driver=self.driver, path=str(path)))
+
     def _start(self) -> None:
         self.paths.check_socket_paths()
         self.paths.make_dirs(self.settings.cdi_dir)
         self._instance_lock = InstanceLock.acquire(self.paths.state_root, self.settings.pod_uid, flags=self.settings.flags)
+        self._remove_leftover_temps()
         inventory = self._inventory or self.backend.discover()
+        self.service.use_inventory(inventory)
         self.hub = HealthHub(self.settings.node_name, [d.name for d in inventory.devices])
         self.service.start_recovery()  # the kubelet can register meanwhile; claim calls wait for it
         health = self.health = HealthServicer(self.hub, max_streams=self.settings.health_streams)

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.common import json_text
+from dra_driver.common import json_text, node_file
 from dra_driver.node import file_modes
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
@@ -260,8 +260,8 @@ def _is_held(path: Path) -> bool:
     """Whether any process holds a flock on `path` (a shared probe fails only against an exclusive holder, so an
     exclusive probe is used, given back at once). `path` may be the state directory itself."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        fd = node_file.open_regular(path)
+    except OSError:  # missing, or a pipe, link or device in its place: no lock of ours
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -274,14 +274,17 @@ def _is_held(path: Path) -> bool:
 
 def _live_holder(path: Path) -> Holder | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+        fd = node_file.open_regular(path)
+    except OSError:  # missing, or a pipe, link or device in its place: no record of a live instance
         return None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:  # its instance is alive
-            return _parse_record(os.pread(fd, _RECORD_LIMIT, 0))
+            try:
+                return _parse_record(node_file.read_fd(fd, path, _RECORD_LIMIT))
+            except OSError:  # larger than any record: alive, but unnamed
+                return Holder(pod_uid=None, known=False)
         return None
     finally:
         os.close(fd)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,6 +43,8 @@ from dra_driver.node import cdi
 from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
+from dra_driver.model import quantity
+from dra_driver.model.device import Inventory
 from dra_driver.node.metrics import HeldClaim, Metrics
 from dra_driver.node.plugin.claim_checks import ClaimError, bounded, check_ref, check_results, error_limit, our_results
 from dra_driver.node.plugin.config import base_request, resolve_configs
@@ -107,6 +110,7 @@ class PrepareService:
     ) -> None:
         self.backend = backend
         self._device_check = device_check
+        self._shared_capacity: dict[str, dict[str, Decimal]] = {}  # device -> consumable capacity (use_inventory)
         self.driver = backend.driver_name
         # The pools this driver publishes on this node (default: the node name, as the publisher does);
         # a result naming any other pool is that claim's error.
@@ -251,7 +255,7 @@ class PrepareService:
         if not allocated:
             return []
         self._refuse_foreign_held(ref, allocated)
-        devices = [CheckpointDevice(d.request, d.pool, d.device, d.admin_access, d.share_id) for d in allocated]
+        devices = [CheckpointDevice(d.request, d.pool, d.device, d.admin_access, d.share_id, consumed=dict(d.consumed_capacity)) for d in allocated]
         started = ClaimRecord(ref.uid, ref.namespace, ref.name, PREPARE_STARTED, devices)
         with self._devices_lock.hold("devices"), self._checkpoint_section():
             self._check_conflicts(ref, allocated)
@@ -302,7 +306,7 @@ class PrepareService:
             )
         wanted = {i.partition("=")[2] for d in record.devices for i in d.cdi_ids}
         try:
-            missing = wanted - cdi.device_names(cdi.parse_spec(path.read_bytes()))
+            missing = wanted - cdi.device_names(cdi.parse_spec(cdi.read_spec_file(path)))
         except (OSError, cdi.SpecUnreadable) as exc:
             missing, problem = wanted or {"(spec)"}, str(exc)
         else:
@@ -381,7 +385,16 @@ class PrepareService:
         if problem is not None:
             raise ClaimError(f"ResourceClaim {_name(ref)}: {problem}")
 
+    def use_inventory(self, inventory: Inventory) -> None:
+        """The consumable capacities of the devices several claims may share (what their shares add up to at most)."""
+        self._shared_capacity = {
+            d.name: {name: quantity.parse(d.capacity[name]) for name in d.capacity_policies if name in d.capacity}
+            for d in inventory.devices
+            if d.allow_multiple_allocations
+        }
+
     def _check_conflicts(self, ref: ClaimRef, allocated: Sequence[AllocatedDevice]) -> None:
+        self._check_capacity(ref, allocated)
         for dev in allocated:
             if dev.admin_access:  # adminAccess shares with anyone: no need to look at the holders
                 continue
@@ -392,6 +405,37 @@ class PrepareService:
                     f"device {dev.pool}/{dev.device} of ResourceClaim {_name(ref)} is already prepared for claim "
                     f"{record.namespace}/{record.name} (uid {record.uid}); it can be shared only with adminAccess or consumable-capacity shares"
                 )
+
+    def _check_capacity(self, ref: ClaimRef, allocated: Sequence[AllocatedDevice]) -> None:
+        """The shares on a device, of this claim and of every claim prepared (or being prepared) here, never add
+        up to more than the device's capacity: the scheduler would not allocate that, and the node does not trust
+        that it did (the same rule as a device given twice). Called under the devices lock."""
+        shares: dict[tuple[str, str], list[AllocatedDevice]] = {}
+        for dev in allocated:
+            if dev.share_id is not None and not dev.admin_access and dev.device in self._shared_capacity:
+                shares.setdefault((dev.pool, dev.device), []).append(dev)
+        for (pool, device), mine in shares.items():
+            capacity = self._shared_capacity[device]
+            taken = dict.fromkeys(capacity, Decimal(0))
+            held = [h.consumed for record, h in self._checkpoint.holders(pool, device) if record.uid != ref.uid and h.share_id and not h.admin_access]
+            for consumed in held:
+                for name, amount in consumed.items():
+                    if name in taken and quantity.is_quantity(amount):
+                        taken[name] += quantity.parse(amount)
+            for dev in mine:
+                for name, amount in dev.consumed_capacity:
+                    if name not in taken:
+                        continue
+                    if not quantity.is_quantity(amount):
+                        raise ClaimError(f"ResourceClaim {_name(ref)}: device {pool}/{device} consumedCapacity {name} {amount!r} is not a quantity; the allocation is damaged, allocate the claim again")
+                    taken[name] += quantity.parse(amount)
+            for name, total in taken.items():
+                if total > capacity[name]:
+                    raise ClaimError(
+                        f"ResourceClaim {_name(ref)}: device {pool}/{device} would have {_amount(total)} of its {name} "
+                        f"consumed by {len(held) + len(mine)} shares, more than its capacity {_amount(capacity[name])}; "
+                        "a device's shares cannot add up to more than it has: deallocate the claim so the scheduler places it again"
+                    )
 
     def _write_cdi(self, ref: ClaimRef, record: ClaimRecord, prepared: PreparedClaim) -> ClaimRecord:
         """One spec per claim: a CDI device per distinct (pool, device, share), plus one per request
@@ -652,3 +696,8 @@ def _bound_errors(outcomes: dict[str, PrepareOutcome]) -> None:
 def _node_name(backend: VendorBackend) -> str:
     settings = getattr(backend, "settings", None)
     return settings.node_name if isinstance(settings, BackendSettings) else ""
+
+
+def _amount(value: Decimal) -> str:
+    """A capacity total as people read it (binary suffixes for whole byte counts)."""
+    return quantity.from_bytes(int(value)) if value == value.to_integral_value() and value >= 0 else str(value)

@@ -147,7 +147,7 @@ class SpecEvidence:
         if isinstance(record, ClaimRecord):
             return replace(record, phase=PREPARE_COMPLETED, cdi_spec=str(spec)), "ok"
         try:
-            cdi.parse_spec(spec.read_bytes())
+            cdi.parse_spec(cdi.read_spec_file(spec))
         except FileNotFoundError:
             return None, "gone"
         except cdi.SpecUnreadable:

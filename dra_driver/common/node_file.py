@@ -1,0 +1,84 @@
+"""The one way the node side reads a state file or a file another party writes (the kubelet's, a lock record).
+
+Such a path may hold anything: a named pipe (an `open` for reading blocks until a writer comes), a symlink to
+`/dev/zero` (a read never ends), a directory, a device, a file of gigabytes. So a read here opens without
+blocking and, by default, without following a symlink, refuses whatever `fstat` says is not a regular file,
+and reads at most `max_bytes`. Every refusal is a `NodeFileError` (an OSError, so a reader's existing
+`except OSError` treats it as an unreadable file) naming the path, what is there, and the fix. A missing file
+stays a FileNotFoundError.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+class NodeFileError(OSError):
+    """A node file that is not read: not a regular file, a symlink where none is followed, or too large."""
+
+    def __init__(self, path: Path | str, problem: str, fix: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        self.fix = fix
+        super().__init__(errno.EINVAL, f"{self.path}: {problem}; {fix}")
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}; {self.fix}"
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, *, follow_symlinks: bool = False, dir_fd: int | None = None) -> int:
+    """A descriptor of the regular file at `path`, opened without blocking (`flags` plus O_NONBLOCK, which a
+    regular file ignores). Raises NodeFileError for anything else, the descriptor closed."""
+    full = flags | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, full, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise NodeFileError(path, "is a symlink, which is never followed here", "remove it; the driver writes this file itself") from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise NodeFileError(path, f"is {kind}, not a regular file", "remove it; only a regular file is read here")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_fd(fd: int, path: Path | str, max_bytes: int) -> bytes:
+    """At most `max_bytes` from the start of an open regular file; NodeFileError when it holds more."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= max_bytes:
+        chunk = os.pread(fd, max_bytes + 1 - size, size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > max_bytes:
+        raise NodeFileError(path, f"is larger than {max_bytes} bytes, more than such a file ever holds", "not read; remove it or find what wrote it")
+    return b"".join(chunks)
+
+
+def read_regular(path: Path | str, max_bytes: int, *, follow_symlinks: bool = False) -> bytes:
+    """The bytes of the regular file at `path` (see the module docstring): never blocks, never reads more than
+    `max_bytes`, never follows a symlink unless `follow_symlinks` (only where no other party can write the
+    directory and a link there is deliberate)."""
+    fd = open_regular(path, follow_symlinks=follow_symlinks)
+    try:
+        return read_fd(fd, path, max_bytes)
+    finally:
+        os.close(fd)
