@@ -73,6 +73,7 @@ def build_shared(root: Path, name: str, build: Callable[[Path], object]) -> Path
     temp = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
     try:
         build(temp)
+        _narrow_modes(temp)
         temp.chmod(0o755)
         try:
             os.rename(temp, final)
@@ -85,6 +86,17 @@ def build_shared(root: Path, name: str, build: Callable[[Path], object]) -> Path
     if not final.is_dir() or final.is_symlink():
         raise SimulatedRootError(f"{final}: not a directory after building it; remove it and restart the driver")
     return final
+
+
+def _narrow_modes(tree: Path) -> None:
+    """No group/other write bit on anything `build` made, whatever the umask (the tree is a host path every pod of
+    the simulated overlay mounts). Links are left alone: their mode is not used."""
+    for directory, subdirs, files in os.walk(tree):
+        for name in [*subdirs, *files]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
 
 
 class SimulatedRoot:

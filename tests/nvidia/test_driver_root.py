@@ -99,3 +99,23 @@ def test_unreadable_driver_version_is_a_plain_unavailable(host_root: tuple[Path,
     with pytest.raises(BackendUnavailable, match="NVML reports no driver version") as info:
         _open_host(root, tmp_path)
     assert "nvidia-smi" in str(info.value)
+
+
+def test_the_time_slice_stand_in_keeps_its_state_in_the_root_it_was_renamed_to(tmp_path: Path) -> None:
+    """The simulated root is built in a temp directory and renamed into place: the nvidia-smi stand-in must write
+    under the final root, never recreate the temp path (which it did, world-writable under umask 000)."""
+    import os
+    import subprocess
+
+    from dra_driver.backend import sim_node
+
+    final = sim_node.build_shared(tmp_path, "nvidia-driver-root-1.2.3", lambda d: fake_driver_root.build(d, "1.2.3"))
+    uuid = "GPU-a76e89c2-a727-5fc5-a58a-8e6912ffd392"
+    old_umask = os.umask(0)
+    try:
+        subprocess.run([str(final / "usr/bin/nvidia-smi"), "compute-policy", "-i", uuid, "--set-timeslice=2"], check=True, capture_output=True)
+    finally:
+        os.umask(old_umask)
+    assert (final / fake_driver_root.TIMESLICE_DIR / uuid).read_text() == "2\n"
+    assert [p.name for p in tmp_path.iterdir()] == [final.name]
+    assert not [p for p in final.rglob("*") if not p.is_symlink() and p.lstat().st_mode & 0o022 and not p.is_char_device()]

@@ -140,7 +140,7 @@ def test_no_path_the_daemon_creates_under_umask_000_is_writable_by_others_with_s
     others write (intermediate directories such as nvidia/mps included, and whatever the MPS daemons make)."""
     root = short_tmp
     root.chmod(0o755)
-    for made in (root / "kubelet" / "plugins_registry", root / "run", root / "cdi"):
+    for made in (root / "kubelet" / "plugins_registry", root / "kubelet" / "plugins", root / "run", root / "cdi"):
         made.mkdir(parents=True)
         made.chmod(0o755)
     pod_uid = "4f1c2d3e-0000-4000-8000-0000000000aa"
@@ -152,7 +152,7 @@ def test_no_path_the_daemon_creates_under_umask_000_is_writable_by_others_with_s
     ]
     command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--vendors", "nvidia", "--consumable-gpu-memory",
                "--node-name", "node-a", "--api-server", apiserver.url, "--pod-uid", pod_uid, "--kubelet-dir", str(root / "kubelet"),
-               "--state-dir", str(root / "run"), "--cdi-dir", str(root / "cdi")]  # fmt: skip
+               "--state-dir", str(root / "run"), "--cdi-dir", str(root / "cdi"), "--simulated-root", str(root / "sim")]  # fmt: skip
     daemon = subprocess.Popen(command, umask=0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(paths.registration_socket.exists, timeout=60)
@@ -161,9 +161,10 @@ def test_no_path_the_daemon_creates_under_umask_000_is_writable_by_others_with_s
         wait_for(lambda: any((root / "run" / "ready").glob("*.json")), timeout=60)
         writable = {
             str(path): oct(stat.S_IMODE(info.st_mode))
-            for path in [root / "kubelet", root / "run", root / "cdi", *(root / "kubelet").rglob("*"), *(root / "run").rglob("*"), *(root / "cdi").rglob("*")]
+            for path in [root / "kubelet", root / "run", root / "cdi", root / "sim", *(root / "kubelet").rglob("*"), *(root / "run").rglob("*"),
+                         *(root / "cdi").rglob("*"), *(root / "sim").rglob("*")]
             if not stat.S_ISLNK((info := os.lstat(path)).st_mode) and stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
-            and not _mps_client_socket(path, info)
+            and not _mps_client_socket(path, info) and not stat.S_ISCHR(info.st_mode)  # device nodes are 0666, as /dev/nvidia*
         }
         assert writable == {}, "writable by group or others:\n" + "\n".join(f"{mode} {path}" for path, mode in sorted(writable.items()))
         assert all(e.error == "" for e in conn.unprepare(claims).claims.values())

@@ -89,7 +89,7 @@ def _binaries(root: Path, version: str) -> None:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name in ("nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-server"):
         _script(bin_dir / name, f"#!/bin/sh\necho \"simulated {name} driver {version}\"\n")
-    _script(bin_dir / "nvidia-smi", _NVIDIA_SMI.format(version=version, timeslice=root / TIMESLICE_DIR))
+    _script(bin_dir / "nvidia-smi", _NVIDIA_SMI.format(version=version, timeslice=TIMESLICE_DIR))
     _script(bin_dir / "nvidia-cuda-mps-control", f"#!{sys.executable}\n" + MPS_CONTROL_SOURCE.read_text())
 
 
@@ -110,7 +110,10 @@ done
 case "$uuid" in GPU-*) ;; *) echo "No devices were found matching $uuid" >&2; exit 6 ;; esac
 case "$uuid" in *[!A-Za-z0-9-]*) echo "No devices were found matching $uuid" >&2; exit 6 ;; esac
 case "$slice" in 0|1|2|3) ;; *) echo "Invalid timeslice value: $slice" >&2; exit 2 ;; esac
-mkdir -p "{timeslice}" && echo "$slice" > "{timeslice}/$uuid" || exit 1
+umask 022
+# The state lives under the root this script is in now: the root is built elsewhere and renamed into place.
+state="$(cd "$(dirname "$0")/../.." && pwd -P)/{timeslice}"
+mkdir -p "$state" && echo "$slice" > "$state/$uuid" || exit 1
 echo "Set timeslice to $slice for GPU $uuid"
 """
 
