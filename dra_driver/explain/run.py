@@ -17,6 +17,7 @@ from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.placement import Scheduler, placements
 from dra_driver.explain.search_size import timeout_warnings
+from dra_driver.explain.sharing import sharing_notes
 from dra_driver.explain.subject import Subject, read_subject, validated_claims
 from dra_driver.explain.taint_rules import apply_rules, parse_rules
 
@@ -95,6 +96,7 @@ def explain_subject(
         raise InputError(rule_errors)
     pools = build_pools(fleet.slices)
     subject.notes += apply_rules(pools, rules, gates)
+    subject.notes += sharing_notes(list(specs.values()), pools, gates)
     nodes = fleet_nodes(pools, fleet.nodes)
     others = [*fleet.claims, *subject.allocated_claims]
     scheduler = Scheduler(pools, classes, matcher, nodes, fleet.allocatable, others, subject.own_claims, gates)

@@ -145,8 +145,11 @@ def check_slices(slices: Sequence[Mapping[str, Any]]) -> None:
 # -- simulated fleet ------------------------------------------------------------------------------
 
 
-def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_prefix: str = "node-") -> Fleet:
+def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_prefix: str = "node-", consumable_gpu_memory: bool = False) -> Fleet:
     """The slices of `nodes` identical nodes (`<node_prefix><index>`) running every vendor the profile describes.
+
+    `consumable_gpu_memory`: the nodes run `dra-driver run --consumable-gpu-memory` (whole NVIDIA GPUs
+    published with allowMultipleAllocations and a memory request policy, for claims that ask a share).
 
     Backends discover once; the inventory is rendered per node (pool = node name),
     so attribute values that embed a node name keep node-0's.
@@ -162,7 +165,8 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
         profile = load_profile(profile_name)
     except DraError as exc:
         raise FleetError(str(exc)) from exc
-    opened = open_backends(BackendSettings(node_name="node-0", partitioning=partitioning), profile)  # type: ignore[arg-type]
+    settings = BackendSettings(node_name="node-0", partitioning=partitioning, consumable_gpu_memory=consumable_gpu_memory)  # type: ignore[arg-type]
+    opened = open_backends(settings, profile)
     try:
         if not opened.backends:
             reasons = "; ".join(str(e) for e in opened.unavailable) or "no vendor section matches an installed backend"
@@ -170,7 +174,8 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
         inventories = [backend.discover() for backend in opened.backends]
     finally:
         opened.close()
-    fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({partitioning})"])
+    mode = f"{partitioning}, consumable GPU memory" if consumable_gpu_memory else partitioning
+    fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({mode})"])
     for index in range(nodes):
         for inventory in inventories:
             fleet.slices += render_pool(inventory, f"{node_prefix}{index}")

@@ -25,7 +25,7 @@ from dra_driver.template.known import known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
-from dra_driver.explain import ClaimInput, FleetSource, InputError, Subject, explain_subject, load_fleet, shipped_class_documents
+from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, load_fleet, shipped_class_documents
 
 __all__ = [
     "DeviceWant",
@@ -121,13 +121,18 @@ def template(request: TemplateRequest) -> TemplateResult:
     result = TemplateResult(text, document, resolved)
     if intent.sharing is not None and not intent.as_claim and not intent.share_memory:
         result.notes.append(TEMPLATE_SHARES_NOTHING)
+    # A share exists only under DRAConsumableCapacity: checked as on a cluster that runs it; explain's
+    # note says when a fleet's devices would each go whole to one claim instead.
+    gates = FeatureGates(consumable_capacity=bool(intent.share_memory))
     if request.hardware_check:
         known = known_fleet()
-        if not explain_subject(known, subject).explanation.allocatable:
+        if not explain_subject(known, subject, gates=gates).explanation.allocatable:
             raise _impossible(resolved, len({s for k in kinds for s in k.profiles}))
     if request.source is not None:
         fleet = load_fleet(request.source)
-        explanation = explain_subject(fleet, subject).explanation
+        checked = explain_subject(fleet, _subject(document), gates=gates)  # a fresh subject: explain adds its notes to it
+        explanation = checked.explanation
+        result.notes += [f"note: {note}" for note in checked.notes]
         fitting = [o.node for o in explanation.nodes if o.allocated and not o.error]
         result.fleet = FleetCheck(fleet.sources, len(explanation.nodes), fitting, node_summary(explanation), explanation.error)
     return result
