@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,12 +148,17 @@ def _sort(path: str, found: Sequence[SourcedObject], subject: Subject) -> _Sorte
         elif kind not in MODELS and stream:
             out.skipped[kind] = out.skipped.get(kind, 0) + 1
         else:
-            result = parse_object(doc, label)
+            result = parse_object(doc, label, _field_label(path, item, f"{kind or 'document'} {name}"))
             if isinstance(result, list):
                 out.errors += result
             else:
                 out.parsed.append((f"{kind} {name}", result, dict(doc)))
     return out
+
+
+def _field_label(path: str, item: SourcedObject, what: str) -> Callable[[tuple[str | int, ...]], str]:
+    """The label of an error about one field: `file:line: Kind name`, at the field's own line."""
+    return lambda loc: f"{path}:{item.field_line(loc)}: {what}"
 
 
 def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subject:
