@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 from explain_testlib import explain
+
+from dra_driver.cli.main import main
 
 V1BETA1_CLAIM = """\
 apiVersion: resource.k8s.io/v1
@@ -51,3 +55,78 @@ def test_v1beta1_fields_in_a_list_item_name_their_line_and_other_unknown_fields_
         line = by_field[field]
         number = int(line.split(f"{path}:")[1].split(":")[0])
         assert numbered[number].strip().startswith(field + ":") and fix in line, (field, line)
+
+
+NIM_SERVICE = {
+    "apiVersion": "apps.nvidia.com/v1alpha1",
+    "kind": "NIMService",
+    "metadata": {"name": "llama", "namespace": "nim"},
+    "spec": {"image": {"repository": "nvcr.io/nim/meta/llama3-8b-instruct", "tag": "1.0.0"}, "replicas": 2, "resources": {"limits": {"nvidia.com/gpu": 2}}},
+}
+
+
+def test_migrated_nimservice_pods_get_the_claims_of_dra_resources(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "nim.yaml"
+    source.write_text(yaml.safe_dump(NIM_SERVICE))
+    assert main(["migrate", str(source)]) == 0
+    migrated = tmp_path / "migrated.yaml"
+    migrated.write_text(capsys.readouterr().out)
+    assert "draResources" in migrated.read_text()
+    code, out, err = explain(capsys, migrated, "--profile", "dgx-h100", "-o", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert [pod["pod"] for pod in report["pods"]] == ["Pod nim/llama-0 (NIMService nim/llama, replica 1 of 2)", "Pod nim/llama-1 (NIMService nim/llama, replica 2 of 2)"]
+    devices = [r["device"] for pod in report["pods"] for allocation in pod["allocations"].values() for r in allocation["devices"]["results"]]
+    assert len(devices) == 4 and len(set(devices)) == 4  # 2 replicas x 2 GPUs, none given twice
+    assert not any("ask for no devices" in note for note in report["notes"])
+
+
+COMPUTE_DOMAIN = """apiVersion: resource.nvidia.com/v1beta1
+kind: ComputeDomain
+metadata:
+  name: imex
+spec:
+  numNodes: 1
+  channel:
+    resourceClaimTemplate:
+      name: imex-channel
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: gpus
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+spec:
+  containers:
+  - name: c
+    image: x
+    resources:
+      claims:
+      - name: gpu
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: gpus
+"""
+
+
+def test_custom_kinds_are_skipped_with_one_note_per_kind_and_typos_of_explains_kinds_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sample.yaml"
+    path.write_text(COMPUTE_DOMAIN + "---\n" + COMPUTE_DOMAIN.split("---")[0].replace("name: imex\n", "name: imex-2\n"))
+    code, out, err = explain(capsys, path, "--profile", "dgx-h100")
+    assert code == 0, err
+    assert out.count("Note: skipped 2 ComputeDomain: explain places only ResourceClaims, ResourceClaimTemplates, Pods and workloads\n") == 1
+    assert "ALLOCATABLE" in out
+    path.write_text(COMPUTE_DOMAIN.replace("kind: ResourceClaimTemplate", "kind: ResourceClaimTemplte"))
+    code, out, err = explain(capsys, path, "--profile", "dgx-h100")
+    assert code == 2 and "'ResourceClaimTemplte' is not a kind explain reads; did you mean 'ResourceClaimTemplate'?" in err
