@@ -95,6 +95,7 @@ def explain_subject(
     if rule_errors:
         raise InputError(rule_errors)
     pools = build_pools(fleet.slices)
+    subject.notes += [note for note in fleet.notes if note not in subject.notes]  # a slice given twice (sources/fleet.py)
     subject.notes += apply_rules(pools, rules, gates)
     subject.notes += sharing_notes(list(specs.values()), pools, gates)
     nodes = fleet_nodes(pools, fleet.nodes)
