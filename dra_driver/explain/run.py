@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import CelMatcher, Explanation, build_pools
-from dra_driver.common.errors import FieldError
+from dra_driver.common.errors import DraError, FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
+from dra_driver.explain.constraint_hints import constraint_hints
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
@@ -62,7 +64,34 @@ def explain(request: ExplainRequest) -> ExplainResult:
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
     subject.namespace_labels.update({name: dict(labels) for name, labels in request.namespace_labels.items()})
-    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates, unknown_namespaces_unlabelled=True)
+    layers = [("--classes", extra.classes), (request.file, subject.classes)]
+    untouched = copy.deepcopy(subject) if _static_profile(request.source) else None  # explain_subject adds to a subject
+    result = explain_subject(fleet, subject, layers, request.gates, unknown_namespaces_unlabelled=True)
+    if untouched is not None and not result.allocatable:
+        result.notes += _dynamic_partitioning_hint(request, untouched, layers)
+    return result
+
+
+def _static_profile(source: FleetSource) -> bool:
+    return bool(source.profile) and source.partitioning == "static"
+
+
+def _dynamic_partitioning_hint(request: ExplainRequest, subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """What a simulated fleet that fails statically would do with dynamic partitioning: a MIG or partition claim
+    often needs nodes that create partitions on demand, and nothing else tells a user that the flag exists."""
+    source = replace(request.source, partitioning="dynamic")
+    try:
+        dynamic = explain_subject(load_fleet(source), subject, layers, request.gates, unknown_namespaces_unlabelled=True)
+    except DraError:
+        return []
+    if not dynamic.allocatable:
+        return []
+    explanations = [pod.explanation for pod in dynamic.pods] or [dynamic.explanation]
+    matching = len({device for e in explanations for report in e.alternatives for matches in report.nodes.values() for device in matches.matched})
+    return [
+        f"with --partitioning dynamic (nodes running `dra-driver run --partitioning dynamic`, which create MIG devices and "
+        f"partitions on demand) {matching} devices of profile {request.source.profile} match and it is allocatable"
+    ]
 
 
 def explain_subject(
@@ -98,6 +127,7 @@ def explain_subject(
     subject.notes += [note for note in fleet.notes if note not in subject.notes]  # a slice given twice (sources/fleet.py)
     subject.notes += apply_rules(pools, rules, gates)
     subject.notes += sharing_notes(list(specs.values()), pools, gates)
+    subject.notes += constraint_hints(list(specs.values()), pools)
     nodes = fleet_nodes(pools, fleet.nodes)
     others = [*fleet.claims, *subject.allocated_claims]
     scheduler = Scheduler(pools, classes, matcher, nodes, fleet.allocatable, others, subject.own_claims, gates)

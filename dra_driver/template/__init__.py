@@ -13,7 +13,8 @@ a fleet (how many nodes could hold it now and why the others cannot).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -21,7 +22,7 @@ import yaml
 from dra_driver.allocator.report import node_summary
 from dra_driver.template.document import build_document, to_yaml
 from dra_driver.template.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_share_memory, parse_sharing, parse_want
-from dra_driver.template.known import known_fleet, known_kinds, nearest
+from dra_driver.template.known import KnownKind, known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
@@ -104,6 +105,25 @@ def _impossible(resolved: Resolved, profiles: int) -> TemplateError:
     return TemplateError("\n".join(lines))
 
 
+def _unfit_choices(intent: Intent, resolved: Resolved, kinds: Sequence[KnownKind], shipped: set[str], gates: FeatureGates) -> list[str]:
+    """A note per firstAvailable choice that no shipped profile could hold on its own: the claim as a whole
+    fits (an earlier or later choice does), but that choice can never be the one allocated on known hardware."""
+    notes: list[str] = []
+    for index, choice in enumerate(resolved.choices):
+        alone = replace(intent, wants=(choice.want,))
+        problems = Problems()
+        single = resolve(alone, problems, kinds, shipped, True)
+        if problems.errors:  # e.g. --same that this choice alone cannot take: the full claim was checked already
+            continue
+        subject = _subject(yaml.safe_load(to_yaml(build_document(alone, single))))
+        if explain_subject(known_fleet(), subject, gates=gates).explanation.allocatable:
+            continue
+        nearest_kinds = "; ".join(nearest(choice.want, kinds))
+        notes.append(f"note: choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
+                     f"partitioning), so it is never the one allocated there; nearest known devices: {nearest_kinds}")
+    return notes
+
+
 def template(request: TemplateRequest) -> TemplateResult:
     """Build, validate and check the claim; InputError for bad wishes, TemplateError when no known hardware fits."""
     intent = request.intent
@@ -128,6 +148,8 @@ def template(request: TemplateRequest) -> TemplateResult:
         known = known_fleet()
         if not explain_subject(known, subject, gates=gates).explanation.allocatable:
             raise _impossible(resolved, len({s for k in kinds for s in k.profiles}))
+        if len(resolved.choices) > 1:
+            result.notes += _unfit_choices(intent, resolved, kinds, shipped, gates)
     if request.source is not None:
         fleet = load_fleet(request.source)
         checked = explain_subject(fleet, _subject(document), gates=gates)  # a fresh subject: explain adds its notes to it

@@ -130,3 +130,57 @@ def test_custom_kinds_are_skipped_with_one_note_per_kind_and_typos_of_explains_k
     path.write_text(COMPUTE_DOMAIN.replace("kind: ResourceClaimTemplate", "kind: ResourceClaimTemplte"))
     code, out, err = explain(capsys, path, "--profile", "dgx-h100")
     assert code == 2 and "'ResourceClaimTemplte' is not a kind explain reads; did you mean 'ResourceClaimTemplate'?" in err
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+MIG_CLAIM = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: small
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly:
+        deviceClassName: mig-1g.10gb.nvidia.com
+"""
+
+
+def test_a_mig_claim_on_a_static_profile_hints_at_dynamic_partitioning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    claim = _write(tmp_path, "mig.yaml", MIG_CLAIM)
+    code, out, _ = explain(capsys, claim, "--profile", "dgx-h100")
+    assert code == 1 and "NOT ALLOCATABLE" in out
+    assert "Note: with --partitioning dynamic (nodes running `dra-driver run --partitioning dynamic`" in out
+    assert "56 devices of profile dgx-h100 match and it is allocatable" in out
+    code, out, _ = explain(capsys, claim, "--profile", "dgx-h100", "--partitioning", "dynamic")
+    assert code == 0 and "--partitioning dynamic (nodes" not in out
+    code, out, _ = explain(capsys, _write(tmp_path, "big.yaml", MIG_CLAIM.replace("mig-1g.10gb.nvidia.com", "gpu.nvidia.com\n        count: 9")), "--profile", "dgx-h100")
+    assert code == 1 and "--partitioning dynamic (nodes" not in out  # no better there: no hint
+
+
+def test_a_constraint_on_an_attribute_no_device_has_gets_one_note_with_a_did_you_mean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = MIG_CLAIM.replace("mig-1g.10gb.nvidia.com", "gpu.nvidia.com\n        count: 2") + "    constraints:\n    - matchAttribute: {}\n"
+    code, out, _ = explain(capsys, _write(tmp_path, "c.yaml", text.format("dra-driver.io/interconectDomain")), "--profile", "dgx-h100")
+    assert code == 1
+    (note,) = [line for line in out.splitlines() if line.startswith("Note:")]
+    assert "constraints[0].matchAttribute: no device of this fleet has dra-driver.io/interconectDomain; did you mean 'dra-driver.io/interconnectDomain'?" in note
+    code, out, _ = explain(capsys, _write(tmp_path, "c.yaml", text.format("gpu.nvidia.com/nvlinkDomain")), "--profile", "dgx-h100")
+    (note,) = [line for line in out.splitlines() if line.startswith("Note:")]
+    assert "no device of this fleet has gpu.nvidia.com/nvlinkDomain" in note and "kept together by dra-driver.io/interconnectDomain" in note
+    code, out, _ = explain(capsys, _write(tmp_path, "c.yaml", text.format("dra-driver.io/interconnectDomain")), "--profile", "dgx-h100")
+    assert code == 0 and "Note:" not in out
+
+
+def test_template_says_which_fallback_fits_no_shipped_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["template", "--count", "4", "--model", "H100", "--fallback", "8xA100"]) == 0
+    err = capsys.readouterr().err
+    assert "choice 2, 8 x nvidia A100, fits no shipped hardware profile" in err and "at most 4 on one node, 8 wanted" in err
+    assert "choice 1" not in err
+    assert main(["template", "--count", "4", "--model", "H100", "--fallback", "4xA100"]) == 0
+    assert "fits no shipped hardware profile" not in capsys.readouterr().err
