@@ -45,6 +45,7 @@ class Fleet:
     taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # cluster only (admin access)
     cluster: bool = False  # read from an API server: its DeviceClasses are the ones that exist
+    simulated: bool = False  # nodes simulated from a profile (they run this driver: its shipped classes exist)
     slice_files: dict[str, list[str]] = field(default_factory=dict)  # slice name -> the files that hold it (--fleet)
     notes: list[str] = field(default_factory=list)  # what reading the fleet found worth saying (a slice given twice)
 
@@ -62,6 +63,7 @@ class Fleet:
         self.pods += other.pods
         self.sources += other.sources
         self.cluster = self.cluster or other.cluster
+        self.simulated = self.simulated or other.simulated
 
 
 # -- documents ------------------------------------------------------------------------------------
@@ -211,7 +213,7 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
     finally:
         opened.close()
     mode = f"{partitioning}, consumable GPU memory" if consumable_gpu_memory else partitioning
-    fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({mode})"])
+    fleet = Fleet(sources=[f"profile {profile.name} x {nodes} nodes ({mode})"], simulated=True)
     for index in range(nodes):
         for inventory in inventories:
             fleet.slices += render_pool(inventory, f"{node_prefix}{index}")
