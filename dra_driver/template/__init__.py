@@ -19,14 +19,16 @@ from typing import Any
 
 import yaml
 
+from dra_driver.allocator import build_pools
 from dra_driver.allocator.report import node_summary
+from dra_driver.sources.fleet import Fleet
 from dra_driver.template.document import build_document, to_yaml
 from dra_driver.template.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_share_memory, parse_sharing, parse_want
 from dra_driver.template.known import KnownKind, known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
-from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, load_fleet, shipped_class_documents
+from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, fleet_nodes, load_fleet, shipped_class_documents
 
 __all__ = [
     "DeviceWant",
@@ -105,6 +107,14 @@ def _impossible(resolved: Resolved, profiles: int) -> TemplateError:
     return TemplateError("\n".join(lines))
 
 
+def _classes_missing(fleet: Fleet, resolved: Resolved) -> list[str]:
+    """The shipped classes the claim names that a fleet with classes of its own (a cluster, a dump) lacks."""
+    if not (fleet.cluster or fleet.classes):
+        return []  # explain adds the shipped ones to fleet files without classes, and says so
+    present = {str((doc.get("metadata") or {}).get("name")) for doc in fleet.classes}
+    return sorted({choice.device_class for choice in resolved.choices} - present)
+
+
 def _unfit_choices(intent: Intent, resolved: Resolved, kinds: Sequence[KnownKind], shipped: set[str], gates: FeatureGates) -> list[str]:
     """A note per firstAvailable choice that no shipped profile could hold on its own: the claim as a whole
     fits (an earlier or later choice does), but that choice can never be the one allocated on known hardware."""
@@ -152,6 +162,12 @@ def template(request: TemplateRequest) -> TemplateResult:
             result.notes += _unfit_choices(intent, resolved, kinds, shipped, gates)
     if request.source is not None:
         fleet = load_fleet(request.source)
+        missing = _classes_missing(fleet, resolved)
+        if missing:  # a cluster (or a dump of one) without the shipped classes: no node can hold it there
+            nodes = len(fleet_nodes(build_pools(fleet.slices), fleet.nodes))
+            error = f"the fleet has no DeviceClass {', '.join(missing)}: install the shipped classes (deviceclasses/, as deploy/ does)"
+            result.fleet = FleetCheck(fleet.sources, nodes, [], [], error)
+            return result
         checked = explain_subject(fleet, _subject(document), gates=gates)  # a fresh subject: explain adds its notes to it
         explanation = checked.explanation
         result.notes += [f"note: {note}" for note in checked.notes]
