@@ -324,20 +324,41 @@ class _Checker:
 
     def _check_format(self, template_tree: lark.Tree, arguments: lark.Tree, scope: dict[str, CelType]) -> None:
         """`"%s-%d".format([...])`: the argument list is exempt from homogeneity (cel-go types it
-        list(dyn)); with a constant template, each clause must accept its argument's known type."""
-        kinds = [self.infer(a, scope) for a in _args(arguments, 0)]
+        list(dyn)); with a constant template, cel-go's compile-time validator (ext/formatting.go,
+        stringFormatValidator) walks the clauses in order, and each must accept its argument's known
+        type; a list or map literal under %s is checked element by element."""
+        items = _args(arguments, 0)
+        kinds = [self.infer(a, scope) for a in items]
         template = constant_string(template_tree)
         if template is None:
             return
         verbs = format_verbs(template)
         if isinstance(verbs, str):
-            raise TypeCheckError(f"format: {verbs}")
-        if len(verbs) > len(kinds):
-            raise TypeCheckError(f"format: index {len(kinds)} out of range (the template has {len(verbs)} clauses, the list {len(kinds)} arguments)")
-        for position, (verb, kind) in enumerate(zip(verbs, kinds)):
-            allowed = _FORMAT_ACCEPTS.get(verb)
-            if allowed is not None and kind != DYN and _name(kind).split("(")[0] not in allowed:
-                raise TypeCheckError(f"format: %{verb} clause can only be used on {', '.join(sorted(allowed))}, was given {_name(kind)} (argument {position})")
+            raise TypeCheckError(verbs)
+        for position, verb in enumerate(verbs):
+            if position >= len(kinds):
+                raise TypeCheckError(f"index {position} out of range")
+            accepted, message = _FORMAT_CLAUSES[verb]
+            bad = self._format_refusal(items[position], kinds[position], accepted, verb == "s", scope)
+            if bad is not None:
+                raise TypeCheckError(f"error during formatting: {message}, was given {bad}")
+        if len(kinds) > len(verbs):
+            raise TypeCheckError(f"too many arguments supplied to string.format (expected {len(verbs)}, got {len(kinds)})")
+
+    def _format_refusal(self, item: lark.Tree, kind: CelType, accepted: frozenset[str], recurse: bool, scope: dict[str, CelType]) -> str | None:
+        """cel-go's type name of the argument a clause refuses (compared by kind: list(int) is a list), else None."""
+        if kind == DYN:
+            return None
+        base = kind[0] if isinstance(kind, tuple) else kind
+        if base not in accepted:
+            return _type_name(kind)
+        literal = _collection_literal(item) if recurse else None
+        if literal is not None:  # %s of a list or map literal: its members too
+            for member in _args(literal, 0):
+                bad = self._format_refusal(member, self.infer(member, scope), accepted, True, scope)
+                if bad is not None:
+                    return bad
+        return None
 
     def _macro(self, name: str, receiver: CelType, args: list[lark.Tree], scope: dict[str, CelType]) -> CelType:
         two_vars = name == "transformList" or (name in ("all", "exists", "existsOne") and len(args) == 3)
@@ -424,16 +445,33 @@ def _arithmetic_result(symbol: str, left: CelType, right: CelType) -> CelType | 
     return left if left == right and left in ("int", "uint") else None  # %
 
 
-# What each format() clause accepts (cel-go strings extension); %s takes anything.
-_FORMAT_ACCEPTS: dict[str, frozenset[str]] = {
-    "d": frozenset({"int", "uint"}),
-    "f": frozenset({"int", "uint", "double", "string"}),  # strings only as "NaN"/"Infinity"
-    "e": frozenset({"int", "uint", "double", "string"}),
-    "x": frozenset({"int", "uint", "string", "bytes"}),
-    "X": frozenset({"int", "uint", "string", "bytes"}),
-    "o": frozenset({"int", "uint"}),
-    "b": frozenset({"int", "uint", "bool"}),
-}
+# What each format() clause accepts at compile time, and cel-go's words when it does not (ext/formatting.go,
+# the strings extension at version 2 that Kubernetes' base environment uses).
+_FORMAT_CLAUSES: dict[str, tuple[frozenset[str], str]] = {
+    "s": (frozenset({"list", "map", "int", "uint", "double", "bool", "string", "timestamp", "bytes", "duration", "type", "null"}),
+          "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps"),
+    "d": (frozenset({"int", "uint"}), "decimal clause can only be used on integers"),
+    "f": (frozenset({"double", "string"}), "fixed-point clause can only be used on doubles"),  # strings: "NaN", "Infinity"
+    "e": (frozenset({"double", "string"}), "scientific clause can only be used on doubles"),
+    "b": (frozenset({"int", "uint", "bool"}), "only integers and bools can be formatted as binary"),
+    "x": (frozenset({"int", "uint", "string", "bytes"}), "only integers, byte buffers, and strings can be formatted as hex"),
+    "X": (frozenset({"int", "uint", "string", "bytes"}), "only integers, byte buffers, and strings can be formatted as hex"),
+    "o": (frozenset({"int", "uint"}), "octal clause can only be used on integers"),
+}  # fmt: skip
+
+
+def _type_name(kind: CelType) -> str:
+    """A type as cel-go's TypeName() prints it: list and map without parameters, null as null_type."""
+    if isinstance(kind, tuple):
+        return str(kind[0])
+    return "null_type" if kind == "null" else _OBJECT_NAMES.get(kind, kind)
+
+
+def _collection_literal(tree: lark.Tree) -> lark.Tree | None:
+    node = tree
+    while node.data not in ("list_lit", "map_lit") and len(node.children) == 1 and isinstance(node.children[0], lark.Tree):
+        node = node.children[0]
+    return node if node.data in ("list_lit", "map_lit") else None
 
 
 def format_verbs(template: str) -> list[str] | str:
@@ -450,11 +488,11 @@ def format_verbs(template: str) -> list[str] | str:
             while j < len(template) and template[j].isdigit():
                 j += 1
         if j >= len(template):
-            return "unterminated formatting clause"
+            return "unexpected end of string"
         verb = template[j]
         if verb != "%":
-            if verb != "s" and verb not in _FORMAT_ACCEPTS:
-                return f"unrecognized formatting clause %{verb}"
+            if verb not in _FORMAT_CLAUSES:
+                return f'could not parse formatting clause: unrecognized formatting clause "{verb}"'
             verbs.append(verb)
         i = j + 1
     return verbs

@@ -32,19 +32,22 @@ class FleetSource:
     kubeconfig: str | None = None
     context: str | None = None  # a context of the kubeconfig (--context); with nothing else set, the kubectl default is read
     with_pods: bool = False  # also LIST Pods from the cluster (`dra-driver fleet` shows who holds a claim)
+    consumable_gpu_memory: bool = False  # the simulated nodes run `run --consumable-gpu-memory` (--profile only)
 
 
 def load_fleet(source: FleetSource) -> fleets.Fleet:
     chosen = [flag for flag, on in (("--fleet", bool(source.paths)), ("--profile", bool(source.profile)), ("--kubeconfig/--context", bool(source.kubeconfig or source.context))) if on]
     if len(chosen) > 1:
         raise InputError([FieldError("arguments", f"give one of --fleet, --profile, --kubeconfig/--context (got {', '.join(chosen)})")])
+    if source.consumable_gpu_memory and not source.profile:
+        raise InputError([FieldError("--consumable-gpu-memory", "simulates a node setting: give it with --profile (slices from files or a cluster show allowMultipleAllocations as published)")])
     cluster = source.cluster()
     if not chosen and cluster is None:
         raise InputError([FieldError("arguments", f"no fleet: pass --fleet FILE, --profile NAME, or --kubeconfig FILE [--context NAME] (no cluster configured: {searched()})")])
     if source.profile:
         # Rendered by our own layout code, which keeps the API limits; checking
         # 10,000 generated devices again would cost seconds.
-        return fleets.simulated(source.profile, source.nodes, source.partitioning)
+        return fleets.simulated(source.profile, source.nodes, source.partitioning, consumable_gpu_memory=source.consumable_gpu_memory)
     fleet = fleets.from_cluster(cluster, with_pods=source.with_pods) if cluster is not None else fleets.load_paths(source.paths)
     fleets.check_slices(fleet.slices)
     return fleet

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dra_driver.sources import fleet as fleets
-from dra_driver.allocator import CelMatcher, Explanation, build_pools
-from dra_driver.common.errors import FieldError
+from dra_driver.allocator import CelMatcher, ClaimSpec, Explanation, build_pools
+from dra_driver.common.errors import DraError, FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.explain.classes import merge_classes, shipped_class_documents
+from dra_driver.explain.constraint_hints import constraint_hints
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.placement import Scheduler, placements
 from dra_driver.explain.search_size import timeout_warnings
+from dra_driver.explain.sharing import sharing_notes
 from dra_driver.explain.subject import Subject, read_subject, validated_claims
 from dra_driver.explain.taint_rules import apply_rules, parse_rules
 
@@ -61,7 +64,34 @@ def explain(request: ExplainRequest) -> ExplainResult:
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
     subject.namespace_labels.update({name: dict(labels) for name, labels in request.namespace_labels.items()})
-    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates, unknown_namespaces_unlabelled=True)
+    layers = [("--classes", extra.classes), (request.file, subject.classes)]
+    untouched = copy.deepcopy(subject) if _static_profile(request.source) else None  # explain_subject adds to a subject
+    result = explain_subject(fleet, subject, layers, request.gates, unknown_namespaces_unlabelled=True)
+    if untouched is not None and not result.allocatable:
+        result.notes += _dynamic_partitioning_hint(request, untouched, layers)
+    return result
+
+
+def _static_profile(source: FleetSource) -> bool:
+    return bool(source.profile) and source.partitioning == "static"
+
+
+def _dynamic_partitioning_hint(request: ExplainRequest, subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """What a simulated fleet that fails statically would do with dynamic partitioning: a MIG or partition claim
+    often needs nodes that create partitions on demand, and nothing else tells a user that the flag exists."""
+    source = replace(request.source, partitioning="dynamic")
+    try:
+        dynamic = explain_subject(load_fleet(source), subject, layers, request.gates, unknown_namespaces_unlabelled=True)
+    except DraError:
+        return []
+    if not dynamic.allocatable:
+        return []
+    explanations = [pod.explanation for pod in dynamic.pods] or [dynamic.explanation]
+    matching = len({device for e in explanations for report in e.alternatives for matches in report.nodes.values() for device in matches.matched})
+    return [
+        f"with --partitioning dynamic (nodes running `dra-driver run --partitioning dynamic`, which create MIG devices and "
+        f"partitions on demand) {matching} devices of profile {request.source.profile} match and it is allocatable"
+    ]
 
 
 def explain_subject(
@@ -78,11 +108,9 @@ def explain_subject(
     in a namespace whose labels are not known is refused as the API server refuses it in an
     unlabelled one (else only noted)."""
     matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
-    layers = [("shipped", shipped_class_documents()), ("fleet", fleet.classes), *class_layers]
+    layers = [*_shipped_layer(fleet), ("fleet", fleet.classes), *class_layers]
     classes = merge_classes(layers, matcher)
-    # The scheduler maps extended resources with the classes that exist: a cluster's own, not
-    # the shipped ones explain otherwise assumes installed (deploy/ installs them).
-    mapping_layers = layers[1:] if fleet.cluster else layers
+    mapping_layers = layers  # the scheduler maps extended resources with the classes that exist
     to_place = placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates), labels_known=bool(fleet.nodes))
     specs = dict(zip(map(id, subject.claims), validated_claims(subject, classes, matcher)))
     namespaces = {**fleet.namespace_labels, **subject.namespace_labels}
@@ -94,7 +122,11 @@ def explain_subject(
     if rule_errors:
         raise InputError(rule_errors)
     pools = build_pools(fleet.slices)
+    subject.notes += [note for note in fleet.notes if note not in subject.notes]  # a slice given twice (sources/fleet.py)
     subject.notes += apply_rules(pools, rules, gates)
+    subject.notes += sharing_notes(list(specs.values()), pools, gates)
+    subject.notes += _shipped_note(list(specs.values()), layers, fleet)
+    subject.notes += constraint_hints(list(specs.values()), pools)
     nodes = fleet_nodes(pools, fleet.nodes)
     others = [*fleet.claims, *subject.allocated_claims]
     scheduler = Scheduler(pools, classes, matcher, nodes, fleet.allocatable, others, subject.own_claims, gates)
@@ -112,6 +144,35 @@ def explain_subject(
     decisive = next((pod.explanation for pod in pods if not pod.explanation.allocatable), pods[-1].explanation)
     warnings = [w for pod in pods for w in timeout_warnings(pod.explanation, pools)]
     return ExplainResult(decisive, summary, subject.notes, warnings, pods if subject.pod_plans else [])
+
+
+def _shipped_layer(fleet: fleets.Fleet) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The shipped DeviceClasses, where the fleet does not say which classes exist.
+
+    A cluster, or files that hold DeviceClasses (a dump of one), has exactly its own: the shipped
+    ones are not added, as the scheduler there would not find them. A simulated node runs this
+    driver, whose install brings them (deploy/); files with slices only get them too, said by
+    _shipped_note when a claim uses one."""
+    return [] if fleet.cluster or fleet.classes else [("shipped", shipped_class_documents())]
+
+
+def _shipped_note(specs: Sequence[ClaimSpec], layers: Sequence[tuple[str, list[dict[str, Any]]]], fleet: fleets.Fleet) -> list[str]:
+    """Which classes the claims use that only the shipped layer brings (fleet files without DeviceClasses)."""
+    if fleet.simulated:
+        return []
+    names: dict[str, set[str]] = {}
+    for source, docs in layers:
+        names.setdefault(source, set()).update(str((d.get("metadata") or {}).get("name")) for d in docs)
+    others = set().union(*(found for source, found in names.items() if source != "shipped"))
+    used = {alternative.class_name for spec in specs for request in spec.requests for alternative in request.alternatives}
+    only_shipped = sorted(used & names.get("shipped", set()) - others)
+    if not only_shipped:
+        return []
+    return [
+        f"DeviceClass {', '.join(only_shipped)}: the fleet files hold no DeviceClasses, so explain adds the shipped ones "
+        "(deviceclasses/, what deploy/ installs) as if the cluster had them; put the cluster's DeviceClasses in the fleet "
+        "files (kubectl get deviceclasses -o yaml) to check against those instead"
+    ]
 
 
 def _extended_resources(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> ExtendedResources:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from dra_driver.sources.claims import (
     parse_object,
     to_claim,
 )
+from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.workloads import MAX_PODS, WorkloadPod, asks_for_devices, is_workload, workload_pods
@@ -112,6 +113,8 @@ def _pod_claims(pod: Pod, templates: _Named, claims: _Named, path: str, subject:
 
 
 OWN_KINDS = frozenset({*MODELS, "Namespace", "DeviceTaintRule"})
+# What explain places or reads, for the messages that say so (workload kinds are migrate's: Deployment, Job, ...).
+PLACED = "ResourceClaims, ResourceClaimTemplates, Pods and workloads (Deployment, StatefulSet, Job, JobSet, PyTorchJob, RayCluster, NIMService... as `dra-driver migrate` writes them)"
 
 
 @dataclass
@@ -121,15 +124,21 @@ class _Sorted:
     parsed: list[tuple[str, Any, dict[str, Any]]] = field(default_factory=list)  # (label, model, document)
     workload_pods: list[WorkloadPod] = field(default_factory=list)
     errors: list[FieldError] = field(default_factory=list)
-    skipped: dict[str, int] = field(default_factory=dict)  # kind -> count, in a manifest stream
+    skipped: dict[str, int] = field(default_factory=dict)  # kind -> count: kinds explain does not place
     stream: bool = False  # the file holds workloads: a manifest stream
+
+
+def _misspelt_kind(kind: str) -> FieldError | None:
+    """A kind close to one explain reads is a typo, refused with the fix; any other kind is skipped."""
+    hint = suggest.did_you_mean(kind, sorted(OWN_KINDS)) if kind else ""
+    return FieldError("kind", f"{kind!r} is not a kind explain reads; {hint}") if hint else None
 
 
 def _sort(path: str, found: Sequence[SourcedObject], subject: Subject) -> _Sorted:
     out = _Sorted()
     # A file with workloads is a manifest stream (migrate's output): its Services, ConfigMaps... schedule nothing.
     # (is_workload imports migrate, ~0.4 s: only for kinds that are not explain's own)
-    out.stream = stream = any(item.obj.get("kind") not in OWN_KINDS and is_workload(item.obj) for item in found)
+    out.stream = any(item.obj.get("kind") not in OWN_KINDS and is_workload(item.obj) for item in found)
     for index, item in enumerate(found):
         doc = item.obj
         kind = str(doc.get("kind") or "")
@@ -145,15 +154,24 @@ def _sort(path: str, found: Sequence[SourcedObject], subject: Subject) -> _Sorte
             out.errors += pods.errors
             subject.notes += pods.notes
             out.workload_pods += pods.pods
-        elif kind not in MODELS and stream:
-            out.skipped[kind] = out.skipped.get(kind, 0) + 1
+        elif kind not in MODELS:  # a Service, a ConfigMap, an operator's own kind (ComputeDomain): no pod explain can place
+            typo = _misspelt_kind(kind)
+            if typo is not None:
+                out.errors.append(FieldError(f"{label}.{typo.path}", typo.message))
+            else:
+                out.skipped[kind] = out.skipped.get(kind, 0) + 1
         else:
-            result = parse_object(doc, label)
+            result = parse_object(doc, label, _field_label(path, item, f"{kind or 'document'} {name}"))
             if isinstance(result, list):
                 out.errors += result
             else:
                 out.parsed.append((f"{kind} {name}", result, dict(doc)))
     return out
+
+
+def _field_label(path: str, item: SourcedObject, what: str) -> Callable[[tuple[str | int, ...]], str]:
+    """The label of an error about one field: `file:line: Kind name`, at the field's own line."""
+    return lambda loc: f"{path}:{item.field_line(loc)}: {what}"
 
 
 def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subject:
@@ -164,8 +182,9 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     sorted_docs = _sort(path, found, subject)
     if sorted_docs.errors:
         raise InputError(sorted_docs.errors)
-    if sorted_docs.skipped:
-        subject.notes.append("not read (they ask for no devices): " + ", ".join(f"{count} {kind}" for kind, count in sorted(sorted_docs.skipped.items())))
+    skipped = sorted(sorted_docs.skipped.items())
+    skip_notes = [f"skipped {count} {kind}: explain places only {PLACED.split(' (')[0]}" for kind, count in skipped]
+    subject.notes += skip_notes
     parsed = sorted_docs.parsed
     templates = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaimTemplate)])
     claims = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaim)])
@@ -196,10 +215,12 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
                 subject.own_claims.add(f"{ns}/{obj.metadata.name}")
     if errors:
         raise InputError(errors)
-    if sorted_docs.stream and not subject.pods and not subject.claims:
-        raise InputError([FieldError(path, "nothing to place: " + "; ".join(subject.notes))])
+    if not subject.pods and not subject.claims and (sorted_docs.stream or sorted_docs.skipped):
+        why = [note for note in subject.notes if note not in skip_notes]
+        why += ["skipped " + ", ".join(f"{count} {kind}" for kind, count in skipped)] if skipped else []
+        raise InputError([FieldError(path, f"nothing to place ({'; '.join(why)}); explain places {PLACED}")])
     if not subject.claims and not subject.notes and not subject.pods:
-        raise InputError([FieldError(path, "holds no ResourceClaim, ResourceClaimTemplate, Pod or workload")])
+        raise InputError([FieldError(path, f"holds nothing to place; explain places {PLACED}")])
     return subject
 
 

@@ -68,9 +68,41 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
     return out
 
 
+# What a single-container operator resource's spec (NIMService) carries into its pods besides the container.
+_POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "runtimeClassName", "schedulerName", "priorityClassName")
+
+
+def _single_container_pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod spec a NIM-style operator builds from its resource's spec: one model container with the spec's
+    `resources`, and every `draResources` entry (what migrate writes) as a pod claim that container uses."""
+    from dra_driver.migrate.claims import NIM_CLAIMS
+
+    pod: dict[str, Any] = {key: spec[key] for key in _POD_FIELDS if key in spec}
+    container: dict[str, Any] = {"name": "model"}
+    resources = spec.get("resources")
+    container_resources: dict[str, Any] = dict(resources) if isinstance(resources, Mapping) else {}
+    claims: list[dict[str, Any]] = []
+    for index, entry in enumerate(mappings(spec.get(NIM_CLAIMS))):
+        source = {key: entry[key] for key in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(key)}
+        if source:
+            claims.append({"name": f"{NIM_CLAIMS.lower()}-{index}", **source})
+    if claims:
+        pod["resourceClaims"] = claims
+        container_resources["claims"] = [{"name": claim["name"]} for claim in claims]
+    if container_resources:
+        container["resources"] = container_resources
+    pod["containers"] = [container]
+    return pod
+
+
 def _replica_pods(doc: Mapping[str, Any], workload: Workload, notes: list[str]) -> list[WorkloadPod]:
     """One Pod per replica of one pod template (migrate's Workload), at most MAX_PODS."""
     total = replicas(doc, workload.spec_keys)
+    pod_spec = dict(workload.pod_spec)
+    if workload.single_container:  # the spec is the pod's settings and its model container's: replicas there count too
+        own = pod_spec.get("replicas", 1)
+        total *= own if isinstance(own, int) and not isinstance(own, bool) and own >= 0 else 1
+        pod_spec = _single_container_pod_spec(pod_spec)
     if total == 0:
         notes.append(f"{workload.ref}: 0 replicas, no pod to place")
     elif total > MAX_PODS:
@@ -82,7 +114,7 @@ def _replica_pods(doc: Mapping[str, Any], workload: Workload, notes: list[str]) 
     pods: list[WorkloadPod] = []
     for index in range(min(total, MAX_PODS)):
         name = base if total == 1 else f"{base}-{index}"
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": dict(workload.pod_spec)}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": dict(pod_spec)}
         pods.append(WorkloadPod(pod, origin + (f", replica {index + 1} of {total:,}" if total > 1 else "")))
     return pods
 

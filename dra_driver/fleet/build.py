@@ -48,6 +48,7 @@ def build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None = None, p
 
 def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_listed: bool) -> FleetView:
     view = FleetView(sources=list(fleet.sources), device_class=filters.device_class.name if filters.device_class else None)
+    view.notes += fleet.notes
     holders, skipped = _holders(fleet.claims, _pod_phases(fleet.pods) if (fleet.pods or pods_listed) else None)
     shares = shared_consumption(fleet.claims)
     if skipped:
@@ -57,12 +58,14 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
     selector_errors = 0
     for pool in build_pools(fleet.slices):
         if pool.invalid:
-            view.notes.append(f"pool {pool.driver}/{pool.name} is unusable: {pool.invalid}")
+            view.notes.append(f"pool {pool.driver}/{pool.name} is unusable: {pool.invalid}{_files_of(pool, fleet.slice_files)}; its devices count as blocked")
         used = _counters_used(pool, holders)
         shown: list[tuple[PoolDevice, DeviceRow]] = []
         for device in pool.devices:
             published.add(device.id)
             row = _device_row(pool, device, holders.get(device.id, []), used, shares.get(device.id))
+            if pool.invalid and row.state != "allocated":  # the scheduler allocates nothing from an unusable pool
+                row.state, row.blocked_by = "blocked", "unusable pool"
             if not _wanted(row, filters):
                 continue
             try:
@@ -87,6 +90,12 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
     ]
     view.groups = _groups(view.devices)
     return view
+
+
+def _files_of(pool: Pool, slice_files: Mapping[str, list[str]]) -> str:
+    """Which files the pool's slices come from, when more than one (--fleet): where to look for the repeat."""
+    files = sorted({file for name in pool.slices for file in slice_files.get(name, [])})
+    return f"; its slices come from {' and '.join(files)}" if len(files) > 1 else ""
 
 
 def _class_test(device_class: DeviceClassSpec | None, matcher: Matcher | None) -> Callable[[PoolDevice], bool]:

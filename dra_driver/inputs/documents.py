@@ -11,6 +11,7 @@ from typing import Any
 
 from dra_driver.inputs.envelope import envelope_errors
 from dra_driver.inputs.errors import InputError
+from dra_driver.inputs.field_line import Location, field_line
 from dra_driver.inputs.json_loader import load_json
 from dra_driver.inputs.limits import Limits, active
 from dra_driver.inputs.reader import display_name, read_bytes
@@ -28,6 +29,14 @@ class SourcedObject:
     source: str
     line: int
     label: str  # "document 2" or "document 1 items[3]"
+    raw: bytes | str | None = None  # the stream's text (None: not YAML or JSON text we can read again)
+    document: int = 0  # 0-based document of the stream
+    item: tuple[int, ...] = ()  # List items / list entries that lead from the document to the object
+
+    def field_line(self, loc: Location) -> int:
+        """The file line of the field at `loc` (("spec", "devices", "requests", 0, "count")), else the object's line."""
+        found = field_line(self.raw, self.document, self.item, loc) if self.raw is not None else None
+        return found or self.line
 
 
 def parse_documents(raw: bytes, name: str, *, as_json: bool = False, limits: Limits | None = None) -> list[Document]:
@@ -41,7 +50,7 @@ def parse_documents(raw: bytes, name: str, *, as_json: bool = False, limits: Lim
     gc.disable()
     try:
         if as_json:
-            return [Document(load_json(raw, name, limits), 1)]
+            return [Document(load_json(raw, name, limits), 1, raw)]
         decode(raw, name)  # refuse binary and invalid UTF-8 by offset before the parser sees it
         return build_documents(raw, name, limits)
     finally:
@@ -55,32 +64,32 @@ def read_documents(source: str | Path, limits: Limits | None = None) -> list[Doc
     return parse_documents(raw, display_name(source), as_json=str(source).endswith(JSON_SUFFIXES), limits=limits)
 
 
-def _expand(data: Any, label: str) -> Iterator[tuple[Any, str]]:
+def _expand(data: Any, label: str, path: tuple[int, ...] = ()) -> Iterator[tuple[Any, str, tuple[int, ...]]]:
     """An object, the items of a List (kubectl get -o yaml, discover), or the entries of a bare list."""
     if data is None:
         return
     if isinstance(data, Mapping) and isinstance(data.get("kind"), str) and data["kind"].endswith("List") and isinstance(data.get("items"), list):
         for index, item in enumerate(data["items"]):
-            yield from _expand(item, f"{label} items[{index}]")
+            yield from _expand(item, f"{label} items[{index}]", (*path, index))
     elif isinstance(data, list):
         for index, item in enumerate(data):
-            yield from _expand(item, f"{label}[{index}]")
+            yield from _expand(item, f"{label}[{index}]", (*path, index))
     else:
-        yield data, label
+        yield data, label, path
 
 
 def checked_objects(documents: list[Document], name: str) -> list[SourcedObject]:
     """The objects of `documents` (Lists expanded), each checked against the envelope rules."""
     out: list[SourcedObject] = []
     for number, document in enumerate(documents, start=1):
-        for obj, label in _expand(document.data, f"document {number}"):
+        for obj, label, item in _expand(document.data, f"document {number}"):
             errors = envelope_errors(obj)
             if errors:
                 first = errors[0]
                 more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
                 field = f" {first.path}" if first.path else ""
                 raise InputError(name, f"{label}{field}: {first.message}{more}", line=document.line)
-            out.append(SourcedObject(dict(obj), name, document.line, label))
+            out.append(SourcedObject(dict(obj), name, document.line, label, document.raw, document.index, item))
     return out
 
 

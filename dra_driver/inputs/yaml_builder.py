@@ -60,6 +60,10 @@ class Document:
 
     data: Any
     line: int
+    # The whole stream's text and this document's position in it, so an error about one field can
+    # name that field's line (field_line.py); kept by reference, the text exists anyway.
+    raw: bytes | str | None = None
+    index: int = 0
 
 
 @dataclass
@@ -258,7 +262,7 @@ def _build(data: bytes | str, builder: _Builder) -> list[Document]:
             builder.root = None
             marker, start = _line(event), 0
         elif kind is DocumentEndEvent:
-            documents.append(Document(builder.root, start or marker))
+            documents.append(Document(builder.root, start or marker, data, len(documents)))
         elif kind is StreamEndEvent:
             break
     return documents

@@ -200,22 +200,38 @@ MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def pydantic_errors(exc: PydanticValidationError, prefix: str) -> list[FieldError]:
-    """Pydantic's errors as FieldErrors with Kubernetes-style paths (a.b[0].c)."""
+# Fields resource.k8s.io/v1beta1 put directly under a request, that v1 moved under `exactly:`.
+_EXACT_FIELDS = frozenset({"deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations", "capacity"})
+
+LabelAt = Callable[[tuple[str | int, ...]], str]  # pydantic's location of an error -> the label its path starts with
+
+
+def _extra_field_message(loc: tuple[str | int, ...]) -> str:
+    """Why a field is unknown and what to do: a v1beta1 request field goes under `exactly:`, anything else goes."""
+    if len(loc) >= 4 and loc[-4:-2] == ("devices", "requests") and isinstance(loc[-2], int) and loc[-1] in _EXACT_FIELDS:
+        return (f"unknown field in resource.k8s.io/v1: move it under `exactly:` (requests[].{loc[-1]} is the v1beta1 shape; "
+                "v1 puts deviceClassName, count, selectors, allocationMode, adminAccess, tolerations and capacity in requests[].exactly)")
+    return "unknown field; remove it (check spelling and the resource.k8s.io/v1 schema)"
+
+
+def pydantic_errors(exc: PydanticValidationError, prefix: str, label_at: LabelAt | None = None) -> list[FieldError]:
+    """Pydantic's errors as FieldErrors with Kubernetes-style paths (a.b[0].c); `label_at` gives the prefix per
+    error (the field's own file line), else `prefix`."""
     out: list[FieldError] = []
     for error in exc.errors():
-        path = prefix
-        for part in error["loc"]:
+        loc = tuple(error["loc"])
+        path = label_at(loc) if label_at else prefix
+        for part in loc:
             path += f"[{part}]" if isinstance(part, int) else f".{part}"
         message = error["msg"]
         if error["type"] == "extra_forbidden":
-            message = "unknown field; remove it (check spelling and the resource.k8s.io/v1 schema)"
+            message = _extra_field_message(loc)
         out.append(FieldError(path, message))
     return out
 
 
-def parse_object(doc: Mapping[str, Any], label: str) -> BaseModel | list[FieldError]:
-    """One document as its model, or the errors that prevent reading it."""
+def parse_object(doc: Mapping[str, Any], label: str, label_at: LabelAt | None = None) -> BaseModel | list[FieldError]:
+    """One document as its model, or the errors that prevent reading it (each labelled by `label_at` when given)."""
     kind = str(doc.get("kind") or "")
     model = MODELS.get(kind)
     if model is None:
@@ -223,7 +239,7 @@ def parse_object(doc: Mapping[str, Any], label: str) -> BaseModel | list[FieldEr
     try:
         return model.model_validate(dict(doc))
     except PydanticValidationError as exc:
-        return pydantic_errors(exc, label)
+        return pydantic_errors(exc, label, label_at)
 
 
 # -- semantic validation (pkg/apis/resource/validation, docs/sources.md) ---------------------------------------

@@ -46,9 +46,15 @@ class Fleet:
     taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # cluster only (admin access)
     cluster: bool = False  # read from an API server: its DeviceClasses are the ones that exist
+    simulated: bool = False  # nodes simulated from a profile (they run this driver: its shipped classes exist)
+    slice_files: dict[str, list[str]] = field(default_factory=dict)  # slice name -> the files that hold it (--fleet)
+    notes: list[str] = field(default_factory=list)  # what reading the fleet found worth saying (a slice given twice)
 
     def merge(self, other: Fleet) -> None:
         self.slices += other.slices
+        for name, files in other.slice_files.items():
+            self.slice_files.setdefault(name, []).extend(files)
+        self.notes += other.notes
         self.classes += other.classes
         self.claims += other.claims
         self.nodes += other.nodes
@@ -58,6 +64,7 @@ class Fleet:
         self.pods += other.pods
         self.sources += other.sources
         self.cluster = self.cluster or other.cluster
+        self.simulated = self.simulated or other.simulated
 
 
 # -- documents ------------------------------------------------------------------------------------
@@ -105,6 +112,7 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
         kind = doc.get("kind")
         if kind == "ResourceSlice":
             fleet.slices.append(dict(doc))
+            fleet.slice_files.setdefault(_slice_name(doc), []).append(source)
         elif kind == "DeviceClass":
             fleet.classes.append(dict(doc))
         elif kind == "ResourceClaim":
@@ -120,6 +128,35 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
     return fleet
 
 
+def _slice_name(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata")
+    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+
+
+def _drop_repeated_slices(fleet: Fleet) -> None:
+    """A slice name is one object in a cluster: the same slice in two files (a dump and discover's output of one node)
+    is read once, with a note naming the files. Different contents under one name stay, and the note says so:
+    the pool they describe then has every device twice, which the scheduler refuses, as the view shows."""
+    kept: dict[str, dict[str, Any]] = {}
+    slices: list[dict[str, Any]] = []
+    for doc in fleet.slices:
+        name = _slice_name(doc)
+        first = kept.get(name)
+        if first is None or not name:
+            kept[name] = doc
+            slices.append(doc)
+            continue
+        files = " and ".join(dict.fromkeys(fleet.slice_files.get(name, [])))
+        if first == doc:
+            note = f"ResourceSlice {name} is in {files}: the same object given twice, read once"
+        else:
+            slices.append(doc)
+            note = f"ResourceSlice {name} is in {files} with different contents; a cluster holds one object per name: give only one of them"
+        if note not in fleet.notes:
+            fleet.notes.append(note)
+    fleet.slices = slices
+
+
 def load_paths(paths: Sequence[str | Path]) -> Fleet:
     fleet = Fleet()
     # The parser already pauses the collector; the envelope checks and sorting after it copy
@@ -129,6 +166,7 @@ def load_paths(paths: Sequence[str | Path]) -> Fleet:
         for raw in paths:
             for path in _files(Path(raw)):
                 fleet.merge(sort_documents(read_documents(path), str(path)))
+        _drop_repeated_slices(fleet)
     return fleet
 
 
@@ -146,8 +184,11 @@ def check_slices(slices: Sequence[Mapping[str, Any]]) -> None:
 # -- simulated fleet ------------------------------------------------------------------------------
 
 
-def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_prefix: str = "node-") -> Fleet:
+def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_prefix: str = "node-", consumable_gpu_memory: bool = False) -> Fleet:
     """The slices of `nodes` identical nodes (`<node_prefix><index>`) running every vendor the profile describes.
+
+    `consumable_gpu_memory`: the nodes run `dra-driver run --consumable-gpu-memory` (whole NVIDIA GPUs
+    published with allowMultipleAllocations and a memory request policy, for claims that ask a share).
 
     Backends discover once; the inventory is rendered per node (pool = node name),
     so attribute values that embed a node name keep node-0's.
@@ -163,7 +204,8 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
         profile = load_profile(profile_name)
     except DraError as exc:
         raise FleetError(str(exc)) from exc
-    opened = open_backends(BackendSettings(node_name="node-0", partitioning=partitioning), profile)  # type: ignore[arg-type]
+    settings = BackendSettings(node_name="node-0", partitioning=partitioning, consumable_gpu_memory=consumable_gpu_memory)  # type: ignore[arg-type]
+    opened = open_backends(settings, profile)
     try:
         if not opened.backends:
             reasons = "; ".join(str(e) for e in opened.unavailable) or "no vendor section matches an installed backend"
@@ -171,7 +213,8 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
         inventories = [backend.discover() for backend in opened.backends]
     finally:
         opened.close()
-    fleet = Fleet(sources=[f"profile {profile.name} x {plural(nodes, 'node')} ({partitioning})"])
+    mode = f"{partitioning}, consumable GPU memory" if consumable_gpu_memory else partitioning
+    fleet = Fleet(sources=[f"profile {profile.name} x {plural(nodes, 'node')} ({mode})"], simulated=True)
     for index in range(nodes):
         for inventory in inventories:
             fleet.slices += render_pool(inventory, f"{node_prefix}{index}")

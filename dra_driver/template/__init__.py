@@ -13,19 +13,22 @@ a fleet (how many nodes could hold it now and why the others cannot).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
 
+from dra_driver.allocator import build_pools
 from dra_driver.allocator.report import node_summary
+from dra_driver.sources.fleet import Fleet
 from dra_driver.template.document import build_document, to_yaml
 from dra_driver.template.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_share_memory, parse_sharing, parse_want
-from dra_driver.template.known import known_fleet, known_kinds, nearest
+from dra_driver.template.known import KnownKind, known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
-from dra_driver.explain import ClaimInput, FleetSource, InputError, Subject, explain_subject, load_fleet, shipped_class_documents
+from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, fleet_nodes, load_fleet, shipped_class_documents
 
 __all__ = [
     "DeviceWant",
@@ -104,6 +107,33 @@ def _impossible(resolved: Resolved, profiles: int) -> TemplateError:
     return TemplateError("\n".join(lines))
 
 
+def _classes_missing(fleet: Fleet, resolved: Resolved) -> list[str]:
+    """The shipped classes the claim names that a fleet with classes of its own (a cluster, a dump) lacks."""
+    if not (fleet.cluster or fleet.classes):
+        return []  # explain adds the shipped ones to fleet files without classes, and says so
+    present = {str((doc.get("metadata") or {}).get("name")) for doc in fleet.classes}
+    return sorted({choice.device_class for choice in resolved.choices} - present)
+
+
+def _unfit_choices(intent: Intent, resolved: Resolved, kinds: Sequence[KnownKind], shipped: set[str], gates: FeatureGates) -> list[str]:
+    """A note per firstAvailable choice that no shipped profile could hold on its own: the claim as a whole
+    fits (an earlier or later choice does), but that choice can never be the one allocated on known hardware."""
+    notes: list[str] = []
+    for index, choice in enumerate(resolved.choices):
+        alone = replace(intent, wants=(choice.want,))
+        problems = Problems()
+        single = resolve(alone, problems, kinds, shipped, True)
+        if problems.errors:  # e.g. --same that this choice alone cannot take: the full claim was checked already
+            continue
+        subject = _subject(yaml.safe_load(to_yaml(build_document(alone, single))))
+        if explain_subject(known_fleet(), subject, gates=gates).explanation.allocatable:
+            continue
+        nearest_kinds = "; ".join(nearest(choice.want, kinds))
+        notes.append(f"note: choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
+                     f"partitioning), so it is never the one allocated there; nearest known devices: {nearest_kinds}")
+    return notes
+
+
 def template(request: TemplateRequest) -> TemplateResult:
     """Build, validate and check the claim; InputError for bad wishes, TemplateError when no known hardware fits."""
     intent = request.intent
@@ -121,13 +151,26 @@ def template(request: TemplateRequest) -> TemplateResult:
     result = TemplateResult(text, document, resolved)
     if intent.sharing is not None and not intent.as_claim and not intent.share_memory:
         result.notes.append(TEMPLATE_SHARES_NOTHING)
+    # A share exists only under DRAConsumableCapacity: checked as on a cluster that runs it; explain's
+    # note says when a fleet's devices would each go whole to one claim instead.
+    gates = FeatureGates(consumable_capacity=bool(intent.share_memory))
     if request.hardware_check:
         known = known_fleet()
-        if not explain_subject(known, subject).explanation.allocatable:
+        if not explain_subject(known, subject, gates=gates).explanation.allocatable:
             raise _impossible(resolved, len({s for k in kinds for s in k.profiles}))
+        if len(resolved.choices) > 1:
+            result.notes += _unfit_choices(intent, resolved, kinds, shipped, gates)
     if request.source is not None:
         fleet = load_fleet(request.source)
-        explanation = explain_subject(fleet, subject).explanation
+        missing = _classes_missing(fleet, resolved)
+        if missing:  # a cluster (or a dump of one) without the shipped classes: no node can hold it there
+            nodes = len(fleet_nodes(build_pools(fleet.slices), fleet.nodes))
+            error = f"the fleet has no DeviceClass {', '.join(missing)}: install the shipped classes (deviceclasses/, as deploy/ does)"
+            result.fleet = FleetCheck(fleet.sources, nodes, [], [], error)
+            return result
+        checked = explain_subject(fleet, _subject(document), gates=gates)  # a fresh subject: explain adds its notes to it
+        explanation = checked.explanation
+        result.notes += [f"note: {note}" for note in checked.notes]
         fitting = [o.node for o in explanation.nodes if o.allocated and not o.error]
         result.fleet = FleetCheck(fleet.sources, len(explanation.nodes), fitting, node_summary(explanation), explanation.error)
     return result

@@ -62,8 +62,16 @@ ROOT = Path(__file__).resolve().parents[2]
         ('cel.bind(c, device.capacity["gpu.nvidia.com"], c.memory < quantity("1"))', "'_<_'"),
         ('device.capacity["gpu.nvidia.com"].exists(k, v, v > 0)', "'_>_'"),  # map macro variables: key, value
         ('[quantity("1")].all(q, q < quantity("2"))', "'_<_'"),  # list macro variable: the element type
-        ('"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"', "%d clause"),
-        ('"%.1f".format([quantity("1")]) == "1"', "%f clause"),
+        ('"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"', "decimal clause can only be used on integers, was given kubernetes.Quantity"),
+        ('"%.1f".format([quantity("1")]) == "1"', "fixed-point clause can only be used on doubles, was given kubernetes.Quantity"),
+        ('"%.1f".format([1]) == "1"', "fixed-point clause can only be used on doubles, was given int"),
+        ('"%s-%d".format([quantity("1"), 0]) == ""', "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given kubernetes.Quantity"),
+        ('"%s".format([{"a": quantity("1")}]) == ""', "was given kubernetes.Quantity"),
+        ('"%x".format([1.5]) == ""', "only integers, byte buffers, and strings can be formatted as hex, was given double"),
+        ('"%b".format(["a"]) == ""', "only integers and bools can be formatted as binary, was given string"),
+        ('"%s %s".format(["a"]) == ""', "index 1 out of range"),
+        ('"%s".format(["a", "b"]) == ""', "too many arguments supplied to string.format (expected 1, got 2)"),
+        ('"%q".format([1]) == ""', 'unrecognized formatting clause "q"'),
         # Quantity and Semver methods exist only on their own receivers and arguments
         ('device.driver.isGreaterThan(quantity("1"))', "'string.(kubernetes.Quantity)'"),
         ('quantity("1").compareTo(semver("1.0.0")) == 0', "'kubernetes.Quantity.(kubernetes.Semver)'"),
@@ -136,6 +144,8 @@ REALISTIC = [
     'dyn(1) == 1.0 && dyn(1u) == 1',
     'duration("1h") > duration("30m") && timestamp("2024-01-01T00:00:00Z") + duration("1h") > timestamp("2024-01-01T00:00:00Z")',
     '"%s-%s".format(["a", "b"]) == "a-b"',
+    '"%s-%d %.2f %e %x %o %b %%".format([device.driver, 1, 1.5, "NaN", "ff", 8u, true]) != ""',  # each clause's own types
+    '"%s %s %s".format([[1, 2], {"a": [true]}, null]) != "" && "%d".format([device.attributes["a"].x]) != ""',  # dyn: run time
     'quantity("1Gi") == quantity("1024Mi") && quantity("1").add(1).isInteger()',
     'device.driver == "gpu.nvidia.com" ? device.attributes["gpu.nvidia.com"].index == 0 : true',
     'int("12") + 1 == 13 && string(1) == "1" && double(3) / 2.0 == 1.5',

@@ -46,8 +46,14 @@ def test_bad_feature_gates_are_invalid_input(tmp_path: Path, capsys: pytest.Capt
     [
         ('quantity("1Gi") < quantity("2Gi")', "found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'"),
         ('device.capacity["gpu.nvidia.com"].memory < quantity("80Gi")', "found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'"),
-        ('"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"', "%d clause can only be used on int, uint, was given kubernetes.Quantity"),
-        ('"%s-%d".format(["a", "b"]) == "a-b"', "%d clause can only be used on int, uint, was given string"),
+        ('"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"', "error during formatting: decimal clause can only be used on integers, was given kubernetes.Quantity"),
+        ('"%s-%d".format(["a", "b"]) == "a-b"', "error during formatting: decimal clause can only be used on integers, was given string"),
+        # cel-go's stringFormatValidator (ext/formatting.go): %s refuses the Kubernetes object types, in list literals too
+        ('"%s-%d".format([device.capacity["gpu.nvidia.com"].memory, 0]) != ""',
+         "error during formatting: string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given kubernetes.Quantity"),
+        ('"%s".format([[semver("1.0.0")]]) != ""', "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given kubernetes.Semver"),
+        ('"%.1f".format([1]) != ""', "error during formatting: fixed-point clause can only be used on doubles, was given int"),
+        ('"%s".format(["a", "b"]) != ""', "too many arguments supplied to string.format (expected 1, got 2)"),
     ],
 )
 def test_compile_time_type_errors_are_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], selector: str, message: str) -> None:

@@ -93,3 +93,43 @@ def test_cluster_without_an_extended_resource_class_says_insufficient(cluster: t
     server.store.put(mapped)
     assert main(argv) == 0  # now the scheduler serves it through DRA
     capsys.readouterr()
+
+
+def test_a_dump_with_the_clusters_classes_is_read_like_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl get resourceslices,deviceclasses,nodes -o yaml: the classes there are all the cluster has."""
+    slices = [b.resource_slice("node-0", [b.device("gpu-0")])]
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"}, "status": {"allocatable": {"cpu": "8"}}}
+    own = b.class_doc("any-gpu.example.com", [f'device.driver == "{b.NV}"'])
+    dump = tmp_path / "dump.yaml"
+    dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [*slices, own, node]}))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    assert main(["explain", str(path), "--fleet", str(dump), "--feature-gates", "DRAExtendedResource=true"]) == 1
+    assert "Insufficient nvidia.com/gpu" in capsys.readouterr().out  # the shipped extended.gpu.nvidia.com is not there
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "gpu.nvidia.com")])))
+    assert main(["explain", str(claim), "--fleet", str(dump)]) == 2
+    assert "DeviceClass 'gpu.nvidia.com' does not exist" in capsys.readouterr().err
+
+
+def test_fleet_files_without_classes_say_the_shipped_ones_are_assumed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = tmp_path / "slices.yaml"
+    fleet.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [b.resource_slice("node-0", [b.device("gpu-0")])]}))
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "gpu.nvidia.com")])))
+    assert main(["explain", str(claim), "--fleet", str(fleet)]) == 0
+    out = capsys.readouterr().out
+    assert "Note: DeviceClass gpu.nvidia.com: the fleet files hold no DeviceClasses, so explain adds the shipped ones" in out
+    assert main(["explain", str(claim), "--profile", "dgx-h100"]) == 0
+    assert "shipped ones" not in capsys.readouterr().out  # a simulated node runs this driver, with its classes
+
+
+def test_a_cluster_without_the_shipped_classes_does_not_get_them(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server, kubeconfig = cluster
+    server.store.put(b.resource_slice("node-0", [b.device("gpu-0")]))
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "gpu.nvidia.com")])))
+    assert main(["explain", str(claim), "--kubeconfig", str(kubeconfig)]) == 2
+    assert "DeviceClass 'gpu.nvidia.com' does not exist" in capsys.readouterr().err

@@ -62,7 +62,7 @@ def test_migrate_then_explain_a_deployment(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "== Pod serving/llm-0 (Deployment serving/llm, replica 1 of 2) ==" in done.stdout
     assert "ALLOCATABLE: all 2 pods placed, on node-0" in done.stdout
-    assert "not read (they ask for no devices): 1 ConfigMap, 1 Service" in done.stdout
+    assert "Note: skipped 1 ConfigMap: explain places only" in done.stdout and "Note: skipped 1 Service: explain places only" in done.stdout
     # Three replicas of four GPUs do not fit one eight-GPU node: the third pod finds the first two's GPUs taken.
     app = write_yaml(tmp_path / "app.yaml", [*OTHER_OBJECTS, _deployment(3, 4)])
     done = _pipeline(app, "--profile", "dgx-h100", "-o", "json")
@@ -208,9 +208,10 @@ def test_odd_pod_specs_are_read_without_crashing(tmp_path: Path, capsys: pytest.
     assert len(json.loads(out)["pods"]) == 1
 
 
-def test_unknown_kinds_are_still_refused_in_a_file_without_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_file_of_kinds_explain_does_not_place_is_refused_naming_what_it_places(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = explain(capsys, write_yaml(tmp_path / "a.yaml", [*OTHER_OBJECTS]), "--profile", "dgx-h100")
-    assert code == 2 and "'Service' is not one of" in err
+    assert code == 2 and "nothing to place (skipped 1 ConfigMap, 1 Service)" in err
+    assert "Pods and workloads (Deployment" in err and "is not one of" not in err
 
 
 def test_a_single_pod_keeps_the_plain_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

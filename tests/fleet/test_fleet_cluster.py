@@ -12,7 +12,7 @@ import yaml
 
 from dra_driver.sources import fleet as fleets
 from dra_driver.cli.main import main
-from dra_driver.explain import ExplainRequest, FleetSource, explain
+from dra_driver.explain import ExplainRequest, FleetSource, explain, shipped_class_documents
 from dra_driver.kube.sim_apiserver import SimApiServer
 
 GOLDEN = Path(__file__).parent / "golden" / "fleet_mixed.txt"
@@ -43,6 +43,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[SimApiServer, Path]]:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         for doc in fleets.simulated("mixed-node", 2).slices:
             server.store.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **doc})
+        for device_class in shipped_class_documents():  # installed as deploy/ does: explain uses the cluster's classes
+            server.store.put(device_class)
         schedule(server, kubeconfig, tmp_path, claim("train", "team-a", "gpu.nvidia.com", 2, "dra-driver.io/interconnectDomain"), ["trainer-0"])
         schedule(server, kubeconfig, tmp_path, claim("infer", "team-b", "gpu.amd.com", 1), ["infer-7", "infer-8"])
         server.store.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0", "namespace": "team-a"}, "status": {"phase": "Running"}})
@@ -64,14 +66,14 @@ def test_table_matches_the_golden_output(cluster: tuple[SimApiServer, Path], cap
 
 def test_every_resource_is_listed_once_per_page_read_only(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     server, kubeconfig = cluster
-    monkeypatch.setattr(fleets, "LIST_PAGE", 3)  # 4 slices, 2 claims: slices come in two pages
+    monkeypatch.setattr(fleets, "LIST_PAGE", 3)  # 4 slices, 2 claims, the shipped classes: slices come in two pages
     server.requests.clear()
     code, out, _ = run(capsys, "--kubeconfig", str(kubeconfig), "-o", "json")
     view = json.loads(out)
     assert code == 0 and len(view["devices"]) == 8
     assert {verb for verb, _ in server.requests} == {"list"}
     assert server.requests[("list", "resourceslices")] == 2 and server.requests[("list", "resourceclaims")] == 1
-    assert server.requests[("list", "pods")] == 1 and server.requests[("list", "deviceclasses")] == 1
+    assert server.requests[("list", "pods")] == 1 and server.requests[("list", "deviceclasses")] == -(-len(shipped_class_documents()) // 3)
 
 
 def test_json_names_claim_pods_and_their_phases(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -152,3 +152,30 @@ def test_a_class_packs_its_own_devices(capsys: pytest.CaptureFixture[str]) -> No
     data = json.loads(capsys.readouterr().out)
     states = [d["state"] for d in data["devices"]]
     assert states.count("free") == 8 * 7 and set(states) <= {"free", "overlapping"}
+
+
+def _node_file(path: Path, slices: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": slices}))
+    return path
+
+
+def test_the_same_node_in_two_files_counts_once_or_blocked_and_the_notes_name_both_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    slices = fleets.simulated("dgx-h100", 1).slices
+    first = _node_file(tmp_path / "a.yaml", slices)
+    second = _node_file(tmp_path / "b.yaml", slices)
+    assert main(["fleet", "--fleet", str(first), "--fleet", str(second), "-o", "json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert len(view["devices"]) == 8 and all(d["state"] == "free" for d in view["devices"])  # one object, given twice
+    (note,) = view["notes"]
+    assert f"is in {first} and {second}: the same object given twice, read once" in note
+    # The same pool under another slice name (a dump's generated name): the scheduler would refuse the pool.
+    renamed = copy.deepcopy(slices)
+    for index, item in enumerate(renamed):
+        item["metadata"]["name"] = f"node-0-gpu-dump-{index}"
+    _node_file(second, renamed)
+    assert main(["fleet", "--fleet", str(first), "--fleet", str(second)]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    assert "0 free" in header and "16 blocked" in header, header
+    (note,) = [line for line in out.splitlines() if line.startswith("Note:")]
+    assert "is unusable" in note and f"its slices come from {first} and {second}" in note and "count as blocked" in note

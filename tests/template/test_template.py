@@ -298,3 +298,13 @@ def test_json_output_is_the_yaml_object(capsys: pytest.CaptureFixture[str]) -> N
     code_json, out_json, _ = write(capsys, "--model", "H100", "--count", "2", "-o", "json")
     assert code == code_json == 0
     assert json.loads(out_json) == yaml.safe_load(out)
+
+
+def test_a_fleet_with_its_own_classes_but_not_the_shipped_ones_holds_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A cluster dump whose DeviceClasses lack the shipped ones: the written claim names a class that is not there."""
+    other = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "other.example.com"}, "spec": {}}
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [*fleets.simulated("dgx-h100", 1).slices, other]}))
+    code, out, err = write(capsys, "--vendor", "nvidia", "--fleet", str(path))
+    assert code == 1 and "kind: ResourceClaimTemplate" in out
+    assert "0 of 1 nodes could hold it now" in err and "the fleet has no DeviceClass gpu.nvidia.com" in err
