@@ -307,4 +307,4 @@ def test_a_fleet_with_its_own_classes_but_not_the_shipped_ones_holds_nothing(cap
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [*fleets.simulated("dgx-h100", 1).slices, other]}))
     code, out, err = write(capsys, "--vendor", "nvidia", "--fleet", str(path))
     assert code == 1 and "kind: ResourceClaimTemplate" in out
-    assert "0 of 1 nodes could hold it now" in err and "the fleet has no DeviceClass gpu.nvidia.com" in err
+    assert "0 of 1 node could hold it now" in err and "the fleet has no DeviceClass gpu.nvidia.com" in err
