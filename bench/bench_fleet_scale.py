@@ -20,6 +20,8 @@ MIX[i % 5]: dgx-h100 static, dgx-h100 dynamic MIG (208 devices), mi300x, gaudi3-
 - requests per node: at start, per minute at steady state, and for a rolling restart of all
   publishers (10 waves), split by verb (apiserver_request_total, resources resourceslices + nodes);
 - one extra 208-device dynamic-MIG node: publisher start to all slices published, beside the fleet;
+- with --tools: `dra-driver fleet`, `explain` and `template` with --kubeconfig against the fleet,
+  each the whole CLI in a child process: wall time and peak RSS (wait4's ru_maxrss);
 - with --pods P: the real kube-scheduler's pods/s and latency (pod created -> nodeName seen on a
   watch) for pods with one ResourceClaimTemplate against a shipped DeviceClass and, interleaved in
   the same run, the same claim against a minimal class (`device.driver == "..."` only).
@@ -107,6 +109,8 @@ def metrics(json_api: Any) -> tuple[Counter[tuple[str, str]], float]:
         if not match or match.group(1) != "apiserver_request_total":
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+        if labels.get("code") == "429":  # throttled (max-inflight or priority and fairness), any resource
+            requests[("throttled", "429")] += int(float(match.group(3)))
         if labels.get("resource") in WATCHED:
             requests[(labels["resource"], labels["verb"])] += int(float(match.group(3)))
     return requests, rss
@@ -265,7 +269,7 @@ def probe_mig(kubeconfig: str, json_api: Any, repeat: int = 3) -> list[float]:
     return times
 
 
-def run_fleet(kit: Kit, nodes: int, procs: int, steady: float, pods: int, rounds: int) -> None:
+def run_fleet(kit: Kit, nodes: int, procs: int, steady: float, pods: int, rounds: int, with_tools: bool) -> None:
     json_api = api(kit.kubeconfig)
     names = [f"fs-{i:05d}" for i in range(nodes)]
     started = time.perf_counter()
@@ -309,6 +313,8 @@ def run_fleet(kit: Kit, nodes: int, procs: int, steady: float, pods: int, rounds
           f"requests per node: {per_node(restarted - steady_end, nodes)}")
     probe = probe_mig(kit.kubeconfig, json_api)
     print(f"  208-device dynamic-MIG node beside the fleet: start to all slices published {statistics.median(probe):.0f} ms (median of {len(probe)}: {', '.join(f'{t:.0f}' for t in probe)})")
+    if with_tools:
+        tools(kit.kubeconfig, nodes)
     if pods:
         schedule(json_api, pods, rounds)
     for pipe in pipes:
@@ -316,6 +322,41 @@ def run_fleet(kit: Kit, nodes: int, procs: int, steady: float, pods: int, rounds
     for pipe, process in zip(pipes, children):
         pipe.recv()
         process.join(10)
+
+
+# ---------------------------------------------------------------------------------------------- the tools
+
+CLAIM = """apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: one-h100, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.nvidia.com, count: 2}
+"""
+
+
+def tools(kubeconfig: str, nodes: int) -> None:
+    import tempfile
+
+    claim = Path(tempfile.mkdtemp(prefix="bench-fleet-scale-")) / "claim.yaml"
+    claim.write_text(CLAIM)
+    cli = [sys.executable, "-m", "dra_driver.cli.main"]
+    runs = {
+        "fleet": [*cli, "fleet", "--kubeconfig", kubeconfig],
+        "explain": [*cli, "explain", "--kubeconfig", kubeconfig, str(claim)],
+        "template": [*cli, "template", "--count", "2", "--model", "H100", "--kubeconfig", kubeconfig],
+    }
+    for name, command in runs.items():
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        err = process.stderr.read().decode() if process.stderr else ""
+        progress = sum(1 for line in err.splitlines() if line.startswith(("reading ", "read ")))
+        print(f"  {name} --kubeconfig at N={nodes}: {wall:.2f} s wall, {usage.ru_utime + usage.ru_stime:.2f} s CPU, peak RSS {usage.ru_maxrss / 1024:.0f} MiB, "
+              f"exit {os.waitstatus_to_exitcode(status)}, {progress} progress lines on stderr")
 
 
 # ---------------------------------------------------------------------------------------------- the scheduler
@@ -376,7 +417,9 @@ def schedule(json_api: Any, pods: int, rounds: int) -> None:
         for scenario, shipped, driver in SCENARIOS:
             for variant, device_class in (("shipped", shipped), ("minimal", minimal_class(driver))):
                 tag = f"{r}-{SCENARIOS.index((scenario, shipped, driver))}-{variant}"
-                results.setdefault((scenario, variant), []).append(batch(json_api, watch, namespace, tag, device_class, pods))
+                rate, latencies = batch(json_api, watch, namespace, tag, device_class, pods)
+                results.setdefault((scenario, variant), []).append((rate, latencies))
+                print(f"    batch {tag} {device_class}: {rate:.1f} pods/s, p50 {statistics.median(latencies):.0f} ms", flush=True)
     watch.stop()
     print(f"  scheduler: {pods} pods per batch, one claim template each (1 device), {rounds} rounds, shipped and minimal interleaved")
     print(f"  {'scenario':16} {'shipped class':32} {'pods/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'minimal pods/s':>14} {'p50 ms':>7} {'p99 ms':>7} | ratio p50")
@@ -446,6 +489,7 @@ def main() -> int:
     parser.add_argument("--procs", type=int, default=4, help="publisher processes")
     parser.add_argument("--steady", type=float, default=60.0, help="seconds of steady state measured")
     parser.add_argument("--pods", type=int, default=0, help="pods per scheduler batch (0: no scheduler phase)")
+    parser.add_argument("--tools", action="store_true", help="time fleet/explain/template --kubeconfig against the fleet")
     parser.add_argument("--rounds", type=int, default=2, help="scheduler rounds (shipped and minimal interleaved)")
     args = parser.parse_args()
     kit = Kit(Path(args.k8s_home))
@@ -457,12 +501,13 @@ def main() -> int:
     if len(sizes) > 1 and not args.up:
         print("bench_fleet_scale: several N need --up (a fresh control plane for each)", file=sys.stderr)
         return 2
+    sys.stdout.reconfigure(line_buffering=True)
     print(f"kit {kit.home}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     try:
         for nodes in sizes:
             if args.up:
                 kit.script("up.sh", "--fresh")
-            run_fleet(kit, nodes, args.procs, args.steady, args.pods, args.rounds)
+            run_fleet(kit, nodes, args.procs, args.steady, args.pods, args.rounds, args.tools)
     finally:
         if args.up:
             kit.script("down.sh", "--fresh")
