@@ -14,7 +14,9 @@ they are returned too so the caller can merge classes and honour allocations.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,14 +230,40 @@ LIST_PAGE = 500  # objects per page of a LIST (the API server's default chunk si
 
 
 LIST_TIMEOUT_S = (5.0, 120.0)  # connect, read: a page of 500 slices can take a while on a loaded server
+PROGRESS_AFTER_S = 1.0  # a read slower than this says on stderr how far it got, at most once a second
+_clock = time.monotonic  # the progress lines' clock (tests step it)
 
 
-def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
+class ReadProgress:
+    """One stderr line per second (after the first) of a cluster read: what is being listed and how many so far."""
+
+    def __init__(self, server: str, write: Callable[[str], object] | None = None) -> None:
+        self.server = server
+        self._write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._started = _clock()
+        self._said = self._started - 1.0  # so the first line may come as soon as PROGRESS_AFTER_S has passed
+        self.shown = False
+
+    def page(self, what: str, count: int, more: bool) -> None:
+        now = _clock()
+        if now - self._started < PROGRESS_AFTER_S or now - self._said < 1.0:
+            return
+        self._said, self.shown = now, True
+        self._write(f"reading {self.server}: {count:,} {what}{' so far' if more else ''} ({now - self._started:.1f} s)")
+
+    def done(self, counts: Mapping[str, int]) -> None:
+        if self.shown:
+            read = ", ".join(f"{count:,} {what}" for what, count in counts.items())
+            self._write(f"read {self.server} in {_clock() - self._started:.1f} s: {read}")
+
+
+def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[[str], object] | None = None) -> Fleet:
     """Slices, classes, claims and nodes (and pods when asked) from the cluster `source` names.
 
     The server is checked first (reachable, serving resource.k8s.io/v1: one line naming what is
     missing). Read only: one paginated LIST per resource (limit/continue), so a big cluster is never
-    asked for everything in one response.
+    asked for everything in one response. A read slower than PROGRESS_AFTER_S reports how far it got
+    through `progress` (default: a line on stderr), at most once a second.
     """
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -250,7 +278,10 @@ def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
     resource = client.ResourceV1Api(api_client)
     core = client.CoreV1Api(api_client)
 
-    def listed(call: Any) -> list[dict[str, Any]]:
+    read = ReadProgress(server, progress)
+    counts: dict[str, int] = {}
+
+    def listed(call: Any, what: str) -> list[dict[str, Any]]:
         # Raw JSON, not the client's models: those drop fields they do not know.
         items: list[dict[str, Any]] = []
         token: str | None = None
@@ -267,19 +298,22 @@ def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
                 raise FleetError(f"API server {server}: unreachable during a LIST ({' '.join(str(exc).split())[:200]})") from exc
             items += [item for item in page.get("items") or [] if isinstance(item, dict)]
             token = (page.get("metadata") or {}).get("continue") or None
+            read.page(what, len(items), token is not None)
             if not token:
+                counts[what] = len(items)
                 return items
 
     fleet = Fleet(sources=[f"cluster {server}"], cluster=True)
-    fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
-    fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
-    fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
-    for item in listed(core.list_node):
+    fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice, "ResourceSlices")]
+    fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class, "DeviceClasses")]
+    fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces, "ResourceClaims")]
+    for item in listed(core.list_node, "Nodes"):
         _add_node(fleet, item)
     fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
-    fleet.namespace_labels = {str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {}) for item in listed(core.list_namespace)}
+    fleet.namespace_labels = {str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {}) for item in listed(core.list_namespace, "Namespaces")}
     if with_pods:
-        fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces)]
+        fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces, "Pods")]
+    read.done(counts)
     try:
         api_client.close()
     except Exception:  # closing the pool is best effort
@@ -290,7 +324,7 @@ def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
 def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
     """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
     try:
-        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule)]
+        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule, "DeviceTaintRules")]
     except FleetError as exc:
         if " 404 " in str(exc):  # the API version is not served: no rules
             return []

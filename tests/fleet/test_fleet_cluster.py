@@ -117,3 +117,21 @@ def test_unknown_class_and_vendor_are_clear_errors(cluster: tuple[SimApiServer, 
     assert code == 2 and "did you mean 'gpu.nvidia.com'?" in err
     code, _, err = run(capsys, "--kubeconfig", str(cluster[1]), "--vendor", "acme")
     assert code == 2 and "--vendor" in err and "gaudi" in err
+
+
+def test_a_slow_read_says_on_stderr_how_far_it_got(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleets, "LIST_PAGE", 3)  # 4 slices: two pages, the first one "so far"
+    monkeypatch.setattr(fleets, "PROGRESS_AFTER_S", 0.0)  # every read counts as slow
+    monkeypatch.setattr(fleets, "_clock", iter(range(0, 1000, 2)).__next__)  # 2 s between looks: every page is reported
+    code, out, err = run(capsys, "--kubeconfig", str(cluster[1]), "-o", "json")
+    assert code == 0 and len(json.loads(out)["devices"]) == 8  # stdout stays the data alone
+    lines = err.splitlines()
+    assert any("3 ResourceSlices so far" in line for line in lines)
+    assert any(line.endswith("4 ResourceSlices (4.0 s)") for line in lines)  # the second page: the third look
+    assert lines[-1].startswith(f"read {cluster[0].url}") and "4 ResourceSlices, " in lines[-1] and "2 ResourceClaims" in lines[-1]
+
+
+def test_a_quick_read_prints_no_progress(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleets, "_clock", lambda: 100.0)  # no time passes
+    code, _, err = run(capsys, "--kubeconfig", str(cluster[1]), "-o", "json")
+    assert code == 0 and err == ""
