@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -199,6 +199,29 @@ class HealthEvent:
     taint: DeviceTaint | None = None  # published while unhealthy (when taints are enabled)
 
 
+@dataclass(frozen=True)
+class DeviceSample:
+    """One published device's readings, as its vendor library gives them (None: not reported by this device).
+
+    A partition (MIG device, AMD XCP) reports what the library gives for the instance; where the library
+    only measures the parent (utilization, power and temperature of a MIG device), `per_parent` names the
+    readings taken from the parent GPU (docs/metrics.md, "Partitions")."""
+
+    device: str  # device name in the pool
+    uuid: str = ""
+    pci_bus_id: str = ""  # Kubernetes form, "0000:1b:00.0"
+    model: str = ""
+    utilization: float | None = None  # 0..1
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+    errors: Mapping[str, int] = field(default_factory=dict)  # kind (ecc_corrected, ecc_uncorrected, xid, ...) -> count since boot
+    sharing: str = "exclusive"  # exclusive, mps, time-slicing
+    mps_daemons: Mapping[str, bool] = field(default_factory=dict)  # claim UID -> its MPS control daemon is alive
+    per_parent: tuple[str, ...] = ()  # readings measured on the parent device (see above)
+
+
 class VendorBackend(ABC):
     """One vendor's hardware on one node."""
 
@@ -251,6 +274,16 @@ class VendorBackend(ABC):
     def watch_health(self, stop: threading.Event) -> Iterator[HealthEvent]:
         """Yield health changes until `stop` is set. Default: no health source."""
         return iter(())
+
+    def sample_devices(self) -> list[DeviceSample]:
+        """Current readings of every published device, for the node's device metrics (a background thread calls it
+        every --device-metrics-interval). Read-only towards the hardware; must not take a lock prepare holds for long.
+        A device whose library calls fail is left out or reported with None readings, never raised for. Default: none."""
+        return []
+
+    def simulate_load(self, busy: Collection[str]) -> None:  # noqa: B027 - optional hook
+        """Simulated backends only: the devices claims hold now, so the simulated library reports work on them
+        (a real device is busy because its pod runs). Real backends ignore it."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the vendor library."""

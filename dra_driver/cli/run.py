@@ -26,6 +26,7 @@ from dra_driver.common.errors import DraError, UsageError
 from dra_driver.cli import failures
 from dra_driver.kube.api_source import ApiSource, api_source
 from dra_driver.common.logs import fields
+from dra_driver.node.device_metrics import DEFAULT_INTERVAL_S as DEVICE_METRICS_INTERVAL_S, MIN_INTERVAL_S as DEVICE_METRICS_MIN_S
 from dra_driver.node.metrics_http import BindAddress
 from dra_driver.model.names import dns_subdomain_problem, uid_problem
 from dra_driver.node.checks.coexistence import CoexistenceSettings, DevicePluginGuard, Offer
@@ -72,6 +73,11 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         f"networking, of the node), 0 for off; a busy port is retried in the background (default: ${METRICS_ENV}, else off)",
     )
     parser.add_argument("--metrics-port", type=int, default=None, help="the same as --metrics-bind-address :PORT (kept for older manifests)")
+    parser.add_argument(
+        "--device-metrics-interval", type=_device_metrics_interval, default=DEVICE_METRICS_INTERVAL_S, metavar="SECONDS",
+        help="read each device's utilization, memory, power, temperature and error counters this often while metrics are "
+        "served (docs/metrics.md); 0 turns the device readings off (default: %(default)s)",
+    )
     parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="per-pod socket names for rolling updates (default: $POD_UID)")
     parser.add_argument(
         "--state-dir", type=Path, default=DEFAULT_STATE_DIR,
@@ -143,6 +149,16 @@ def _bind_address(text: str) -> BindAddress:
         return BindAddress.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (--metrics-bind-address or ${METRICS_ENV})") from exc
+
+
+def _device_metrics_interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value != 0 and not (DEVICE_METRICS_MIN_S <= value <= 3600):
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds between {DEVICE_METRICS_MIN_S:g} and 3600, or 0 to turn device readings off")
+    return value
 
 
 def writable_dir(flag: str, path: Path, mode: int) -> None:
@@ -226,7 +242,8 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
         metrics = BindAddress("", args.metrics_port) if args.metrics_port is not None else args.metrics_bind_address
         guard, conflicts = DevicePluginGuard(coexistence_settings(args)), ConflictBoard()
         return Daemon(
-            opened.backends, None, settings, metrics_address=metrics, connect=lambda: connect_api(args, guard, conflicts), guard=guard, conflicts=conflicts
+            opened.backends, None, settings, metrics_address=metrics, connect=lambda: connect_api(args, guard, conflicts), guard=guard, conflicts=conflicts,
+            device_metrics_interval=args.device_metrics_interval,
         )
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
         opened.close()

@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING
 
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
+from dra_driver.node.device_metrics import DEFAULT_INTERVAL_S, DaemonState, DeviceMetricsCollector, DriverSource
 from dra_driver.node.metrics import Metrics
+from dra_driver.node.plugin.health import Health
 from dra_driver.node.metrics_http import BindAddress, HttpEndpoint, Response
 from dra_driver.model.device import Inventory
 from dra_driver.node.checks.coexistence import DevicePluginGuard
@@ -78,12 +80,14 @@ class Daemon:
         metrics_address: BindAddress | None = None,
         guard: DevicePluginGuard | None = None,
         conflicts: ConflictBoard | None = None,
+        device_metrics_interval: float = DEFAULT_INTERVAL_S,
     ) -> None:
         """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
         called once every driver serves, which returns them (`claims` is then None).
 
         Metrics (and /readyz, /livez) are served on `metrics_address`, or with only `metrics_port` on
-        127.0.0.1:<port>; port 0 is off."""
+        127.0.0.1:<port>; port 0 is off. Device readings are collected every `device_metrics_interval` seconds
+        while metrics are served (0: off; the daemon's state gauges stay)."""
         if (claims is None) == (connect is None):
             raise ValueError("Daemon needs exactly one of claims and connect")
         self.backends = list(backends)
@@ -107,6 +111,9 @@ class Daemon:
             guard.use_metrics(self.metrics)
         self.conflicts = conflicts or ConflictBoard()  # same-name drivers on the node (shared with the publishers)
         self.conflicts.use_metrics(self.metrics)
+        state = DaemonState(self._registered, self._ready_by_driver, self._slices, lambda: guard.overlap() if guard is not None else {})
+        self.device_metrics = DeviceMetricsCollector(self.metrics.holders, device_metrics_interval, state)
+        self.metrics.add_collector(self.device_metrics)
 
     def start(self) -> DaemonStatus:
         """Serve every driver's sockets, then connect to the API server and publish; DraError when connecting fails."""
@@ -116,6 +123,10 @@ class Daemon:
         self._let_recovery_finish()
         self.metrics.load()
         self._serve_metrics()
+        if self.metrics_endpoint is not None:  # nobody reads the readings otherwise
+            for driver, plugin in self.plugins.items():
+                self.device_metrics.add(self._metrics_source(driver, plugin))
+            self.device_metrics.start()
         self.readiness.start()  # not ready until the kubelet registered each driver and its slices are out
         if not self.plugins:  # nothing serves: no API client to build (run_until_signal exits 1)
             return self.status
@@ -147,6 +158,36 @@ class Daemon:
         self.metrics_endpoint = HttpEndpoint(
             self._metrics_address, {"/metrics": self.metrics.exposition, "/readyz": self._readyz, "/livez": lambda: Response(200, b"ok\n")}
         ).start()
+
+    def _metrics_source(self, driver: str, plugin: DriverPlugin) -> DriverSource:
+        def health() -> dict[str, bool]:
+            hub = plugin.hub
+            if hub is None:
+                return {}
+            return {state.device: state.health != Health.UNHEALTHY for state in hub.snapshot()[1]}
+
+        devices = [device.name for device in self._inventories[driver].devices]
+        return DriverSource(driver, self.settings.node_name, plugin.backend, devices, health)
+
+    def _registered(self) -> dict[str, bool]:
+        return {driver: plugin.registration.status is not None and plugin.registration.status.registered for driver, plugin in list(self.plugins.items())}
+
+    def _ready_by_driver(self) -> dict[str, bool]:
+        report = self.readiness.last
+        return {driver: report is not None and driver not in report.problems and "daemon" not in report.problems for driver in list(self.plugins)}
+
+    def _slices(self) -> dict[str, tuple[str, int, int]]:
+        """Driver -> (pool, slices, publish failures) of the publishers this instance runs (the lease holder's)."""
+        found: dict[str, tuple[str, int, int]] = {}
+        for driver, plugin in list(self.plugins.items()):
+            leased = plugin.publisher
+            if leased is None:
+                continue
+            inner = leased.inner
+            pool = str(getattr(inner, "pool_name", self.settings.node_name))
+            slices = int(getattr(inner, "slice_count", 0)) if leased.publishing.is_set() else 0
+            found[driver] = (pool, slices, int(getattr(inner, "failures", 0)))
+        return found
 
     def _readyz(self) -> Response:
         """The monitor's last check (at most its interval old): a probe flood never dials the sockets."""
@@ -240,6 +281,7 @@ class Daemon:
 
     def stop(self) -> None:
         self.readiness.stop()  # first: it must not serve a registration socket that stop removes
+        self.device_metrics.stop()
         for plugin in self.plugins.values():
             plugin.stop()
         self.plugins.clear()

@@ -17,7 +17,7 @@ import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.node.metrics_http import Response
@@ -94,6 +94,16 @@ class HeldClaim:
     devices: Sequence[tuple[str, str]]
 
 
+@dataclass
+class HolderView:
+    """A copy of who holds one driver's devices: (pool, device) -> [(namespace, claim)], claim UID -> (namespace, claim),
+    (namespace, claim) -> pods."""
+
+    devices: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    claims: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+
 class DeviceHolders:
     """Who holds which device: `dra_driver_device_claim` (one series per prepared device and claim) and
     `dra_driver_claim_pod` (one per pod in the claim's status.reservedFor, where prepare read the claim).
@@ -152,6 +162,22 @@ class DeviceHolders:
             for uid, claim in wanted.items():
                 self._set(driver, uid, claim)
 
+    def holders_of(self, driver: str) -> HolderView:
+        """Who holds `driver`'s devices now, for the device metrics (a copy: the caller reads it without the lock)."""
+        view = HolderView()
+        with self._lock:
+            for (holder_driver, uid), series in self._device_series.items():
+                if holder_driver != driver:
+                    continue
+                for _, pool, device, namespace, claim in series:
+                    view.devices.setdefault((pool, device), []).append((namespace, claim))
+                    view.claims[uid] = (namespace, claim)
+            for (holder_driver, _), series in self._pod_series.items():
+                if holder_driver == driver:
+                    for _, namespace, claim, pod in series:
+                        view.pods.setdefault((namespace, claim), []).append(pod)
+        return view
+
     def _set(self, driver: str, uid: str, held: HeldClaim | None) -> None:
         key = (driver, uid)
         pods = self._pods_seen.pop(key, None)
@@ -186,6 +212,7 @@ class Metrics:
         self.registry = registry
         self._loaded = False
         self.holders = DeviceHolders()
+        self._collectors: list[Any] = []  # custom prometheus_client collectors (device metrics), registered on load
         self.requests = _Family(
             lambda registry: _prometheus().Counter(
                 "dra_driver_requests",
@@ -258,6 +285,14 @@ class Metrics:
         for family in [value for value in vars(self).values() if isinstance(value, _Family)]:
             family.load(self.registry)
         self.holders.load(self.registry)
+        for collector in self._collectors:
+            self.registry.register(collector)
+
+    def add_collector(self, collector: Any) -> None:
+        """A prometheus_client collector (an object with collect()) read at every scrape; registered now or on load."""
+        self._collectors.append(collector)
+        if self._loaded:
+            self.registry.register(collector)
 
     @contextmanager
     def timed(self, driver: str, method: str) -> Iterator[None]:

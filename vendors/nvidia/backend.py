@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,13 +25,14 @@ from dra_driver.backend.interface import (
     BackendSettings,
     ClaimRef,
     ContainerEdits,
+    DeviceSample,
     HealthEvent,
     PreparedClaim,
     PreparedDevice,
     RecordedClaim,
     VendorBackend,
 )
-from dra_driver_nvidia import attributes, driver_files, edits, fake_driver_root, fake_nvml, mig, mps, nvml
+from dra_driver_nvidia import attributes, driver_files, edits, fake_driver_root, fake_nvml, metrics, mig, mps, nvml
 from dra_driver_nvidia.config import GpuConfig, MigDeviceConfig, NvidiaConfig, validate_config
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo, kubernetes_bus_id, read_gpus, system_info
 from dra_driver_nvidia.health import HealthWatcher, ignored_xids
@@ -121,6 +123,8 @@ class NvidiaBackend(VendorBackend):
         # Dynamic partitioning: GPU uuid -> claims using the GPU whole, whose MIG mode must stay off until released.
         self._whole_users: dict[str, set[str]] = {}
         self._compute_profiles = mig.ComputeProfiles()  # read once per (GPU, GI profile), not per lookup
+        self._xids: Counter[str] = Counter()  # GPU uuid -> XID events seen by the health watcher (the xid error counter)
+        self._xid_lock = threading.Lock()
         self._sharing = _sharing_manager(settings, files, driver_root or settings.driver_root, scratch, simulated=simulator is not None)
 
     # ---- opening ------------------------------------------------------------------
@@ -695,8 +699,80 @@ class NvidiaBackend(VendorBackend):
             resolve=self._affected_devices,
             all_devices=lambda: [name for names in index.per_gpu.values() for name in names],
             ignore=ignored_xids(),
+            on_xid=self._count_xid,
         )
         return watcher.events(stop)
+
+    def _count_xid(self, gpu_uuid: str) -> None:
+        with self._xid_lock:
+            self._xids[gpu_uuid] += 1
+
+    # ---- device metrics ----------------------------------------------------------------------
+
+    def sample_devices(self) -> list[DeviceSample]:
+        """Readings of every published device. Never takes self._lock (prepare holds it through MIG creation):
+        the published index is replaced whole by discovery, so one reference read sees a consistent one."""
+        index = self._published
+        if index is None:
+            return []
+        modes, daemons = self._sharing_state(index)
+        with self._xid_lock:
+            xids = dict(self._xids)
+        samples: list[DeviceSample] = []
+        for gpu in index.by_uuid.values():
+            readings = metrics.read_gpu(gpu)
+            readings.errors["xid"] = xids.get(gpu.uuid, 0)
+            migs = metrics.mig_instances(gpu) if gpu.mig_enabled else {}
+            for name in sorted(set(index.per_gpu.get(gpu.uuid, []))):
+                gi_id = self._gi_of(index, gpu, name)
+                mig = migs.get(gi_id) if gi_id is not None else None
+                samples.append(metrics.sample(name, gpu, readings, mig, partition=gi_id is not None or name in index.placements,
+                                              sharing=modes.get(name, "exclusive"), daemons=daemons.get(name, {})))
+        return samples
+
+    def _gi_of(self, index: _Published, gpu: GpuInfo, name: str) -> int | None:
+        """The GPU instance behind a published partition that exists now; None for the whole GPU or an uncreated placement."""
+        if name in index.static_migs:
+            return index.static_migs[name][1].gi_id
+        if name in index.placements:
+            return next((gi for (gpu_uuid, gi), device in list(self._dynamic_by_gi.items()) if device == name and gpu_uuid == gpu.uuid), None)
+        return None
+
+    def _sharing_state(self, index: _Published) -> tuple[dict[str, str], dict[str, dict[str, bool]]]:
+        """Device name -> sharing mode, and -> {claim UID: MPS control daemon alive}, from the sharing records."""
+        modes: dict[str, str] = {}
+        daemons: dict[str, dict[str, bool]] = {}
+        for record in self._sharing.records.all():
+            for gpu_uuid in record.timeSlice:
+                for name in index.per_gpu.get(gpu_uuid, []):
+                    modes.setdefault(name, "time-slicing")
+            if record.mps is None:
+                continue
+            alive = mps.daemon_alive(record.mps.pid, record.mps.startTime)
+            for name in record.devices:
+                modes[name] = "mps"
+                daemons.setdefault(name, {})[record.claimUID] = alive
+        return modes, daemons
+
+    def simulate_load(self, busy: Collection[str]) -> None:
+        busy = set(busy)
+        if self.simulator is None:
+            return
+        index = self._published
+        if index is None:
+            return
+        keys: set[str] = set()
+        for gpu in index.by_uuid.values():
+            held = busy & set(index.per_gpu.get(gpu.uuid, []))
+            if not held:
+                continue
+            keys.add(gpu.uuid)  # a busy partition makes its parent busy
+            migs = metrics.mig_instances(gpu) if gpu.mig_enabled else {}
+            for name in held:
+                gi_id = self._gi_of(index, gpu, name)
+                if gi_id is not None and gi_id in migs:
+                    keys.add(migs[gi_id].uuid)
+        self.simulator.load.set_busy(keys)
 
     def _affected_devices(self, gpu_uuid: str, gi_id: int | None) -> list[str]:
         index = self._index()

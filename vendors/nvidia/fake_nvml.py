@@ -30,6 +30,7 @@ from typing import Any
 import pynvml
 
 from dra_driver.common.errors import ProfileError
+from dra_driver.backend.sim_load import SimulatedLoad
 from dra_driver.backend.sim_state import SimulatedState, changing
 from dra_driver_nvidia.profile import GpuInstanceProfile, GpuModel, GpuSpec, NvidiaSection
 
@@ -97,6 +98,7 @@ class FakeGpu:
     lost: bool = False
     failures: dict[str, int] = field(default_factory=dict)
     instances: dict[int, FakeGpuInstance] = field(default_factory=dict)  # GI id -> GI
+    ecc: dict[int, int] = field(default_factory=dict)  # nvmlMemoryErrorType_t -> aggregate count (inject_ecc)
 
 
 @dataclass(eq=False)
@@ -142,6 +144,7 @@ class FakeNvmlLibrary:
         self.created: list[tuple[str, int]] = []  # (GPU uuid, GI id) in creation order
         self.destroyed: list[tuple[str, int]] = []
         self._serial = 0  # GPU instances ever created on this node: part of each new MIG UUID
+        self.load = SimulatedLoad(seed="nvidia")  # readings of the metric calls (keys: GPU and MIG UUIDs)
         for index, spec in enumerate(section.gpus):
             model = section.models[spec.model]
             gpu = FakeGpu(index, spec, model, mig_mode=int(spec.migEnabled), mig_pending=int(spec.migEnabled))
@@ -259,6 +262,13 @@ class FakeNvmlLibrary:
                 if event_set.registered.get(gpu, 0) & pynvml.nvmlEventTypeXidCriticalError:
                     event_set.pending.append((gpu, pynvml.nvmlEventTypeXidCriticalError, xid, gi_id, ci_id))
             self._wakeup.notify_all()
+
+    def inject_ecc(self, gpu: int, corrected: int = 0, uncorrected: int = 0) -> None:
+        """Add ECC errors to a GPU's aggregate counters (nvmlDeviceGetTotalEccErrors)."""
+        with self._lock:
+            counts = self.gpus[gpu].ecc
+            counts[pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED] = counts.get(pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, 0) + corrected
+            counts[pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED] = counts.get(pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, 0) + uncorrected
 
     def inject_gpu_lost(self, gpu: int) -> None:
         """The GPU falls off the bus: every later call on it and the next event wait fail with GPU_IS_LOST."""
@@ -491,9 +501,54 @@ class FakeNvmlLibrary:
                 if gpu is None:
                     return ret
                 total = gpu.model.memoryMiB << 20
+            # A MIG device moves on its own (the utilization call, which moves a GPU, is not supported on it).
+            fraction = self.load.advance(mig.uuid).memory_fraction if mig is not None else self.load.current(gpu.spec.uuid).memory_fraction
+            used = min(total, int(total * fraction)) & ~0xFFFFF  # whole MiB, as the driver reports
             info = _out(ref)
-            info.total, info.used, info.free = total, 0, total
+            info.total, info.used, info.free = total, used, total - used
             return pynvml.NVML_SUCCESS
+
+    # ---- metric calls (readings from self.load: drifting, higher on devices a claim holds) ----
+
+    def _reading_call(self, symbol: str, handle: Any, store: Any) -> int:
+        with self._lock:
+            if self._lookup(handle, FakeComputeInstance) is not None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED  # as on a real MIG device: measured on the parent only
+            ret, gpu = self._gpu_call(symbol, handle)
+            if gpu is not None:
+                store(gpu)
+            return ret
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any, ref: Any) -> int:
+        def store(gpu: FakeGpu) -> None:
+            reading = self.load.advance(gpu.spec.uuid)
+            _out(ref).gpu = round(reading.utilization * 100)
+            _out(ref).memory = round(reading.utilization * 60)
+
+        return self._reading_call("nvmlDeviceGetUtilizationRates", handle, store)
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any, ref: Any) -> int:
+        def store(gpu: FakeGpu) -> None:
+            _out(ref).value = round(self.load.current(gpu.spec.uuid).power_fraction * gpu.model.powerLimitW * 1000)
+
+        return self._reading_call("nvmlDeviceGetPowerUsage", handle, store)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, ref: Any) -> int:
+        return self._uint_call("nvmlDeviceGetEnforcedPowerLimit", handle, ref, lambda g: g.model.powerLimitW * 1000)
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, ref: Any) -> int:
+        def store(gpu: FakeGpu) -> None:
+            _out(ref).value = round(self.load.current(gpu.spec.uuid).temperature_celsius)
+
+        if _int(sensor) != pynvml.NVML_TEMPERATURE_GPU:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        return self._reading_call("nvmlDeviceGetTemperature", handle, store)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: Any, counter_type: Any, ref: Any) -> int:
+        def store(gpu: FakeGpu) -> None:
+            _out(ref).value = gpu.ecc.get(_int(error_type), 0)
+
+        return self._reading_call("nvmlDeviceGetTotalEccErrors", handle, store)
 
     def nvmlDeviceGetAttributes_v2(self, handle: Any, ref: Any) -> int:
         with self._lock:

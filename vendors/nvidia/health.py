@@ -70,6 +70,7 @@ class HealthWatcher:
     resolve: DeviceResolver
     all_devices: Callable[[], list[str]]
     ignore: frozenset[int] = APPLICATION_XIDS
+    on_xid: Callable[[str], None] | None = None  # told the GPU uuid of every XID event, ignored ones too (the xid counter)
 
     def _register(self, event_set: nvml.Handle) -> dict[int | None, GpuInfo]:
         watched: dict[int | None, GpuInfo] = {}
@@ -128,6 +129,8 @@ class HealthWatcher:
             log.warning("XID event from an unknown device", extra=fields(xid=event.data))
             return
         xid = event.data
+        if self.on_xid is not None:
+            self.on_xid(gpu.uuid)
         if xid in self.ignore:
             log.info("application XID ignored", extra=fields(gpu=gpu.name, xid=xid))
             return

@@ -235,6 +235,14 @@ def _output(result: subprocess.CompletedProcess[str]) -> str:
     return text[:300] or "(no output)"
 
 
+def daemon_alive(pid: int | None, start_time: int | None) -> bool:
+    """Whether the control daemon a sharing record names still runs (same PID and start time: not a reused PID)."""
+    if pid is None or pid <= 0:
+        return False
+    found = _identity(pid)
+    return found is not None and (start_time is None or found.start_time == start_time)
+
+
 def _identity(pid: int) -> DaemonProcess | None:
     """(pid, start time) of a live nvidia-cuda-mps-control process; None if gone, a zombie or another program."""
     try:

@@ -188,6 +188,37 @@ def memory_total(handle: Handle) -> int:
     return int(call(pynvml.nvmlDeviceGetMemoryInfo, handle).total)
 
 
+def memory_used(handle: Handle) -> tuple[int, int]:
+    """(used, total) bytes. nvmlDeviceGetMemoryInfo_v2 first: its `used` leaves out the driver's reserved memory,
+    as nvidia-smi's memory.used does (drivers 510 and later); v1 on older drivers (its `used` includes it)."""
+    try:
+        info = call(pynvml.nvmlDeviceGetMemoryInfo, handle, pynvml.nvmlMemory_v2)
+    except NvmlError as exc:
+        if not (exc.not_supported or exc.code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            raise
+        info = call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+    return int(info.used), int(info.total)
+
+
+def utilization(handle: Handle) -> float:
+    """GPU utilization over the driver's last sample period, 0..1 (NOT_SUPPORTED on a MIG device)."""
+    return int(call(pynvml.nvmlDeviceGetUtilizationRates, handle).gpu) / 100.0
+
+
+def power_watts(handle: Handle) -> float:
+    return int(call(pynvml.nvmlDeviceGetPowerUsage, handle)) / 1000.0  # milliwatts
+
+
+def temperature_celsius(handle: Handle) -> float:
+    return float(call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU))
+
+
+def ecc_errors(handle: Handle, uncorrected: bool) -> int:
+    """Aggregate (lifetime) ECC error count, corrected or uncorrected; NOT_SUPPORTED without ECC."""
+    kind = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED if uncorrected else pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    return int(call(pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, pynvml.NVML_AGGREGATE_ECC))
+
+
 # Compute modes (nvmlComputeMode_t): MPS wants EXCLUSIVE_PROCESS, so that only its server opens the GPU.
 COMPUTE_MODE_DEFAULT = pynvml.NVML_COMPUTEMODE_DEFAULT
 COMPUTE_MODE_EXCLUSIVE_PROCESS = pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS

@@ -72,6 +72,8 @@ class GpuModel(_Strict):
     # Ampere (A100/A30): nvmlDeviceSetMigMode only sets the *pending* mode, reporting activation
     # status RESET_REQUIRED; the change takes effect at the next GPU reset. Hopper and later switch at once.
     migModeNeedsReset: bool = False
+    # nvmlDeviceGetEnforcedPowerLimit; the simulated power draw moves between ~12 % (idle) and ~80 % of it.
+    powerLimitW: int = 400
 
 
 class MigDeviceSpec(_Strict):

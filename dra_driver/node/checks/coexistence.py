@@ -110,6 +110,14 @@ def withheld_devices(inventory: Inventory, plugins: VendorPlugins | None, offer:
     return withheld
 
 
+def offered_overlap(inventory: Inventory, plugins: VendorPlugins | None, offer: Offer) -> int:
+    """Devices a device plugin advertises that this driver still offers (named in --offer-devices): both hand them out."""
+    if plugins is None or not plugins.advertised or not offer.keys:
+        return 0
+    advertised, _ = related(inventory, plugins.advertised)
+    return sum(1 for name in advertised if offer.includes(inventory.device(name)))
+
+
 WITHHELD_ANNOTATION = "dra-driver.io/withheld-devices"
 _MAX_NOTE_CHARS = 4096
 
@@ -151,6 +159,7 @@ class DevicePluginGuard:
         self._scanned_at = 0.0
         self._inventories: dict[str, Inventory] = {}  # vendor -> the full inventory last seen
         self._withheld: dict[str, dict[str, str]] = {}  # vendor -> device -> reason
+        self._overlap: dict[str, int] = {}  # driver -> devices offered although a device plugin advertises them
         self._listeners: dict[str, list[Callable[[], None]]] = {}
         self._changed: set[str] = set()  # vendors whose withheld devices changed; listeners not told yet
         socket = settings.pod_resources_socket
@@ -212,7 +221,9 @@ class DevicePluginGuard:
         inventory = self._inventories.get(vendor)
         if inventory is None:
             return {}
-        withheld = withheld_devices(inventory, self._fresh_report().for_vendor(vendor), self.settings.offer)
+        plugins = self._fresh_report().for_vendor(vendor)
+        withheld = withheld_devices(inventory, plugins, self.settings.offer)
+        self._overlap[inventory.driver] = offered_overlap(inventory, plugins, self.settings.offer)
         previous = self._withheld.get(vendor)
         self._withheld[vendor] = withheld
         if previous == withheld:
@@ -251,6 +262,11 @@ class DevicePluginGuard:
             for vendor in list(self._inventories):
                 self._update(vendor)
         self._notify()
+
+    def overlap(self) -> dict[str, int]:
+        """Driver -> devices a device plugin also hands out that the driver offers (--offer-devices), as of the last scan."""
+        with self._lock:
+            return dict(self._overlap)
 
     def withheld(self, vendor: str) -> dict[str, str]:
         with self._lock:

@@ -139,6 +139,8 @@ class SlicePublisher:
         self._backoff = Backoff(self.options.backoff_initial, cap=self.options.backoff_cap)
         self.conflicts = conflicts or ConflictBoard()  # shared with prepare (dra_driver.node.daemon) when given
         self._notes = notes or dict
+        self.slice_count = 0  # slices of the pool as last reconciled (dra_driver_pool_slices)
+        self.failures = 0  # reconciliations that failed (dra_driver_publish_errors_total); one thread writes it
 
     # ------------------------------------------------------------------ public API
 
@@ -274,6 +276,7 @@ class SlicePublisher:
             )
         # Recorded before writing: a half-written bump must not be reused after a wipe.
         self._last_generation = plan.generation
+        self.slice_count = len(desired)  # dra_driver_pool_slices
         # New generation first, then remove the old: consumers never see an empty pool.
         with self._own_writes():
             for obj, spec in plan.updates:
@@ -443,12 +446,14 @@ class SlicePublisher:
             except SameNameConflict:  # logged by the board when found; checked again on the next change or resync
                 continue
             except _RETRYABLE as exc:
+                self.failures += 1
                 delay = self._backoff.next_delay(_retry_after(exc))
                 log.warning("publishing slices failed; retrying", extra=fields(driver=self.driver, error=_describe(exc), retry_in=round(delay, 3)))
                 if self._stop.wait(delay):
                     return
                 self._dirty.set()
             except Exception as exc:  # a bug or an invalid inventory: keep the daemon alive, retry slowly
+                self.failures += 1
                 delay = self._backoff.next_delay()
                 log.error("publishing slices failed", extra=fields(driver=self.driver, error=str(exc)), exc_info=True)
                 if self._stop.wait(delay):
