@@ -23,7 +23,7 @@ from dra_driver.common.errors import DraError
 from dra_driver.inputs import limits as input_limits
 from dra_driver.common.logs import configure_logging
 
-COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "doctor", "demo", "explain", "migrate", "fleet", "template", "profiles")
+COMMANDS: tuple[str, ...] = ("discover", "run", "ready", "doctor", "demo", "explain", "migrate", "fleet", "fleet-exporter", "template", "profiles")
 # Top-level options that take a value (chosen_command skips the value too).
 _VALUE_OPTIONS = ("--log-format", "--max-input-size", "--max-input-nodes", "--max-input-depth")
 EXIT_BAD_INPUT = failures.EXIT_USAGE
@@ -123,9 +123,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS if only is None else (only,):
         try:
-            module = importlib.import_module(f"dra_driver.cli.{name}")
+            module = importlib.import_module(f"dra_driver.cli.{name.replace('-', '_')}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"dra_driver.cli.{name}":
+            if exc.name == f"dra_driver.cli.{name.replace('-', '_')}":
                 continue  # command not built into this version
             raise
         module.add_parser(subparsers)
