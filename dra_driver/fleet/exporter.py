@@ -190,13 +190,20 @@ def age_seconds(created: str, now: float) -> float:
 class FleetExporter:
     """The reflectors, the refresh thread and a prometheus_client collector rendering the last picture."""
 
-    def __init__(self, api_client: Any, min_interval: float = DEFAULT_MIN_INTERVAL_S, watch_timeout_s: int = 300, pending_limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        min_interval: float = DEFAULT_MIN_INTERVAL_S,
+        watch_timeout_s: int = 300,
+        pending_limit: int = DEFAULT_LIMIT,
+        backoff_initial_s: float = 0.5,
+    ) -> None:
         self.min_interval = min_interval
         self.pending_limit = pending_limit
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self.reflectors = {
-            name: Reflector(api_client, path, KEEP[name], name, watch_timeout_s=watch_timeout_s, on_change=self._dirty.set)
+            name: Reflector(api_client, path, KEEP[name], name, watch_timeout_s=watch_timeout_s, backoff_initial_s=backoff_initial_s, on_change=self._dirty.set)
             for name, path in RESOURCE_PATHS.items()
         }
         self._seen: set[tuple[str, str]] = set()
