@@ -36,9 +36,9 @@ MPS = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharin
 DEADLINE_S = 60.0
 # An alert expression ends in one comparison with a number: what is left is the series it compares.
 THRESHOLD = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.]+\s*$")
-# Alerts whose condition the scene cannot make true without breaking the node: every node publishes its slices.
-# For them the metrics the expression names must exist (a rename still fails), not the filtered series.
-QUIET_IN_SCENE = {"DraSlicesNotPublished"}
+# Alerts whose condition the scene cannot make true; for them the metrics the expression names must exist (a rename
+# still fails), not the filtered series. None now: node-b's pool is half published, so DraSlicesNotPublished has a series.
+QUIET_IN_SCENE: set[str] = set()
 
 
 def free_port() -> int:
@@ -90,6 +90,14 @@ def metric_names(promql: str) -> set[str]:
     return set(re.findall(r"\b((?:dra_driver|dra_fleet)_[a-z_]+)\b", promql))
 
 
+def half_published_slice(node: str) -> dict[str, Any]:
+    """The first of two slices of a pool's generation, the second never written: a publisher that stopped half-way."""
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}-0"},
+        "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 2}, "devices": []},
+    }  # fmt: skip
+
+
 def plugin_command(server: SimApiServer, work: Path, port: int) -> list[str]:
     return [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--node-name", NODE,
@@ -119,8 +127,8 @@ def prometheus_config(work: Path, plugin_port: int, fleet_port: int) -> Path:
 
 @pytest.fixture
 def scene(short_tmp: Path) -> Iterator[tuple[int, list[Path]]]:
-    """The Prometheus port once both targets are up, with a claim prepared under MPS, a failed prepare and a
-    pending claim; the logs of the three processes for failure messages."""
+    """The Prometheus port once both targets are up, with a claim prepared under MPS, a failed prepare, a
+    pending claim and a node whose slices are stale; the logs of the three processes for failure messages."""
     prometheus = tool("prometheus", "apt-get install prometheus; .ci/run installs it when run as root")
     logs = [short_tmp / "plugin.log", short_tmp / "fleet-exporter.log", short_tmp / "prometheus.log"]
     with ExitStack() as stack:
@@ -131,6 +139,7 @@ def scene(short_tmp: Path) -> Iterator[tuple[int, list[Path]]]:
         held = server.store.put(held)
         pending = allocated_claim_object("waiting", "ml", DRIVER, NODE, {"gpu": ["gpu-1"]})
         server.store.put({key: value for key, value in pending.items() if key != "status"})
+        server.store.put(half_published_slice("node-b"))  # the fleet exporter reports node-b's slices as stale
 
         plugin_port, fleet_port, prometheus_port = free_port(), free_port(), free_port()
         plugin = spawn(plugin_command(server, short_tmp, plugin_port), logs[0])
