@@ -22,6 +22,7 @@ A claim's reason is what the engine reports for the fleet it was given; node sel
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,9 +87,16 @@ def pending_claims(
     capacity = ConsumableCapacity(gates.consumable_capacity, shared_consumption(fleet.claims))
     allocator = Allocator(pools, classes, matcher, allocated, capacity=capacity)
     out = []
+    by_spec: dict[str, str] = {}  # claims of one template share a spec, hence a reason: explained once
     for index, claim in enumerate(waiting):
         meta = claim.get("metadata") or {}
-        reason = _reason(claim, classes, matcher, allocator, nodes) if index < limit else "unexamined"
+        spec_key = json.dumps(claim.get("spec"), sort_keys=True, default=str)
+        if index >= limit:
+            reason = "unexamined"
+        elif spec_key in by_spec:
+            reason = by_spec[spec_key]
+        else:
+            reason = by_spec[spec_key] = _reason(claim, classes, matcher, allocator, nodes)
         out.append(PendingClaim(str(meta.get("namespace") or ""), str(meta.get("name") or ""), _created(claim), reason))
     return out
 
@@ -107,21 +115,29 @@ def _reason(claim: Mapping[str, Any], classes: Mapping[str, DeviceClassSpec], ma
     if errors:
         return "class-missing" if any("does not exist" in e.message and e.path.endswith("deviceClassName") for e in errors) else "invalid"
     spec = to_claim(parsed.spec, parsed.metadata.name, parsed.metadata.namespace or "default")
-    return explanation_reason(allocator.explain([spec], nodes))
+    # Node by node, stopping at the first that allocates it: an allocatable claim costs one node, not the fleet.
+    explanations = []
+    for node in nodes:
+        explanation = allocator.explain([spec], [node])
+        if explanation.allocatable:
+            return "allocatable"
+        explanations.append(explanation)
+    return explanation_reason(explanations)
 
 
-def explanation_reason(explanation: Explanation) -> str:
-    """The engine's answer for one claim, folded into one of REASONS."""
-    if explanation.allocatable:
+def explanation_reason(explanations: Sequence[Explanation]) -> str:
+    """The engine's answers for one claim (one per node, or one for all), folded into one of REASONS."""
+    if any(e.allocatable for e in explanations):
         return "allocatable"
-    if explanation.error or any(o.reasons and o.reasons[0].startswith("search stopped") for o in explanation.nodes):
+    outcomes = [o for e in explanations for o in e.nodes]
+    if any(e.error for e in explanations) or any(o.reasons and o.reasons[0].startswith("search stopped") for o in outcomes):
         return "other"
     by_request: dict[tuple[str, str], bool] = {}  # (claim, request) -> some alternative selects a device somewhere
-    for report in explanation.alternatives:
+    for report in (r for e in explanations for r in e.alternatives):
         selects = any(m.matched or any(r.code not in _NOT_SELECTED for _, r in m.rejected) for m in report.nodes.values())
         by_request[(report.claim, report.request)] = by_request.get((report.claim, report.request), False) or selects
     if not all(by_request.values()):
         return "no-matching-device"
-    if any(o.reasons and o.reasons[0].startswith(_CONSTRAINT_LEAD) for o in explanation.nodes):
+    if any(o.reasons and o.reasons[0].startswith(_CONSTRAINT_LEAD) for o in outcomes):
         return "constraint"
     return "insufficient-devices"

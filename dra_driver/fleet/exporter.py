@@ -96,20 +96,50 @@ class Picture:
     invalid_classes: int = 0
 
 
-def class_members(pools: Sequence[Pool], classes: Mapping[str, DeviceClassSpec], matcher: CelMatcher) -> dict[DeviceID, list[str]]:
-    """Device -> the classes whose selectors all match it (the scheduler's rule); a CEL error is no match."""
+def class_members(pools: Sequence[Pool], classes: Mapping[str, DeviceClassSpec], matcher: CelMatcher, cache: MembersCache | None = None) -> dict[DeviceID, list[str]]:
+    """Device -> the classes whose selectors all match it (the scheduler's rule); a CEL error is no match.
+
+    `cache` keeps each pool's answer under its slices' names and resourceVersions and the classes'
+    (`pool_key`), so a rebuild after a claim event evaluates no selector again."""
     out: dict[DeviceID, list[str]] = {}
+    fresh: dict[Any, dict[DeviceID, list[str]]] = {}
     for pool in pools:
-        for device in pool.devices:
-            names = []
-            for name, spec in classes.items():
-                try:
-                    if all(matcher.evaluate(expression, device) for expression in spec.selectors):
-                        names.append(name)
-                except SelectorRuntimeError:
-                    continue
-            out[device.id] = names
+        key = cache.pool_key(pool) if cache is not None else None
+        known = cache.pools.get(key) if cache is not None else None
+        if known is None:
+            known = {device.id: _matching(device, classes, matcher) for device in pool.devices}
+        fresh[key] = known
+        out.update(known)
+    if cache is not None:
+        cache.pools = fresh  # pools gone or changed drop out
     return out
+
+
+def _matching(device: Any, classes: Mapping[str, DeviceClassSpec], matcher: CelMatcher) -> list[str]:
+    names = []
+    for name, spec in classes.items():
+        try:
+            if all(matcher.evaluate(expression, device) for expression in spec.selectors):
+                names.append(name)
+        except SelectorRuntimeError:
+            continue
+    return names
+
+
+@dataclass
+class MembersCache:
+    """Class membership per pool, valid while its slices and the classes keep their resourceVersions."""
+
+    versions: dict[str, str] = field(default_factory=dict)  # slice name -> resourceVersion (this rebuild's)
+    classes: tuple[tuple[str, str], ...] = ()
+    pools: dict[Any, dict[DeviceID, list[str]]] = field(default_factory=dict)
+
+    def prepare(self, slices: Sequence[Mapping[str, Any]], class_docs: Sequence[Mapping[str, Any]]) -> None:
+        self.versions = {str(s["metadata"].get("name")): str(s["metadata"].get("resourceVersion") or "") for s in slices}
+        self.classes = tuple(sorted((str(c["metadata"].get("name")), str(c["metadata"].get("resourceVersion") or "")) for c in class_docs))
+
+    def pool_key(self, pool: Pool) -> Any:
+        return (pool.driver, pool.name, tuple((name, self.versions.get(name, "")) for name in pool.slices), self.classes)
 
 
 def _pool_node(pool: Pool) -> str | None:
@@ -159,6 +189,7 @@ def picture(
     node_docs: list[dict[str, Any]] | None,
     seen: set[tuple[str, str]],
     pending_limit: int = DEFAULT_LIMIT,
+    members: MembersCache | None = None,
 ) -> Picture:
     """The metrics' picture of one moment of the cluster (`node_docs` None: the Nodes are not listed yet)."""
     matcher = CelMatcher()
@@ -168,7 +199,9 @@ def picture(
     classes, invalid = cluster_classes(class_docs, matcher)
     out = Picture(invalid_classes=invalid)
     view = build_view(fleet, Filters(), pools=pools)
-    _add_devices(out, view.devices, class_members(pools, classes, matcher))
+    if members is not None:
+        members.prepare(slices, class_docs)
+    _add_devices(out, view.devices, class_members(pools, classes, matcher, members))
     out.pending = pending_claims(fleet, pools, fleet_nodes(pools, known_nodes), classes, matcher, limit=pending_limit)
     names = {n.name for n in known_nodes} if node_docs is not None else None
     out.node_slices = node_slice_states(pools, seen, names)
@@ -207,6 +240,7 @@ class FleetExporter:
             for name, path in RESOURCE_PATHS.items()
         }
         self._seen: set[tuple[str, str]] = set()
+        self._members = MembersCache()
         self._picture: Picture | None = None
         self._lock = threading.Lock()  # guards _picture (swapped whole)
         self._thread: threading.Thread | None = None
@@ -260,7 +294,7 @@ class FleetExporter:
         start = time.perf_counter()
         items = {name: reflector.items() for name, reflector in self.reflectors.items()}
         try:
-            built = picture(items["resourceslices"], items["resourceclaims"], items["deviceclasses"], items["nodes"], self._seen, self.pending_limit)
+            built = picture(items["resourceslices"], items["resourceclaims"], items["deviceclasses"], items["nodes"], self._seen, self.pending_limit, self._members)
         except Exception as exc:  # a picture that cannot be built keeps the last one; the next change tries again
             self.refresh_errors += 1
             log.warning("fleet picture not rebuilt", extra=fields(error=f"{type(exc).__name__}: {exc}"))
