@@ -23,6 +23,7 @@ from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
 from dra_driver.common.errors import DraError
 from dra_driver.fleet import Filters, ViewRequest, fleet_view, vendor_filter
+from dra_driver.fleet.picture import to_html, to_svg
 from dra_driver.fleet.render import to_data, to_table
 
 EXIT_OK = 0
@@ -45,7 +46,13 @@ def add_parser(subparsers: Any) -> None:
     filters.add_argument("--node", action="append", default=[], metavar="NAME", help="node name or shell pattern (gpu-node-1*)")
     filters.add_argument("--vendor", action="append", default=[], metavar="VENDOR", help="nvidia, amd, gaudi (or intel)")
     filters.add_argument("-n", "--namespace", action="append", default=[], metavar="NS", help="only devices held by claims in this namespace")
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml", "html", "svg"),
+        default="table",
+        help="table; json or yaml (everything); html (a self-contained page: the picture and the table's parts) or svg (the picture)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -59,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(to_data(view), indent=2))
     elif args.output == "yaml":
         sys.stdout.write(yaml.safe_dump(to_data(view), sort_keys=False))
+    elif args.output == "html":
+        sys.stdout.write(to_html(view))
+    elif args.output == "svg":
+        sys.stdout.write(to_svg(view))
     else:
         sys.stdout.write(to_table(view))
     return EXIT_OK

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "rewrite device-plugin GPU requests (nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi, MIG, AMD partitions) as DRA",
     "fleet": "show devices per node (total, allocated, free, tainted), shared counters, and who holds each device",
     "template": "write a ResourceClaimTemplate from what you want (count, vendor, model, memory, MIG, fallbacks, sharing), checked with explain",
+    "fleet-exporter": "serve the fleet's DRA metrics (devices per node and class, pending claims, stale slices) for Prometheus",
     "profiles": "list the shipped hardware profiles (name, vendors, devices)",
     "completion": "print a shell completion script (bash or zsh)",
     "version": "print the version of dra-driver",
@@ -143,7 +144,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         for name, summary in COMMANDS.items():
             subparsers.add_parser(name, help=summary)
         return parser
-    importlib.import_module(f"dra_driver.cli.{only}").add_parser(subparsers)
+    importlib.import_module(f"dra_driver.cli.{only.replace('-', '_')}").add_parser(subparsers)
     finish_command_parser(only, subparsers.choices[only])
     return parser
 

@@ -40,13 +40,14 @@ class Filters:
     device_class: DeviceClassSpec | None = None  # devices the class's selectors match
 
 
-def build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None = None, pods_listed: bool = False) -> FleetView:
-    """`pods_listed`: the fleet's pods are all the cluster has, so a reserved pod not among them is Missing."""
+def build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None = None, pods_listed: bool = False, pools: Sequence[Pool] | None = None) -> FleetView:
+    """`pods_listed`: the fleet's pods are all the cluster has, so a reserved pod not among them is Missing;
+    `pools`: the fleet's slices already grouped (build_pools), for a caller that needs them too."""
     with collector_paused():  # tens of thousands of rows, none cyclic
-        return _build_view(fleet, filters, matcher, pods_listed)
+        return _build_view(fleet, filters, matcher, pods_listed, build_pools(fleet.slices) if pools is None else pools)
 
 
-def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_listed: bool) -> FleetView:
+def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_listed: bool, pools: Sequence[Pool]) -> FleetView:
     view = FleetView(sources=list(fleet.sources), device_class=filters.device_class.name if filters.device_class else None)
     view.notes += fleet.notes
     holders, skipped = _holders(fleet.claims, _pod_phases(fleet.pods) if (fleet.pods or pods_listed) else None)
@@ -56,7 +57,7 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
     published: set[DeviceID] = set()
     selects = _class_test(filters.device_class, matcher)
     selector_errors = 0
-    for pool in build_pools(fleet.slices):
+    for pool in pools:
         if pool.invalid:
             view.notes.append(f"pool {pool.driver}/{pool.name} is unusable: {pool.invalid}{_files_of(pool, fleet.slice_files)}; its devices count as blocked")
         used = _counters_used(pool, holders)

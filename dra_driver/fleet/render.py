@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.fleet.model import STATES, DeviceRow, FleetView, Holder
@@ -42,39 +43,54 @@ def _free_by_group(devices: Sequence[DeviceRow]) -> list[list[str]]:
     return rows
 
 
-def _totals_line(view: FleetView) -> str:
+def totals_line(view: FleetView) -> str:
     totals = {state: sum(g.counts[state] for g in view.groups) for state in STATES}
     line = f"Fleet: {', '.join(view.sources)}: {sum(totals.values())} devices on {view.nodes} nodes"
     line += " (" + ", ".join(f"{totals[s]} {s}" for s in STATES) + ")"
     return line + (f"; only devices of class {view.device_class}" if view.device_class else "")
 
 
-def to_table(view: FleetView) -> str:
-    lines = [_totals_line(view), ""]
-    lines += format_table(
-        ["NODE", "DRIVER", "KIND", "TOTAL", "ALLOCATED", "FREE", "OVERLAPPING", "TAINTED", "BLOCKED"],
-        [[g.node, g.driver, g.kind, str(g.total), *(str(g.counts[s]) for s in STATES)] for g in view.groups],
-    )
+@dataclass(frozen=True)
+class Section:
+    """One part of the table view: a heading (empty for the first part) and its rows."""
+
+    heading: str
+    header: tuple[str, ...]
+    rows: list[list[str]]
+
+
+GROUP_HEADER = ("NODE", "DRIVER", "KIND", "TOTAL", "ALLOCATED", "FREE", "OVERLAPPING", "TAINTED", "BLOCKED")
+
+
+def sections(view: FleetView) -> list[Section]:
+    """The parts of the table view in order; the table, HTML and SVG outputs all show these."""
+    parts = [Section("", GROUP_HEADER, [[g.node, g.driver, g.kind, str(g.total), *(str(g.counts[s]) for s in STATES)] for g in view.groups])]
     used = [c for c in view.counters if c.in_use]
     if used:
-        lines += ["", "Shared counters in use (-o json lists every counter):"]
-        lines += format_table(["NODE", "POOL", "COUNTER SET", "COUNTER", "TOTAL", "USED", "LEFT"], [[c.node, c.pool, c.counter_set, c.counter, c.total, c.used, c.left] for c in used])
+        rows = [[c.node, c.pool, c.counter_set, c.counter, c.total, c.used, c.left] for c in used]
+        parts.append(Section("Shared counters in use (-o json lists every counter):", ("NODE", "POOL", "COUNTER SET", "COUNTER", "TOTAL", "USED", "LEFT"), rows))
     shared = [[d.node, d.driver, d.device, s.capacity, s.total, s.used, s.left, str(len(d.holders))] for d in view.devices if d.holders for s in d.shared]
     if shared:
-        lines += ["", "Shared devices in use (several claims each take part of a capacity):"]
-        lines += format_table(["NODE", "DRIVER", "DEVICE", "CAPACITY", "TOTAL", "USED", "LEFT", "CLAIMS"], shared)
+        parts.append(Section("Shared devices in use (several claims each take part of a capacity):", ("NODE", "DRIVER", "DEVICE", "CAPACITY", "TOTAL", "USED", "LEFT", "CLAIMS"), shared))
     holders = _holder_rows(view)
     if holders:
-        lines += ["", "Held devices:"]
-        lines += format_table(["NODE", "DRIVER", "DEVICE", "CLAIM", "REQUEST", "PODS"], holders)
+        parts.append(Section("Held devices:", ("NODE", "DRIVER", "DEVICE", "CLAIM", "REQUEST", "PODS"), holders))
     if view.unpublished:
-        lines += ["", "Allocations naming devices no slice publishes (removed devices or stale pools):"]
-        lines += format_table(["DRIVER", "POOL", "DEVICE", "CLAIM"], [[u.driver, u.pool, u.device, u.holder.label] for u in view.unpublished])
+        rows = [[u.driver, u.pool, u.device, u.holder.label] for u in view.unpublished]
+        parts.append(Section("Allocations naming devices no slice publishes (removed devices or stale pools):", ("DRIVER", "POOL", "DEVICE", "CLAIM"), rows))
     if view.device_class:
         free = _free_by_group(view.devices)
-        lines += ["", f"Free devices matching class {view.device_class}:" if free else f"No free device matches class {view.device_class}."]
-        if free:
-            lines += format_table(["NODE", "DRIVER", "KIND", "FREE", "DEVICES"], free)
+        heading = f"Free devices matching class {view.device_class}:" if free else f"No free device matches class {view.device_class}."
+        parts.append(Section(heading, ("NODE", "DRIVER", "KIND", "FREE", "DEVICES") if free else (), free))
+    return parts
+
+
+def to_table(view: FleetView) -> str:
+    lines = [totals_line(view)]
+    for part in sections(view):
+        lines += ["", part.heading] if part.heading else [""]
+        if part.header:
+            lines += format_table(part.header, part.rows)
     lines += [f"Note: {note}" for note in view.notes]
     return "\n".join(lines) + "\n"
 

