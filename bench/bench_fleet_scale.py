@@ -1,6 +1,7 @@
 """A fleet of simulated nodes on the real control plane: what the driver's slices and classes cost it.
 
-Needs the loopback kit (../shared/kit, installed with install.sh into a K8S_HOME). Use other ports
+Needs a loopback kit: a K8S_HOME with bin/ (kube-apiserver, kit-etcd, kube-scheduler, kube-controller-manager built
+from the Kubernetes source), up.sh, down.sh, kit-env.sh and the kubeconfigs. Use other ports
 than a cluster someone else runs (kit-env.sh: ETCD_PORT, APISERVER_PORT, ...), e.g.:
 
     export K8S_HOME=/tmp/k8s-scale ETCD_PORT=23379 ETCD_PEER_PORT=23380 APISERVER_PORT=17443 \
@@ -495,7 +496,7 @@ def main() -> int:
     kit = Kit(Path(args.k8s_home))
     missing = kit.present()
     if missing:
-        print(f"bench_fleet_scale: no kit at {kit.home} ({missing}); install ../shared/kit (install.sh) and set K8S_HOME", file=sys.stderr)
+        print(f"bench_fleet_scale: no kit at {kit.home} ({missing}); lay out a loopback kit there and set K8S_HOME", file=sys.stderr)
         return 2
     sizes = [int(n) for n in args.nodes.split(",")]
     if len(sizes) > 1 and not args.up:

@@ -68,7 +68,7 @@ def test_the_command_table_lists_every_command_module() -> None:
     from dra_driver.cli.main import COMMANDS
 
     modules = {p.stem for p in Path(dra_driver.cli.__file__).parent.glob("*.py") if "def add_parser(" in p.read_text()}
-    assert modules == set(COMMANDS)
+    assert modules == {name.replace("-", "_") for name in COMMANDS}
 
 
 def test_help_lists_every_command_with_its_summary(capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,6 +127,6 @@ def test_completion_script_completes_commands_flags_and_choices(shell: str, caps
         pytest.skip("no bash")
     assert "explain" in complete(script, ["dra-driver", "exp"])
     assert complete(script, ["dra-driver", "--log-format", "json", "doctor", "--containerd-c"]) == ["--containerd-config"]
-    assert complete(script, ["dra-driver", "fleet", "-o", ""]) == ["table", "json", "yaml"]
+    assert complete(script, ["dra-driver", "fleet", "-o", ""]) == ["table", "json", "yaml", "html", "svg"]
     assert complete(script, ["dra-driver", "run", "--partitioning", "d"]) == ["dynamic"]
     assert complete(script, ["dra-driver", "--log-format", ""]) == ["text", "json"]

@@ -99,10 +99,13 @@ def half_published_slice(node: str) -> dict[str, Any]:
 
 
 def plugin_command(server: SimApiServer, work: Path, port: int) -> list[str]:
+    for kubelet_dir in ("plugins_registry", "plugins"):  # the kubelet's, which run never makes
+        (work / "k" / kubelet_dir).mkdir(parents=True, exist_ok=True)
+    (work / "c").mkdir(exist_ok=True)
     return [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "dgx-h100", "--node-name", NODE,
         "--api-server", server.url, "--metrics-bind-address", f"127.0.0.1:{port}",
-        "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"),
+        "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"), "--simulated-root", "none",
     ]  # fmt: skip
 
 
