@@ -132,3 +132,60 @@ def test_amd_partitions_report_their_own_activity_and_memory_and_the_socket_powe
     finally:
         assert conn.unprepare([ref]).claims[ref.uid].error == ""
         conn.close()
+
+
+# ---- Intel Gaudi ----------------------------------------------------------------------------------
+
+G3_HELD, G3_IDLE = "0000-1c-00-0-0x1060", "0000-1b-00-0-0x1060"
+
+
+def test_gaudi_held_device_carries_its_claim_and_reads_busier_than_idle_ones(gaudi_daemon, apiserver):
+    daemon, port, backend = gaudi_daemon
+    conn, ref = prepare(daemon, apiserver, GAUDI, G3_HELD)
+    try:
+        got, utilizations = settle(daemon, port, G3_HELD)
+        assert len(set(utilizations)) > 1
+        held = one(got, "dra_driver_device_utilization_ratio", device=G3_HELD, namespace="team-a", claim="train")
+        assert held > 0.5 > 0.2 > one(got, "dra_driver_device_utilization_ratio", device=G3_IDLE, claim="")
+        assert one(got, "dra_driver_device_power_watts", device=G3_HELD) > 2 * one(got, "dra_driver_device_power_watts", device=G3_IDLE)
+        assert 50 < one(got, "dra_driver_device_temperature_celsius", device=G3_HELD) < 90
+        assert one(got, "dra_driver_device_memory_total_bytes", device=G3_IDLE) == 128 * 2**30
+        assert 0 < one(got, "dra_driver_device_memory_used_bytes", device=G3_HELD) <= 128 * 2**30
+        assert one(got, "dra_driver_device_holder_info", device=G3_HELD, pci_bus_id="0000:1c:00.0", uuid="SIMG3-000102", pod="trainer-0") == 1
+        assert one(got, "dra_driver_device_info", device=G3_HELD, model="Gaudi3") == 1
+        for kind in ("ecc_corrected", "ecc_uncorrected", "hard_reset", "soft_reset"):
+            assert one(got, "dra_driver_device_errors_total", device=G3_HELD, kind=kind) == 0
+    finally:
+        assert conn.unprepare([ref]).claims[ref.uid].error == ""
+        conn.close()
+
+
+def test_gaudi_a_failing_call_leaves_the_other_readings_and_resets_are_counted(gaudi_daemon):
+    daemon, port, backend = gaudi_daemon
+    backend.fake_hlml.inject_ecc("0000:1b:00.0", corrected=4, uncorrected=2)
+    backend.fake_hlml.fail("hlmlDeviceGetPowerUsage", "0000:1c:00.0")
+    backend.fake.count_hard_reset("0000:1b:00.0")  # the kernel's hard_reset_cnt in the sysfs tree
+    daemon.device_metrics.collect_once()
+    got = scrape(port)
+    assert one(got, "dra_driver_device_errors_total", device=G3_IDLE, kind="ecc_corrected") == 4
+    assert one(got, "dra_driver_device_errors_total", device=G3_IDLE, kind="ecc_uncorrected") == 2
+    assert one(got, "dra_driver_device_errors_total", device=G3_IDLE, kind="hard_reset") == 1
+    assert not series(got, "dra_driver_device_power_watts", device=G3_HELD)
+    assert one(got, "dra_driver_device_temperature_celsius", device=G3_HELD) > 0
+    assert one(got, "dra_driver_device_power_watts", device=G3_IDLE) > 0
+    assert one(got, "dra_driver_device_metrics_errors_total", driver=GAUDI) == 0
+
+
+def test_gaudi_without_hlml_reports_the_sysfs_counters_only(short_tmp, apiserver):
+    """gaudi2-hls has no HLML (like Intel's faker): no readings, but every device and its reset counters."""
+    backend = gaudi.GaudiBackend.from_profile(load_profile("gaudi2-hls").sections["gaudi"], BackendSettings(node_name="node-a"))
+    daemon, port = start_daemon(short_tmp, apiserver, backend)
+    try:
+        daemon.device_metrics.collect_once()
+        got = scrape(port)
+        assert len(series(got, "dra_driver_device_info")) == 8
+        assert not series(got, "dra_driver_device_utilization_ratio")
+        assert one(got, "dra_driver_device_errors_total", device="0000-19-00-0-0x1020", kind="soft_reset") == 0
+    finally:
+        daemon.stop()
+        backend.close()
