@@ -23,13 +23,14 @@ from dra_driver.backend.interface import (
     AllocatedDevice,
     BackendSettings,
     ClaimRef,
+    DeviceSample,
     HealthEvent,
     PreparedClaim,
     PreparedDevice,
     VendorBackend,
 )
 
-from dra_driver_amd import attributes, config, dynamic, edits
+from dra_driver_amd import attributes, config, dynamic, edits, metrics
 from dra_driver_amd.discovery import GpuInfo, discover_gpus
 from dra_driver_amd.fake_amdsmi import FakeAmdSmi
 from dra_driver_amd.fake_sysfs import build_pci_tree
@@ -321,6 +322,70 @@ class AmdBackend(VendorBackend):
         )
         watcher.prime()
         return watcher.run(stop)
+
+    # -- device metrics --------------------------------------------------------
+
+    def sample_devices(self) -> list[DeviceSample]:
+        """Readings of every published device. Never takes self._lock (prepare holds it through a partition-mode
+        switch): the catalog is replaced whole by discovery, so one reference read sees a consistent one."""
+        catalog = self._catalog
+        if catalog is None:
+            return []
+        handles = metrics.live_handles(self.smi)
+        samples: list[DeviceSample] = []
+        for bdf, gpu in catalog.gpus.items():
+            primary = handles.get(bdf)
+            parent = metrics.read_handle(self.smi, primary, bdf, errors=True) if primary is not None else metrics.Readings()
+            for name, (address, uuid) in self._addresses(catalog, gpu, primary).items():
+                if address == bdf:
+                    own: metrics.Readings | None = parent  # the whole GPU: its own handle is the primary
+                elif address is not None and address in handles:
+                    own = metrics.read_handle(self.smi, handles[address], address, errors=False)
+                else:
+                    own = None  # a placement not created now: only what the GPU reports
+                samples.append(metrics.sample(name, gpu, uuid, own, parent))
+        return samples
+
+    def _addresses(self, catalog: Catalog, gpu: GpuInfo, primary: Any) -> dict[str, tuple[str | None, str]]:
+        """Published device -> (partition PCI address now, or None when it does not exist now; its UUID)."""
+        partitions = {partition.bdf: partition for partition in gpu.partitions}
+        by_render = {attributes.partition_name(partition): partition for partition in gpu.partitions}
+        current: tuple[str | None, str | None] | None = None
+        found: dict[str, tuple[str | None, str]] = {}
+        for name in catalog.devices_by_gpu.get(gpu.bdf, []):
+            placement = catalog.placements.get(name)
+            if placement is None:
+                partition = by_render.get(name, gpu.primary if not gpu.is_partitioned else None)
+                found[name] = (partition.bdf, partition.uuid or "") if partition is not None else (None, "")
+                continue
+            if current is None:  # the mode decides which placements exist now; read once per GPU
+                current = self._current_mode(primary, gpu.bdf)
+            exists = current == (placement.mode.compute, placement.mode.memory)
+            address = metrics.partition_address(gpu.bdf, placement.index) if exists else None
+            known = partitions.get(address) if address is not None else None
+            found[name] = (address, (known.uuid or "") if known is not None else "")
+        return found
+
+    def _current_mode(self, primary: Any, bdf: str) -> tuple[str | None, str | None]:
+        if primary is None:
+            return (None, None)
+        try:
+            return self.smi.compute_partition(primary), self.smi.memory_partition(primary)
+        except SmiError as exc:
+            log.debug("cannot read the partition mode for device metrics", extra=fields(bdf=bdf, error=str(exc)))
+            return (None, None)
+
+    def simulate_load(self, busy: Collection[str]) -> None:
+        if not isinstance(self.smi.lib, FakeAmdSmi) or self._catalog is None:
+            return
+        catalog = self._catalog
+        held: dict[str, str] = {}
+        for gpu in catalog.gpus.values():
+            for name, (address, _) in self._addresses(catalog, gpu, None).items():
+                if name in busy:
+                    placement = catalog.placements.get(name)
+                    held[name] = address or (metrics.partition_address(gpu.bdf, placement.index) if placement else gpu.bdf)
+        self.smi.lib.set_busy_partitions(held.values())
 
     @property
     def library(self) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dra_driver.backend.sim_load import SimulatedLoad
 from dra_driver.backend.sim_state import SimulatedState, changing
 
 from dra_driver_amd.profile import AmdProfile, GpuEntry, GpuModel
@@ -32,6 +33,7 @@ from dra_driver_amd.profile import AmdProfile, GpuEntry, GpuModel
 AMDSMI_STATUS_INVAL = 1
 AMDSMI_STATUS_NOT_SUPPORTED = 2
 AMDSMI_STATUS_NOT_FOUND = 31
+AMDSMI_STATUS_UNKNOWN_ERROR = 0xFFFFFFFF
 
 
 class AmdSmiException(Exception):
@@ -82,6 +84,24 @@ class AmdSmiLinkType(IntEnum):
     AMDSMI_LINK_TYPE_XGMI = 2
     AMDSMI_LINK_TYPE_NOT_APPLICABLE = 3
     AMDSMI_LINK_TYPE_UNKNOWN = 4
+
+
+class AmdSmiTemperatureType(IntEnum):
+    EDGE = 0
+    HOTSPOT = 1
+    JUNCTION = 1
+    VRAM = 2
+    HBM_0 = 3
+    HBM_1 = 4
+    HBM_2 = 5
+    HBM_3 = 6
+    PLX = 7
+
+
+class AmdSmiTemperatureMetric(IntEnum):
+    CURRENT = 0
+    MAX = 1
+    MIN = 2
 
 
 class AmdSmiEvtNotificationType(IntEnum):
@@ -141,6 +161,11 @@ def _partition_bdf(bdf: str, index: int) -> str:
     return f"{bdf[:-1]}{index}"
 
 
+def _socket_key(gpu_bdf: str) -> str:
+    """The load key of a GPU's socket-level readings (power, temperature), apart from its partition 0's."""
+    return f"{gpu_bdf}/socket"
+
+
 class FakeAmdSmi:
     """Module-like object: use it where the code expects the `amdsmi` module."""
 
@@ -151,6 +176,8 @@ class FakeAmdSmi:
     AmdSmiMemoryPartitionType = AmdSmiMemoryPartitionType
     AmdSmiLinkType = AmdSmiLinkType
     AmdSmiEvtNotificationType = AmdSmiEvtNotificationType
+    AmdSmiTemperatureType = AmdSmiTemperatureType
+    AmdSmiTemperatureMetric = AmdSmiTemperatureMetric
 
     def __init__(self, profile: AmdProfile, state: SimulatedState | None = None) -> None:
         self.profile = profile
@@ -159,6 +186,9 @@ class FakeAmdSmi:
         self.calls: list[tuple[Any, ...]] = []  # setter calls, in order
         self._lock = threading.Condition()
         self._events: list[dict[str, Any]] = []
+        # Readings of the metric calls, keyed by partition PCI address (partition 0's is the GPU's own).
+        self.load = SimulatedLoad(seed="amd")
+        self._failing: dict[str, set[str | None]] = {}  # call -> GPU BDFs it fails for (None: every GPU)
         self._gpus = {
             entry.bdf: _GpuState(entry, profile.models[entry.model], entry.compute_partition, entry.memory_partition)
             for entry in profile.gpus
@@ -412,8 +442,49 @@ class FakeAmdSmi:
     # -- health --------------------------------------------------------------
 
     def amdsmi_get_gpu_total_ecc_count(self, handle: FakeHandle) -> dict[str, int]:
-        state = self._gpu(handle)
+        state, _ = self._reading("amdsmi_get_gpu_total_ecc_count", handle)
         return {"correctable_count": state.correctable, "uncorrectable_count": state.uncorrectable, "deferred_count": 0}
+
+    # -- metrics (readings from self.load: drifting, higher on partitions a claim holds) --------------
+
+    def _reading(self, call: str, handle: Any) -> tuple[_GpuState, str]:
+        """The GPU behind a metric call and the load key of the handle's partition; fails as `fail` asked."""
+        state = self._gpu(handle)
+        failing = self._failing.get(call, set())
+        if None in failing or handle.gpu_bdf in failing:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_UNKNOWN_ERROR)
+        return state, _partition_bdf(handle.gpu_bdf, handle.partition)
+
+    def amdsmi_get_gpu_activity(self, handle: FakeHandle) -> dict[str, Any]:
+        _, key = self._reading("amdsmi_get_gpu_activity", handle)
+        utilization = self.load.advance(key).utilization  # the call that moves a partition's readings
+        if handle.partition == 0:
+            self.load.advance(_socket_key(handle.gpu_bdf))  # and, on the primary, the socket's power and temperature
+        return {"gfx_activity": round(utilization * 100), "umc_activity": round(utilization * 60), "mm_activity": "N/A"}
+
+    def amdsmi_get_gpu_vram_usage(self, handle: FakeHandle) -> dict[str, int]:
+        state, key = self._reading("amdsmi_get_gpu_vram_usage", handle)
+        total = state.model.vram_size_mb // self._num_partitions(state)  # each XCP reports its share, in MB
+        return {"vram_total": total, "vram_used": min(total, int(total * self.load.current(key).memory_fraction))}
+
+    def amdsmi_get_power_info(self, handle: FakeHandle) -> dict[str, Any]:
+        state, _ = self._reading("amdsmi_get_power_info", handle)
+        if handle.partition:
+            # The SMU measures the socket: a secondary partition's handle reports no power (amd-smi shows N/A).
+            return dict.fromkeys(("socket_power", "current_socket_power", "average_socket_power", "gfx_voltage", "soc_voltage", "mem_voltage", "power_limit"), "N/A")
+        watts = round(self.load.current(_socket_key(handle.gpu_bdf)).power_fraction * state.model.power_limit_w)
+        # MI300 and later report the current socket power, MI200 and earlier the average (amdsmi_power_info_t).
+        current, average = (watts, "N/A") if state.model.accelerator_profiles else ("N/A", watts)
+        return {"socket_power": watts, "current_socket_power": current, "average_socket_power": average,
+                "gfx_voltage": "N/A", "soc_voltage": "N/A", "mem_voltage": "N/A", "power_limit": state.model.power_limit_w}  # fmt: skip
+
+    def amdsmi_get_temp_metric(self, handle: FakeHandle, sensor_type: AmdSmiTemperatureType, metric: AmdSmiTemperatureMetric) -> int:
+        self._reading("amdsmi_get_temp_metric", handle)
+        if handle.partition or AmdSmiTemperatureType(sensor_type) != AmdSmiTemperatureType.HOTSPOT:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)  # one junction sensor per socket, on the primary
+        if AmdSmiTemperatureMetric(metric) != AmdSmiTemperatureMetric.CURRENT:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+        return round(self.load.current(_socket_key(handle.gpu_bdf)).temperature_celsius)
 
     def _read_events(self, wanted: set[str], timeout_ms: int, num_elem: int) -> list[dict[str, Any]]:
         with self._lock:
@@ -435,6 +506,16 @@ class FakeAmdSmi:
         state = self._gpus[gpu_bdf]
         state.uncorrectable += uncorrectable
         state.correctable += correctable
+
+    def set_busy_partitions(self, addresses: Iterable[str]) -> None:
+        """The partitions (by PCI address, partition 0's is the GPU's) that carry a workload now: they and their
+        GPU's socket (power, temperature) read busy, every other partition idles."""
+        keys = set(addresses)
+        self.load.set_busy(keys | {_socket_key(f"{address.rsplit('.', 1)[0]}.0") for address in keys})
+
+    def fail(self, call: str, gpu_bdf: str | None = None) -> None:
+        """Make a metric call fail with AMDSMI_STATUS_UNKNOWN_ERROR, for one GPU or (None) every GPU."""
+        self._failing.setdefault(call, set()).add(gpu_bdf)
 
     def current_mode(self, gpu_bdf: str) -> tuple[str | None, str | None]:
         state = self._gpus[gpu_bdf]

@@ -52,6 +52,8 @@ class GpuModel(_Strict):
     target_graphics_version: str  # "gfx942"
     num_compute_units: int = Field(ge=1)
     vram_size_mb: int = Field(ge=1)  # amdsmi_get_gpu_vram_info()['vram_size'], MB
+    # amdsmi_get_power_info()['power_limit'], W: the scale of the simulated power readings
+    power_limit_w: int = Field(default=750, ge=1)
     # Partitioning; empty lists mean the ASIC has no partition modes (CDNA2).
     accelerator_profiles: list[AcceleratorProfile] = Field(default_factory=list)
     default_profile_index: int = 0

@@ -28,6 +28,11 @@ LIBRARY_MISSING = "libamd_smi.so not found (install amd-smi-lib from ROCm, or se
 STATUS_NOT_SUPPORTED = 2
 
 
+def _number(value: Any) -> bool:
+    """A reading amdsmi gave (it writes "N/A" for a field the GPU does not fill; UINT32_MAX is unsupported)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 0xFFFFFFFF
+
+
 class SmiError(Exception):
     """An amdsmi call failed; `code` is the amdsmi status (2 = not supported)."""
 
@@ -161,6 +166,37 @@ class Smi:
         counts = self._optional("amdsmi_get_gpu_total_ecc_count", handle)
         value = counts.get("uncorrectable_count") if counts else None
         return value if isinstance(value, int) else None
+
+    # readings (device metrics); None where the GPU or partition does not report one
+    def activity(self, handle: Any) -> float | None:
+        """GFX engine activity 0..1 (the `gfx_activity` percentage amd-smi shows as GFX%)."""
+        value = (self._optional("amdsmi_get_gpu_activity", handle) or {}).get("gfx_activity")
+        return value / 100 if _number(value) else None
+
+    def vram_usage(self, handle: Any) -> tuple[int, int] | None:
+        """(used, total) VRAM in bytes; amdsmi reports MB (MiB)."""
+        usage = self._optional("amdsmi_get_gpu_vram_usage", handle) or {}
+        used, total = usage.get("vram_used"), usage.get("vram_total")
+        return (int(used) << 20, int(total) << 20) if _number(used) and _number(total) and total > 0 else None
+
+    def power_watts(self, handle: Any) -> float | None:
+        """Socket power: the current power on MI300 and later, the average on MI200 and earlier ("N/A": not this one)."""
+        info = self._optional("amdsmi_get_power_info", handle) or {}
+        value = next((info[key] for key in ("current_socket_power", "average_socket_power", "socket_power") if _number(info.get(key))), None)
+        return float(value) if value is not None else None
+
+    def hotspot_celsius(self, handle: Any) -> float | None:
+        """The junction (hotspot) temperature: MI300 reports no edge sensor, and it is what throttles."""
+        value = self._optional("amdsmi_get_temp_metric", handle, self.lib.AmdSmiTemperatureType.HOTSPOT, self.lib.AmdSmiTemperatureMetric.CURRENT)
+        return float(value) if _number(value) else None
+
+    def ecc_counts(self, handle: Any) -> dict[str, int] | None:
+        """RAS error counts since the driver loaded: ecc_corrected, ecc_uncorrected, ecc_deferred."""
+        counts = self._optional("amdsmi_get_gpu_total_ecc_count", handle)
+        if counts is None:
+            return None
+        names = {"correctable_count": "ecc_corrected", "uncorrectable_count": "ecc_uncorrected", "deferred_count": "ecc_deferred"}
+        return {kind: int(counts[key]) for key, kind in names.items() if _number(counts.get(key))}
 
     def event_readers(self, handles: Sequence[Any], event_names: Iterable[str]) -> list[Any]:
         types = [self.lib.AmdSmiEvtNotificationType[name] for name in event_names]

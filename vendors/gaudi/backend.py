@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, ClassVar
@@ -22,6 +22,7 @@ from dra_driver.backend.interface import (
     AllocatedDevice,
     BackendSettings,
     ClaimRef,
+    DeviceSample,
     HealthEvent,
     PreparedClaim,
     PreparedDevice,
@@ -33,11 +34,12 @@ from dra_driver_gaudi.attributes import DeviceFacts, build_device
 from dra_driver_gaudi.config import parse_config
 from dra_driver_gaudi.discovery import GaudiDevice, discover_devices
 from dra_driver_gaudi.edits import claim_edits, device_edits, visibility_edits
-from dra_driver_gaudi.fake_hlml import FakeHlml
+from dra_driver_gaudi.fake_hlml import POWER_LIMIT_W, FakeHlml
 from dra_driver_gaudi.fake_sysfs import FakeSysfs, build_fake_sysfs
 from dra_driver_gaudi.health import DEFAULT_INTERVAL_S, HealthState, watch
 from dra_driver_gaudi.hlml import Hlml, open_hlml
-from dra_driver_gaudi.models import model_for
+from dra_driver_gaudi.hlml import HlmlReadings
+from dra_driver_gaudi.models import model_for, normalize_device_id
 
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -84,7 +86,16 @@ class GaudiBackend(VendorBackend):
             fake = build_fake_sysfs(section, workdir.path / "sys")
             serials = {device.bdf: device.serial for device in fake.section.devices if device.serial is not None}
             # Serials come from HLML on real hardware, so a profile with serials gets a simulated HLML.
-            fake_hlml = FakeHlml(serials) if serials else None
+            models = {device.bdf: model_for(normalize_device_id(device.device_id)) for device in fake.section.devices}
+            fake_hlml = (
+                FakeHlml(
+                    serials,
+                    memory={bdf: model.memory_bytes for bdf, model in models.items() if model.memory_bytes},
+                    power_limit_w={bdf: POWER_LIMIT_W[model.family] for bdf, model in models.items() if model.family in POWER_LIMIT_W},
+                )
+                if serials
+                else None
+            )
             hlml = open_hlml(serials, library=fake_hlml) if fake_hlml else None
             simulated = dataclasses.replace(settings, sysfs_root=fake.root)
             backend = cls(simulated, hlml=hlml, fake=fake, fake_hlml=fake_hlml, workdir=workdir)
@@ -152,6 +163,33 @@ class GaudiBackend(VendorBackend):
 
     def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
         """Prepare changed nothing on the node, so there is nothing to undo."""
+
+    # --- device metrics ------------------------------------------------------
+
+    def sample_devices(self) -> list[DeviceSample]:
+        """Readings of every scanned device: HLML's (when the library is there) and the driver's reset counters from
+        sysfs. Takes no lock prepare needs: the scan's dict is replaced whole, so one reference read is consistent."""
+        devices = list(self._devices.values())
+        hlml = self._hlml
+        samples: list[DeviceSample] = []
+        for device in devices:
+            found = hlml.readings(device.bdf) if hlml is not None else HlmlReadings()
+            errors = dict(found.errors)
+            for kind, name in (("hard_reset", "hard_reset_cnt"), ("soft_reset", "soft_reset_cnt")):
+                count = sysfs_util.read_int(device.sysfs_dir / name)
+                if count is not None:
+                    errors[kind] = count
+            samples.append(DeviceSample(
+                device=device.name, uuid=hlml.serial(device.bdf) if hlml is not None else "", pci_bus_id=device.bdf,
+                model=model_for(device.device_id).name, utilization=found.utilization, memory_used_bytes=found.memory_used,
+                memory_total_bytes=found.memory_total, power_watts=found.power_watts,
+                temperature_celsius=found.temperature_celsius, errors=errors,
+            ))  # fmt: skip
+        return samples
+
+    def simulate_load(self, busy: Collection[str]) -> None:
+        if self.fake_hlml is not None:
+            self.fake_hlml.set_busy({device.bdf for device in list(self._devices.values()) if device.name in busy})
 
     # --- health and lifetime -------------------------------------------------
 

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from dra_driver.backend.sim_load import SimulatedLoad
+
 from dra_driver_gaudi.hlml import ERROR_TIMEOUT, EVENT_CRITICAL_ERR
+
+# Board power limits (W) the simulated power readings scale with: HL-205, HL-225, HL-325L OAM.
+POWER_LIMIT_W = {"gaudi": 350, "gaudi2": 600, "gaudi3": 900}
 
 
 class FakeHlmlError(Exception):
@@ -43,12 +48,18 @@ class FakeEvent:
 
 _NOT_FOUND = 6
 _UNINITIALIZED = 1
+_NOT_SUPPORTED = 3
+_UNKNOWN = 49  # HLML_ERROR_UNKNOWN
 
 
 class FakeHlml:
-    def __init__(self, serials: Mapping[str, str], memory: Mapping[str, int] | None = None) -> None:
+    def __init__(self, serials: Mapping[str, str], memory: Mapping[str, int] | None = None, power_limit_w: Mapping[str, int] | None = None) -> None:
         self._serials = dict(serials)
         self._memory = dict(memory or {})
+        self._power_limit_w = dict(power_limit_w or {})
+        self.load = SimulatedLoad(seed="gaudi")  # readings of the metric calls, keyed by PCI address
+        self._ecc: dict[tuple[str, int], int] = {}  # (bdf, error type) -> count
+        self._failing: dict[str, set[str | None]] = {}  # call -> PCI addresses it fails for (None: every device)
         self._handles = {bdf: FakeHandle(0x1000 + index) for index, bdf in enumerate(sorted(self._serials))}
         self._events: deque[FakeEvent] = deque()
         self._registered: set[int] = set()
@@ -83,10 +94,43 @@ class FakeHlml:
 
     def hlmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> FakeMemory:
         self._check()
-        bdf = self._bdf(handle)
+        bdf = self._reading("hlmlDeviceGetMemoryInfo", handle)
         if bdf not in self._memory:
-            raise FakeHlmlError(3)  # HLML_ERROR_NOT_SUPPORTED
-        return FakeMemory(total=self._memory[bdf], free=self._memory[bdf])
+            raise FakeHlmlError(_NOT_SUPPORTED)
+        total = self._memory[bdf]
+        used = min(total, int(total * self.load.current(bdf).memory_fraction))
+        return FakeMemory(total=total, free=total - used, used=used)
+
+    # ---- metric calls (readings from self.load: drifting, higher on devices a claim holds) ----
+
+    def _reading(self, call: str, handle: FakeHandle) -> str:
+        self._check()
+        bdf = self._bdf(handle)
+        failing = self._failing.get(call, set())
+        if None in failing or bdf in failing:
+            raise FakeHlmlError(_UNKNOWN)
+        return bdf
+
+    def hlmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> int:
+        bdf = self._reading("hlmlDeviceGetUtilizationRates", handle)
+        return round(self.load.advance(bdf).utilization * 100)  # the call that moves the device's readings
+
+    def hlmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        bdf = self._reading("hlmlDeviceGetPowerUsage", handle)
+        if bdf not in self._power_limit_w:
+            raise FakeHlmlError(_NOT_SUPPORTED)
+        return round(self.load.current(bdf).power_fraction * self._power_limit_w[bdf] * 1000)  # mW
+
+    def hlmlDeviceGetTemperature(self, handle: FakeHandle, sensor_type: int) -> int:
+        bdf = self._reading("hlmlDeviceGetTemperature", handle)
+        if sensor_type not in (0, 1):  # HLML_TEMPERATURE_ON_AIP, HLML_TEMPERATURE_ON_BOARD
+            raise FakeHlmlError(2)  # HLML_ERROR_INVALID_ARGUMENT
+        celsius = self.load.current(bdf).temperature_celsius
+        return round(celsius if sensor_type == 0 else celsius - 8)
+
+    def hlmlDeviceGetTotalECCErrors(self, handle: FakeHandle, error_type: int, counter_type: int) -> int:
+        bdf = self._reading("hlmlDeviceGetTotalECCErrors", handle)
+        return self._ecc.get((bdf, error_type), 0)
 
     def hlmlEventSetCreate(self) -> object:
         self._check()
@@ -107,6 +151,18 @@ class FakeHlml:
             if not self._events:
                 raise FakeHlmlError(ERROR_TIMEOUT)
             return self._events.popleft()
+
+    def set_busy(self, bdfs: Collection[str]) -> None:
+        """The devices (by PCI address) that carry a workload now; every other one idles."""
+        self.load.set_busy(bdfs)
+
+    def inject_ecc(self, bdf: str, corrected: int = 0, uncorrected: int = 0) -> None:
+        for error_type, count in ((0, corrected), (1, uncorrected)):
+            self._ecc[(bdf, error_type)] = self._ecc.get((bdf, error_type), 0) + count
+
+    def fail(self, call: str, bdf: str | None = None) -> None:
+        """Make a metric call fail with HLML_ERROR_UNKNOWN, for one device or (None) every device."""
+        self._failing.setdefault(call, set()).add(bdf)
 
     def set_memory_total(self, bdf: str, total: int) -> None:
         """Make hlmlDeviceGetMemoryInfo report `total` bytes for the device."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.common.logs import fields
@@ -23,7 +24,25 @@ EVENT_CRITICAL_ERR = 1 << 1
 # hlml_types.HLML_RETURN.HLML_ERROR_TIMEOUT: hlmlEventSetWait found no event in time.
 ERROR_TIMEOUT = 10
 
+# pyhlml's argument values: hlmlDeviceGetTemperature sensor (0 AIP, 1 board), hlmlDeviceGetTotalECCErrors
+# error type (0 corrected, 1 uncorrected) and counter type (0 volatile, 1 aggregate).
+TEMPERATURE_ON_AIP = 0
+ECC_CORRECTED, ECC_UNCORRECTED = 0, 1
+ECC_AGGREGATE = 1
+
 _missing_logged = threading.Event()
+
+
+@dataclass
+class HlmlReadings:
+    """One device's readings from HLML (None: not reported)."""
+
+    utilization: float | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
 
 
 def import_pyhlml() -> Any | None:
@@ -89,6 +108,36 @@ class Hlml:
             log.info("HLML cannot read memory info", extra=fields(device=bdf, error=str(exc)))
             return None
         return total if total > 0 else None
+
+    def readings(self, bdf: str) -> HlmlReadings:
+        """The device's readings now; each call that fails leaves its reading out (logged at debug)."""
+        handle = self._handles.get(bdf)
+        if handle is None:
+            return HlmlReadings()
+        lib = self._lib
+
+        def read(what: str, call: Callable[[], Any]) -> Any:
+            try:
+                return call()
+            except Exception as exc:  # pyhlml raises HLMLError subclasses; NOT_SUPPORTED included
+                log.debug("HLML reading failed", extra=fields(device=bdf, reading=what, error=str(exc)))
+                return None
+
+        found = HlmlReadings()
+        utilization = read("utilization", lambda: lib.hlmlDeviceGetUtilizationRates(handle))  # AIP busy %, last second
+        found.utilization = min(1.0, int(utilization) / 100) if utilization is not None else None
+        memory = read("memory", lambda: lib.hlmlDeviceGetMemoryInfo(handle))
+        if memory is not None and int(memory.total) > 0:
+            found.memory_used, found.memory_total = int(memory.used), int(memory.total)
+        power = read("power", lambda: lib.hlmlDeviceGetPowerUsage(handle))  # mW
+        found.power_watts = int(power) / 1000 if power is not None else None
+        temperature = read("temperature", lambda: lib.hlmlDeviceGetTemperature(handle, TEMPERATURE_ON_AIP))
+        found.temperature_celsius = float(temperature) if temperature is not None else None
+        for kind, error_type in (("ecc_corrected", ECC_CORRECTED), ("ecc_uncorrected", ECC_UNCORRECTED)):
+            count = read(kind, lambda t=error_type: lib.hlmlDeviceGetTotalECCErrors(handle, t, ECC_AGGREGATE))  # type: ignore[misc]
+            if count is not None:
+                found.errors[kind] = int(count)
+        return found
 
     def _register_events(self) -> None:
         try:
