@@ -47,6 +47,7 @@ STEPS = (
     ("dra_driver_nvidia.backend", "NvidiaBackend._create_instances", "      dynamic MIG instances of the claim"),
     ("dra_driver_nvidia.mig", "create_instance_in", "        one MIG instance created (NVML)"),
     ("dra_driver_nvidia.ownership", "OwnershipJournal.record", "        MIG ownership journal write"),
+    ("dra_driver.backend.sim_state", "SimulatedState.save", "        simulated hardware state saved (simulation only)"),
     ("dra_driver.node.plugin.servicers", "DraServicer.NodeUnprepareResources", "daemon: NodeUnprepareResources handler"),
     ("dra_driver.node.plugin.prepare", "PrepareService._unprepare_one", "  unprepare of one claim"),
     ("dra_driver_nvidia.backend", "NvidiaBackend.unprepare", "    NVIDIA backend unprepare"),

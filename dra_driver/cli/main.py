@@ -10,6 +10,7 @@ kubernetes client, ruamel, pydantic or the CEL layer).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -191,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         logging.shutdown()
+        if argv is None:
+            # The process exits next: keep what is left out of the interpreter's last collection
+            # (~30-50 ms of CPU after explain on a 10,000-device fleet, docs/performance.md).
+            gc.freeze()
 
 
 def _remove_scratch_and_die(signum: int, _frame: object) -> None:

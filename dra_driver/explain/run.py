@@ -11,7 +11,7 @@ from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import CelMatcher, ClaimSpec, Explanation, build_pools
 from dra_driver.common.errors import DraError, FieldError
 from dra_driver.explain.admin_access import admin_access_problems
-from dra_driver.explain.classes import merge_classes, shipped_class_documents
+from dra_driver.explain.classes import SHIPPED, merge_classes, shipped_class_documents
 from dra_driver.explain.constraint_hints import constraint_hints
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
@@ -153,7 +153,7 @@ def _shipped_layer(fleet: fleets.Fleet) -> list[tuple[str, list[dict[str, Any]]]
     ones are not added, as the scheduler there would not find them. A simulated node runs this
     driver, whose install brings them (deploy/); files with slices only get them too, said by
     _shipped_note when a claim uses one."""
-    return [] if fleet.cluster or fleet.classes else [("shipped", shipped_class_documents())]
+    return [] if fleet.cluster or fleet.classes else [(SHIPPED, shipped_class_documents())]
 
 
 def _shipped_note(specs: Sequence[ClaimSpec], layers: Sequence[tuple[str, list[dict[str, Any]]]], fleet: fleets.Fleet) -> list[str]:
@@ -163,9 +163,9 @@ def _shipped_note(specs: Sequence[ClaimSpec], layers: Sequence[tuple[str, list[d
     names: dict[str, set[str]] = {}
     for source, docs in layers:
         names.setdefault(source, set()).update(str((d.get("metadata") or {}).get("name")) for d in docs)
-    others = set().union(*(found for source, found in names.items() if source != "shipped"))
+    others = set().union(*(found for source, found in names.items() if source != SHIPPED))
     used = {alternative.class_name for spec in specs for request in spec.requests for alternative in request.alternatives}
-    only_shipped = sorted(used & names.get("shipped", set()) - others)
+    only_shipped = sorted(used & names.get(SHIPPED, set()) - others)
     if not only_shipped:
         return []
     return [

@@ -151,6 +151,23 @@ def test_extended_resource_names(classes: dict[str, DeviceClass]) -> None:
     assert sum(1 for c in classes.values() if c.spec.extendedResourceName) == 3
 
 
+@pytest.mark.parametrize("consumable_capacity", [False, True])
+def test_the_api_server_accepts_every_shipped_class(consumable_capacity: bool) -> None:
+    """explain trusts the shipped classes and compiles their selectors only when a claim uses
+    one (explain/classes.py merge_classes): this is the check it no longer runs on every call."""
+    from dra_driver.allocator import CelMatcher
+    from dra_driver.explain.classes import shipped_class_documents
+    from dra_driver.sources.claims import DeviceClass as ClassObject, class_spec_errors, parse_object
+
+    matcher = CelMatcher(consumable_capacity=consumable_capacity)
+    documents = shipped_class_documents()
+    assert len(documents) >= 5
+    for doc in documents:
+        parsed = parse_object(doc, "shipped")
+        assert isinstance(parsed, ClassObject), parsed
+        assert class_spec_errors(parsed, doc["metadata"]["name"], matcher.compile_problem) == []
+
+
 def test_kustomization_lists_every_yaml_once() -> None:
     directory = shipped_classes_dir()
     listed = yaml.safe_load((directory / "kustomization.yaml").read_text())["resources"]
