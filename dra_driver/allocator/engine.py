@@ -40,7 +40,7 @@ from dra_driver.allocator.types import (
     SubRequest,
     Toleration,
 )
-from dra_driver.common.memory_hint import memory_near_miss
+from dra_driver.model.memory_hint import memory_near_miss
 
 MAX_RESULTS_PER_CLAIM = 32
 DEFAULT_STEP_LIMIT = 200_000

@@ -34,7 +34,7 @@ from typing import Any
 from dra_driver.common import json_text, node_file
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from pydantic import BaseModel, ValidationError
 
 from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import create_temp
-from dra_driver.node.checkpoint import read_boot_id
+from dra_driver.common.boot_id import read_boot_id
 from dra_driver.common.logs import fields
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,8 @@ HLML), so selectors must guard the lookup: a missing key is a CEL runtime error.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 from dra_driver.model.device import AttributeValue
 
@@ -29,12 +31,26 @@ INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"
 # foreign drivers with the same name), and the names people type for vendors.
 DRIVER_VENDORS = {"gpu.nvidia.com": "nvidia", "gpu.amd.com": "amd", "gaudi.intel.com": "intel"}
 VENDOR_ALIASES = {"nvidia": "nvidia", "amd": "amd", "gaudi": "intel", "intel": "intel"}
+# Resource-name domains of the accelerator vendors' device plugins (and their node labellers): what migrate
+# converts, and what a node running dra-driver has no device plugin for.
+VENDOR_DOMAINS = ("nvidia.com", "amd.com", "habana.ai", "gpu.intel.com")
 
 # Kubernetes-standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 
 MAX_VALUE_BYTES = 64
+
+
+def device_vendor(driver: str, attributes: Mapping[str, tuple[str, Any]]) -> str:
+    """A published device's vendor: its `dra-driver.io/vendor` string, else its shipped driver's; "" when unknown.
+
+    `attributes` are keyed by qualified name with (type, value) values, as the allocator reads a slice.
+    """
+    value = attributes.get(VENDOR)
+    if value is not None and value[0] == "string":
+        return str(value[1])
+    return DRIVER_VENDORS.get(driver, "")
 
 
 def interconnect_domain(*parts: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 from dra_driver.node.daemon import ApiWiring, Daemon
 from dra_driver.common.errors import DraError, UsageError
 from dra_driver.cli import failures

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from dra_driver.common import node_file
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 
 TEMP_SUFFIX = ".tmp"
 

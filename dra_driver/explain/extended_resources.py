@@ -19,6 +19,7 @@ from typing import Any
 from dra_driver.sources.claims import ResourceClaimSpec
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.subject import ClaimInput
+from dra_driver.backend.vocabulary import VENDOR_DOMAINS
 from dra_driver.explain.workloads import mappings
 
 CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -107,10 +108,8 @@ def extended_resource_claims(requests: Sequence[ExtendedRequest], classes: Mappi
 
 def replaced_by_dra(resource: str) -> bool:
     """A resource a node running dra-driver has no device plugin for: the accelerator vendors' own
-    (migrate's list of device-plugin domains) and DRA's class-named resources. A simulated node
+    (the device-plugin domains of backend/vocabulary.py) and DRA's class-named resources. A simulated node
     lacks these for sure; of anything else (vpc.amazonaws.com/efa) explain knows nothing."""
-    from dra_driver.migrate.resources import VENDOR_DOMAINS
-
     domain = resource.split("/", 1)[0]
     return resource.startswith(CLASS_PREFIX) or any(domain == d or domain.endswith("." + d) for d in VENDOR_DOMAINS)
 

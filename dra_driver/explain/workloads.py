@@ -2,8 +2,8 @@
 
 A Deployment, Job, PyTorchJob, RayCluster... holds one or more pod templates; their
 controllers create pods from them, each with its own claims from the templates it names.
-Where the pod templates live is migrate's knowledge (`migrate/workloads.py`, the operator
-table in `migrate/operators.py`); this module only turns each template into Pod documents:
+Where the pod templates live is shared with migrate (`sources/workloads.py`, the operator
+table in `sources/operators.py`); this module only turns each template into Pod documents:
 one per replica, `replicas` and `parallelism` multiplied along the path from the object to
 the template (Deployment `spec.replicas`, Job `spec.parallelism`, Kubeflow
 `<role>.replicas`, a JobSet's `replicatedJobs[].replicas` x its Job's `parallelism`).
@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dra_driver.common.errors import FieldError
-
-if TYPE_CHECKING:  # migrate is imported only for files that hold workloads (~0.4 s)
-    from dra_driver.migrate.workloads import Workload
+from dra_driver.sources.operators import NIM_CLAIMS, operator_kind
+from dra_driver.sources.workloads import POD_SPEC_PATHS, Workload, workloads
 
 MAX_PODS = 64  # pods placed per run; a bigger workload is checked for its first ones, and says so
 REPLICA_KEYS = ("replicas", "parallelism")
@@ -41,17 +40,11 @@ class WorkloadPods:
 
 def is_workload(doc: Mapping[str, Any]) -> bool:
     """A kind migrate knows to hold pod templates (core workloads and operator resources), converted or not."""
-    from dra_driver.migrate.operators import operator_kind
-    from dra_driver.migrate.workloads import POD_SPEC_PATHS
-
     return operator_kind(doc) is not None or str(doc.get("kind")) in POD_SPEC_PATHS
 
 
 def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
     """The pods `doc` would create; an error for a kind whose pods explain cannot know."""
-    from dra_driver.migrate.operators import operator_kind
-    from dra_driver.migrate.workloads import workloads
-
     out = WorkloadPods()
     entry = operator_kind(doc)
     if entry is not None and not entry.convert:
@@ -75,8 +68,6 @@ _POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "runtimeClassName", "s
 def _single_container_pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The pod spec a NIM-style operator builds from its resource's spec: one model container with the spec's
     `resources`, and every `draResources` entry (what migrate writes) as a pod claim that container uses."""
-    from dra_driver.migrate.claims import NIM_CLAIMS
-
     pod: dict[str, Any] = {key: spec[key] for key in _POD_FIELDS if key in spec}
     container: dict[str, Any] = {"name": "model"}
     resources = spec.get("resources")

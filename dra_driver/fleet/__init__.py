@@ -13,11 +13,11 @@ from dra_driver.common import suggest
 from dra_driver.allocator import CelMatcher
 from dra_driver.common.errors import FieldError
 from dra_driver.explain import FleetSource, InputError, load_fleet, merge_classes, shipped_class_documents
-from dra_driver.fleet.build import Filters, build_view, device_kind, device_vendor
+from dra_driver.fleet.build import Filters, build_view, device_kind
 from dra_driver.fleet.model import FleetView
 from dra_driver.backend.vocabulary import VENDOR_ALIASES
 
-__all__ = ["Filters", "FleetView", "ViewRequest", "build_view", "device_kind", "device_vendor", "fleet_view", "vendor_filter"]
+__all__ = ["Filters", "FleetView", "ViewRequest", "build_view", "device_kind", "fleet_view", "vendor_filter"]
 
 
 @dataclass(frozen=True)

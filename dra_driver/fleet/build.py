@@ -22,7 +22,7 @@ from dra_driver.allocator.types import Pool, PoolDevice
 from dra_driver.sources.fleet import Fleet
 from dra_driver.model import quantity
 from dra_driver.fleet.model import NO_NODE, CapacityShare, CounterRow, DeviceRow, FleetView, GroupRow, Holder, PodRef, UnpublishedAllocation
-from dra_driver.backend.vocabulary import DRIVER_VENDORS, PARTITION, VENDOR
+from dra_driver.backend.vocabulary import PARTITION, device_vendor
 
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 # Attributes (in the driver's own domain) that name what a device is, best first; then what names a partition.
@@ -194,10 +194,6 @@ def device_kind(device: PoolDevice) -> str:
     return kind
 
 
-def device_vendor(device: PoolDevice) -> str:
-    return _string(device, VENDOR) or DRIVER_VENDORS.get(device.id.driver, "")
-
-
 def _taints(device: PoolDevice) -> list[str]:
     shown = []
     for taint in device.taints:
@@ -266,7 +262,7 @@ def _device_row(
     pool: Pool, device: PoolDevice, holders: list[Holder], used: Mapping[tuple[str, str], Decimal], taken: Mapping[str, Decimal] | None = None
 ) -> DeviceRow:
     taints = _taints(device)
-    row = DeviceRow(_node_of(pool, device), device.id.driver, device.id.pool, device.id.device, device_kind(device), device_vendor(device), "free", holders, taints)
+    row = DeviceRow(_node_of(pool, device), device.id.driver, device.id.pool, device.id.device, device_kind(device), device_vendor(device.id.driver, device.attributes), "free", holders, taints)
     if device.wire.get("allowMultipleAllocations") is True:
         row.shared = _capacity_shares(device, taken)
         # Still free while some of every capacity is left for another claim (its policy may ask for more).

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.common.logs import fields
 from dra_driver.kube.client import JsonApi, WatchStream
-from dra_driver.node.publisher.backoff import Backoff, jittered
+from dra_driver.common.backoff import Backoff, jittered
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.report import Action
+from dra_driver.sources.workloads import Key, show_path
 
-Key = str | int
 
 
 def _children(node: Any) -> Iterator[Any]:
@@ -81,12 +81,6 @@ def _own_copy(node: Any) -> Any:
     return duplicate
 
 
-def show_path(path: str, keys: tuple[Key, ...]) -> str:
-    """`path` followed by `keys` as a field path: `spec.containers[0].resources`."""
-    text = path
-    for key in keys:
-        text += f"[{key}]" if isinstance(key, int) else f".{key}"
-    return text.lstrip(".")
 
 
 class Unaliaser:

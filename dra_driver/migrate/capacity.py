@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.migrate.aliases import Key, show_path
+from dra_driver.sources.workloads import Key, show_path
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind, classify

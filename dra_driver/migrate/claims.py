@@ -20,7 +20,9 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from dra_driver.migrate.aliases import Key, Unaliaser, show_path
+from dra_driver.migrate.aliases import Unaliaser
+from dra_driver.sources.operators import NIM_CLAIMS
+from dra_driver.sources.workloads import Key, show_path
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.counts import device_count, placeholder_kind
 from dra_driver.migrate.edit import attach_trailing, eol_comment, remove_key, to_ruamel
@@ -31,13 +33,12 @@ from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, DeviceKind, Unsupported, classify
 from dra_driver.migrate.tolerations import add_missing as add_tolerations
-from dra_driver.migrate.workloads import Workload
+from dra_driver.sources.workloads import Workload
 
 POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
 TEMPLATE_SUFFIX = "accelerators"
 API_VERSION = "resource.k8s.io/v1"
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
-NIM_CLAIMS = "draResources"  # NIMService: DRA claims of its pods (NVIDIA NIM operator)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from dra_driver.common.errors import FieldError
 from dra_driver.migrate import helm
 from dra_driver.migrate import stream as streams
-from dra_driver.migrate.aliases import Unaliaser, show_path
+from dra_driver.migrate.aliases import Unaliaser
 from dra_driver.migrate.catalog import ClassCatalog, load as load_catalog
 from dra_driver.migrate.capacity import capacity_kind, kueue_queue_label, migrate_capacity, note_kueue
 from dra_driver.migrate.claims import Generated, migrate_workload
@@ -20,11 +20,12 @@ from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
 from dra_driver.migrate.report import Action, Finding, Location, MigrationError, Report
-from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, VENDOR_DOMAINS, DeviceKind, Unsupported, mentions_resource
+from dra_driver.backend.vocabulary import VENDOR_DOMAINS
+from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, DeviceKind, Unsupported, mentions_resource
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.counts import device_count
-from dra_driver.migrate.operators import RAY_GPUS, operator_kind, ray_group
-from dra_driver.migrate.workloads import POD_SPEC_PATHS, Workload, find_resource_maps, is_list, metadata, workloads
+from dra_driver.sources.operators import RAY_GPUS, operator_kind, ray_group
+from dra_driver.sources.workloads import POD_SPEC_PATHS, Workload, find_resource_maps, is_list, metadata, show_path, workloads
 
 STRATEGIES = ("claims", "extended-resource")
 

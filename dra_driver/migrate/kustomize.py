@@ -35,9 +35,10 @@ from dra_driver.migrate.claims import POD_CLAIM
 from dra_driver.migrate.edit import remove_key, to_ruamel
 from dra_driver.migrate.engine import FileResult, Options, migrate
 from dra_driver.migrate.report import Action, Location, MigrationError, Report
-from dra_driver.migrate.resources import VENDOR_DOMAINS, classify
+from dra_driver.backend.vocabulary import VENDOR_DOMAINS
+from dra_driver.migrate.resources import classify
 from dra_driver.migrate.tolerations import add_missing as add_tolerations, admission_toleration
-from dra_driver.migrate.workloads import Workload, metadata, objects, workloads
+from dra_driver.sources.workloads import Workload, metadata, objects, workloads
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 TEMPLATES_FILE = "dra-resourceclaimtemplates.yaml"

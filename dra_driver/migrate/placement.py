@@ -15,7 +15,7 @@ from dra_driver.migrate.edit import remove_key
 from dra_driver.migrate.labels import Requirement, is_gpu_label, label_vendor, translate
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import DeviceKind
-from dra_driver.migrate.workloads import Workload
+from dra_driver.sources.workloads import Workload
 
 AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from dra_driver.migrate.resources import VENDOR_DOMAINS
+from dra_driver.backend.vocabulary import VENDOR_DOMAINS
 
 # ConfigMap values holding device-plugin sharing settings (time-slicing, MPS)
 SHARING_MARKERS = ("timeSlicing", "mps:", "sharing:")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dra_driver.backend.vocabulary import VENDOR_DOMAINS
+
 NVIDIA_DRIVER = "gpu.nvidia.com"
 AMD_DRIVER = "gpu.amd.com"
 GAUDI_DRIVER = "gaudi.intel.com"
 
-# Resource-name domains of the device plugins (and their node labellers) we know about.
-VENDOR_DOMAINS = ("nvidia.com", "amd.com", "habana.ai", "gpu.intel.com")
 
 # HAMi's GPU-slicing resources: next to nvidia.com/gpu they ask for a slice (memory, cores) of a shared GPU.
 HAMI_SLICES = frozenset({"nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage", "nvidia.com/priority"})

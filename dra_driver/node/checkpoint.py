@@ -57,7 +57,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dra_driver.common import atomic_file, node_file
-from dra_driver.node import file_modes
+from dra_driver.common.boot_id import DEFAULT_BOOT_ID_PATH, read_boot_id
+from dra_driver.common import file_modes
 from dra_driver.common.logs import fields
 from dra_driver.common.signed_json import SignedJsonError, body_as_written, canonical, verified_body
 
@@ -68,7 +69,6 @@ MAX_RECORD_FILE_BYTES = 64 << 20
 
 FORMAT_VERSION = 2
 LEGACY_FORMAT_VERSION = 1
-DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 PREPARE_STARTED = "PrepareStarted"
 PREPARE_COMPLETED = "PrepareCompleted"
 # Written before unprepare touches anything: a crash from then on finishes the unprepare
@@ -181,14 +181,6 @@ class DamagedRecord:
     moved_to: Path | None  # where it was set aside; None if it could not be moved
     last_good: ClaimRecord | None = None
     salvaged: ClaimRecord | None = None
-
-
-def read_boot_id(path: Path = DEFAULT_BOOT_ID_PATH) -> str:
-    try:
-        return node_file.read_regular(path, 256, follow_symlinks=True).decode(errors="replace").strip()
-    except OSError:
-        # Without a boot ID (non-Linux, tests) state survives restarts; that is the safe side.
-        return ""
 
 
 class Checkpoint:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import replace_file
 from dra_driver.common.logs import fields
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 
 if TYPE_CHECKING:
     from dra_driver.node.plugin.driver import DriverPlugin

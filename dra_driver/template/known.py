@@ -20,10 +20,9 @@ from dra_driver.allocator.types import PoolDevice
 from dra_driver.template.intent import DeviceWant
 from dra_driver.common.errors import DraError
 from dra_driver.backend.hardware_profiles import available_profiles
-from dra_driver.common.memory_hint import near_miss
+from dra_driver.model.memory_hint import near_miss
 from dra_driver.model import quantity
-from dra_driver.fleet import device_vendor
-from dra_driver.backend.vocabulary import FAMILY
+from dra_driver.backend.vocabulary import FAMILY, device_vendor
 
 MODES = ("static", "dynamic")
 CLI_VENDOR = {"nvidia": "nvidia", "amd": "amd", "intel": "gaudi"}  # dra-driver.io/vendor -> --vendor name
@@ -84,7 +83,8 @@ def _kind_key(device: PoolDevice) -> tuple[str, str, str, str, str, str]:
     whole = device.attributes.get("dra-driver.io/partition") != ("bool", True)
     partition = "" if whole else _string(device, f"{driver}/profile") or _string(device, f"{driver}/partitionProfile")
     memory = device.capacity.get(f"{driver}/memory") or ""
-    return CLI_VENDOR.get(device_vendor(device), device_vendor(device)), driver, product, _string(device, FAMILY), partition, memory
+    vendor = device_vendor(driver, device.attributes)
+    return CLI_VENDOR.get(vendor, vendor), driver, product, _string(device, FAMILY), partition, memory
 
 
 @functools.cache

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dra_driver.cli.main import main
-from dra_driver.common.memory_hint import memory_near_miss, near_miss
+from dra_driver.model.memory_hint import memory_near_miss, near_miss
 from dra_driver.common.suggest import close_matches, did_you_mean
 
 H100_BYTES = Decimal(81559 * 2**20)  # what an H100 80GB HBM3 reports (dgx-h100 profile)

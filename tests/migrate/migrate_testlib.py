@@ -43,7 +43,7 @@ def by_kind(text: str, kind: str) -> list[dict[str, Any]]:
 def device_plugin_requests(text: str) -> list[str]:
     """Device-plugin resource names still requested in `resources.limits` / `requests` of any object of `text`."""
     from dra_driver.migrate.resources import classify
-    from dra_driver.migrate.workloads import find_resource_maps
+    from dra_driver.sources.workloads import find_resource_maps
 
     return [str(name) for obj in objects(text) for _, values in find_resource_maps(obj) for name in values
             if classify(str(name)) is not None]

@@ -9,7 +9,7 @@ import pytest
 from migrate_testlib import CORPUS as corpus, GOOD, base_name, by_kind, docs, is_toleration_note, objects, run
 from dra_driver.migrate import Action
 from dra_driver.migrate.resources import classify
-from dra_driver.migrate.workloads import pod_spec
+from dra_driver.sources.workloads import pod_spec
 
 DEVICE_PREFIXES = ("nvidia.com/", "amd.com/", "habana.ai/")
 

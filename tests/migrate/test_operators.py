@@ -9,7 +9,7 @@ import pytest
 
 from migrate_testlib import base_name, device_plugin_requests, is_toleration_note, objects, run
 from dra_driver.migrate import Action
-from dra_driver.migrate.operators import OPERATOR_KINDS
+from dra_driver.sources.operators import OPERATOR_KINDS
 
 POD_SPEC = {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
 TEMPLATE = {"spec": POD_SPEC}

@@ -23,9 +23,9 @@ from migrate_testlib import base_name
 from shared_corpus import SKIP_REASON, manifests, require
 from dra_driver.migrate import Action, FileResult, MigrationError, Options, Report, load_catalog, migrate
 from dra_driver.migrate.counts import device_count
-from dra_driver.migrate.resources import VENDOR_DOMAINS
-from dra_driver.migrate.operators import ray_group
-from dra_driver.migrate.workloads import objects as document_objects, workloads
+from dra_driver.backend.vocabulary import VENDOR_DOMAINS
+from dra_driver.sources.operators import ray_group
+from dra_driver.sources.workloads import objects as document_objects, workloads
 
 FILES = manifests()
 K8S_VERSION = "1.35"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.node import file_modes
-from dra_driver.node.file_modes import Expectation, PermissionProblem
+from dra_driver.common import file_modes
+from dra_driver.common.file_modes import Expectation, PermissionProblem
 
 
 @pytest.fixture

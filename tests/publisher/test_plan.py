@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dra_driver.node.publisher.backoff import Backoff
+from dra_driver.common.backoff import Backoff
 from dra_driver.node.publisher.plan import carry_taint_times, dropped_fields, plan_pool, same_spec
 
 POOL = "node-a"

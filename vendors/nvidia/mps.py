@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.common import node_file
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dra_driver.common import atomic_file, json_text, node_file
-from dra_driver.node.checkpoint import read_boot_id
+from dra_driver.common.boot_id import read_boot_id
 from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dra_driver.common import json_text, node_file
 from dra_driver.common import atomic_file
-from dra_driver.node.checkpoint import read_boot_id
+from dra_driver.common.boot_id import read_boot_id
 from dra_driver.common.logs import fields
 from dra_driver_nvidia.ownership import claim_file_stem, remove_record
 

@@ -31,7 +31,7 @@ from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.common import atomic_file, node_file
 from dra_driver.common.logs import fields
 from dra_driver.model.names import uid_problem
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 from dra_driver.node.metrics import Metrics
 from dra_driver.node.plugin.instance_lock import live_record
 from dra_driver.node.plugin.storage_errors import cause

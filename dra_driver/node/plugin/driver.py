@@ -31,7 +31,8 @@ import grpc
 
 from dra_driver.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from dra_driver.node.checkpoint import DEFAULT_BOOT_ID_PATH, Checkpoint
+from dra_driver.common.boot_id import DEFAULT_BOOT_ID_PATH
+from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.common import atomic_file
 from dra_driver.common.logs import fields
 from dra_driver.node.metrics import Metrics

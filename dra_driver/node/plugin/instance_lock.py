@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver.common import json_text, node_file
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
 from dra_driver.model.names import file_stem

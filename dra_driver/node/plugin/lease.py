@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 from dra_driver.common.logs import fields
 from dra_driver.backend.interface import HealthEvent
 

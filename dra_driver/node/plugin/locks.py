@@ -14,7 +14,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ContextManager
 
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 from dra_driver.common.logs import fields
 from dra_driver.model.names import file_stem
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 
-from dra_driver.node import file_modes
+from dra_driver.common import file_modes
 from dra_driver.common.errors import DraError
 from dra_driver.common.logs import fields
 
@@ -107,7 +107,7 @@ class PluginPaths:
             check_socket_path(path)
 
     def make_dirs(self, cdi_dir: Path) -> None:
-        """Every directory this instance writes in, with the modes of dra_driver.node.file_modes, whatever the umask;
+        """Every directory this instance writes in, with the modes of dra_driver.common.file_modes, whatever the umask;
         DraError naming the directory when one cannot be made."""
         try:
             self._make_dirs(cdi_dir)

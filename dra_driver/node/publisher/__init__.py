@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.node.publisher.backoff import Backoff
+from dra_driver.common.backoff import Backoff
 from dra_driver.node.publisher.plan import Plan, plan_pool
 from dra_driver.node.publisher.publisher import InventorySource, PublisherOptions, SlicePublisher
 

@@ -60,7 +60,7 @@ from dra_driver.node.checks.same_name import (
     describe_foreign,
     written_by_other,
 )
-from dra_driver.node.publisher.backoff import Backoff, jittered
+from dra_driver.common.backoff import Backoff, jittered
 from dra_driver.node.publisher.desired import desired_specs, strip_consumable, strip_partitioning
 from dra_driver.node.publisher.plan import Plan, carry_taint_times, dropped_fields, plan_pool
 from dra_driver.backend.interface import HealthEvent, Partitioning

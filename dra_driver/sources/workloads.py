@@ -6,8 +6,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.migrate.aliases import show_path
-from dra_driver.migrate.operators import operator_kind, pod_specs
+from dra_driver.sources.operators import operator_kind, pod_specs
+
+Key = str | int  # a mapping key or a list index on the path to a field
 
 # kind -> path from the object to its pod spec
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -21,6 +22,14 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "Job": ("spec", "template", "spec"),
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
+
+
+def show_path(path: str, keys: tuple[Key, ...]) -> str:
+    """`path` followed by `keys` as a field path: `spec.containers[0].resources`."""
+    text = path
+    for key in keys:
+        text += f"[{key}]" if isinstance(key, int) else f".{key}"
+    return text.lstrip(".")
 
 
 @dataclass(frozen=True)

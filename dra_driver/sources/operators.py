@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ANY = "*"
+NIM_CLAIMS = "draResources"  # NIMService: DRA claims of its pods (NVIDIA NIM operator)
 
 
 @dataclass(frozen=True)
