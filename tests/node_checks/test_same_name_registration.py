@@ -70,7 +70,7 @@ def prepare(daemon: Daemon, server: sim_apiserver.SimApiServer, name: str, devic
 
 
 def test_an_upgrade_from_an_instance_without_a_marker_never_stands_down(short_tmp: Path):
-    """The old pod wrote no registrations/ marker (an older build, a full disk, a wiped directory): before, the new pod
+    """The old pod wrote no registrations/ marker (a full disk, a wiped directory): before, the new pod
     took the old pod's socket for a foreign same-name driver, withdrew its slices and refused every claim once the old
     pod stopped. Its live instance record on the shared state directory names the socket as ours."""
     with sim_apiserver.SimApiServer() as server:

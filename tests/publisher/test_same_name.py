@@ -36,10 +36,10 @@ def test_slices_are_labelled_as_ours(server: SimApiServer, make_publisher: Build
 def test_ownership_rules() -> None:
     assert written_by_other(other_drivers_slice())
     assert not written_by_other(other_drivers_slice(manager="dra-driver"))
-    assert not written_by_other(other_drivers_slice(manager="OpenAPI-Generator"))  # an older build of this driver
-    legacy = other_drivers_slice()
-    del legacy["metadata"]["managedFields"]
-    assert not written_by_other(legacy)  # nothing says who wrote it: as before, ours
+    assert written_by_other(other_drivers_slice(manager="OpenAPI-Generator"))  # the Python client's default manager is not ours
+    unmanaged = other_drivers_slice()
+    del unmanaged["metadata"]["managedFields"]
+    assert not written_by_other(unmanaged)  # nothing says who wrote it: ours
     labelled = other_drivers_slice()
     labelled["metadata"]["labels"] = {OWNER_LABEL: OWNER_VALUE}
     assert not written_by_other(labelled)
