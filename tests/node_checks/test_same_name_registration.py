@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tests.node_checks.fake_kubelet import nvidia_daemon, other_driver
 
+from tests.support import eventually
 from dra_driver.cli.main import main
 from dra_driver.kube import sim_apiserver
 from dra_driver.node.daemon import Daemon
@@ -50,13 +50,6 @@ def test_this_drivers_other_instance_is_not_a_stranger(short_tmp: Path):
 
 OLD, NEW = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
 FAST = 0.05  # the recheck interval, injected: no test sleeps for the default
-
-
-def eventually(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out: {what}"
-        time.sleep(0.02)
 
 
 def prepare(daemon: Daemon, server: sim_apiserver.SimApiServer, name: str, device: str) -> str:

@@ -69,11 +69,11 @@ def test_stands_down_instead_of_deleting_the_other_drivers_slice(server: SimApiS
 def test_running_publisher_waits_for_changes_without_retrying(server: SimApiServer, make_publisher: Build) -> None:
     theirs = server.store.put(other_drivers_slice())
     publisher = make_publisher(Source(3)).start()
-    eventually(lambda: publisher.conflicts.get(DRIVER) is not None, message="conflict found")
+    eventually(lambda: publisher.conflicts.get(DRIVER) is not None, what="conflict found")
     server.reset_counters()
     time.sleep(0.5)  # a fighting publisher would write (and a retrying one re-list) many times in this while
     assert server.writes(resource="resourceslices") == 0
     assert [o["metadata"]["name"] for o in slices(server)] == [theirs["metadata"]["name"]]
     server.delete_as_other("ResourceSlice", theirs["metadata"]["name"])  # the watch sees it go
-    eventually(lambda: len(slices(server)) == 1 and not written_by_other(slices(server)[0]), message="published after the other left")
+    eventually(lambda: len(slices(server)) == 1 and not written_by_other(slices(server)[0]), what="published after the other left")
     assert publisher.conflicts.get(DRIVER) is None
