@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from dra_driver.kube.claim_cache import ClaimCache
 from dra_driver.node.daemon import Daemon

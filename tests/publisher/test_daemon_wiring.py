@@ -8,7 +8,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 from dra_driver.node.daemon import Daemon
