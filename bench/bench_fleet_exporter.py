@@ -135,7 +135,7 @@ def main() -> int:
             text = scrape(port)
             print(f"\nsteady: {minutes * 60:.0f} s, {changes} claim changes; requests per minute:")
             print(table(Counter(server.requests), minutes))
-            print(f"  last rebuild {sample(text, 'dra_fleet_refresh_seconds'):.2f} s; one scrape {len(text.encode()) / 1024:.0f} KiB, {sum(1 for l in text.splitlines() if l and not l.startswith('#'))} series")
+            print(f"  last rebuild {sample(text, 'dra_fleet_refresh_seconds'):.2f} s; one scrape {len(text.encode()) / 1024:.0f} KiB, {sum(1 for line in text.splitlines() if line and not line.startswith('#'))} series")
             print(f"  memory: {memory_kib(process.pid)} (KiB)")
         finally:
             process.terminate()

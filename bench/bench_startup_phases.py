@@ -26,7 +26,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
-from node_layout import SIMULATED, node_dirs
+from node_layout import SIMULATED, node_dirs  # noqa: E402
 
 if TYPE_CHECKING:
     from dra_driver.node.daemon import Daemon

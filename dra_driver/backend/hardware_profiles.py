@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from dra_driver.common import suggest
 from dra_driver.common.errors import ProfileError

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import socket
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,7 +37,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="static: publish existing MIG devices/partitions; dynamic: every placement with shared counters (needs DRAPartitionableDevices)",
     )
     parser.add_argument("--consumable-gpu-memory", action="store_true", help="publish as `dra-driver run --consumable-gpu-memory` does: whole NVIDIA GPUs with allowMultipleAllocations and a memory request policy")
-    parser.add_argument("--mig-mode", choices=("static", "dynamic"), help=argparse.SUPPRESS)  # the old name of --partitioning
     parser.add_argument("-o", "--output", choices=("yaml", "json", "table"), default="yaml")
     parser.add_argument("--node-name", default=default_node_name(), help="node name for the pools (default: $NODE_NAME or the host name)")
     parser.add_argument("--vendors", help="comma-separated vendors to use (default: all installed)")
@@ -102,9 +100,7 @@ def render_table(slices: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.mig_mode:
-        failures.warning("--mig-mode is deprecated; use --partitioning (the name every other command uses)")
-    settings = BackendSettings(node_name=args.node_name, partitioning=args.mig_mode or args.partitioning, consumable_gpu_memory=args.consumable_gpu_memory)
+    settings = BackendSettings(node_name=args.node_name, partitioning=args.partitioning, consumable_gpu_memory=args.consumable_gpu_memory)
     vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
     slices, unavailable = collect_slices(settings, args.profile, vendors)  # a bad profile: ProfileError/InputError, exit 2
     for reason in unavailable:

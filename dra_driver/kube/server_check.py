@@ -108,7 +108,6 @@ def check_source(source: ApiSource) -> None:
         token = IN_CLUSTER_TOKEN.read_text().strip()
         check_with(plain_fetch(url, token, str(ca_file) if ca_file.exists() else None), f"{url} (in-cluster service account)")
         return
-    from kubernetes import client
 
     from dra_driver.kube.client import api_client_for, load_configuration, server_label
 

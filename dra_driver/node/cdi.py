@@ -35,11 +35,9 @@ ending in .json/.yaml keeps runtimes from reading it.
 from __future__ import annotations
 
 import json
-import os
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +55,8 @@ log = logging.getLogger(__name__)
 CDI_CLASS = "device"
 SPEC_SUFFIX = ".json"
 CLAIM_FILE_SUFFIX = ".claim"
-# Temp files of older builds (`.spec.<random>.tmp`) name no claim: removed once this old, when no write can still be running.
 # A spec or claim file of one claim is KiBs (a device's nodes, mounts and hooks); far more is not ours.
 MAX_FILE_BYTES = 64 << 20
-_UNNAMED_TEMP_PREFIX = ".spec."
-_UNNAMED_TEMP_AGE_S = 60.0
 
 
 class SpecUnreadable(ValueError):
@@ -156,25 +151,15 @@ def _by_claim(cdi_dir: Path, uid_of: Callable[[Path], str | None]) -> dict[str, 
     return found
 
 
-def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str | None, Path]]:
+def leftover_temp_files(cdi_dir: Path, driver: str) -> list[tuple[str, Path]]:
     """(claim UID or None, path) of the temp files our atomic writes left behind (a kill -9 mid-write).
 
-    A temp file is `.<spec or claim file name>.<random>.tmp`, so it names its claim; the older
-    `.spec.<random>.tmp` names none and is listed only once it is old enough that no
-    write can still be filling it.
+    A temp file is `.<spec or claim file name>.<random>.tmp`, so it names its claim.
     """
-    found: list[tuple[str | None, Path]] = []
+    found: list[tuple[str, Path]] = []
     # Names first: start-up lists thousands of specs here, and only temp files need a Path.
     for name in (n for n in _names(cdi_dir) if n.endswith(TEMP_SUFFIX)):
         path = cdi_dir / name
-        if name.startswith(_UNNAMED_TEMP_PREFIX):
-            try:
-                old = time.time() - path.lstat().st_mtime > _UNNAMED_TEMP_AGE_S
-            except OSError:
-                continue
-            if old:
-                found.append((None, path))
-            continue
         if not name.startswith("."):
             continue
         target = name[1 : -len(TEMP_SUFFIX)].rpartition(".")[0]  # drop the random part (no dots in it)

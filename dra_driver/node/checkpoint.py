@@ -37,9 +37,6 @@ A checkpoint path
 that is not a directory is moved aside the same way; an unreadable one is
 reported and the driver keeps serving. A crash loop would block every pod on
 the node.
-
-Format 1 (one `checkpoint.json` holding every claim) is migrated on load: its
-records are written as format-2 files and the old file is removed.
 """
 
 from __future__ import annotations
@@ -68,7 +65,6 @@ log = logging.getLogger(__name__)
 MAX_RECORD_FILE_BYTES = 64 << 20
 
 FORMAT_VERSION = 2
-LEGACY_FORMAT_VERSION = 1
 PREPARE_STARTED = "PrepareStarted"
 PREPARE_COMPLETED = "PrepareCompleted"
 # Written before unprepare touches anything: a crash from then on finishes the unprepare
@@ -121,8 +117,7 @@ class ClaimRecord:
     def to_json(self) -> dict[str, Any]:
         """The same content as dataclasses.asdict, without its deep copy (the result is only serialised).
 
-        The two later fields are written only when set, so records stay readable by older builds
-        (which ignore unknown keys) and small.
+        The two later fields are written only when set, which keeps records small.
         """
         out = {
             "uid": self.uid,
@@ -186,12 +181,8 @@ class DamagedRecord:
 class Checkpoint:
     """Thread-safe claim records, each persisted in its own file on every change."""
 
-    def __init__(
-        self, path: Path, boot_id_path: Path = DEFAULT_BOOT_ID_PATH, legacy_path: Path | None = None, moved_from: Path | None = None
-    ) -> None:
+    def __init__(self, path: Path, boot_id_path: Path = DEFAULT_BOOT_ID_PATH) -> None:
         self.path = path  # the directory of record files
-        self.legacy_path = legacy_path  # a format-1 file to migrate, if any
-        self.moved_from = moved_from  # an earlier record directory whose files are moved here on load
         self.boot_id = read_boot_id(boot_id_path)
         # Flushing buys nothing when a reboot voids the records (see the module docstring).
         self.flush = not self.boot_id
@@ -209,17 +200,12 @@ class Checkpoint:
     # --- loading -------------------------------------------------------------
 
     def load(self) -> None:
-        """Read the record files (migrating a format-1 file first); bad or stale files are set aside.
+        """Read the record files; bad or stale files are set aside.
 
         Other processes must not write meanwhile (it may set aside or remove what
         it reads): the plugin loads at start-up, or under the shared lock in
         rolling-update mode, where every write also happens under that lock.
         """
-        if self.moved_from is not None:
-            self._move_records(self.moved_from)
-            self.moved_from = None  # once: later loads (every re-read in rolling-update mode) need not look again
-        if self.legacy_path is not None:
-            self._migrate_legacy(self.legacy_path)
         claims = self._read_dir()
         with self._lock:
             self._claims = claims
@@ -363,64 +349,6 @@ class Checkpoint:
         if path.name != _file_name(record.uid):
             raise CheckpointCorrupt(f"holds claim {record.uid!r}, whose file would be {_file_name(record.uid)!r}")
         return record
-
-    def _move_records(self, earlier: Path) -> None:
-        """Move record files from an earlier checkpoint directory (another filesystem, so copy then delete).
-
-        A file already present here wins: it can only be newer. The copy is written
-        before the original is deleted, so a crash in between leaves a duplicate that
-        the next load resolves the same way, never a lost record.
-        """
-        try:
-            entries = [
-                e for e in os.scandir(earlier) if e.name.endswith(_RECORD_SUFFIX) and not e.name.startswith(".") and e.is_file(follow_symlinks=False)
-            ]
-        except FileNotFoundError:
-            return
-        except OSError as exc:  # not a directory, unreadable: leave it, never fatal
-            log.error("earlier checkpoint directory unusable; not moved", extra=fields(path=str(earlier), error=str(exc)))
-            return
-        if not entries:
-            return
-        file_modes.make_dirs(self.path, file_modes.PRIVATE_DIR)
-        for entry in entries:
-            target = self.path / entry.name
-            if not target.exists():
-                try:
-                    raw = _read_regular_file(Path(entry.path))
-                except CheckpointCorrupt as exc:  # changed since the listing, or far too large: left where it is
-                    log.error("earlier checkpoint record not moved", extra=fields(path=entry.path, error=str(exc)))
-                    continue
-                atomic_file.replace_file(target, raw, durable=self.flush)
-            _unlink(Path(entry.path))
-        try:
-            earlier.rmdir()
-        except OSError:
-            pass  # something else appeared there; it is left alone
-        log.info("checkpoint moved to the state directory", extra=fields(moved_from=str(earlier), path=str(self.path), files=len(entries)))
-
-    def _migrate_legacy(self, legacy: Path) -> None:
-        """Turn a format-1 checkpoint file into record files (durable), then remove it."""
-        try:
-            raw = _read_regular_file(legacy)
-        except FileNotFoundError:
-            return
-        except (OSError, CheckpointCorrupt) as exc:  # a directory or link in its place: never fatal
-            _set_aside(legacy, exc, "claims it held are rebuilt from their CDI specs where possible")
-            return
-        try:
-            body = _parse_signed(raw, LEGACY_FORMAT_VERSION)
-            records = [record_from_json(rec) for rec in (body.get("claims") or {}).values()]
-        except CheckpointCorrupt as exc:
-            _set_aside(legacy, exc, "claims prepared before are forgotten")
-            return
-        if body.get("boot_id") != self.boot_id:
-            log.warning("format-1 checkpoint is from another boot; prepared state is void", extra=fields(path=str(legacy)))
-            records = []
-        for record in records:
-            atomic_file.replace_file(self.path / _file_name(record.uid), self._line(record), durable=True)
-        _unlink(legacy)
-        log.info("checkpoint migrated to one file per claim", extra=fields(path=str(self.path), claims=len(records)))
 
     # --- queries -------------------------------------------------------------
 

@@ -60,7 +60,7 @@ def run(expression: str) -> bool:
         (f"{ATTR}.index in [0.0, 2.5]", True),
         (f"{ATTR}.index in {{0u: 1}}", True),
         (f"{{0: 7}}[{ATTR}.index + 0] == 7", True),
-        (f'{{1: "a"}}[dyn(1.0)] == "a"', True),
+        ('{1: "a"}[dyn(1.0)] == "a"', True),
         (f"[dyn(0.5)] == [{ATTR}.index]", False),
         ("dyn(1) == 1.0", True),
         ("dyn(1u) == 1", True),

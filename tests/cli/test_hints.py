@@ -99,12 +99,10 @@ def test_demo_vendor_mistakes_are_usage_errors(flags: list[str], says: str, caps
     assert code == 2 and err.startswith("dra-driver demo: error: ") and says in err
 
 
-def test_discover_table_writes_booleans_as_yaml_does_and_mig_mode_is_an_alias(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = outcome(capsys, ["discover", "--profile", "mi300x", "--mig-mode", "dynamic", "-o", "table"])
-    assert code == 0 and "--mig-mode is deprecated; use --partitioning" in err
+def test_discover_table_writes_booleans_as_yaml_does(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = outcome(capsys, ["discover", "--profile", "mi300x", "--partitioning", "dynamic", "-o", "table"])
+    assert code == 0
     assert " true " in out and " false " in out and "True" not in out and "False" not in out
-    _, dynamic, _ = outcome(capsys, ["discover", "--profile", "mi300x", "--partitioning", "dynamic", "-o", "table"])
-    assert dynamic == out
 
 
 def test_profiles_lists_every_shipped_profile_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:

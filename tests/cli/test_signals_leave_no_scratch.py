@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import eventually
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube.sim_apiserver import SimApiServer
 
@@ -53,12 +54,13 @@ def start(server: SimApiServer, work: Path, profile: Path, serving: int = DRIVER
 
 
 def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        if process.poll() is not None or time.monotonic() > deadline:
+    """Until `condition`; the process killed and its stderr shown if it exits first or never gets there."""
+    try:
+        eventually(lambda: condition() or process.poll() is not None, "the process to get there", 60, step=0.001)
+    finally:
+        if not condition():
             process.kill()
             pytest.fail(f"the process never got there: {process.communicate()[1]}")
-        time.sleep(0.001)
 
 
 def scratch_pids(directory: Path) -> list[str]:

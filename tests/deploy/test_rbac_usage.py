@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from dra_driver.kube.claim_cache import ClaimCache
 from dra_driver.node.daemon import Daemon
@@ -65,9 +64,9 @@ def test_cluster_role_verbs_equal_the_verbs_the_daemon_uses(short_tmp: Path) -> 
         daemon = make_daemon(short_tmp, server, [backend], claim_cache=cache)
         daemon.start()
         try:
-            eventually(lambda: device_names(slices(server, driver=DRIVER)) == {"gpu-0", "gpu-1"}, message="published, stale slice gone")
+            eventually(lambda: device_names(slices(server, driver=DRIVER)) == {"gpu-0", "gpu-1"}, what="published, stale slice gone")
             backend.health.put(HealthEvent(device="gpu-1", healthy=False, reason="XID 79"))
-            eventually(lambda: any(d.get("taints") for o in slices(server, driver=DRIVER) for d in o["spec"]["devices"]), message="taint published")
+            eventually(lambda: any(d.get("taints") for o in slices(server, driver=DRIVER) for d in o["spec"]["devices"]), what="taint published")
             assert cache.wait_live(10)
             service = daemon.plugins[DRIVER].service
             outcome = service.prepare([ClaimRef("default", "c1", stored["metadata"]["uid"])])  # from the cache

@@ -8,7 +8,6 @@ from typing import Any
 
 import alloc_builders as b
 import pytest
-import yaml
 
 from explain_testlib import NV, class_docs, claim_file, explain, fleet_list, nodes, write_yaml
 

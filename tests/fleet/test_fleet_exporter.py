@@ -4,14 +4,14 @@ Gone re-lists, pending claims get explain's reason, and nodes whose slices are s
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import eventually
 from dra_driver.explain import shipped_class_documents
 from dra_driver.fleet.exporter import FleetExporter
 from dra_driver.kube import reflector as reflectors
@@ -22,14 +22,6 @@ from dra_driver.sources.fleet import simulated
 DRIVER = "gpu.nvidia.com"
 GPU = "gpu.nvidia.com"  # the shipped class of whole NVIDIA GPUs
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def eventually(check: Callable[[], bool], timeout: float = 15.0, message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(0.05)
 
 
 def claim(name: str, requests: list[dict[str, Any]], constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -96,11 +88,11 @@ def test_devices_per_class_and_state_follow_watch_events(server: SimApiServer, e
     # A MIG class selects none of these whole GPUs: no series for it.
     assert not [k for k in scrape(exporter) if ("device_class", "mig.nvidia.com") in k[1]]
     server.store.put(allocated_claim_object("held", "ml", DRIVER, "node-0", {"gpu": ["gpu-0", "gpu-1"]}, device_class=GPU))
-    eventually(lambda: devices(exporter, "node-0", "allocated") == 2, message="allocated devices after the claim's ADDED event")
+    eventually(lambda: devices(exporter, "node-0", "allocated") == 2, what="allocated devices after the claim's ADDED event")
     assert devices(exporter, "node-0", "free") == 6
     assert devices(exporter, "node-1", "free") == 8
     server.delete_as_other("ResourceClaim", "held", "ml")
-    eventually(lambda: devices(exporter, "node-0", "free") == 8, message="devices free again after DELETED")
+    eventually(lambda: devices(exporter, "node-0", "free") == 8, what="devices free again after DELETED")
     assert exporter.reflectors["resourceclaims"].events >= 2
     assert value(exporter, "dra_fleet_watch_events_total", resource="resourceclaims") == exporter.reflectors["resourceclaims"].events
 
@@ -111,7 +103,7 @@ def test_tainted_devices_are_counted_apart(server: SimApiServer, exporter: Fleet
 
     name = next(s["metadata"]["name"] for s in server.objects("ResourceSlice") if s["spec"]["pool"]["name"] == "node-1")
     server.modify_as_other("ResourceSlice", name, taint)
-    eventually(lambda: devices(exporter, "node-1", "tainted") == 1, message="a tainted device after MODIFIED")
+    eventually(lambda: devices(exporter, "node-1", "tainted") == 1, what="a tainted device after MODIFIED")
     assert devices(exporter, "node-1", "free") == 7
 
 
@@ -122,7 +114,7 @@ def test_pending_claims_carry_explains_reason(server: SimApiServer, exporter: Fl
     server.store.put(claim("no-class", [exactly("gpu.example.com")]))
     server.store.put(claim("apart", [exactly(GPU, count=2)], [{"requests": ["gpu"], "matchAttribute": "gpu.nvidia.com/uuid"}]))
     expected = {"allocatable": 1, "insufficient-devices": 1, "no-matching-device": 1, "class-missing": 1, "constraint": 1}
-    eventually(lambda: pending_reasons(exporter) == expected, message=f"reasons {expected}")
+    eventually(lambda: pending_reasons(exporter) == expected, what=f"reasons {expected}")
     oldest = value(exporter, "dra_fleet_claims_pending_oldest_seconds", namespace="ml", reason="allocatable")
     assert oldest is not None and oldest >= 0
     # Once allocated, a claim is no longer pending.
@@ -130,7 +122,7 @@ def test_pending_claims_carry_explains_reason(server: SimApiServer, exporter: Fl
     assert fits is not None
     fits["status"] = allocated_claim_object("fits", "ml", DRIVER, "node-1", {"gpu": ["gpu-7"]}, device_class=GPU)["status"]
     server.store.put(fits)
-    eventually(lambda: "allocatable" not in pending_reasons(exporter), message="the allocated claim leaves the pending count")
+    eventually(lambda: "allocatable" not in pending_reasons(exporter), what="the allocated claim leaves the pending count")
 
 
 def test_a_broken_device_class_costs_only_itself(server: SimApiServer, exporter: FleetExporter) -> None:
@@ -139,14 +131,14 @@ def test_a_broken_device_class_costs_only_itself(server: SimApiServer, exporter:
     broken["spec"]["selectors"] = [{"cel": {"expression": "device.attributes["}}]
     server.store.put(broken)
     before = exporter.refreshes
-    eventually(lambda: exporter.wait_refreshed(before, 0.1), message="a refresh after the class arrived")
+    eventually(lambda: exporter.wait_refreshed(before, 0.1), what="a refresh after the class arrived")
     assert devices(exporter, "node-0", "total") == 8
     assert not [k for k in scrape(exporter) if ("device_class", "broken.example.com") in k[1]]
 
 
 def test_node_slices_published_stale_and_missing(server: SimApiServer, exporter: FleetExporter) -> None:
     def states() -> dict[tuple[str, str], str]:
-        return {(dict(l)["node"], dict(l)["state"]): dict(l)["driver"] for (name, l), v in scrape(exporter).items() if name == "dra_fleet_node_slices" and v == 1}
+        return {(dict(labels)["node"], dict(labels)["state"]): dict(labels)["driver"] for (name, labels), v in scrape(exporter).items() if name == "dra_fleet_node_slices" and v == 1}
 
     assert states() == {("node-0", "published"): DRIVER, ("node-1", "published"): DRIVER}
     slice_of = {s["spec"]["pool"]["name"]: s["metadata"]["name"] for s in server.objects("ResourceSlice")}
@@ -155,11 +147,11 @@ def test_node_slices_published_stale_and_missing(server: SimApiServer, exporter:
         obj["spec"]["pool"]["resourceSliceCount"] = 2  # the second slice of this generation never came
 
     server.modify_as_other("ResourceSlice", slice_of["node-0"], half_published)
-    eventually(lambda: ("node-0", "stale") in states(), message="node-0 stale")
+    eventually(lambda: ("node-0", "stale") in states(), what="node-0 stale")
     server.delete_as_other("ResourceSlice", slice_of["node-1"])
-    eventually(lambda: ("node-1", "missing") in states(), message="node-1 missing once its slice is deleted")
+    eventually(lambda: ("node-1", "missing") in states(), what="node-1 missing once its slice is deleted")
     server.delete_as_other("Node", "node-1")
-    eventually(lambda: not any(node == "node-1" for node, _ in states()), message="a deleted Node forgotten")
+    eventually(lambda: not any(node == "node-1" for node, _ in states()), what="a deleted Node forgotten")
 
 
 def test_410_gone_relists_at_once_and_keeps_counting(server: SimApiServer, exporter: FleetExporter) -> None:
@@ -167,10 +159,10 @@ def test_410_gone_relists_at_once_and_keeps_counting(server: SimApiServer, expor
     lists = slices.lists
     server.inject("watch", "resourceslices", 410, count=1)  # the watch resumed after its 1 s timeout is expired
     # Re-listed at once (the backoff for other failures is 5 s here), and the LIST is counted.
-    eventually(lambda: slices.lists > lists, timeout=4.0, message="a re-list on 410")
+    eventually(lambda: slices.lists > lists, timeout=4.0, what="a re-list on 410")
     assert value(exporter, "dra_fleet_list_requests_total", resource="resourceslices") == slices.list_requests
     server.store.put(allocated_claim_object("after", "ml", DRIVER, "node-1", {"gpu": ["gpu-0"]}, device_class=GPU))
-    eventually(lambda: devices(exporter, "node-1", "allocated") == 1, message="numbers still follow events after the re-list")
+    eventually(lambda: devices(exporter, "node-1", "allocated") == 1, what="numbers still follow events after the re-list")
     assert devices(exporter, "node-0", "total") == 8
 
 

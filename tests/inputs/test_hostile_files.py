@@ -6,7 +6,6 @@ shows: a C-level crash (SIGSEGV), an endless standard input, the -vv traceback.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile

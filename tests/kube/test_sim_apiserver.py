@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from tests.support import eventually as wait_for
 from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
 
@@ -177,14 +177,6 @@ def collect_events(api: client.ResourceV1Api, out: list[tuple[str, str]], **kwar
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
-
-
-def wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 def test_watch_streams_added_modified_deleted_with_selector(api: client.ResourceV1Api, server: SimApiServer) -> None:

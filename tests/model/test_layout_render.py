@@ -4,7 +4,7 @@ import copy
 import json
 
 from dra_driver.model import CounterConsumption, CounterSet, Device, DeviceTaint, Inventory, Version, layout_pool, render_pool, validate_slices
-from dra_driver.model.layout import MAX_DEVICES_PER_SLICE, MAX_DEVICES_PER_SLICE_ADVANCED
+from dra_driver.model.layout import MAX_DEVICES_PER_SLICE
 from dra_driver.model.render import as_list, render_attribute
 from tests.model.conftest import make_device
 

@@ -9,7 +9,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 import yaml
 from manifests import alerts, panel_queries, tool, write_rules
 
+from tests.support import eventually
 from dra_driver.backend.interface import ClaimRef
 from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.kube.sim_apiserver import SimApiServer
@@ -59,16 +59,6 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def wait_for(what: str, predicate: Any, logs: list[Path], timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs if log.exists())
-    raise AssertionError(f"timed out waiting for {what}\n{tails}")
 
 
 def get_json(url: str) -> Any:
@@ -148,7 +138,7 @@ def scene(short_tmp: Path) -> Iterator[tuple[int, list[Path]]]:
         plugin = spawn(plugin_command(server, short_tmp, plugin_port), logs[0])
         stack.callback(stop, plugin)
         paths = PluginPaths(short_tmp / "k", DRIVER)
-        wait_for("the daemon's registration socket", paths.registration_socket.exists, logs)
+        eventually(paths.registration_socket.exists, "the daemon's registration socket", DEADLINE_S, step=0.2, details=lambda: tails(logs))
         with closing(register(paths.registration_socket)) as conn:
             ref = ClaimRef("ml", "train", held["metadata"]["uid"])
             assert conn.prepare([ref]).claims[ref.uid].error == ""
@@ -162,7 +152,7 @@ def scene(short_tmp: Path) -> Iterator[tuple[int, list[Path]]]:
         ]  # fmt: skip
         server_process = spawn(args, logs[2])
         stack.callback(stop, server_process)
-        wait_for("both targets up", lambda: len(query(prometheus_port, "up == 1")) == 2, logs)
+        eventually(lambda: len(query(prometheus_port, "up == 1")) == 2, "both targets up", DEADLINE_S, step=0.2, details=lambda: tails(logs))
         yield prometheus_port, logs
 
 
@@ -180,10 +170,15 @@ def test_every_panel_query_and_alert_expression_returns_series(scene: tuple[int,
         return not empty
 
     try:
-        wait_for("every query to return series", all_answer, [])
+        eventually(all_answer, "every query to return series", DEADLINE_S, step=0.2, details=lambda: tails([]))
     except AssertionError:
         tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}" for log in logs)
         raise AssertionError("no series for:\n  " + "\n  ".join(empty) + "\n" + tails) from None
     rules = get_json(f"http://127.0.0.1:{port}/api/v1/rules")["data"]["groups"]
     assert [(r["name"], r["health"]) for g in rules for r in g["rules"] if r["health"] != "ok"] == []
     assert sorted(r["name"] for g in rules for r in g["rules"]) == sorted(a["alert"] for a in alerts())
+
+
+def tails(logs: list[Path]) -> str:
+    """The end of each process's log, for a failure message."""
+    return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs if log.exists())

@@ -78,7 +78,7 @@ def test_text_output_names_each_problem_and_its_fix(tree: Path, capsys: pytest.C
                  "--state-dir", str(tree / "run"), "--containerd-config", str(tree / "etc" / "config.toml"), "--crio-config", str(tree / "nope")])  # fmt: skip
     text = capsys.readouterr().out
     assert code == 1
-    assert f"FAIL  cdi-dir" in text and f"{tree / 'cdi'} is not a directory" in text and "fix: mount the host's" in text
+    assert "FAIL  cdi-dir" in text and f"{tree / 'cdi'} is not a directory" in text and "fix: mount the host's" in text
     assert "WARN  registration" in text and "The node cannot serve claims: 1 check failed." in text
 
 

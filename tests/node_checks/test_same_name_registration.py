@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tests.node_checks.fake_kubelet import nvidia_daemon, other_driver
 
+from tests.support import eventually
 from dra_driver.cli.main import main
 from dra_driver.kube import sim_apiserver
 from dra_driver.node.daemon import Daemon
@@ -52,13 +52,6 @@ OLD, NEW = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-2222
 FAST = 0.05  # the recheck interval, injected: no test sleeps for the default
 
 
-def eventually(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out: {what}"
-        time.sleep(0.02)
-
-
 def prepare(daemon: Daemon, server: sim_apiserver.SimApiServer, name: str, device: str) -> str:
     stored = server.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", {"gpu": [device]}))
     ref = ClaimRef("default", name, stored["metadata"]["uid"])
@@ -70,7 +63,7 @@ def prepare(daemon: Daemon, server: sim_apiserver.SimApiServer, name: str, devic
 
 
 def test_an_upgrade_from_an_instance_without_a_marker_never_stands_down(short_tmp: Path):
-    """The old pod wrote no registrations/ marker (an older build, a full disk, a wiped directory): before, the new pod
+    """The old pod wrote no registrations/ marker (a full disk, a wiped directory): before, the new pod
     took the old pod's socket for a foreign same-name driver, withdrew its slices and refused every claim once the old
     pod stopped. Its live instance record on the shared state directory names the socket as ours."""
     with sim_apiserver.SimApiServer() as server:

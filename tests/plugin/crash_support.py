@@ -6,25 +6,15 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support import eventually as wait_for  # noqa: F401  (imported from here by the crash tests)
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV, HOLD_POINTS
 from dra_driver.node.plugin.sockets import PluginPaths
 
 DAEMON = Path(__file__).parent / "example_daemon.py"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition", step: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start_daemon(api_url: str, root: Path, hold: Path | None = None, devices: int = 8) -> subprocess.Popen[str]:

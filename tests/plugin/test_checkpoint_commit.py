@@ -55,8 +55,7 @@ def test_record_json_matches_asdict():
         out["devices"] = [{k: v for k, v in d.items() if k != "consumed" or v} for d in out["devices"]]
         return out
 
-    # The later fields (a device's consumed capacity too) are left out while unset (older builds read the same
-    # lines); spec_on_disk is memory only.
+    # The later fields (a device's consumed capacity too) are left out while unset; spec_on_disk is memory only.
     assert rec.to_json() == expected(rec, ("spec_json", "recovered", "spec_on_disk"))
     full = replace(rec, spec_json='{"devices":[]}', recovered="cdi-spec")
     full.devices[0] = replace(full.devices[0], share_id="4f1c2d3e-0000-4000-8000-000000000001", consumed={"memory": "20Gi"})

@@ -1,4 +1,4 @@
-"""Checkpoint format 2: one record file per claim; torn/corrupt files, boot ID, format-1 migration."""
+"""Checkpoint format 2: one record file per claim; torn/corrupt files, boot ID."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def record(uid: str, phase: str = PREPARE_COMPLETED) -> ClaimRecord:
     return ClaimRecord(uid, "ns", f"claim-{uid}", phase, [CheckpointDevice("gpu", "pool", "gpu-0", cdi_ids=["k/c=x"])], {"mig": [1]})  # type: ignore[arg-type]
 
 
-def loaded(path: Path, boot: Path, legacy: Path | None = None) -> dict[str, ClaimRecord]:
-    ckpt = Checkpoint(path, boot, legacy_path=legacy)
+def loaded(path: Path, boot: Path) -> dict[str, ClaimRecord]:
+    ckpt = Checkpoint(path, boot)
     ckpt.load()
     return {r.uid: r for r in ckpt.records()}
 
@@ -109,33 +109,6 @@ def test_reload_sees_another_writers_changes(tmp_path: Path, boot: Path):
     theirs.remove("a")
     mine.load()
     assert [r.uid for r in mine.records()] == ["b"]
-
-
-def _legacy_file(path: Path, boot_id: str, records: list[ClaimRecord]) -> None:
-    body = {"boot_id": boot_id, "claims": {r.uid: r.to_json() for r in records}, "version": 1}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    path.write_text(json.dumps({"body": body, "checksum": hashlib.sha256(canonical.encode()).hexdigest()}))
-
-
-def test_format_1_checkpoint_is_migrated_once(tmp_path: Path, boot: Path):
-    legacy = tmp_path / "checkpoint.json"
-    _legacy_file(legacy, "boot-1", [record("a"), record("b", PREPARE_STARTED)])
-    path = tmp_path / "checkpoint.d"
-    got = loaded(path, boot, legacy)
-    assert got == {"a": record("a"), "b": record("b", PREPARE_STARTED)}
-    assert not legacy.exists()
-    assert sorted(p.name for p in path.iterdir()) == ["a.json", "b.json"]
-    assert loaded(path, boot) == got  # now readable without the old file
-
-
-def test_format_1_checkpoint_from_another_boot_or_corrupt_migrates_nothing(tmp_path: Path, boot: Path):
-    legacy = tmp_path / "checkpoint.json"
-    _legacy_file(legacy, "boot-0", [record("a")])
-    assert loaded(tmp_path / "d", boot, legacy) == {}
-    assert not legacy.exists()
-    legacy.write_text("{torn")
-    assert loaded(tmp_path / "d", boot, legacy) == {}
-    assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1
 
 
 @pytest.mark.parametrize("cut", ["mid-line", "newline-kept"])
@@ -288,16 +261,3 @@ def test_leftover_temp_files_of_rewrites_are_removed_on_load(tmp_path: Path, boo
     (path / ".a.json.k3j4.tmp").write_bytes(b"partial")
     loaded(path, boot)
     assert sorted(p.name for p in path.iterdir()) == ["a.json"]
-
-
-def test_a_directory_where_the_format_1_file_or_the_earlier_directory_should_be_is_never_fatal(tmp_path: Path, boot: Path):
-    legacy = tmp_path / "checkpoint.json"
-    (legacy / "x").mkdir(parents=True)
-    earlier = tmp_path / "earlier.d"
-    earlier.write_text("a file where a directory should be")
-    path = tmp_path / "cp"
-    Checkpoint(path, boot).put(record("a"))
-    ckpt = Checkpoint(path, boot, legacy_path=legacy, moved_from=earlier)
-    ckpt.load()
-    assert [r.uid for r in ckpt.records()] == ["a"]
-    assert not legacy.exists() and len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1

@@ -7,26 +7,19 @@ are counted from the server's request counters.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
+from tests.support import eventually
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube import sim_apiserver
 from dra_driver.kube.claim_cache import CachedClaimReader, ClaimCache
 from dra_driver.kube.claims import ClaimLookupError, ClaimReader, allocated_claim_object
 from dra_driver.backend.interface import BackendSettings, ClaimRef
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0, message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(0.02)
 
 
 def claim_gets(server: sim_apiserver.SimApiServer) -> int:
@@ -65,7 +58,7 @@ def cached(apiserver: sim_apiserver.SimApiServer) -> Iterator[CachedClaimReader]
 
 def test_allocated_claim_with_matching_uid_is_served_without_a_get(apiserver: sim_apiserver.SimApiServer, cached: CachedClaimReader) -> None:
     uid = put_claim(apiserver, "c1", device="gpu-1")
-    eventually(lambda: cached.cache.lookup("default", "c1", uid) is not None, message="claim in cache")
+    eventually(lambda: cached.cache.lookup("default", "c1", uid) is not None, what="claim in cache")
     before = claim_gets(apiserver)
     claim = cached.get("default", "c1", uid)
     assert claim_gets(apiserver) == before
@@ -89,7 +82,7 @@ def test_claims_present_before_start_come_from_the_list(apiserver: sim_apiserver
 
 def test_uid_mismatch_falls_back_to_a_get(apiserver: sim_apiserver.SimApiServer, cached: CachedClaimReader) -> None:
     uid = put_claim(apiserver, "c1")
-    eventually(lambda: cached.cache.lookup("default", "c1", uid) is not None, message="claim in cache")
+    eventually(lambda: cached.cache.lookup("default", "c1", uid) is not None, what="claim in cache")
     before = claim_gets(apiserver)
     claim = cached.get("default", "c1", "some-other-uid")
     assert claim_gets(apiserver) == before + 1
@@ -108,52 +101,52 @@ def test_unallocated_claim_falls_back_to_a_get_until_allocated(apiserver: sim_ap
         obj["status"] = allocated_claim_object("pending", "default", DRIVER, "node-a", {"gpu": ["gpu-3"]})["status"]
 
     apiserver.modify_as_other("ResourceClaim", "pending", allocate, namespace="default")
-    eventually(lambda: cached_device(cached.cache, "pending", uid) == "gpu-3", message="allocation seen")
+    eventually(lambda: cached_device(cached.cache, "pending", uid) == "gpu-3", what="allocation seen")
 
     def deallocate(obj: dict) -> None:
         obj["status"] = {}
 
     apiserver.modify_as_other("ResourceClaim", "pending", deallocate, namespace="default")
-    eventually(lambda: cached.cache.lookup("default", "pending", uid) is None, message="deallocation seen")
+    eventually(lambda: cached.cache.lookup("default", "pending", uid) is None, what="deallocation seen")
 
 
 def test_deleted_and_recreated_claim_is_never_served_under_the_old_uid(apiserver: sim_apiserver.SimApiServer, cached: CachedClaimReader) -> None:
     old_uid = put_claim(apiserver, "c1", device="gpu-0")
-    eventually(lambda: cached.cache.lookup("default", "c1", old_uid) is not None, message="old claim cached")
+    eventually(lambda: cached.cache.lookup("default", "c1", old_uid) is not None, what="old claim cached")
     apiserver.delete_as_other("ResourceClaim", "c1", namespace="default")
-    eventually(lambda: cached.cache.lookup("default", "c1", old_uid) is None, message="delete seen")
+    eventually(lambda: cached.cache.lookup("default", "c1", old_uid) is None, what="delete seen")
     with pytest.raises(ClaimLookupError, match="not found"):
         cached.get("default", "c1", old_uid)  # the cache never answers "not found" itself: the GET does
     new_uid = put_claim(apiserver, "c1", device="gpu-2")
     assert new_uid != old_uid
-    eventually(lambda: cached_device(cached.cache, "c1", new_uid) == "gpu-2", message="new claim cached")
+    eventually(lambda: cached_device(cached.cache, "c1", new_uid) == "gpu-2", what="new claim cached")
     assert cached.cache.lookup("default", "c1", old_uid) is None
 
 
 def test_outage_stops_serving_and_relist_catches_up(apiserver: sim_apiserver.SimApiServer, cached: CachedClaimReader) -> None:
     uid = put_claim(apiserver, "c1")
-    eventually(lambda: cached.cache.lookup("default", "c1", uid) is not None, message="claim cached")
+    eventually(lambda: cached.cache.lookup("default", "c1", uid) is not None, what="claim cached")
     lists = cached.cache.lists
     apiserver.stop()
-    eventually(lambda: not cached.cache.live, message="cache not live after the outage")
+    eventually(lambda: not cached.cache.live, what="cache not live after the outage")
     assert cached.cache.lookup("default", "c1", uid) is None  # nothing served while it may be stale
     # Changes while the cache is blind: delete c1, create c2.
     apiserver.delete_as_other("ResourceClaim", "c1", namespace="default")
     uid2 = put_claim(apiserver, "c2")
     apiserver.start()
-    eventually(lambda: cached.cache.live and cached.cache.lists > lists, message="re-listed")
+    eventually(lambda: cached.cache.live and cached.cache.lists > lists, what="re-listed")
     assert cached.cache.lookup("default", "c1", uid) is None
     assert cached.cache.lookup("default", "c2", uid2) is not None
 
 
 def test_dropped_watch_relists(apiserver: sim_apiserver.SimApiServer, cached: CachedClaimReader) -> None:
-    eventually(lambda: cached.cache.live, message="cache live")  # its first list is done
+    eventually(lambda: cached.cache.live, what="cache live")  # its first list is done
     lists = cached.cache.lists
     # The watch may still be on its way to the server right after that: drop it once it is there.
-    eventually(lambda: apiserver.drop_watches() >= 1, message="a watch to drop")
+    eventually(lambda: apiserver.drop_watches() >= 1, what="a watch to drop")
     uid = put_claim(apiserver, "after-drop")
-    eventually(lambda: cached.cache.lists > lists, message="re-list after the drop")
-    eventually(lambda: cached.cache.lookup("default", "after-drop", uid) is not None, message="claim seen after the drop")
+    eventually(lambda: cached.cache.lists > lists, what="re-list after the drop")
+    eventually(lambda: cached.cache.lookup("default", "after-drop", uid) is not None, what="claim seen after the drop")
 
 
 def test_410_gone_relists(apiserver: sim_apiserver.SimApiServer) -> None:
@@ -165,8 +158,8 @@ def test_410_gone_relists(apiserver: sim_apiserver.SimApiServer) -> None:
         apiserver.inject("watch", "resourceclaims", 410, count=1)  # the resumed watch after the 1 s timeout
         uid = put_claim(apiserver, "c1")
         # 410 re-lists at once (no 5 s backoff), and the claim is there.
-        eventually(lambda: cache.lists > lists, timeout=4.0, message="re-list on 410")
-        eventually(lambda: cache.lookup("default", "c1", uid) is not None, timeout=4.0, message="claim after the re-list")
+        eventually(lambda: cache.lists > lists, timeout=4.0, what="re-list on 410")
+        eventually(lambda: cache.lookup("default", "c1", uid) is not None, timeout=4.0, what="claim after the re-list")
     finally:
         cache.stop()
 
@@ -187,7 +180,7 @@ def test_daemon_prepare_gets_claims_only_without_the_cache(short_tmp: Path, apis
     try:
         uid = put_claim(apiserver, "c1", device="gpu-1")
         if cache is not None:
-            eventually(lambda: cache.lookup("default", "c1", uid) is not None, message="claim cached")
+            eventually(lambda: cache.lookup("default", "c1", uid) is not None, what="claim cached")
         service = daemon.plugins[DRIVER].service
         before = claim_gets(apiserver)
         outcome = service.prepare([ClaimRef("default", "c1", uid)])[uid]

@@ -30,7 +30,7 @@ def test_prepare_naming_another_claim_with_a_prepared_uid_gets_nothing(node, ver
         entry = conn.prepare([wrong]).claims[ref.uid]
         assert list(entry.devices) == []
         assert f"prepare of ResourceClaim {wrong.namespace}/{wrong.name} refused" in entry.error
-        assert f"prepared on this node for ResourceClaim default/job" in entry.error
+        assert "prepared on this node for ResourceClaim default/job" in entry.error
     assert [op for op, _ in node.backend.calls] == ["reconcile", "prepare"]
     assert reread(node).get(ref.uid).completed
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from crash_support import registers
 from example_backend import DRIVER, journal
 
+from tests.support import eventually as wait_for
 from dra_driver.kube.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV
@@ -23,15 +23,6 @@ from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
 
 DAEMON = Path(__file__).parent / "example_daemon.py"
-
-
-def wait_for(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start_daemon(apiserver, root: Path, hold: Path | None = None) -> subprocess.Popen:

@@ -9,19 +9,13 @@ from pathlib import Path
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
+from tests.support import eventually as wait_for
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.node.plugin.lease import LeasedPublisher
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.node.publisher.daemon_adapter import publisher_factory
 from dra_driver.backend.interface import BackendSettings, HealthEvent
-
-
-def wait_for(predicate, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def driver_threads(before: set[threading.Thread]) -> list[str]:

@@ -14,7 +14,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from example_backend import DRIVER
 from tests.unprivileged import as_nobody
 
+from tests.support import eventually as wait_for
 from dra_driver.node import cdi
 
 from dra_driver.common import file_modes
@@ -58,13 +58,6 @@ def probes(sockets: list[Path], directories: list[Path]) -> Callable[[], dict[st
         return outcome
 
     return run
-
-
-def wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_nothing_the_daemon_creates_under_umask_000_lets_another_user_in(apiserver, short_tmp: Path):

@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from example_backend import DRIVER, ExampleBackend
 
 from tests.hostile_paths import HOSTILE, plant, returns_within
 
+from tests.support import eventually
 from dra_driver.node import metrics_http
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
@@ -45,13 +46,6 @@ def cluster() -> Iterator[SimApiServer]:
         yield server
 
 
-def eventually(predicate: Callable[[], bool], timeout: float = 10.0, message: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out: {message}"
-        time.sleep(0.02)
-
-
 def make_daemon(root: Path, api_url: str, pod_uid: str, metrics: BindAddress | None = None) -> Daemon:
     api = make_api_client(api_url)
     settings = make_settings(root, pod_uid=pod_uid)
@@ -66,7 +60,7 @@ def ready_daemon(short_tmp: Path, cluster: SimApiServer) -> Iterator[Daemon]:
     daemon.start()
     try:
         register(daemon.plugins[DRIVER].paths.registration_socket).close()
-        eventually(lambda: daemon.readiness.check().ready, message=str(problems(daemon)))
+        eventually(lambda: daemon.readiness.check().ready, what=str(problems(daemon)))
         yield daemon
     finally:
         daemon.stop()
@@ -93,7 +87,7 @@ def test_not_ready_until_the_kubelet_registers_then_ready_with_slices_published(
         daemon.readiness.check_and_record()
         assert probe(short_tmp, "pod-a") == 1
         conn = register(daemon.plugins[DRIVER].paths.registration_socket)
-        eventually(lambda: daemon.readiness.check().ready, message=str(problems(daemon)))
+        eventually(lambda: daemon.readiness.check().ready, what=str(problems(daemon)))
         assert slice_owners(cluster) >= 1
         daemon.readiness.check_and_record()
         assert probe(short_tmp, "pod-a") == 0
@@ -267,7 +261,7 @@ def test_rolling_update_two_daemons_on_one_node(short_tmp: Path, cluster: SimApi
         assert old.readiness.status_file != new.readiness.status_file
         assert problems(new) == ["not registered with the kubelet yet"]
         conn = register(new_paths.registration_socket)
-        eventually(lambda: new.readiness.check().ready, message=str(problems(new)))  # the old pod holds the lease and publishes
+        eventually(lambda: new.readiness.check().ready, what=str(problems(new)))  # the old pod holds the lease and publishes
         assert new.metrics_endpoint is not None and not new.metrics_endpoint.wait_bound(0)
         for daemon, uid in ((old, "pod-old"), (new, "pod-new")):
             daemon.readiness.check_and_record()
@@ -282,7 +276,7 @@ def test_rolling_update_two_daemons_on_one_node(short_tmp: Path, cluster: SimApi
         assert conn.prepare([ref]).claims[ref.uid].error == ""
         lease = new.plugins[DRIVER].publisher
         assert lease is not None
-        eventually(lambda: lease.publishing.is_set(), message="the new pod took the publisher lease over")
+        eventually(lambda: lease.publishing.is_set(), what="the new pod took the publisher lease over")
         eventually(lambda: new.readiness.check().ready)
         assert slice_owners(cluster) == before
         conn.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
+from tests.support import eventually as wait_for
 from dra_driver.node import checkpoint as checkpoint_module
 from dra_driver.node.checkpoint import Checkpoint, ClaimRecord, CheckpointDevice, PREPARE_STARTED
 from dra_driver.node.daemon import Daemon
@@ -51,13 +51,6 @@ def instances(short_tmp: Path, apiserver) -> Iterator[list[Instance]]:
 def add_claim(apiserver, name: str, devices: dict[str, list[str]]) -> ClaimRef:
     stored = apiserver.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", devices))
     return ClaimRef("default", name, stored["metadata"]["uid"])
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_new_instance_start_leaves_a_claim_the_old_instance_is_preparing(short_tmp, apiserver, instances, monkeypatch):

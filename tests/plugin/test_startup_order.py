@@ -157,10 +157,8 @@ def test_pending_claims_fail_with_the_problem_or_after_the_wait() -> None:
         failed.get("ns", "c")
     with pytest.raises(ClientNotReady, match="not ready after 0 s"):
         PendingClaims(wait_s=0.01).get("ns", "c")
-    started = time.monotonic()
-    with pytest.raises(ClientNotReady, match="not ready"):  # the kubelet's deadline comes first
-        PendingClaims(wait_s=30).get("ns", "c", deadline=started + 0.05)
-    assert time.monotonic() - started < 5
+    with pytest.raises(ClientNotReady, match="not ready after 0 s"):  # the kubelet's deadline comes first, not the 30 s wait
+        PendingClaims(wait_s=30).get("ns", "c", deadline=time.monotonic() + 0.05)
 
 
 def test_serving_the_sockets_imports_neither_the_kubernetes_client_nor_prometheus() -> None:

@@ -7,14 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 
 import grpc
 import pytest
 from conftest import Node
 from example_backend import DRIVER
 
+from tests.support import eventually
 from dra_driver.node.plugin.health import HealthServicer
 
 # A deadline for calls that must not queue behind streams; generous for a loaded machine, far below "blocked".
@@ -25,15 +24,6 @@ def _servicer(node: Node) -> HealthServicer:
     health = node.daemon.plugins[DRIVER].health
     assert health is not None
     return health
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_extra_streams_are_refused_and_claims_still_served(node: Node):
@@ -56,12 +46,12 @@ def test_extra_streams_are_refused_and_claims_still_served(node: Node):
     assert all(unprepared.claims[r.uid].error == "" for r in refs)
     # The open streams still work, and a cancelled one gives its slot back.
     streams[0].cancel()
-    assert _wait_for(lambda: _servicer(node).slots.open == limit - 1, 5.0)
+    eventually(lambda: _servicer(node).slots.open == limit - 1, "open slots == limit - 1")
     replacement = conn.watch_health()
     assert len(next(replacement).devices) == 8
     for stream in [*streams[1:], replacement]:
         stream.cancel()
-    assert _wait_for(lambda: _servicer(node).slots.open == 0, 5.0)
+    eventually(lambda: _servicer(node).slots.open == 0, "open slots == 0")
 
 
 _HOLDER = textwrap.dedent(
@@ -94,7 +84,7 @@ def test_streams_of_a_killed_client_are_freed_at_once(node: Node):
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(10)
         # Freed by the termination callback, well before the next 10 s re-send would have noticed.
-        assert _wait_for(lambda: _servicer(node).slots.open == 0, 5.0)
+        eventually(lambda: _servicer(node).slots.open == 0, "open slots == 0")
         stream = conn.watch_health()
         assert len(next(stream).devices) == 8
         ref = node.add_claim("after-kill", {"gpu": ["gpu-0"]})

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import time
+import functools
+
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests import support
 from dra_driver.kube.client import make_api_client
 from dra_driver.kube.sim_apiserver import SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
@@ -83,21 +85,12 @@ def device_names(objs: list[dict[str, Any]]) -> set[str]:
     return {d["name"] for o in objs for d in o["spec"].get("devices") or []}
 
 
-def eventually(predicate: Callable[[], Any], timeout: float = 10.0, message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return
-        except Exception:  # the state may be mid-change; try again
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{message} not reached within {timeout} s")
-        time.sleep(0.02)
-
-
 def pool_consistent(objs: list[dict[str, Any]], expected_devices: set[str]) -> bool:
     """Every slice at one generation, count right, and exactly the expected devices."""
     generations = {o["spec"]["pool"]["generation"] for o in objs}
     counts = {o["spec"]["pool"]["resourceSliceCount"] for o in objs}
     return len(generations) == 1 and counts == {len(objs)} and device_names(objs) == expected_devices
+
+
+# The slices are read while the publisher rewrites them: a read that fails mid-change is "not yet".
+eventually = functools.partial(support.eventually, tolerate_errors=True)

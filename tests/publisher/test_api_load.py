@@ -13,7 +13,7 @@ import pytest
 from dra_driver.kube.client import USER_AGENT, make_api_client
 from dra_driver.kube.sim_apiserver import SimApiServer
 from dra_driver.node.publisher import PublisherOptions, SlicePublisher
-from tests.publisher.conftest import FAST, NODE, Source, eventually, pool_consistent, slices
+from tests.publisher.conftest import NODE, Source, eventually, pool_consistent, slices
 
 Build = Callable[..., SlicePublisher]
 LIST = ("list", "resourceslices")
@@ -29,7 +29,7 @@ def test_own_writes_seen_by_the_watch_before_their_response_never_lead_to_a_list
     """A kubelet-style wipe costs exactly one LIST: the repair's own creates reach the watch before the publisher
     has read their responses (held back here), and are recognised as its own once it has."""
     publisher = make_publisher(Source(200)).start()  # 4 slices
-    eventually(lambda: pool_consistent(slices(server), names(200)) and server.open_watches == 1, message="first publish")
+    eventually(lambda: pool_consistent(slices(server), names(200)) and server.open_watches == 1, what="first publish")
     remember = SlicePublisher._remember
 
     def late(self: SlicePublisher, stored: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def test_own_writes_seen_by_the_watch_before_their_response_never_lead_to_a_list
     monkeypatch.setattr(SlicePublisher, "_remember", late)
     lists = server.requests[LIST]
     server.delete_collection_as_other("ResourceSlice", spec__nodeName=NODE)
-    eventually(lambda: pool_consistent(slices(server), names(200)), message="repair after the wipe")
+    eventually(lambda: pool_consistent(slices(server), names(200)), what="repair after the wipe")
     time.sleep(0.5)  # room for a re-list, if the own creates were taken for someone else's
     assert server.requests[LIST] - lists == 1
     assert publisher.writes["create"] == 8  # the first publish and the repair, 4 slices each
@@ -64,8 +64,8 @@ def test_no_list_while_the_watch_is_healthy(server: SimApiServer, make_publisher
     publisher = make_publisher(Source(10), options)
     publisher._dirty = wakeups = RecordedEvent()
     publisher.start()
-    eventually(lambda: pool_consistent(slices(server), names(10)) and server.open_watches == 1, message="first publish")
-    eventually(lambda: server.requests[("watch", "resourceslices")] >= 3, timeout=10, message="watches renewed")
+    eventually(lambda: pool_consistent(slices(server), names(10)) and server.open_watches == 1, what="first publish")
+    eventually(lambda: server.requests[("watch", "resourceslices")] >= 3, timeout=10, what="watches renewed")
     assert server.requests[LIST] == 1
     assert wakeups.timeouts and set(wakeups.timeouts) == {None}
 
@@ -82,7 +82,7 @@ def test_watch_timeouts_are_jittered_between_one_and_two_times_the_setting(serve
 
 def test_every_request_carries_the_driver_user_agent(server: SimApiServer, make_publisher: Build) -> None:
     make_publisher(Source(10)).start()
-    eventually(lambda: pool_consistent(slices(server), names(10)) and server.open_watches == 1, message="first publish")
+    eventually(lambda: pool_consistent(slices(server), names(10)) and server.open_watches == 1, what="first publish")
     make_api_client(server.url)  # as the daemon builds its client
     agents = {record.headers.get("User-Agent") for record in server.request_log}
     assert agents == {USER_AGENT} and USER_AGENT.startswith("dra-driver/")

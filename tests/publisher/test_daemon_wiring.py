@@ -8,7 +8,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 from dra_driver.node.daemon import Daemon
@@ -82,10 +81,10 @@ def test_daemon_publishes_every_driver_and_taints_unhealthy_devices(short_tmp: P
         try:
             assert sorted(status.running) == ["accel.example.com", "gpu.example.com"]
             for driver in status.running:
-                eventually(lambda d=driver: device_names(slices(server, driver=d)) == {"gpu-0", "gpu-1"}, message=f"{driver} published")
+                eventually(lambda d=driver: device_names(slices(server, driver=d)) == {"gpu-0", "gpu-1"}, what=f"{driver} published")
             before = server.writes()
             gpus.health.put(HealthEvent(device="gpu-1", healthy=False, reason="XID 79"))
-            eventually(lambda: any(d.get("taints") for o in slices(server) for d in o["spec"]["devices"]), message="taint published")
+            eventually(lambda: any(d.get("taints") for o in slices(server) for d in o["spec"]["devices"]), what="taint published")
             assert server.writes() - before == 1
             assert not any(d.get("taints") for o in slices(server, driver="accel.example.com") for d in o["spec"]["devices"])
         finally:
@@ -99,7 +98,7 @@ def test_daemon_falls_back_to_static_partitions_when_counters_are_dropped(short_
         daemon = make_daemon(short_tmp, server, [backend])
         daemon.start()
         try:
-            eventually(lambda: device_names(slices(server)) == {"gpu-0", "gpu-1"}, message="static publish")
+            eventually(lambda: device_names(slices(server)) == {"gpu-0", "gpu-1"}, what="static publish")
             assert backend.settings.partitioning == "static"  # prepare now agrees with what is published
         finally:
             daemon.stop()

@@ -115,24 +115,24 @@ def test_other_nodes_and_drivers_are_never_touched(server: SimApiServer, make_pu
 
 def test_repairs_deletion_and_modification_by_others(server: SimApiServer, make_publisher: Build) -> None:
     publisher = make_publisher(Source(100)).start()
-    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), message="first publish")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), what="first publish")
     victim = slices(server)[0]
     server.delete_as_other("ResourceSlice", victim["metadata"]["name"])
-    eventually(lambda: pool_consistent(slices(server), gpu_names(100)) and len(slices(server)) == 2, message="repair after delete")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(100)) and len(slices(server)) == 2, what="repair after delete")
     target = slices(server)[0]["metadata"]["name"]
     server.modify_as_other("ResourceSlice", target, lambda o: o["spec"]["devices"].pop())
-    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), message="repair after modification")
-    eventually(lambda: publisher.generation == slices(server)[0]["spec"]["pool"]["generation"], message="generation remembered")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), what="repair after modification")
+    eventually(lambda: publisher.generation == slices(server)[0]["spec"]["pool"]["generation"], what="generation remembered")
 
 
 def test_republishes_after_kubelet_delete_collection(server: SimApiServer, make_publisher: Build) -> None:
     publisher = make_publisher(Source(100)).start()
-    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), message="first publish")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), what="first publish")
     generation = slices(server)[0]["spec"]["pool"]["generation"]
     server.delete_collection_as_other("ResourceSlice", spec__nodeName=NODE)  # what a starting kubelet does
-    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), message="republish after wipe")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), what="republish after wipe")
     assert slices(server)[0]["spec"]["pool"]["generation"] > generation
-    eventually(lambda: publisher.generation == slices(server)[0]["spec"]["pool"]["generation"], message="generation remembered")
+    eventually(lambda: publisher.generation == slices(server)[0]["spec"]["pool"]["generation"], what="generation remembered")
 
 
 @pytest.mark.parametrize(
@@ -145,34 +145,34 @@ def test_backoff_and_convergence_under_faults(server: SimApiServer, make_publish
         make_publisher(Source(99)).sync_once()  # so that the publisher below has one slice to update
     server.inject(verb, "resourceslices", code, count=4, retry_after=retry_after)
     make_publisher(source).start()
-    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), message=f"convergence after {code} on {verb}")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(100)), what=f"convergence after {code} on {verb}")
     assert server.requests[(verb, "resourceslices")] >= 4
 
 
 def test_converges_when_the_server_comes_back(server: SimApiServer, make_publisher: Build) -> None:
     server.stop()
     publisher = make_publisher(Source(70)).start()
-    eventually(lambda: publisher._backoff.failures >= 2, message="failed attempts while the server is down")
+    eventually(lambda: publisher._backoff.failures >= 2, what="failed attempts while the server is down")
     server.start()
-    eventually(lambda: pool_consistent(slices(server), gpu_names(70)), message="convergence after outage")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(70)), what="convergence after outage")
 
 
 def test_dropped_watch_is_reestablished(server: SimApiServer, make_publisher: Build) -> None:
     make_publisher(Source(70)).start()
-    eventually(lambda: pool_consistent(slices(server), gpu_names(70)) and server.open_watches == 1, message="publish and watch")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(70)) and server.open_watches == 1, what="publish and watch")
     server.drop_watches()
-    eventually(lambda: server.open_watches == 1 and server.requests[("watch", "resourceslices")] >= 2, message="watch re-opened")
+    eventually(lambda: server.open_watches == 1 and server.requests[("watch", "resourceslices")] >= 2, what="watch re-opened")
     server.delete_as_other("ResourceSlice", slices(server)[0]["metadata"]["name"])
-    eventually(lambda: pool_consistent(slices(server), gpu_names(70)), message="repair through the new watch")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(70)), what="repair through the new watch")
 
 
 def test_expired_watch_resyncs(server: SimApiServer, make_publisher: Build) -> None:
     make_publisher(Source(70)).start()
-    eventually(lambda: pool_consistent(slices(server), gpu_names(70)) and server.open_watches == 1, message="publish and watch")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(70)) and server.open_watches == 1, what="publish and watch")
     server.store.compact()
     server.drop_watches()  # the re-opened watch starts from a compacted version only if it does not re-list
     server.delete_as_other("ResourceSlice", slices(server)[0]["metadata"]["name"])
-    eventually(lambda: pool_consistent(slices(server), gpu_names(70)), message="repair after expiry")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(70)), what="repair after expiry")
 
 
 def test_partitionable_fields_dropped_fall_back_to_static(make_publisher: Build, caplog: pytest.LogCaptureFixture) -> None:
@@ -240,9 +240,9 @@ def test_health_events_through_the_running_publisher(server: SimApiServer, make_
     from dra_driver.backend.interface import HealthEvent
 
     publisher = make_publisher(Source(10)).start()
-    eventually(lambda: pool_consistent(slices(server), gpu_names(10)), message="first publish")
+    eventually(lambda: pool_consistent(slices(server), gpu_names(10)), what="first publish")
     publisher.apply_health_event(HealthEvent(device="gpu-2", healthy=False, reason="XID 79"))
-    eventually(lambda: any(d.get("taints") for o in slices(server) for d in o["spec"]["devices"]), message="taint published")
+    eventually(lambda: any(d.get("taints") for o in slices(server) for d in o["spec"]["devices"]), what="taint published")
     taint: dict[str, Any] = next(d for o in slices(server) for d in o["spec"]["devices"] if d.get("taints"))["taints"][0]
     assert taint["key"] == f"{DRIVER}/unhealthy" and taint["effect"] == "NoSchedule"
 
@@ -263,10 +263,10 @@ def test_an_outage_is_one_warning_and_its_end_another(server: SimApiServer, make
     server.stop()
     with caplog.at_level(logging.DEBUG, logger="dra_driver.node.publisher"):
         publisher = make_publisher(Source(70)).start()
-        eventually(lambda: publisher._backoff.failures >= 3, message="failed attempts while the server is down")
+        eventually(lambda: publisher._backoff.failures >= 3, what="failed attempts while the server is down")
         server.start()
-        eventually(lambda: pool_consistent(slices(server), gpu_names(70)), message="convergence after outage")
-        eventually(lambda: any("works again" in r.getMessage() for r in caplog.records), message="the outage's end said")
+        eventually(lambda: pool_consistent(slices(server), gpu_names(70)), what="convergence after outage")
+        eventually(lambda: any("works again" in r.getMessage() for r in caplog.records), what="the outage's end said")
     failed = [r for r in caplog.records if r.getMessage().startswith("publishing slices failed")]
     assert len(failed) >= 3 and [r.levelno for r in failed].count(logging.WARNING) == 1
     assert [r.levelno for r in caplog.records if "works again" in r.getMessage()] == [logging.WARNING]

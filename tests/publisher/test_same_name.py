@@ -36,10 +36,10 @@ def test_slices_are_labelled_as_ours(server: SimApiServer, make_publisher: Build
 def test_ownership_rules() -> None:
     assert written_by_other(other_drivers_slice())
     assert not written_by_other(other_drivers_slice(manager="dra-driver"))
-    assert not written_by_other(other_drivers_slice(manager="OpenAPI-Generator"))  # an older build of this driver
-    legacy = other_drivers_slice()
-    del legacy["metadata"]["managedFields"]
-    assert not written_by_other(legacy)  # nothing says who wrote it: as before, ours
+    assert written_by_other(other_drivers_slice(manager="OpenAPI-Generator"))  # the Python client's default manager is not ours
+    unmanaged = other_drivers_slice()
+    del unmanaged["metadata"]["managedFields"]
+    assert not written_by_other(unmanaged)  # nothing says who wrote it: ours
     labelled = other_drivers_slice()
     labelled["metadata"]["labels"] = {OWNER_LABEL: OWNER_VALUE}
     assert not written_by_other(labelled)
@@ -69,11 +69,11 @@ def test_stands_down_instead_of_deleting_the_other_drivers_slice(server: SimApiS
 def test_running_publisher_waits_for_changes_without_retrying(server: SimApiServer, make_publisher: Build) -> None:
     theirs = server.store.put(other_drivers_slice())
     publisher = make_publisher(Source(3)).start()
-    eventually(lambda: publisher.conflicts.get(DRIVER) is not None, message="conflict found")
+    eventually(lambda: publisher.conflicts.get(DRIVER) is not None, what="conflict found")
     server.reset_counters()
     time.sleep(0.5)  # a fighting publisher would write (and a retrying one re-list) many times in this while
     assert server.writes(resource="resourceslices") == 0
     assert [o["metadata"]["name"] for o in slices(server)] == [theirs["metadata"]["name"]]
     server.delete_as_other("ResourceSlice", theirs["metadata"]["name"])  # the watch sees it go
-    eventually(lambda: len(slices(server)) == 1 and not written_by_other(slices(server)[0]), message="published after the other left")
+    eventually(lambda: len(slices(server)) == 1 and not written_by_other(slices(server)[0]), what="published after the other left")
     assert publisher.conflicts.get(DRIVER) is None

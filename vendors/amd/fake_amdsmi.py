@@ -331,7 +331,7 @@ class FakeAmdSmi:
         return {"driver_name": driver.name, "driver_version": driver.version, "driver_date": driver.date}
 
     def amdsmi_get_gpu_kfd_info(self, handle: FakeHandle) -> dict[str, Any]:
-        state = self._gpu(handle)
+        self._gpu(handle)  # an unknown handle fails as amdsmi does
         position = list(self._gpus).index(handle.gpu_bdf)
         return {"kfd_id": 10000 + position, "node_id": 1 + position * 8 + handle.partition, "current_partition_id": handle.partition}
 

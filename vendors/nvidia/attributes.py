@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from dra_driver.common.errors import DeviceError
 from dra_driver.common.logs import fields
@@ -239,11 +238,3 @@ def checked(device: Device) -> Device:
         raise DeviceError(device.name, f"has {total} attributes and capacities; at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed")
     return device
 
-
-@dataclass(frozen=True)
-class PlacementRef:
-    """What prepare needs to create the MIG device behind a dynamic device name."""
-
-    parent_uuid: str
-    profile_id: int
-    placement: Placement

@@ -285,10 +285,6 @@ class FakeNvmlLibrary:
             target = self.gpus[gpu].failures if gpu is not None else self.failures
             target.update(_failures({symbol: error}, "fail()"))
 
-    def clear_failure(self, symbol: str, gpu: int | None = None) -> None:
-        with self._lock:
-            (self.gpus[gpu].failures if gpu is not None else self.failures).pop(symbol, None)
-
     def inject_xid(self, gpu: int, xid: int, gi_id: int = NO_ID, ci_id: int = NO_ID) -> None:
         """Deliver an XID critical-error event to every event set watching this GPU."""
         with self._lock:

@@ -408,10 +408,6 @@ def compute_instances(gi: Handle, profile_id: int) -> list[Handle]:
     return [array[i] for i in range(count.value)]
 
 
-def compute_instance_by_id(gi: Handle, ci_id: int) -> Handle:
-    return call(pynvml.nvmlGpuInstanceGetComputeInstanceById, gi, ci_id)
-
-
 def compute_instance_id_of(ci: Handle) -> int:
     return int(call(pynvml.nvmlComputeInstanceGetInfo, ci).id)
 

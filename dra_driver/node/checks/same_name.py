@@ -4,7 +4,7 @@ This driver uses NVIDIA's and AMD's driver names on purpose, so their own driver
 Two signs, each enough:
 - a registration socket in <kubelet dir>/plugins_registry whose `GetInfo` names this driver and that none
   of this driver's instances created. An instance's own socket is known by either of two facts, so that losing
-  one (a full disk, a wiped directory, a build that did not write it) never makes this driver's previous pod a
+  one (a full disk, a wiped directory) never makes this driver's previous pod a
   stranger during a rolling update: the marker each instance writes (`<state dir>/<driver>/registrations/<socket>`,
   holding the socket's inode), or the socket's name `<driver>-<pod UID>-reg.sock` whose pod UID is that of a
   live instance on the same state directory (its `instances/<pod UID>.lock` is flocked: dra_driver.node.plugin.
@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 OWNER_LABEL = "dra-driver.io/publisher"
 OWNER_VALUE = "dra-driver"
 FIELD_MANAGER = "dra-driver"
-# Builds before the label wrote with the Python client's default manager (its user agent's product name).
-_LEGACY_MANAGERS = frozenset({FIELD_MANAGER, "OpenAPI-Generator"})
 _MARKERS = "registrations"
 _MAX_MARKER_BYTES = 64  # an inode number
 _PROBE_TIMEOUT_S = 1.0
@@ -135,8 +133,8 @@ def written_by_other(slice_object: Mapping[str, Any]) -> bool:
     if (metadata.get("labels") or {}).get(OWNER_LABEL) == OWNER_VALUE:
         return False
     managers = {str(entry.get("manager")) for entry in metadata.get("managedFields") or [] if isinstance(entry, Mapping)}
-    # No label and no managedFields (servers that do not track field ownership): an older build's slice, ours.
-    return bool(managers) and not managers & _LEGACY_MANAGERS
+    # No label and no managedFields (servers that do not track field ownership): nothing says it is another's.
+    return bool(managers) and FIELD_MANAGER not in managers
 
 
 def describe_foreign(slices: Iterable[Mapping[str, Any]]) -> str:

@@ -90,9 +90,7 @@ class DriverPlugin:
         self.publisher = LeasedPublisher(publisher, self.paths.publisher_lease, self.driver) if publisher is not None else None
         self._inventory = inventory
         self._metrics = metrics
-        checkpoint = Checkpoint(
-            self.paths.checkpoint, settings.boot_id_path, legacy_path=self.paths.legacy_checkpoint, moved_from=self.paths.earlier_checkpoint
-        )
+        checkpoint = Checkpoint(self.paths.checkpoint, settings.boot_id_path)
         self.service = PrepareService(
             backend,
             claims,

@@ -10,9 +10,8 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
-from typing import ContextManager
 
 from dra_driver.common import file_modes
 from dra_driver.common.logs import fields
@@ -92,10 +91,6 @@ def _move_aside(path: Path, what: str) -> None:
     except FileNotFoundError:
         return
     log.error("something else stood where a lock file should be; moved aside", extra=fields(path=str(path), found=what, moved_to=str(aside)))
-
-
-def optional_file_lock(path: Path | None) -> ContextManager[None]:
-    return file_lock(path) if path is not None else nullcontext()
 
 
 def flock_or_close(fd: int, operation: int) -> int | None:

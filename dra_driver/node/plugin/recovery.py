@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -334,7 +334,7 @@ class Recovery:
     def _remove_temp_files(self) -> None:
         """Temp files of spec writes a kill -9 interrupted (runtimes list the directory; never a spec)."""
         for uid, path in cdi.leftover_temp_files(self._cdi_dir, self.driver):
-            with self._try_claim(uid) if uid is not None else nullcontext(True) as free:
+            with self._try_claim(uid) as free:
                 if not free:  # another instance is writing that claim's spec right now
                     continue
                 try:

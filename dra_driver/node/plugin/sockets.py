@@ -88,16 +88,6 @@ class PluginPaths:
         return self.state_root / "checkpoint.d"
 
     @property
-    def earlier_checkpoint(self) -> Path | None:
-        """Where builds without a state dir kept the checkpoint (beside the socket); its records are moved on load."""
-        return self.plugin_dir / "checkpoint.d" if self.state_root != self.plugin_dir else None
-
-    @property
-    def legacy_checkpoint(self) -> Path:
-        """The format-1 single-file checkpoint of older releases, migrated on load."""
-        return self.plugin_dir / "checkpoint.json"
-
-    @property
     def sockets(self) -> tuple[Path, Path]:
         return (self.dra_socket, self.registration_socket)
 

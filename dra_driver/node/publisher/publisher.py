@@ -189,10 +189,6 @@ class SlicePublisher:
     def apply_health_event(self, event: HealthEvent) -> bool:
         return self.set_device_health(event.device, event.healthy, event.taint)
 
-    def unhealthy_devices(self) -> dict[str, DeviceTaint]:
-        with self._lock:
-            return dict(self._unhealthy)
-
     def sync_once(self) -> Plan:
         """Reconcile once; raises the API error that stopped it (the worker retries with backoff)."""
         with self._sync_lock:
@@ -412,7 +408,7 @@ class SlicePublisher:
         metadata = {k: v for k, v in existing["metadata"].items() if k not in ("managedFields", "creationTimestamp", "generation")}
         if not metadata.get("ownerReferences"):
             metadata["ownerReferences"] = self._owner_references()
-        metadata["labels"] = {**(metadata.get("labels") or {}), OWNER_LABEL: OWNER_VALUE}  # adopts an older build's slice
+        metadata["labels"] = {**(metadata.get("labels") or {}), OWNER_LABEL: OWNER_VALUE}
         metadata = _with_notes(metadata, self._notes())
         body = {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": carry_taint_times(spec, existing.get("spec") or {})}
         stored = self._api.request("PUT", f"{SLICES_PATH}/{existing['metadata']['name']}", {"fieldManager": FIELD_MANAGER}, body=body)

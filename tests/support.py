@@ -1,0 +1,35 @@
+"""What many tests share: waiting for a condition that another thread or process brings about."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+# Only a cap for a test that is failing anyway: a passing test returns as soon as its condition holds.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def eventually(
+    predicate: Callable[[], object],
+    what: str = "condition",
+    timeout: float = DEFAULT_TIMEOUT_S,
+    *,
+    step: float = 0.02,
+    tolerate_errors: bool = False,
+    details: Callable[[], str] | None = None,
+) -> None:
+    """Return once `predicate()` is true; AssertionError naming `what` (and `details()`) when `timeout` passes first.
+
+    `tolerate_errors`: an exception from the predicate counts as "not yet" (state read mid-change)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except Exception:
+            if not tolerate_errors:
+                raise
+        if time.monotonic() > deadline:
+            extra = f"\n{details()}" if details is not None else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
+        time.sleep(step)
