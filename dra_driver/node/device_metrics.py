@@ -83,6 +83,7 @@ class DeviceMetricsCollector:
         self._sources: dict[str, DriverSource] = {}
         self._collected: dict[str, _Collected] = {}
         self._lock = threading.Lock()  # guards the two dicts above; held only to swap references
+        self._collecting = threading.Lock()  # one collection at a time (never a lock prepare takes)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -99,11 +100,13 @@ class DeviceMetricsCollector:
             self._collected.pop(driver, None)
 
     def collect_once(self) -> None:
-        """One collection of every driver (the thread's step; tests and the bench call it directly)."""
-        with self._lock:
-            sources = list(self._sources.values())
-        for source in sources:
-            self._collect_driver(source)
+        """One collection of every driver (the thread's step; tests and the bench call it directly). Collections run
+        one at a time, so an older one never finishes after, and overwrites, a newer one."""
+        with self._collecting:
+            with self._lock:
+                sources = list(self._sources.values())
+            for source in sources:
+                self._collect_driver(source)
 
     def _collect_driver(self, source: DriverSource) -> None:
         view = self._holders.holders_of(source.driver)
