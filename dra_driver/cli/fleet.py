@@ -49,9 +49,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("table", "json", "yaml", "html", "svg"),
+        choices=("table", "wide", "json", "yaml", "html", "svg"),
         default="table",
-        help="table; json or yaml (everything); html (a self-contained page: the picture and the table's parts) or svg (the picture)",
+        help="table; wide (the table and every device: pool, memory, state, claims, pods, why not free); json or yaml (everything); "
+             "html (a self-contained page: the picture and the table's parts) or svg (the picture)",
     )
     parser.set_defaults(func=run)
 
@@ -71,5 +72,5 @@ def run(args: argparse.Namespace) -> int:
     elif args.output == "svg":
         sys.stdout.write(to_svg(view))
     else:
-        sys.stdout.write(to_table(view))
+        sys.stdout.write(to_table(view, wide=args.output == "wide"))
     return EXIT_OK

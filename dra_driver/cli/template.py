@@ -1,13 +1,13 @@
 """`dra-driver template`: write a ResourceClaimTemplate from what you want, checked with explain.
 
-    dra-driver template --count 4 --model H100 --fallback 8xA100 --same interconnect
+    dra-driver template --count 4 --model H100 --fallback 4xA100 --same interconnect
     dra-driver template --mig 1g.5gb --sharing mps:threads=50 --claim --profile dgx-a100-mig --nodes 4
     dra-driver template --vendor any --memory 128Gi --family hopper/blackwell/cdna3/gaudi3 --claim
 
 The first choice comes from --count/--vendor/--model/--family/--memory/--mig/--partition.
 Each --fallback is tried in order when the earlier choices cannot be allocated
-(firstAvailable): `8xA100`, `8`, `A100`, or keys as in the flags,
-`count=8,model=A100,memory=80Gi,family=ampere,vendor=nvidia,mig=3g.40gb,partition=cpx_nps4`.
+(firstAvailable): `4xA100`, `4`, `A100`, or keys as in the flags,
+`count=4,model=A100,memory=80Gi,family=ampere,vendor=nvidia,mig=3g.40gb,partition=cpx_nps4`.
 
 The YAML goes to stdout, the checks to stderr: the claim is explained against every
 shipped hardware profile (an impossible request is an error naming the nearest known
@@ -51,7 +51,7 @@ def add_parser(subparsers: Any) -> None:
     want.add_argument("--memory", help="minimum memory per device: 40Gi, 80G")
     want.add_argument("--mig", metavar="PROFILE", help="an NVIDIA MIG device of this profile: 1g.10gb, 3g.40gb")
     want.add_argument("--partition", metavar="MODE", help="an AMD GPU partition: cpx, dpx, qpx, or with memory mode cpx_nps4")
-    parser.add_argument("--fallback", action="append", default=[], metavar="SPEC", help="a fallback choice, tried in order: 8xA100 or count=8,model=A100 (repeatable, at most 7)")
+    parser.add_argument("--fallback", action="append", default=[], metavar="SPEC", help="a fallback choice, tried in order: 4xA100 or count=4,model=A100 (repeatable, at most 7)")
     parser.add_argument("--same", choices=sorted(GROUPINGS), help="all devices on one interconnect domain (NVLink clique, XGMI hive, Gaudi box), PCIe root or NUMA node (AMD)")
     parser.add_argument("--sharing", metavar="STRATEGY", help="NVIDIA sharing: time-slicing[:Short|Medium|Long] or mps[:threads=50,pinned-memory=10Gi]")
     parser.add_argument("--share-memory", metavar="QUANTITY", help="a share of one NVIDIA GPU's memory (20Gi): the GPU may hold other claims too; "

@@ -262,7 +262,8 @@ def _device_row(
     pool: Pool, device: PoolDevice, holders: list[Holder], used: Mapping[tuple[str, str], Decimal], taken: Mapping[str, Decimal] | None = None
 ) -> DeviceRow:
     taints = _taints(device)
-    row = DeviceRow(_node_of(pool, device), device.id.driver, device.id.pool, device.id.device, device_kind(device), device_vendor(device.id.driver, device.attributes), "free", holders, taints)
+    row = DeviceRow(_node_of(pool, device), device.id.driver, device.id.pool, device.id.device, device_kind(device), device_vendor(device.id.driver, device.attributes), "free", holders, taints,
+                    memory=device.capacity.get(f"{device.id.driver}/memory", ""))
     if device.wire.get("allowMultipleAllocations") is True:
         row.shared = _capacity_shares(device, taken)
         # Still free while some of every capacity is left for another claim (its policy may ask for more).

@@ -59,6 +59,7 @@ class DeviceRow:
     blocked_by: str = ""  # the counter that is used up, for state "blocked"
     # A device several claims may hold (allowMultipleAllocations): each capacity's total, used and left.
     shared: list[CapacityShare] = field(default_factory=list)
+    memory: str = ""  # the device's own memory capacity as published (81559Mi), "" when it publishes none
 
 
 @dataclass

@@ -22,6 +22,17 @@ def _pods(holder: Holder) -> str:
     return ",".join(f"{p.name}({p.phase})" if p.phase and p.phase != "Running" else p.name for p in holder.pods) or "-"
 
 
+def _device_rows(view: FleetView) -> list[list[str]]:
+    """-o wide: every device with its pool, memory, state, holders and their pods, and why it is not free."""
+    rows = []
+    for d in sorted(view.devices, key=lambda d: (d.node, d.driver, d.pool)):  # the summary's order; stable within a pool
+        claims = ",".join(dict.fromkeys(h.label for h in d.holders)) or "-"
+        pods = ",".join(p for p in (_pods(h) for h in d.holders) if p != "-") or "-"
+        why = ",".join([*d.taints, *([f"blocked by {d.blocked_by}"] if d.blocked_by else [])]) or "-"
+        rows.append([d.node, d.pool, d.driver, d.device, d.kind, d.memory or "-", d.state, claims, pods, why])
+    return rows
+
+
 def _holder_rows(view: FleetView) -> list[list[str]]:
     rows = []
     for device in view.devices:
@@ -62,9 +73,17 @@ class Section:
 GROUP_HEADER = ("NODE", "DRIVER", "KIND", "TOTAL", "ALLOCATED", "FREE", "OVERLAPPING", "TAINTED", "BLOCKED")
 
 
-def sections(view: FleetView) -> list[Section]:
-    """The parts of the table view in order; the table, HTML and SVG outputs all show these."""
+DEVICE_HEADER = ("NODE", "POOL", "DRIVER", "DEVICE", "KIND", "MEMORY", "STATE", "CLAIMS", "PODS", "WHY")
+
+
+def sections(view: FleetView, wide: bool = False) -> list[Section]:
+    """The parts of the table view in order; the table, HTML and SVG outputs all show these.
+
+    `wide` (-o wide) adds, after the summary, one row per device with what the summary leaves out.
+    """
     parts = [Section("", GROUP_HEADER, [[g.node, g.driver, g.kind, str(g.total), *(str(g.counts[s]) for s in STATES)] for g in view.groups])]
+    if wide and view.devices:
+        parts.append(Section("Devices:", DEVICE_HEADER, _device_rows(view)))
     used = [c for c in view.counters if c.in_use]
     if used:
         rows = [[c.node, c.pool, c.counter_set, c.counter, c.total, c.used, c.left] for c in used]
@@ -85,9 +104,9 @@ def sections(view: FleetView) -> list[Section]:
     return parts
 
 
-def to_table(view: FleetView) -> str:
+def to_table(view: FleetView, wide: bool = False) -> str:
     lines = [totals_line(view)]
-    for part in sections(view):
+    for part in sections(view, wide):
         lines += ["", part.heading] if part.heading else [""]
         if part.header:
             lines += format_table(part.header, part.rows)
@@ -104,6 +123,8 @@ def _holder_json(holder: Holder) -> dict[str, Any]:
 
 def _device_json(device: DeviceRow) -> dict[str, Any]:
     out: dict[str, Any] = {"node": device.node, "driver": device.driver, "pool": device.pool, "device": device.device, "kind": device.kind, "vendor": device.vendor, "state": device.state}
+    if device.memory:
+        out["memory"] = device.memory
     if device.holders:
         out["holders"] = [_holder_json(h) for h in device.holders]
     if device.taints:

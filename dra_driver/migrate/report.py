@@ -52,7 +52,10 @@ class Finding:
                 "remains": self.remains}
 
     def __str__(self) -> str:
-        return f"{self.action.value:<13} {self.where}: {self.subject}: {self.reason}"
+        # A whole-file finding's subject is the file itself: name it once (`FILE: reason`, docs/cli.md).
+        repeats_file = self.where.document is None and self.subject == self.where.file
+        subject = "" if repeats_file else f"{self.subject}: "
+        return f"{self.action.value:<13} {self.where}: {subject}{self.reason}"
 
 
 @dataclass

@@ -129,7 +129,7 @@ def _unfit_choices(intent: Intent, resolved: Resolved, kinds: Sequence[KnownKind
         if explain_subject(known_fleet(), subject, gates=gates).explanation.allocatable:
             continue
         nearest_kinds = "; ".join(nearest(choice.want, kinds))
-        notes.append(f"note: choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
+        notes.append(f"choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
                      f"partitioning), so it is never the one allocated there; nearest known devices: {nearest_kinds}")
     return notes
 
@@ -170,7 +170,7 @@ def template(request: TemplateRequest) -> TemplateResult:
             return result
         checked = explain_subject(fleet, _subject(document), gates=gates)  # a fresh subject: explain adds its notes to it
         explanation = checked.explanation
-        result.notes += [f"note: {note}" for note in checked.notes]
+        result.notes += list(checked.notes)
         fitting = [o.node for o in explanation.nodes if o.allocated and not o.error]
         result.fleet = FleetCheck(fleet.sources, len(explanation.nodes), fitting, node_summary(explanation), explanation.error)
     return result

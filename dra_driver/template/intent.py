@@ -146,7 +146,7 @@ def parse_want(values: dict[str, str], where: str, problems: Problems) -> Device
 
 
 def parse_fallback(spec: str, index: int, problems: Problems) -> DeviceWant:
-    """`8xA100`, `8`, `A100`, or `count=8,model=A100,memory=80Gi` (keys: WANT_KEYS), mixed freely: `8xA100,memory=80Gi`."""
+    """`4xA100`, `4`, `A100`, or `count=4,model=A100,memory=80Gi` (keys: WANT_KEYS), mixed freely: `4xA100,memory=80Gi`."""
     where = f"--fallback #{index + 1}"
     values: dict[str, str] = {}
     for part in (p.strip() for p in spec.split(",")):
@@ -168,7 +168,7 @@ def parse_fallback(spec: str, index: int, problems: Problems) -> DeviceWant:
         else:
             values["model"] = part
     if not values:
-        problems.add(where, "is empty; write it like 8xA100 or count=8,model=A100")
+        problems.add(where, "is empty; write it like 4xA100 or count=4,model=A100")
     return parse_want(values, where, problems)
 
 

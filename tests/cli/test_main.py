@@ -127,6 +127,6 @@ def test_completion_script_completes_commands_flags_and_choices(shell: str, caps
         pytest.skip("no bash")
     assert "explain" in complete(script, ["dra-driver", "exp"])
     assert complete(script, ["dra-driver", "--log-format", "json", "doctor", "--containerd-c"]) == ["--containerd-config"]
-    assert complete(script, ["dra-driver", "fleet", "-o", ""]) == ["table", "json", "yaml", "html", "svg"]
+    assert complete(script, ["dra-driver", "fleet", "-o", ""]) == ["table", "wide", "json", "yaml", "html", "svg"]
     assert complete(script, ["dra-driver", "run", "--partitioning", "d"]) == ["dynamic"]
     assert complete(script, ["dra-driver", "--log-format", ""]) == ["text", "json"]

@@ -99,6 +99,30 @@ def test_cli_reads_fleet_files_with_claims_and_pods(tmp_path: Path, capsys: pyte
     assert "'Secret'" in capsys.readouterr().err
 
 
+def test_wide_lists_every_device_with_pool_memory_holders_pods_and_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = fleets.simulated("l4", 2)
+    fleet.slices[0]["spec"]["devices"][0]["taints"] = [{"key": f"{NV}/xid", "value": "79", "effect": "NoSchedule"}]
+    result = {"request": "gpu", "driver": NV, "pool": "node-1", "device": "gpu-0"}
+    claim = {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "web"}, "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"resource": "pods", "name": "web-0", "uid": "u"}]}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "web"}, "status": {"phase": "Pending"}}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([*fleet.slices, claim, pod]))
+    assert main(["fleet", "--fleet", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert main(["fleet", "--fleet", str(path), "-o", "wide"]) == 0
+    wide = capsys.readouterr().out
+    assert wide.startswith(table.split("\nHeld devices:")[0])  # the normal table first, unchanged
+    header, *rows = wide.split("\nDevices:\n")[1].split("\n\n")[0].splitlines()
+    assert header.split() == ["NODE", "POOL", "DRIVER", "DEVICE", "KIND", "MEMORY", "STATE", "CLAIMS", "PODS", "WHY"]
+    memory = fleet.slices[0]["spec"]["devices"][0]["capacity"]["memory"]["value"]
+    cells = {tuple(row.split()[:2]) + (row.split()[3],): row.split() for row in rows}
+    assert cells[("node-1", "node-1", "gpu-0")][-5:] == [memory, "allocated", "web/c", "web-0(Pending)", "-"]
+    assert cells[("node-0", "node-0", "gpu-0")][-4:] == ["tainted", "-", "-", f"{NV}/xid=79:NoSchedule"]
+    assert len(rows) == len(fleet.slices[0]["spec"]["devices"]) + len(fleet.slices[1]["spec"]["devices"])
+    assert main(["fleet", "--fleet", str(path), "-o", "json", "--node", "node-1"]) == 0
+    assert json.loads(capsys.readouterr().out)["devices"][0]["memory"] == memory
+
+
 def test_class_from_the_fleet_whose_selector_fails_matches_nothing_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fleet = fleets.simulated("l4", 1)
     broken = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "broken.example.com"}, "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{NV}"].noSuchAttribute == "x"'}}]}}

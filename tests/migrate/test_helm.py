@@ -58,6 +58,15 @@ def test_template_source_is_left_alone_with_render_first() -> None:
     assert "Helm template source" in finding.reason and "helm template" in finding.reason
 
 
+def test_template_source_line_names_the_file_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "deployment.yaml"
+    source.write_text(TEMPLATE.replace("{{- toYaml .Values.resources | nindent 10 }}", "limits:\n            nvidia.com/gpu: 1"))
+    assert main(["migrate", str(source)]) == 0
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("not-converted")]
+    assert line.split()[1:3] == [f"{source}:", "a"], line  # `not-converted FILE: a Helm template source ...`
+    assert line.count(str(source)) == 1, line
+
+
 def test_values_file_is_reported_with_render_first() -> None:
     result, report = run(VALUES, "values.yaml")
     assert result.output == VALUES

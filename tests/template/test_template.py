@@ -308,3 +308,9 @@ def test_a_fleet_with_its_own_classes_but_not_the_shipped_ones_holds_nothing(cap
     code, out, err = write(capsys, "--vendor", "nvidia", "--fleet", str(path))
     assert code == 1 and "kind: ResourceClaimTemplate" in out
     assert "0 of 1 node could hold it now" in err and "the fleet has no DeviceClass gpu.nvidia.com" in err
+
+
+def test_a_fallback_note_is_one_warning_line_without_a_second_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = write(capsys, "--model", "H100", "--fallback", "8xA100")
+    lines = [line for line in err.splitlines() if "choice 2" in line]
+    assert code == 0 and lines and all(line.startswith("dra-driver template: warning: choice 2") for line in lines), err
