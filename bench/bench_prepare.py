@@ -41,9 +41,9 @@ Python kubelet stand-in.
 the daemon's RSS and open file descriptors S times on the way; the claims are deleted from the API
 server after their cycle so the bench process does not grow either.
 
-Profiling: with DRA_DRIVER_PROFILE_PREPARE=<file> in the environment the
-daemon runs every claim operation under cProfile and writes the summed
-stats to <file> when it stops (read them with `python -m pstats <file>`).
+Profiling: with PYTHONPATH=bench/call_profiler DRA_DRIVER_PROFILE_PREPARE=<file> in the environment
+the daemon runs every claim operation under cProfile and writes the summed
+stats to <file> when it exits (read them with `python -m pstats <file>`).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.backend.hardware_profiles import load_profile
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.registry import backend_classes

@@ -31,7 +31,7 @@ _lock = threading.Lock()
 # (module, attribute path, label), in the order a prepare runs them
 STEPS = (
     ("dra_driver.node.plugin.kubelet_client", "PluginConnection.prepare", "kubelet side: NodePrepareResources call"),
-    ("dra_driver.kube.sim_apiserver", "_Handler.do_GET", "simulated API server: GET handler"),
+    ("dra_driver.simulation.api_server", "_Handler.do_GET", "simulated API server: GET handler"),
     ("dra_driver.node.plugin.servicers", "DraServicer.NodePrepareResources", "daemon: NodePrepareResources handler"),
     ("dra_driver.node.plugin.prepare", "PrepareService._claim_lock", "  claim lock (in-process + lock file)"),
     ("dra_driver.node.plugin.prepare", "PrepareService._prepare_one", "  prepare of one claim"),

@@ -38,7 +38,7 @@ from dra_driver.backend.registry import OpenedBackends, open_backends
 from dra_driver.backend.interface import BackendSettings
 
 if TYPE_CHECKING:  # a real node never imports the simulation's modules
-    from dra_driver.backend.sim_node import SimulatedRoot
+    from dra_driver.simulation.node import SimulatedRoot
 
 log = logging.getLogger(__name__)
 
@@ -397,7 +397,7 @@ def open_simulated_root(args: argparse.Namespace) -> SimulatedRoot | None:
         return None
     if not args.profile:
         raise UsageError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
-    from dra_driver.backend.sim_node import SimulatedRoot
+    from dra_driver.simulation.node import SimulatedRoot
 
     simulated = SimulatedRoot(args.simulated_root)
     try:

@@ -175,7 +175,7 @@ def test_run_says_what_it_serves(short_tmp: Path) -> None:
     import sys
     import time
 
-    from dra_driver.kube.sim_apiserver import SimApiServer
+    from dra_driver.simulation.api_server import SimApiServer
 
     with SimApiServer() as server:
         node_dirs(short_tmp)

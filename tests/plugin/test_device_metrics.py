@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings, ClaimRef
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.daemon import Daemon
 from dra_driver.node.device_metrics import DeviceMetricsCollector, DriverSource
 from dra_driver.node.metrics import Metrics

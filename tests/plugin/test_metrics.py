@@ -11,7 +11,8 @@ from example_backend import DRIVER, ExampleBackend
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node import metrics_http
 from dra_driver.node.metrics_http import BindAddress
 from dra_driver.node.plugin.kubelet_client import register

@@ -21,7 +21,8 @@ from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.daemon import ApiWiring, Daemon
 from dra_driver.common.errors import DraError
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.pending_claims import ClientNotReady, PendingClaims
 from dra_driver.node.plugin.sockets import PluginPaths

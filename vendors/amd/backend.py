@@ -9,15 +9,13 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from dra_driver.backend import sim_scratch
 from dra_driver.common.errors import BackendUnavailable, DeviceError
 from dra_driver.common.logs import fields
 from dra_driver.model.device import Inventory
-from dra_driver.backend.sim_state import SimulatedState
 from dra_driver.backend.sysfs import pci_device_dir, pcie_root, read_text
 from dra_driver.backend.interface import (
     AllocatedDevice,
@@ -31,13 +29,14 @@ from dra_driver.backend.interface import (
 
 from dra_driver_amd import attributes, config, dynamic, edits
 from dra_driver_amd.discovery import GpuInfo, discover_gpus
-from dra_driver_amd.fake_amdsmi import FakeAmdSmi
-from dra_driver_amd.fake_sysfs import build_pci_tree
 from dra_driver_amd.health import HealthWatcher
 from dra_driver_amd.modes import Mode
 from dra_driver_amd.partitioner import Partitioner
 from dra_driver_amd.profile import parse_profile
 from dra_driver_amd.smi import Smi, SmiError, import_amdsmi
+
+if TYPE_CHECKING:  # a real node never imports the simulation: from_profile loads it
+    from dra_driver.simulation import scratch as sim_scratch
 
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -98,6 +97,11 @@ class AmdBackend(VendorBackend):
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> AmdBackend:
+        from dra_driver.simulation import scratch as sim_scratch
+        from dra_driver.simulation.state import SimulatedState
+        from dra_driver_amd.simulated.fake_amdsmi import FakeAmdSmi
+        from dra_driver_amd.simulated.fake_sysfs import build_pci_tree
+
         profile = parse_profile(section)
         with ExitStack() as undo:  # an error before the backend exists releases what was made so far
             owned: sim_scratch.ScratchDir | None = None
