@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dra_driver.common.wording import plural
-from dra_driver.cli.run import RECORDED_FLAGS, NO_SIMULATED_ROOT, add_daemon_arguments
+from dra_driver.cli.run import add_daemon_arguments
+from dra_driver.node.assembly import NO_SIMULATED_ROOT, RECORDED_FLAGS
 from dra_driver.common.errors import DraError
 from dra_driver.node.checks import runtime_config
 from dra_driver.node.checks.coexistence import Offer

@@ -44,7 +44,7 @@ def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Pat
 
 
 def test_missing_directories_are_created_with_their_mode_whatever_the_umask(tmp_path: Path) -> None:
-    from dra_driver.cli.run import writable_dir
+    from dra_driver.node.assembly import writable_dir
 
     previous = os.umask(0)
     try:
@@ -87,7 +87,7 @@ def test_relative_host_paths_for_cdi_specs_are_refused_with_the_flag(tmp_path: P
 
 
 def test_driver_file_flags_reach_the_backend_settings(tmp_path: Path) -> None:
-    from dra_driver.cli.run import build_daemon
+    from dra_driver.node.assembly import build_daemon
 
     node_dirs(tmp_path)
     args = parse(
@@ -241,7 +241,7 @@ def test_a_profile_without_a_simulated_root_is_refused_naming_the_flag(tmp_path:
 
 def test_the_daemon_records_its_effective_flags_with_its_instance_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `doctor` reads: the flags after environment defaults, paths absolute."""
-    from dra_driver.cli.run import recorded_flags
+    from dra_driver.node.assembly import recorded_flags
 
     monkeypatch.setenv("NODE_NAME", "node-from-env")
     flags = recorded_flags(parse("--profile", "mi300x", "--kubelet-dir", "rel/k", "--partitioning", "dynamic"))

@@ -208,7 +208,8 @@ def test_pod_resources_wire_identity():
 def test_run_flags_reach_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import argparse
 
-    from dra_driver.cli.run import add_daemon_arguments, coexistence_settings
+    from dra_driver.cli.run import add_daemon_arguments
+    from dra_driver.node.assembly import coexistence_settings
 
     monkeypatch.delenv("OFFER_DEVICES", raising=False)
     parser = argparse.ArgumentParser()

@@ -169,7 +169,7 @@ def test_serving_the_sockets_imports_neither_the_kubernetes_client_nor_prometheu
     and prometheus_client cost most of a cold start and come after the sockets serve."""
     code = (
         "import sys\n"
-        "import dra_driver.cli.run, dra_driver.node.daemon, dra_driver.node.plugin.driver, dra_driver.node.plugin.prepare\n"
+        "import dra_driver.cli.run, dra_driver.node.assembly, dra_driver.node.daemon, dra_driver.node.plugin.driver, dra_driver.node.plugin.prepare\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'prometheus_client', 'urllib3') or m == 'dra_driver.kube.claims')\n"
         "print(heavy)\n"
     )
