@@ -34,7 +34,7 @@ API server received during the timed prepares (0 = every claim from the cache).
 
 `daemon p50` is the median time inside the daemon's NodePrepareResources handler (claim GET, backend,
 CDI spec, checkpoint), from its own Prometheus histogram (histogram_quantile between two scrapes of
---metrics-port, linear inside a bucket); the difference to `p50` is the two gRPC stacks and the bench's
+--metrics-bind-address, linear inside a bucket); the difference to `p50` is the two gRPC stacks and the bench's
 Python kubelet stand-in.
 
 --cycles N prepares and unprepares N fresh claims one after the other (one device each) and samples
@@ -84,7 +84,7 @@ class Daemon:
     profile: str
     node: str
     process: subprocess.Popen[bytes]
-    metrics_port: int
+    metrics_port: int  # served on 127.0.0.1 (--metrics-bind-address); 0: off
     kubelet_dir: Path
 
     @property
@@ -424,7 +424,7 @@ def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", *profile_args(profile), "--partitioning", args.partitioning,
         "--node-name", node, "--api-server", server.url, "--kubelet-dir", str(kubelet_dir), "--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir),
-        "--claim-cache" if args.claim_cache else "--no-claim-cache", "--metrics-port", str(metrics_port),
+        "--claim-cache" if args.claim_cache else "--no-claim-cache", "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
     ] + (["--pod-uid", pod_uid] if pod_uid else [])  # fmt: skip
     return Daemon(profile, node, subprocess.Popen(command), metrics_port, kubelet_dir)
 

@@ -69,7 +69,6 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve /metrics, /readyz and /livez here: 127.0.0.1:8080, :8080 for every address of the pod (or, with host "
         f"networking, of the node), 0 for off; a busy port is retried in the background (default: ${METRICS_ENV}, else off)",
     )
-    parser.add_argument("--metrics-port", type=int, default=None, help="the same as --metrics-bind-address :PORT (kept for older manifests)")
     parser.add_argument(
         "--device-metrics-interval", type=_device_metrics_interval, default=DEVICE_METRICS_INTERVAL_S, metavar="SECONDS",
         help="read each device's utilization, memory, power, temperature and error counters this often while metrics are "

@@ -28,7 +28,6 @@ from dra_driver.node.checks.coexistence import CoexistenceSettings, DevicePlugin
 from dra_driver.node.checks.pod_resources import default_socket as default_pod_resources_socket
 from dra_driver.node.checks.same_name import ConflictBoard
 from dra_driver.node.daemon import ApiWiring, Daemon
-from dra_driver.node.metrics_http import BindAddress
 from dra_driver.node.plugin.driver import PluginSettings
 
 if TYPE_CHECKING:  # a real node never imports the simulation's modules
@@ -141,10 +140,9 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
             node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir,
             device_nodes=simulated.make_device_nodes if simulated is not None else None, flags=recorded_flags(args),
         )
-        metrics = BindAddress("", args.metrics_port) if args.metrics_port is not None else args.metrics_bind_address
         guard, conflicts = DevicePluginGuard(coexistence_settings(args)), ConflictBoard()
         return Daemon(
-            opened.backends, None, settings, metrics_address=metrics, connect=lambda: connect_api(args, guard, conflicts), guard=guard, conflicts=conflicts,
+            opened.backends, None, settings, metrics_address=args.metrics_bind_address, connect=lambda: connect_api(args, guard, conflicts), guard=guard, conflicts=conflicts,
             device_metrics_interval=args.device_metrics_interval,
         )
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
