@@ -9,7 +9,6 @@ client, the slice publisher and the claim cache are loaded in `connect_api` (dra
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
@@ -29,6 +28,7 @@ from dra_driver.node.checks.pod_resources import default_socket as default_pod_r
 from dra_driver.node.checks.same_name import ConflictBoard
 from dra_driver.node.daemon import ApiWiring, Daemon
 from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.settings import NO_SIMULATED_ROOT, DaemonSettings
 
 if TYPE_CHECKING:  # a real node never imports the simulation's modules
     from dra_driver.simulation.node import SimulatedRoot
@@ -40,7 +40,6 @@ def _log_warning(message: str) -> None:
     log.warning(message)
 
 
-NO_SIMULATED_ROOT = "none"
 
 
 # The flags the daemon records with its instance lock (instance_lock.py), which `doctor` adopts: what decides
@@ -51,11 +50,11 @@ RECORDED_FLAGS = (
 )  # fmt: skip
 
 
-def recorded_flags(args: argparse.Namespace) -> dict[str, str]:
+def recorded_flags(config: DaemonSettings) -> dict[str, str]:
     """The effective values of RECORDED_FLAGS (after environment defaults), as `--flag` -> text; paths made absolute."""
     flags = {}
     for dest in RECORDED_FLAGS:
-        value = getattr(args, dest, None)
+        value = getattr(config, dest, None)
         if value is not None:
             flags["--" + dest.replace("_", "-")] = os.path.abspath(value) if isinstance(value, Path) else str(value)
     return flags
@@ -100,7 +99,7 @@ def _absolute(flag: str, value: str | Path | None) -> Path | None:
     return path
 
 
-def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = None, warn: Callable[[str], None] = _log_warning) -> Daemon:
+def build_daemon(config: DaemonSettings, simulated: SimulatedRoot | None = None, warn: Callable[[str], None] = _log_warning) -> Daemon:
     """Open the backends described by the arguments; raise DraError if nothing can run.
 
     With `simulated` (--simulated-root), simulated backends name device nodes and driver files on that host path.
@@ -109,23 +108,23 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
     `connect_api` after the sockets serve. `warn` tells the user what does not stop the start (the CLI prints it
     whatever the log level).
     """
-    check_identity(args.node_name, args.pod_uid)
-    source = api_source(args.api_server, args.kubeconfig, args.context, instead="--api-server URL")
+    check_identity(config.node_name, config.pod_uid)
+    source = api_source(config.api_server, config.kubeconfig, config.context, instead="--api-server URL")
     check_api_server(source, warn)
-    require_node_dirs(args.kubelet_dir, args.cdi_dir)
-    writable_dir("--state-dir", args.state_dir, file_modes.PRIVATE_DIR)
-    writable_dir("--cdi-dir", args.cdi_dir, file_modes.CDI_DIR)
-    vendors = [v.strip() for v in args.vendors.split(",") if v.strip()] if args.vendors else None
+    require_node_dirs(config.kubelet_dir, config.cdi_dir)
+    writable_dir("--state-dir", config.state_dir, file_modes.PRIVATE_DIR)
+    writable_dir("--cdi-dir", config.cdi_dir, file_modes.CDI_DIR)
+    vendors = [v.strip() for v in config.vendors.split(",") if v.strip()] if config.vendors else None
     profile = None
-    if args.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
+    if config.profile:  # simulation only: a real node does not load the profile reader (YAML input layer)
         from dra_driver.backend.hardware_profiles import load_profile
 
-        profile = load_profile(args.profile)
+        profile = load_profile(config.profile)
     backend_settings = BackendSettings(
-        node_name=args.node_name, partitioning=args.partitioning, state_dir=args.state_dir, driver_root=args.driver_root,
-        host_driver_root=_absolute("--host-driver-root", args.host_driver_root),
-        nvidia_cdi_hook_path=str(_absolute("--nvidia-cdi-hook-path", args.nvidia_cdi_hook_path) or "") or None,
-        mps_exclusive_compute=args.mps_compute_mode == "exclusive-process", consumable_gpu_memory=args.consumable_gpu_memory,
+        node_name=config.node_name, partitioning=config.partitioning, state_dir=config.state_dir, driver_root=config.driver_root,
+        host_driver_root=_absolute("--host-driver-root", config.host_driver_root),
+        nvidia_cdi_hook_path=str(_absolute("--nvidia-cdi-hook-path", config.nvidia_cdi_hook_path) or "") or None,
+        mps_exclusive_compute=config.mps_compute_mode == "exclusive-process", consumable_gpu_memory=config.consumable_gpu_memory,
     )  # fmt: skip
     if simulated is not None:
         backend_settings = dataclasses.replace(backend_settings, dev_root=simulated.dev_root, simulated_root=simulated.path)
@@ -137,13 +136,13 @@ def build_daemon(args: argparse.Namespace, simulated: SimulatedRoot | None = Non
         raise DraError(f"no vendor backend can run on this node: {reasons}")
     try:
         settings = PluginSettings(
-            node_name=args.node_name, kubelet_dir=args.kubelet_dir, cdi_dir=args.cdi_dir, pod_uid=args.pod_uid, state_dir=args.state_dir,
-            device_nodes=simulated.make_device_nodes if simulated is not None else None, flags=recorded_flags(args),
+            node_name=config.node_name, kubelet_dir=config.kubelet_dir, cdi_dir=config.cdi_dir, pod_uid=config.pod_uid, state_dir=config.state_dir,
+            device_nodes=simulated.make_device_nodes if simulated is not None else None, flags=recorded_flags(config),
         )
-        guard, conflicts = DevicePluginGuard(coexistence_settings(args)), ConflictBoard()
+        guard, conflicts = DevicePluginGuard(coexistence_settings(config)), ConflictBoard()
         return Daemon(
-            opened.backends, None, settings, metrics_address=args.metrics_bind_address, connect=lambda: connect_api(args, guard, conflicts), guard=guard, conflicts=conflicts,
-            device_metrics_interval=args.device_metrics_interval,
+            opened.backends, None, settings, metrics_address=config.metrics_bind_address, connect=lambda: connect_api(config, guard, conflicts), guard=guard, conflicts=conflicts,
+            device_metrics_interval=config.device_metrics_interval,
         )
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
         opened.close()
@@ -177,12 +176,12 @@ def require_node_dirs(kubelet_dir: Path, cdi_dir: Path) -> None:
                          "(its cdi_spec_dirs: /etc/cdi, /var/run/cdi) or point --cdi-dir at one")  # fmt: skip
 
 
-def coexistence_settings(args: argparse.Namespace) -> CoexistenceSettings:
-    socket = args.pod_resources_socket or default_pod_resources_socket(args.kubelet_dir)
-    return CoexistenceSettings(args.kubelet_dir, socket, Offer.parse(args.offer_devices))
+def coexistence_settings(config: DaemonSettings) -> CoexistenceSettings:
+    socket = config.pod_resources_socket or default_pod_resources_socket(config.kubelet_dir)
+    return CoexistenceSettings(config.kubelet_dir, socket, Offer.parse(config.offer_devices))
 
 
-def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None, conflicts: ConflictBoard | None = None) -> ApiWiring:
+def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, conflicts: ConflictBoard | None = None) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
     from dra_driver.kube.claim_cache import ClaimCache
     from dra_driver.kube.claims import ClaimReader
@@ -190,19 +189,19 @@ def connect_api(args: argparse.Namespace, guard: DevicePluginGuard | None = None
     from dra_driver.node.publisher.daemon_adapter import publisher_factory
 
     try:
-        configuration = load_configuration(base_url=args.api_server, kubeconfig=args.kubeconfig, context=args.context)
+        configuration = load_configuration(base_url=config.api_server, kubeconfig=config.kubeconfig, context=config.context)
     except DraError:
         raise
     except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
-        raise DraError(f"cannot load the API client configuration ({api_source(args.api_server, args.kubeconfig, args.context).kind}): {exc}") from exc
+        raise DraError(f"cannot load the API client configuration ({api_source(config.api_server, config.kubeconfig, config.context).kind}): {exc}") from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
     api_client = api_client_for(configuration)
     if guard is not None:
-        guard.set_node(read_node(api_client, args.node_name))
+        guard.set_node(read_node(api_client, config.node_name))
     return ApiWiring(
         claims=ClaimReader(api_client),
-        publisher_factory=publisher_factory(api_client, args.node_name, guard=guard, conflicts=conflicts),
-        claim_cache=ClaimCache(api_client) if args.claim_cache else None,
+        publisher_factory=publisher_factory(api_client, config.node_name, guard=guard, conflicts=conflicts),
+        claim_cache=ClaimCache(api_client) if config.claim_cache else None,
     )
 
 
@@ -217,24 +216,24 @@ def read_node(api_client: object, node_name: str) -> dict[str, object] | None:
         return None
 
 
-def open_simulated_root(args: argparse.Namespace) -> SimulatedRoot | None:
+def open_simulated_root(config: DaemonSettings) -> SimulatedRoot | None:
     """--simulated-root: only with --profile (a real node's device nodes are the kernel's), and --profile only with it,
     so a simulated node is consistent on its own: without a root, its CDI specs would name device nodes no host has
     and the container runtime would refuse every pod after prepare succeeded. Its nodes for specs already there."""
-    if args.profile and args.simulated_root is None:
-        raise UsageError(f"--profile {args.profile} needs --simulated-root: pass a host path mounted at the same path in the pod "
+    if config.profile and config.simulated_root is None:
+        raise UsageError(f"--profile {config.profile} needs --simulated-root: pass a host path mounted at the same path in the pod "
                          "(--simulated-root /var/run/dra-driver-sim, as deploy/overlays/simulated does) for the device nodes its CDI "
                          f"specs name, or --simulated-root {NO_SIMULATED_ROOT} where no container runtime reads the specs (tests, benchmarks)")  # fmt: skip
-    if args.simulated_root is None or args.simulated_root == NO_SIMULATED_ROOT:
+    if config.simulated_root is None or config.simulated_root == NO_SIMULATED_ROOT:
         return None
-    if not args.profile:
+    if not config.profile:
         raise UsageError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
     from dra_driver.simulation.node import SimulatedRoot
 
-    simulated = SimulatedRoot(args.simulated_root)
+    simulated = SimulatedRoot(config.simulated_root)
     try:
-        simulated.make_nodes_of_specs(args.cdi_dir)
+        simulated.make_nodes_of_specs(config.cdi_dir)
     except DraError:
-        simulated.release(args.cdi_dir, args.state_dir)
+        simulated.release(config.cdi_dir, config.state_dir)
         raise
     return simulated

@@ -211,7 +211,7 @@ def test_run_flags_reach_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     from dra_driver.cli.run import add_daemon_arguments
     from dra_driver.node.assembly import coexistence_settings
 
-    monkeypatch.delenv("OFFER_DEVICES", raising=False)
+    monkeypatch.delenv("DRA_DRIVER_OFFER_DEVICES", raising=False)
     parser = argparse.ArgumentParser()
     add_daemon_arguments(parser)
     settings = coexistence_settings(parser.parse_args(["--kubelet-dir", str(tmp_path), "--offer-devices", "gpu-4, GPU-ABC"]))
