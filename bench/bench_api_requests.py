@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from dra_driver.node import cdi
 from dra_driver.backend.interface import ContainerEdits
-from dra_driver_nvidia import driver_files, edits, fake_driver_root
+from dra_driver_nvidia import driver_files, edits
+from dra_driver_nvidia.simulated import fake_driver_root
 
 VERSION = "580.95.05"
 

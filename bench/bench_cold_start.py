@@ -42,8 +42,8 @@ import grpc
 
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef

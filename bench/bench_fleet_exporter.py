@@ -27,8 +27,8 @@ from contextlib import closing
 from pathlib import Path
 
 from dra_driver.explain import shipped_class_documents
-from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.claims import allocated_claim_object
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.sources.fleet import simulated
 
 DRIVER = "gpu.nvidia.com"

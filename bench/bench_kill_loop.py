@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dra_driver.node import cdi
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef

@@ -2,7 +2,7 @@
 interval (one nvidia-smi run each way), with MPS (the control daemon started, its limits sent, stopped at unprepare).
 
 The backend runs over the simulated NVML and driver root, so the processes are the stand-ins
-(vendors/nvidia/mps_control_standin.py is a Python program, nvidia-smi a shell script): most of the MPS figure is
+(vendors/nvidia/simulated/mps_control_standin.py is a Python program, nvidia-smi a shell script): most of the MPS figure is
 the interpreter starting once per `nvidia-cuda-mps-control` run (the start, and one run per limit command). The real
 binary is a small C program; measure it on a GPU host with the same command and a real driver root
 (docs/hardware-validation.md).

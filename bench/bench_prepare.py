@@ -34,16 +34,16 @@ API server received during the timed prepares (0 = every claim from the cache).
 
 `daemon p50` is the median time inside the daemon's NodePrepareResources handler (claim GET, backend,
 CDI spec, checkpoint), from its own Prometheus histogram (histogram_quantile between two scrapes of
---metrics-port, linear inside a bucket); the difference to `p50` is the two gRPC stacks and the bench's
+--metrics-bind-address, linear inside a bucket); the difference to `p50` is the two gRPC stacks and the bench's
 Python kubelet stand-in.
 
 --cycles N prepares and unprepares N fresh claims one after the other (one device each) and samples
 the daemon's RSS and open file descriptors S times on the way; the claims are deleted from the API
 server after their cycle so the bench process does not grow either.
 
-Profiling: with DRA_DRIVER_PROFILE_PREPARE=<file> in the environment the
-daemon runs every claim operation under cProfile and writes the summed
-stats to <file> when it stops (read them with `python -m pstats <file>`).
+Profiling: with PYTHONPATH=bench/call_profiler DRA_DRIVER_PROFILE_PREPARE=<file> in the environment
+the daemon runs every claim operation under cProfile and writes the summed
+stats to <file> when it exits (read them with `python -m pstats <file>`).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.backend.hardware_profiles import load_profile
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.registry import backend_classes
@@ -84,7 +84,7 @@ class Daemon:
     profile: str
     node: str
     process: subprocess.Popen[bytes]
-    metrics_port: int
+    metrics_port: int  # served on 127.0.0.1 (--metrics-bind-address); 0: off
     kubelet_dir: Path
 
     @property
@@ -424,7 +424,7 @@ def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", *profile_args(profile), "--partitioning", args.partitioning,
         "--node-name", node, "--api-server", server.url, "--kubelet-dir", str(kubelet_dir), "--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir),
-        "--claim-cache" if args.claim_cache else "--no-claim-cache", "--metrics-port", str(metrics_port),
+        "--claim-cache" if args.claim_cache else "--no-claim-cache", "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
     ] + (["--pod-uid", pod_uid] if pod_uid else [])  # fmt: skip
     return Daemon(profile, node, subprocess.Popen(command), metrics_port, kubelet_dir)
 

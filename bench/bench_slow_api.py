@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench_prepare import Daemon, Target, connect_target, drivers_of, make_claim
 
-from dra_driver.kube import sim_apiserver
+from dra_driver.simulation import api_server as sim_apiserver
 from node_layout import SIMULATED, node_dirs
 
 PROFILE = "dgx-h100"

@@ -25,7 +25,7 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 from node_layout import SIMULATED, node_dirs  # noqa: E402
 
 if TYPE_CHECKING:
@@ -71,8 +71,8 @@ def main() -> None:
     build_daemon = run.build_daemon
     daemons: list[Daemon] = []
 
-    def built(args: argparse.Namespace) -> Daemon:
-        daemons.append(build_daemon(args))
+    def built(*args: Any, **kwargs: Any) -> Daemon:
+        daemons.append(build_daemon(*args, **kwargs))
         return daemons[-1]
 
     def cleanup() -> None:

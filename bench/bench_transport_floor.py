@@ -54,8 +54,8 @@ def serve_empty_dra(socket_path: str) -> None:
 
 def serve_claim(port_file: str) -> None:
     """The server side of (2): the simulated API server holding one allocated claim."""
-    from dra_driver.kube import sim_apiserver
-    from dra_driver.kube.claims import allocated_claim_object
+    from dra_driver.simulation import api_server as sim_apiserver
+    from dra_driver.simulation.claims import allocated_claim_object
 
     server = sim_apiserver.SimApiServer().start()
     server.store.put(allocated_claim_object("c1", "default", "gpu.nvidia.com", "node", {"gpu": ["gpu-0"]}))

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import bench_prepare as bench  # noqa: E402
 
-from dra_driver.kube import sim_apiserver  # noqa: E402
+from dra_driver.simulation import api_server as sim_apiserver  # noqa: E402
 
 
 def missing_host_paths(spec: dict[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.backend import sim_scratch
+from dra_driver.simulation import scratch as sim_scratch
 
 _reported: set[Path] = set()  # leaks already blamed on a test, not blamed again when collected later
 

@@ -31,7 +31,7 @@ _lock = threading.Lock()
 # (module, attribute path, label), in the order a prepare runs them
 STEPS = (
     ("dra_driver.node.plugin.kubelet_client", "PluginConnection.prepare", "kubelet side: NodePrepareResources call"),
-    ("dra_driver.kube.sim_apiserver", "_Handler.do_GET", "simulated API server: GET handler"),
+    ("dra_driver.simulation.api_server", "_Handler.do_GET", "simulated API server: GET handler"),
     ("dra_driver.node.plugin.servicers", "DraServicer.NodePrepareResources", "daemon: NodePrepareResources handler"),
     ("dra_driver.node.plugin.prepare", "PrepareService._claim_lock", "  claim lock (in-process + lock file)"),
     ("dra_driver.node.plugin.prepare", "PrepareService._prepare_one", "  prepare of one claim"),
@@ -47,7 +47,7 @@ STEPS = (
     ("dra_driver_nvidia.backend", "NvidiaBackend._create_instances", "      dynamic MIG instances of the claim"),
     ("dra_driver_nvidia.mig", "create_instance_in", "        one MIG instance created (NVML)"),
     ("dra_driver_nvidia.ownership", "OwnershipJournal.record", "        MIG ownership journal write"),
-    ("dra_driver.backend.sim_state", "SimulatedState.save", "        simulated hardware state saved (simulation only)"),
+    ("dra_driver.simulation.state", "SimulatedState.save", "        simulated hardware state saved (simulation only)"),
     ("dra_driver.node.plugin.servicers", "DraServicer.NodeUnprepareResources", "daemon: NodeUnprepareResources handler"),
     ("dra_driver.node.plugin.prepare", "PrepareService._unprepare_one", "  unprepare of one claim"),
     ("dra_driver_nvidia.backend", "NvidiaBackend.unprepare", "    NVIDIA backend unprepare"),

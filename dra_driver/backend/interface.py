@@ -56,7 +56,7 @@ class BackendSettings:
     # Directory a backend may use for its own on-disk state (the plugin data dir).
     state_dir: Path | None = None
     # Simulation in a real cluster (`run --simulated-root`): a host path, mounted at the same path in the pod,
-    # where a simulated backend keeps the files CDI specs name (dra_driver.backend.sim_node); None: its scratch dir.
+    # where a simulated backend keeps the files CDI specs name (dra_driver.simulation.node); None: its scratch dir.
     simulated_root: Path | None = None
     # MPS: switch a GPU a claim holds alone to the EXCLUSIVE_PROCESS compute mode (as NVIDIA's driver does) and
     # back on unprepare; False leaves every compute mode as it is (MPS still works, other processes may share).

@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 
 from dra_driver.common.wording import plural
-from dra_driver.backend import sim_scratch
+from dra_driver.simulation import scratch as sim_scratch
 
 from dra_driver.common import suggest
 from dra_driver.node.daemon import Daemon
@@ -31,7 +31,7 @@ from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
 from dra_driver.explain import shipped_class_documents
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.publisher.daemon_adapter import publisher_factory

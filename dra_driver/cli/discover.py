@@ -18,10 +18,11 @@ from dra_driver.model import as_list, render_pool, validate_slices
 from dra_driver.backend.registry import open_backends
 from dra_driver.backend.interface import BackendSettings
 from dra_driver.backend.vocabulary import FAMILY, INTERCONNECT, PARTITION
+from dra_driver.node.settings import env_name
 
 
 def default_node_name() -> str:
-    return os.environ.get("NODE_NAME") or socket.gethostname().split(".")[0].lower() or "node"
+    return os.environ.get(env_name("node_name")) or socket.gethostname().split(".")[0].lower() or "node"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--consumable-gpu-memory", action="store_true", help="publish as `dra-driver run --consumable-gpu-memory` does: whole NVIDIA GPUs with allowMultipleAllocations and a memory request policy")
     parser.add_argument("-o", "--output", choices=("yaml", "json", "table"), default="yaml")
-    parser.add_argument("--node-name", default=default_node_name(), help="node name for the pools (default: $NODE_NAME or the host name)")
+    parser.add_argument("--node-name", default=default_node_name(), help=f"node name for the pools (default: ${env_name('node_name')} or the host name)")
     parser.add_argument("--vendors", help="comma-separated vendors to use (default: all installed)")
     parser.set_defaults(func=run)
 

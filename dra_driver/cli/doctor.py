@@ -1,7 +1,7 @@
 """`dra-driver doctor`: check this node (or the driver's pod) and explain what keeps it from serving claims.
 
 Checks the node as the driver daemon running on it sees it: the daemon records its effective flags (after
-$NODE_NAME, ConfigMap and other environment defaults) with its instance lock under --state-dir, and the doctor
+$DRA_DRIVER_NODE_NAME, ConfigMap and other environment defaults) with its instance lock under --state-dir, and the doctor
 takes every flag not given on its own command line from there, so `kubectl exec ds/... -- dra-driver doctor`
 checks the daemon's profile, simulated root, kubelet and CDI directories. Takes `run`'s flags (same names and
 defaults, so a DaemonSet's arguments can be copied) plus where the container runtime's configuration is.
@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dra_driver.common.wording import plural
-from dra_driver.cli.run import RECORDED_FLAGS, NO_SIMULATED_ROOT, add_daemon_arguments
+from dra_driver.cli.run import add_daemon_arguments
+from dra_driver.node.assembly import RECORDED_FLAGS
+from dra_driver.node.settings import NO_SIMULATED_ROOT
 from dra_driver.common.errors import DraError
 from dra_driver.node.checks import runtime_config
 from dra_driver.node.checks.coexistence import Offer

@@ -202,7 +202,7 @@ def _remove_scratch_and_die(signum: int, _frame: object) -> None:
     """SIGTERM to a one-shot command: remove the simulated backends' (and the demo's) scratch dirs, which no
     finally block will, then die of the signal as without this handler. Not an exception raised wherever the
     command was: unwinding through gRPC's internals can deadlock in a channel's __del__."""
-    sim_scratch = sys.modules.get("dra_driver.backend.sim_scratch")  # never imported: this process made no scratch dir
+    sim_scratch = sys.modules.get("dra_driver.simulation.scratch")  # never imported: this process made no scratch dir
     if sim_scratch is not None:
         sim_scratch.close_all()
     signal.signal(signum, signal.SIG_DFL)

@@ -16,6 +16,8 @@ from pathlib import Path
 from dra_driver.model.names import uid_problem
 from dra_driver.node.readiness import MAX_AGE_S, read_status, status_path
 
+POD_UID_ENV = "DRA_DRIVER_POD_UID"
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
@@ -25,7 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     # Required rather than defaulted: the default lives beside the socket code, whose gRPC import would cost every probe ~0.1 s CPU.
     parser.add_argument("--state-dir", type=Path, required=True, help="the daemon's --state-dir (deploy/: /var/run/dra-driver)")
-    parser.add_argument("--pod-uid", default=os.environ.get("POD_UID") or None, help="the daemon's --pod-uid (default: $POD_UID)")
+    # run's variable (dra_driver.node.settings, not imported here for the same reason; tests/deploy/test_settings_table.py checks it).
+    parser.add_argument("--pod-uid", default=os.environ.get(POD_UID_ENV) or None, help=f"the daemon's --pod-uid (default: ${POD_UID_ENV})")
     parser.add_argument("--max-age", type=float, default=MAX_AGE_S, help="oldest heartbeat accepted, in seconds (default: %(default)s)")
     parser.set_defaults(func=ready)
 

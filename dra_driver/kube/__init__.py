@@ -1,1 +1,1 @@
-"""Kubernetes API access: client construction, the simulated API server for tests."""
+"""Kubernetes API access: client construction, claim reads (the simulated API server is dra_driver.simulation.api_server)."""

@@ -77,7 +77,6 @@ class Daemon:
         backends: Sequence[VendorBackend],
         claims: ClaimSource | None,
         settings: PluginSettings,
-        metrics_port: int = 0,
         publisher_factory: PublisherFactory | None = None,
         claim_cache: ClaimCache | None = None,
         connect: Callable[[], ApiWiring] | None = None,
@@ -90,8 +89,7 @@ class Daemon:
         """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
         called once every driver serves, which returns them (`claims` is then None).
 
-        Metrics (and /readyz, /livez) are served on `metrics_address`, or with only `metrics_port` on
-        127.0.0.1:<port>; port 0 is off. Device readings are collected every `device_metrics_interval` seconds
+        Metrics (and /readyz, /livez) are served on `metrics_address` (None or port 0: off). Device readings are collected every `device_metrics_interval` seconds
         while metrics are served (0: off; the daemon's state gauges stay)."""
         if (claims is None) == (connect is None):
             raise ValueError("Daemon needs exactly one of claims and connect")
@@ -101,7 +99,7 @@ class Daemon:
         self._wiring = ApiWiring(claims, publisher_factory, claim_cache) if claims is not None else None
         self._connect = connect
         self._pending = PendingClaims() if connect is not None else None
-        self._metrics_address = metrics_address or BindAddress("127.0.0.1", metrics_port)
+        self._metrics_address = metrics_address or BindAddress("127.0.0.1", 0)
         self.plugins: dict[str, DriverPlugin] = {}
         self._inventories: dict[str, Inventory] = {}
         self.status = DaemonStatus()

@@ -15,7 +15,7 @@ from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings
 
 from dra_driver_amd.backend import AmdBackend
-from dra_driver_amd.fake_amdsmi import AmdSmiLibraryException, FakeAmdSmi
+from dra_driver_amd.simulated.fake_amdsmi import AmdSmiLibraryException, FakeAmdSmi
 from dra_driver_amd.profile import parse_profile
 
 

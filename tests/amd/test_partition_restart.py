@@ -21,7 +21,7 @@ import pytest
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 
 from dra_driver_amd.backend import AmdBackend
-from dra_driver_amd.fake_amdsmi import FakeAmdSmi
+from dra_driver_amd.simulated.fake_amdsmi import FakeAmdSmi
 
 from .conftest import OpenBackend
 

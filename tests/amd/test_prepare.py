@@ -181,7 +181,7 @@ def test_memory_mode_change_is_refused_while_another_gpu_of_the_hive_is_in_use(o
 
 
 def test_simulated_firmware_refuses_invalid_compute_memory_pairs(open_backend):
-    from dra_driver_amd.fake_amdsmi import AmdSmiComputePartitionType, AmdSmiLibraryException, AmdSmiMemoryPartitionType, FakeHandle
+    from dra_driver_amd.simulated.fake_amdsmi import AmdSmiComputePartitionType, AmdSmiLibraryException, AmdSmiMemoryPartitionType, FakeHandle
 
     fake = open_backend("mi300x-cpx").library  # CPX/NPS4
     handle = FakeHandle("0000:05:00.0", 0)

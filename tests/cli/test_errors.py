@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dra_driver.cli.main import COMMANDS, main
-from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
+from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 
 
 def outcome(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli.run import add_daemon_arguments, run
+from dra_driver.node.settings import DaemonSettings, env_name
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -44,7 +45,7 @@ def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Pat
 
 
 def test_missing_directories_are_created_with_their_mode_whatever_the_umask(tmp_path: Path) -> None:
-    from dra_driver.cli.run import writable_dir
+    from dra_driver.node.assembly import writable_dir
 
     previous = os.umask(0)
     try:
@@ -87,7 +88,7 @@ def test_relative_host_paths_for_cdi_specs_are_refused_with_the_flag(tmp_path: P
 
 
 def test_driver_file_flags_reach_the_backend_settings(tmp_path: Path) -> None:
-    from dra_driver.cli.run import build_daemon
+    from dra_driver.node.assembly import build_daemon
 
     node_dirs(tmp_path)
     args = parse(
@@ -96,7 +97,7 @@ def test_driver_file_flags_reach_the_backend_settings(tmp_path: Path) -> None:
         "--host-driver-root", "/run/nvidia/driver", "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook",
         "--mps-compute-mode", "unchanged", "--consumable-gpu-memory",
     )  # fmt: skip
-    daemon = build_daemon(args)
+    daemon = build_daemon(DaemonSettings.from_namespace(args))
     try:
         settings = daemon.backends[0].settings
         assert (settings.host_driver_root, settings.nvidia_cdi_hook_path) == (Path("/run/nvidia/driver"), "/usr/bin/nvidia-cdi-hook")
@@ -132,7 +133,7 @@ def test_an_unusable_kubeconfig_is_refused_before_any_socket(short_tmp: Path, ca
     assert not (short_tmp / "k").exists() and not (short_tmp / "state").exists()
 
 def test_metrics_address_from_the_environment_and_the_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dra_driver.cli.run import METRICS_ENV
+    METRICS_ENV = env_name("metrics_bind_address")
     from dra_driver.node.metrics_http import BindAddress
 
     assert not parse().metrics_bind_address.enabled  # off unless asked: a root daemon listens nowhere by default
@@ -142,8 +143,7 @@ def test_metrics_address_from_the_environment_and_the_flag_wins(monkeypatch: pyt
 
 
 def test_a_bad_metrics_address_names_the_variable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from dra_driver.cli.run import METRICS_ENV
-
+    METRICS_ENV = env_name("metrics_bind_address")
     monkeypatch.setenv(METRICS_ENV, "8080")
     with pytest.raises(SystemExit):
         parse()
@@ -175,7 +175,7 @@ def test_run_says_what_it_serves(short_tmp: Path) -> None:
     import sys
     import time
 
-    from dra_driver.kube.sim_apiserver import SimApiServer
+    from dra_driver.simulation.api_server import SimApiServer
 
     with SimApiServer() as server:
         node_dirs(short_tmp)
@@ -241,10 +241,10 @@ def test_a_profile_without_a_simulated_root_is_refused_naming_the_flag(tmp_path:
 
 def test_the_daemon_records_its_effective_flags_with_its_instance_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `doctor` reads: the flags after environment defaults, paths absolute."""
-    from dra_driver.cli.run import recorded_flags
+    from dra_driver.node.assembly import recorded_flags
 
-    monkeypatch.setenv("NODE_NAME", "node-from-env")
-    flags = recorded_flags(parse("--profile", "mi300x", "--kubelet-dir", "rel/k", "--partitioning", "dynamic"))
+    monkeypatch.setenv("DRA_DRIVER_NODE_NAME", "node-from-env")
+    flags = recorded_flags(DaemonSettings.from_namespace(parse("--profile", "mi300x", "--kubelet-dir", "rel/k", "--partitioning", "dynamic")))
     assert flags["--node-name"] == "node-from-env" and flags["--profile"] == "mi300x" and flags["--partitioning"] == "dynamic"
     assert flags["--kubelet-dir"] == os.path.abspath("rel/k") and flags["--simulated-root"] == "none"
     assert "--kubeconfig" not in flags  # unset flags are not recorded

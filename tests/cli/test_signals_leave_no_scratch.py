@@ -16,7 +16,7 @@ import yaml
 
 from tests.support import eventually
 from dra_driver.backend.hardware_profiles import load_profile
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 
 DRIVERS = 3  # gpu.nvidia.com, gpu.amd.com and gaudi.intel.com: each simulated backend makes a scratch dir
 

@@ -28,8 +28,9 @@ import pytest
 
 from dra_driver.node.daemon import Daemon
 from dra_driver.backend.hardware_profiles import load_profile
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.backend.registry import open_backends

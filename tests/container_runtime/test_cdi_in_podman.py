@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from .conftest import Podman, ProfileNode, profile_node
 
-from dra_driver_nvidia import fake_driver_root
+from dra_driver_nvidia.simulated import fake_driver_root
 
 pytestmark = pytest.mark.container_runtime
 

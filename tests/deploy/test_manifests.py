@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from dra_driver.cli.run import add_daemon_arguments
+from dra_driver.node.settings import env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -91,7 +92,7 @@ def test_daemonset_args_are_flags_dra_driver_run_accepts(overlay: str) -> None:
     args = parser.parse_args(plugin["args"][1:])  # raises on an unknown flag
     assert str(args.kubelet_dir) == "/var/lib/kubelet" and str(args.cdi_dir) == "/var/run/cdi"
     assert str(args.state_dir) == "/var/run/dra-driver"
-    assert args.node_name == "$(NODE_NAME)" and args.pod_uid == "$(POD_UID)"
+    assert "--node-name" not in " ".join(plugin["args"]) and "--pod-uid" not in " ".join(plugin["args"])  # from the environment
     expected_vendor = None if overlay.startswith("all") or overlay == "simulated" else overlay
     assert args.vendors == expected_vendor
 
@@ -103,7 +104,7 @@ def test_downward_api_host_paths_and_rolling_update(overlay: str) -> None:
     spec = daemonset["spec"]["template"]["spec"]
     plugin = container(objs)
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in plugin["env"]}
-    assert env["NODE_NAME"] == "spec.nodeName" and env["POD_UID"] == "metadata.uid"
+    assert env[env_name("node_name")] == "spec.nodeName" and env[env_name("pod_uid")] == "metadata.uid"
     host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m for m in plugin["volumeMounts"]}
     for path in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi", "/var/run/dra-driver", "/dev", "/sys"):
@@ -147,7 +148,7 @@ def test_claim_cache_overlay_adds_only_list_and_watch_on_claims() -> None:
     assert extra == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]}]
     (daemonset,) = by_kind(render("all-claim-cache"), "DaemonSet")
     env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["CLAIM_CACHE"] == "true"
+    assert env[env_name("claim_cache")] == "true"
 
 
 def test_cluster_role_is_minimal_and_documented() -> None:
@@ -283,13 +284,13 @@ def test_surge_pod_can_start_beside_the_old_one_and_is_ready_only_when_registere
     add_daemon_arguments(run_parser)
     run_args = run_parser.parse_args(plugin["args"][1:])
     assert probe_args.state_dir == run_args.state_dir, "the probe reads another state dir than the daemon writes"
-    assert "POD_UID" in {e["name"] for e in plugin["env"]}  # the probe finds its own pod's status by it
+    assert env_name("pod_uid") in {e["name"] for e in plugin["env"]}  # the probe finds its own pod's status by it
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_config_map_knobs_are_what_the_cli_reads(overlay: str) -> None:
     from dra_driver.cli.main import LOG_LEVEL_ENV, env_verbosity
-    from dra_driver.cli.run import METRICS_ENV
+    METRICS_ENV = env_name("metrics_bind_address")
     from dra_driver.node.metrics_http import BindAddress
 
     objs = render(overlay)

@@ -15,4 +15,4 @@ def test_nvidia_component_uses_driver_root_not_ld_library_path() -> None:
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     assert "LD_LIBRARY_PATH" not in env
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert env["DRIVER_ROOT"] == mounts["nvidia-driver-root"]
+    assert env["DRA_DRIVER_DRIVER_ROOT"] == mounts["nvidia-driver-root"]

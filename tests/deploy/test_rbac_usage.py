@@ -13,11 +13,12 @@ from pathlib import Path
 
 from dra_driver.kube.claim_cache import ClaimCache
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.kube.client import make_api_client
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.publisher.daemon_adapter import publisher_factory
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.backend.interface import BackendSettings, ClaimRef, HealthEvent
 from tests.deploy.test_manifests import by_kind, render
 from tests.publisher.conftest import FAST, NODE, device_names, eventually, slices

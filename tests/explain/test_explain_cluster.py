@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dra_driver.cli.main import main
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 
 
 @pytest.fixture

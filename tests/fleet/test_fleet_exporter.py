@@ -15,8 +15,8 @@ from tests.support import eventually
 from dra_driver.explain import shipped_class_documents
 from dra_driver.fleet.exporter import FleetExporter
 from dra_driver.kube import reflector as reflectors
-from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.claims import allocated_claim_object
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.sources.fleet import simulated
 
 DRIVER = "gpu.nvidia.com"

@@ -12,7 +12,7 @@ import pytest
 from dra_driver.backend.hardware_profiles import load_profile_file
 from dra_driver.backend.interface import BackendSettings
 from dra_driver_gaudi.backend import PROFILE_DIR, GaudiBackend
-from dra_driver_gaudi.fake_sysfs import FakeSysfs, build_fake_sysfs
+from dra_driver_gaudi.simulated.fake_sysfs import FakeSysfs, build_fake_sysfs
 
 NODE = "gaudi-node-1"
 

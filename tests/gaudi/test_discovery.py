@@ -51,7 +51,7 @@ def test_trailing_newline_and_none_read_the_same(tmp_path):
     results = []
     for newline in (True, False):
         root = tmp_path / str(newline)
-        from dra_driver_gaudi.fake_sysfs import build_fake_sysfs
+        from dra_driver_gaudi.simulated.fake_sysfs import build_fake_sysfs
 
         build_fake_sysfs({"trailing_newline": newline, "devices": [one_device()]}, root)
         raw = (root / "bus/pci/drivers/habanalabs/0000:19:00.0/module_id").read_text()

@@ -4,7 +4,7 @@ import logging
 import sys
 
 from dra_driver_gaudi import hlml
-from dra_driver_gaudi.fake_hlml import FakeHlml
+from dra_driver_gaudi.simulated.fake_hlml import FakeHlml
 
 
 def test_without_pyhlml_returns_none_and_logs_once(monkeypatch, caplog):

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 
 CLAIM = allocated_claim_object("c1", "default", "gpu.nvidia.com", "node-a", {"gpu": ["gpu-0"]})
 

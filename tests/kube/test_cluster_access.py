@@ -13,7 +13,7 @@ import yaml
 from dra_driver.kube.api_source import KubeConfigError, api_source, find_api_source
 from dra_driver.kube.client import chosen_context, load_configuration
 from dra_driver.kube.server_check import ClusterError, check_dra_served, without_retries
-from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
+from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 
 
 def kubeconfig(path: Path, server: str, contexts: tuple[str, ...] = ("sim",), current: str | None = "sim") -> Path:

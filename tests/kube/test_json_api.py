@@ -9,7 +9,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from dra_driver.kube.client import JsonApi, KubeConfigError, load_configuration, make_api_client
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 

@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.support import eventually as wait_for
 from dra_driver.kube.client import make_api_client
-from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
+from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 
 DRIVER = "gpu.example.com"
 

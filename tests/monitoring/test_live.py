@@ -22,8 +22,8 @@ from manifests import alerts, panel_queries, tool, write_rules
 
 from tests.support import eventually
 from dra_driver.backend.interface import ClaimRef
-from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.claims import allocated_claim_object
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 

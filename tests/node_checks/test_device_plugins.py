@@ -208,9 +208,10 @@ def test_pod_resources_wire_identity():
 def test_run_flags_reach_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import argparse
 
-    from dra_driver.cli.run import add_daemon_arguments, coexistence_settings
+    from dra_driver.cli.run import add_daemon_arguments
+    from dra_driver.node.assembly import coexistence_settings
 
-    monkeypatch.delenv("OFFER_DEVICES", raising=False)
+    monkeypatch.delenv("DRA_DRIVER_OFFER_DEVICES", raising=False)
     parser = argparse.ArgumentParser()
     add_daemon_arguments(parser)
     settings = coexistence_settings(parser.parse_args(["--kubelet-dir", str(tmp_path), "--offer-devices", "gpu-4, GPU-ABC"]))

@@ -10,7 +10,7 @@ import pytest
 from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, nvidia_daemon, other_driver, pod_resources_server, write_checkpoint
 
 from dra_driver.cli.main import main
-from dra_driver.kube import sim_apiserver
+from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.node.checks import runtime_config
 from dra_driver.node.plugin.instance_lock import InstanceLock
 

@@ -10,9 +10,9 @@ from tests.node_checks.fake_kubelet import nvidia_daemon, other_driver
 
 from tests.support import eventually
 from dra_driver.cli.main import main
-from dra_driver.kube import sim_apiserver
+from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.backend.interface import ClaimRef
 

@@ -8,7 +8,7 @@ import pytest
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings
-from dra_driver_nvidia import fake_nvml
+from dra_driver_nvidia.simulated import fake_nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 
 OpenBackend = Callable[..., NvidiaBackend]

@@ -13,7 +13,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from dra_driver_nvidia.fake_nvml import FakeNvmlLibrary
+from dra_driver_nvidia.simulated.fake_nvml import FakeNvmlLibrary
 
 # hook(original, *args) -> nvmlReturn_t; the hook decides whether and when the original runs
 Hook = Callable[..., int]

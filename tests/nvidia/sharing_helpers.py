@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.backend.interface import AllocatedDevice
-from dra_driver_nvidia import fake_driver_root, mps_control_standin
+from dra_driver_nvidia.simulated import fake_driver_root, mps_control_standin
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.config import validate_config
 

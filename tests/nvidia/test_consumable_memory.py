@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver.cli.main import main
 from dra_driver.kube.client import make_api_client
-from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
+from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 from dra_driver.model.render import render_pool
 from dra_driver.model.validation import slice_errors
 from dra_driver.node.publisher import SlicePublisher

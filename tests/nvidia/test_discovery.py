@@ -12,7 +12,7 @@ from dra_driver.model import Version, render_pool, validate_slices
 from dra_driver.backend.registry import open_backends
 from dra_driver.backend.interface import BackendSettings
 from dra_driver.backend.vocabulary import FAMILY, INTERCONNECT, INTERCONNECT_DOMAIN, INTERCONNECT_LINKS, PARTITION, PCI_BUS_ID, PCIE_ROOT, VENDOR
-from dra_driver_nvidia import fake_nvml
+from dra_driver_nvidia.simulated import fake_nvml
 from dra_driver_nvidia.attributes import semver
 from dra_driver_nvidia.backend import NvidiaBackend
 

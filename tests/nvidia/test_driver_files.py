@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
-from dra_driver_nvidia import driver_files, fake_driver_root, ldcache
+from dra_driver_nvidia import driver_files, ldcache
+from dra_driver_nvidia.simulated import fake_driver_root
 from dra_driver_nvidia.config import validate_config
 
 from .conftest import OpenBackend

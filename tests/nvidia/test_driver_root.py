@@ -11,7 +11,8 @@ import pytest
 from dra_driver.common.errors import BackendUnavailable
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef, Mount
-from dra_driver_nvidia import fake_driver_root, fake_nvml, nvml
+from dra_driver_nvidia import nvml
+from dra_driver_nvidia.simulated import fake_driver_root, fake_nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.profile import parse_section
 
@@ -107,7 +108,7 @@ def test_the_time_slice_stand_in_keeps_its_state_in_the_root_it_was_renamed_to(t
     import os
     import subprocess
 
-    from dra_driver.backend import sim_node
+    from dra_driver.simulation import node as sim_node
 
     final = sim_node.build_shared(tmp_path, "nvidia-driver-root-1.2.3", lambda d: fake_driver_root.build(d, "1.2.3"))
     uuid = "GPU-a76e89c2-a727-5fc5-a58a-8e6912ffd392"

@@ -28,7 +28,7 @@ from dra_driver.common import atomic_file
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
-from dra_driver_nvidia.fake_nvml import FakeNvmlLibrary
+from dra_driver_nvidia.simulated.fake_nvml import FakeNvmlLibrary
 from dra_driver_nvidia.ownership import OwnershipJournal
 
 from .conftest import OpenBackend

@@ -17,8 +17,9 @@ import pytest
 
 from dra_driver.node import cdi
 from dra_driver.node.checkpoint import Checkpoint
-from dra_driver.kube import sim_apiserver
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.prepare import PrepareService
 from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver_nvidia import fake_driver_root
+from dra_driver_nvidia.simulated import fake_driver_root
 from dra_driver_nvidia.mps import DaemonDir, MpsControl, MpsError, _same_memory
 
 GPU = "GPU-5a8b4f6e-2c1d-4e3f-9a7b-0c1d2e3f4a5b"

@@ -20,7 +20,7 @@ from dra_driver.common.errors import DeviceError
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
-from dra_driver_nvidia.fake_nvml import FakeNvmlLibrary
+from dra_driver_nvidia.simulated.fake_nvml import FakeNvmlLibrary
 from dra_driver_nvidia.ownership import SUBDIR, OwnedInstance, OwnershipJournal
 
 from .conftest import OpenBackend

@@ -15,8 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from example_backend import DRIVER, ExampleBackend  # noqa: E402
 
 from dra_driver.node.daemon import Daemon  # noqa: E402
-from dra_driver.kube import sim_apiserver  # noqa: E402
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object  # noqa: E402
+from dra_driver.simulation import api_server as sim_apiserver  # noqa: E402
+from dra_driver.kube.claims import ClaimReader  # noqa: E402
+from dra_driver.simulation.claims import allocated_claim_object  # noqa: E402
 from dra_driver.node.plugin.driver import PluginSettings  # noqa: E402
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register  # noqa: E402
 from dra_driver.node.plugin.sockets import PluginPaths  # noqa: E402

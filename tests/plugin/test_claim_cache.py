@@ -16,9 +16,10 @@ from example_backend import DRIVER, ExampleBackend
 
 from tests.support import eventually
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube import sim_apiserver
+from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.kube.claim_cache import CachedClaimReader, ClaimCache
-from dra_driver.kube.claims import ClaimLookupError, ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimLookupError, ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 

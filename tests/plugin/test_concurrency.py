@@ -10,7 +10,7 @@ from conftest import Node
 from example_backend import DRIVER
 
 from dra_driver.node import checkpoint as checkpoint_module
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.backend.interface import ClaimRef
 
 

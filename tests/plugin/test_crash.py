@@ -16,7 +16,7 @@ from crash_support import registers
 from example_backend import DRIVER, journal
 
 from tests.support import eventually as wait_for
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV
 from dra_driver.node.plugin.sockets import PluginPaths

@@ -26,7 +26,7 @@ from crash_support import hold_at, record_of, registers, start_daemon, wait_for
 from example_backend import DRIVER, journal
 
 from dra_driver.node import cdi
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef

@@ -11,7 +11,7 @@ from conftest import Node
 from example_backend import DRIVER
 
 from dra_driver.kube.claims import ClaimLookupError, ClaimReader
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.plugin.servicers import ANSWER_MARGIN_S, answer_deadline
 
 SHORT_DEADLINE_S = 2.0  # the test's stand-in for the kubelet's 45 s
@@ -89,7 +89,7 @@ def _wait_for_request(server: SimApiServer, after: int = 0) -> bool:
 
 @pytest.fixture
 def stored(apiserver: SimApiServer) -> tuple[ClaimReader, str]:
-    from dra_driver.kube.claims import allocated_claim_object
+    from dra_driver.simulation.claims import allocated_claim_object
 
     apiserver.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     return ClaimReader(apiserver.api_client(), timeout_s=0.5), "c"

@@ -14,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings, ClaimRef
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.node.metrics_http import BindAddress
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.daemon import Daemon
 from dra_driver.node.device_metrics import DeviceMetricsCollector, DriverSource
 from dra_driver.node.metrics import Metrics
@@ -51,7 +53,7 @@ def h100_daemon(short_tmp: Path, apiserver):
     port = free_port()
     settings = make_settings(short_tmp)
     backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings, metrics_port=port, device_metrics_interval=3600)
+    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port), device_metrics_interval=3600)
     assert daemon.start().running == [DRIVER]
     try:
         yield daemon, port, backend

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from crash_support import wait_for
 
-from dra_driver.kube.claims import allocated_claim_object
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.claims import allocated_claim_object
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef

@@ -13,7 +13,7 @@ from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health_pb2
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube import sim_apiserver
+from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.node.plugin.health import RESEND_INTERVAL_S, HealthHub, HealthServicer, health_timeout_seconds
 from dra_driver.node.plugin.kubelet_client import register

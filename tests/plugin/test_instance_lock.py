@@ -22,7 +22,8 @@ from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin import instance_lock
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.instance_lock import InstanceLock, InstanceLockError

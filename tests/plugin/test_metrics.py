@@ -1,4 +1,4 @@
-"""The /metrics endpoint after real calls, and a clear error for a busy --metrics-port."""
+"""The /metrics endpoint after real calls, and a clear error for a busy --metrics-bind-address port."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from example_backend import DRIVER, ExampleBackend
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node import metrics_http
 from dra_driver.node.metrics_http import BindAddress
 from dra_driver.node.plugin.kubelet_client import register
@@ -33,7 +34,7 @@ def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: Path, apiserver):
     port = free_port()
     settings = make_settings(short_tmp)
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
     assert daemon.start().running == [DRIVER]
     try:
         good = apiserver.store.put(allocated_claim_object("good", "default", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]}))
@@ -100,7 +101,7 @@ def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, ap
     train = apiserver.store.put(train)
     infer = apiserver.store.put(allocated_claim_object("infer", "team-b", DRIVER, "node-a", {"gpu": ["gpu-2"]}))
     refs = [ClaimRef(o["metadata"]["namespace"], o["metadata"]["name"], o["metadata"]["uid"]) for o in (train, infer)]
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
     daemon.start()
     try:
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
@@ -115,7 +116,7 @@ def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, ap
         daemon.stop()
     # A restarted daemon republishes what the checkpoint holds (pods are unknown until the next claim read).
     port = free_port()
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
     daemon.start()
     try:
         assert holder_series(port) == ({("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a")}, set())
@@ -133,7 +134,7 @@ def test_failed_prepare_leaves_no_holder_series(short_tmp: Path, apiserver):
     held = apiserver.store.put(allocated_claim_object("held", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     thief = apiserver.store.put(allocated_claim_object("thief", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     thief["status"]["reservedFor"] = "garbage"  # odd status from the server must not fail the claim for metrics' sake
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_port=port)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
     daemon.start()
     try:
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)

@@ -12,7 +12,8 @@ from conftest import make_settings
 
 from dra_driver.node.daemon import Daemon
 from dra_driver.backend.hardware_profiles import load_profile
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.backend.interface import BackendSettings, ClaimRef
 

@@ -25,7 +25,7 @@ from tests.support import eventually as wait_for
 from dra_driver.node import cdi
 
 from dra_driver.common import file_modes
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef

@@ -23,7 +23,8 @@ from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node import cdi
 from dra_driver.node.checkpoint import Checkpoint
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import RECOVERY_HOLD, PrepareService
 from dra_driver.node.plugin.sockets import PluginPaths

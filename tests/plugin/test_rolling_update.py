@@ -14,7 +14,8 @@ from tests.support import eventually as wait_for
 from dra_driver.node import checkpoint as checkpoint_module
 from dra_driver.node.checkpoint import Checkpoint, ClaimRecord, CheckpointDevice, PREPARE_STARTED
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV
 from dra_driver.node.plugin.sockets import PluginPaths

@@ -21,7 +21,8 @@ from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.daemon import ApiWiring, Daemon
 from dra_driver.common.errors import DraError
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.pending_claims import ClientNotReady, PendingClaims
 from dra_driver.node.plugin.sockets import PluginPaths
@@ -166,7 +167,7 @@ def test_serving_the_sockets_imports_neither_the_kubernetes_client_nor_prometheu
     and prometheus_client cost most of a cold start and come after the sockets serve."""
     code = (
         "import sys\n"
-        "import dra_driver.cli.run, dra_driver.node.daemon, dra_driver.node.plugin.driver, dra_driver.node.plugin.prepare\n"
+        "import dra_driver.cli.run, dra_driver.node.assembly, dra_driver.node.daemon, dra_driver.node.plugin.driver, dra_driver.node.plugin.prepare\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'prometheus_client', 'urllib3') or m == 'dra_driver.kube.claims')\n"
         "print(heavy)\n"
     )

@@ -26,7 +26,8 @@ from dra_driver.node import cdi
 from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.node.daemon import Daemon
 from dra_driver.common.errors import DeviceError
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.prepare import PrepareService
 from dra_driver.node.plugin.sockets import PluginPaths

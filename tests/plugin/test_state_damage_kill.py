@@ -21,7 +21,7 @@ from example_backend import DRIVER, journal
 from state_damage import DAMAGE_KINDS, damage_record
 
 from dra_driver.node import cdi
-from dra_driver.kube.claims import allocated_claim_object
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef

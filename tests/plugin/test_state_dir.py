@@ -10,7 +10,8 @@ from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.common import atomic_file
 from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import BackendSettings, ClaimRef

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from tests import support
 from dra_driver.kube.client import make_api_client
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
 from dra_driver.node.publisher import PublisherOptions, SlicePublisher
 from dra_driver.backend.interface import Partitioning

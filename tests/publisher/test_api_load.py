@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dra_driver.kube.client import USER_AGENT, make_api_client
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.publisher import PublisherOptions, SlicePublisher
 from tests.publisher.conftest import NODE, Source, eventually, pool_consistent, slices
 

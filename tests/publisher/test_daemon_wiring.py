@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.kube.client import make_api_client
-from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
+from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.publisher.daemon_adapter import publisher_factory

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.model import CounterConsumption, CounterSet, Device, DeviceTaint, Inventory
 from tests.publisher.conftest import DRIVER, FAST, slices
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from dra_driver.kube.client import make_api_client
-from dra_driver.kube.sim_apiserver import ServerOptions, SimApiServer
+from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 from dra_driver.model.device import DeviceTaint
 from dra_driver.node.publisher import SlicePublisher
 from tests.publisher.conftest import DRIVER, FAST, NODE, Source, device_names, eventually, pool_consistent, slices

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests.publisher.conftest import DRIVER, NODE, Source, eventually, slices
 
-from dra_driver.kube.sim_apiserver import SimApiServer
+from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.checks.same_name import OWNER_LABEL, OWNER_VALUE, written_by_other
 from dra_driver.node.publisher import SlicePublisher
 from dra_driver.node.publisher.publisher import SameNameConflict

@@ -35,13 +35,13 @@ def test_an_open_backend_holds_one_named_dir_and_close_removes_it(empty_tmpdir: 
 
 def test_nvidia_failing_after_its_dir_exists_removes_it_and_uninstalls_the_simulated_library(empty_tmpdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dra_driver_nvidia import backend as nvidia_backend
-    from dra_driver_nvidia import fake_nvml
+    from dra_driver_nvidia.simulated import fake_driver_root, fake_nvml
 
     def no_space(root: Path, version: str) -> Path:
         assert root.parent.parent == empty_tmpdir  # the scratch dir exists by now
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(nvidia_backend.fake_driver_root, "build", no_space)
+    monkeypatch.setattr(fake_driver_root, "build", no_space)
     with pytest.raises(OSError, match="No space left"):
         nvidia_backend.NvidiaBackend.from_profile(section("t4", "nvidia"), BackendSettings())
     assert not list(empty_tmpdir.iterdir())

@@ -1,4 +1,4 @@
-"""The simulated root (dra_driver/backend/sim_node.py): safe device nodes, shared files built once, removed only when unused."""
+"""The simulated root (dra_driver/simulation/node.py): safe device nodes, shared files built once, removed only when unused."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.backend.sim_node import NODE_NUMBERS, SimulatedRoot, SimulatedRootError, build_shared, check_root
+from dra_driver.simulation.node import NODE_NUMBERS, SimulatedRoot, SimulatedRootError, build_shared, check_root
 
 needs_mknod = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of character nodes needs root (CAP_MKNOD)")
 

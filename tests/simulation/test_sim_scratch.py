@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.backend import sim_scratch
+from dra_driver.simulation import scratch as sim_scratch
 
 
 def _dead_pid() -> int:
@@ -57,7 +57,7 @@ def test_a_bad_vendor_name_is_refused(empty_tmpdir: Path) -> None:
 
 def test_a_process_that_never_closes_leaves_nothing_at_exit_and_says_so(empty_tmpdir: Path) -> None:
     code = (
-        "from dra_driver.backend import sim_scratch\n"
+        "from dra_driver.simulation import scratch as sim_scratch\n"
         "dropped = sim_scratch.create('amd'); path = dropped.path; del dropped\n"  # garbage-collected
         "assert not path.exists() and sim_scratch.abandoned_dirs() == [path]\n"
         "kept = sim_scratch.create('gaudi')\n"  # removed at interpreter exit
@@ -70,7 +70,7 @@ def test_a_process_that_never_closes_leaves_nothing_at_exit_and_says_so(empty_tm
 
 
 def test_a_killed_process_dir_is_reaped_by_the_next_simulated_backend(empty_tmpdir: Path) -> None:
-    code = "import os, signal\nfrom dra_driver.backend import sim_scratch\nheld = sim_scratch.create('nvidia')\nprint(held.path, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    code = "import os, signal\nfrom dra_driver.simulation import scratch as sim_scratch\nheld = sim_scratch.create('nvidia')\nprint(held.path, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
     child = _python(code)
     out, _ = child.communicate(timeout=60)
     left = Path(out.strip())
@@ -81,7 +81,7 @@ def test_a_killed_process_dir_is_reaped_by_the_next_simulated_backend(empty_tmpd
 
 
 def test_a_live_process_dir_is_never_reaped(empty_tmpdir: Path) -> None:
-    code = "import sys\nfrom dra_driver.backend import sim_scratch\nheld = sim_scratch.create('gaudi')\nprint(held.path, flush=True)\nsys.stdin.read()\n"
+    code = "import sys\nfrom dra_driver.simulation import scratch as sim_scratch\nheld = sim_scratch.create('gaudi')\nprint(held.path, flush=True)\nsys.stdin.read()\n"
     child = _python(code, stdin=subprocess.PIPE)
     try:
         assert child.stdout is not None
@@ -144,7 +144,7 @@ def test_a_forked_child_leaves_its_parent_dir_alone(empty_tmpdir: Path) -> None:
     """A child inherits the finalizer and the backend: neither its exit nor its close removes the parent's dir."""
     code = (
         "import os, sys\n"
-        "from dra_driver.backend import sim_scratch\n"
+        "from dra_driver.simulation import scratch as sim_scratch\n"
         "held = sim_scratch.create('nvidia')\n"
         "child = os.fork()\n"
         "if child == 0:\n"
@@ -183,7 +183,7 @@ def test_close_all_removes_this_process_dirs_but_none_it_did_not_make(empty_tmpd
 _EVERY_STEP = """
 import json, os, shutil, signal, sys
 from pathlib import Path
-from dra_driver.backend import sim_scratch
+from dra_driver.simulation import scratch as sim_scratch
 from dra_driver.cli.main import _remove_scratch_and_die
 
 signum, directory = getattr(signal, sys.argv[1]), Path(sys.argv[2])

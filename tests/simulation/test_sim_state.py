@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from dra_driver.backend.hardware_profiles import load_profile
-from dra_driver.backend.sim_state import SimulatedState, profile_digest
+from dra_driver.simulation.state import SimulatedState, profile_digest
 from tests.hostile_paths import HOSTILE, plant, returns_within
 
-fake_nvml = pytest.importorskip("dra_driver_nvidia.fake_nvml")
+fake_nvml = pytest.importorskip("dra_driver_nvidia.simulated.fake_nvml")
 from dra_driver_nvidia import mig, nvml  # noqa: E402
 from dra_driver_nvidia.profile import parse_section  # noqa: E402
 

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from dra_driver.backend import sim_scratch
 from dra_driver.common.errors import BackendUnavailable, DeviceError
 from dra_driver.common.logs import fields
 from dra_driver.model.device import Inventory
-from dra_driver.backend.sim_state import SimulatedState
 from dra_driver.backend.sysfs import pci_device_dir, pcie_root, read_text
 from dra_driver.backend.interface import (
     AllocatedDevice,
@@ -32,13 +31,14 @@ from dra_driver.backend.interface import (
 
 from dra_driver_amd import attributes, config, dynamic, edits, metrics
 from dra_driver_amd.discovery import GpuInfo, discover_gpus
-from dra_driver_amd.fake_amdsmi import FakeAmdSmi
-from dra_driver_amd.fake_sysfs import build_pci_tree
 from dra_driver_amd.health import HealthWatcher
 from dra_driver_amd.modes import Mode
 from dra_driver_amd.partitioner import Partitioner
 from dra_driver_amd.profile import parse_profile
 from dra_driver_amd.smi import Smi, SmiError, import_amdsmi
+
+if TYPE_CHECKING:  # a real node never imports the simulation: from_profile loads it
+    from dra_driver.simulation import scratch as sim_scratch
 
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -99,6 +99,11 @@ class AmdBackend(VendorBackend):
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> AmdBackend:
+        from dra_driver.simulation import scratch as sim_scratch
+        from dra_driver.simulation.state import SimulatedState
+        from dra_driver_amd.simulated.fake_amdsmi import FakeAmdSmi
+        from dra_driver_amd.simulated.fake_sysfs import build_pci_tree
+
         profile = parse_profile(section)
         with ExitStack() as undo:  # an error before the backend exists releases what was made so far
             owned: sim_scratch.ScratchDir | None = None
@@ -376,7 +381,9 @@ class AmdBackend(VendorBackend):
             return (None, None)
 
     def simulate_load(self, busy: Collection[str]) -> None:
-        if not isinstance(self.smi.lib, FakeAmdSmi) or self._catalog is None:
+        # Only a simulated library takes a load; on a real node the simulation package is never imported.
+        simulated = sys.modules.get("dra_driver_amd.simulated.fake_amdsmi")
+        if simulated is None or not isinstance(self.smi.lib, simulated.FakeAmdSmi) or self._catalog is None:
             return
         catalog = self._catalog
         held: dict[str, str] = {}

@@ -8,11 +8,9 @@ import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
-
-from dra_driver.backend import sim_scratch
 
 from dra_driver.backend import sysfs as sysfs_util
 from dra_driver.common.errors import BackendUnavailable, DeviceError
@@ -34,12 +32,15 @@ from dra_driver_gaudi.attributes import DeviceFacts, build_device
 from dra_driver_gaudi.config import parse_config
 from dra_driver_gaudi.discovery import GaudiDevice, discover_devices
 from dra_driver_gaudi.edits import claim_edits, device_edits, visibility_edits
-from dra_driver_gaudi.fake_hlml import POWER_LIMIT_W, FakeHlml
-from dra_driver_gaudi.fake_sysfs import FakeSysfs, build_fake_sysfs
 from dra_driver_gaudi.health import DEFAULT_INTERVAL_S, HealthState, watch
 from dra_driver_gaudi.hlml import Hlml, open_hlml
 from dra_driver_gaudi.hlml import HlmlReadings
 from dra_driver_gaudi.models import model_for, normalize_device_id
+
+if TYPE_CHECKING:  # a real node never imports the simulation: from_profile loads it
+    from dra_driver.simulation import scratch as sim_scratch
+    from dra_driver_gaudi.simulated.fake_hlml import FakeHlml
+    from dra_driver_gaudi.simulated.fake_sysfs import FakeSysfs
 
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -81,6 +82,10 @@ class GaudiBackend(VendorBackend):
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> GaudiBackend:
+        from dra_driver.simulation import scratch as sim_scratch
+        from dra_driver_gaudi.simulated.fake_hlml import POWER_LIMIT_W, FakeHlml
+        from dra_driver_gaudi.simulated.fake_sysfs import build_fake_sysfs
+
         with ExitStack() as undo:  # an error before the backend exists removes the scratch directory
             workdir = undo.enter_context(sim_scratch.create(cls.vendor))
             fake = build_fake_sysfs(section, workdir.path / "sys")

@@ -10,16 +10,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+import sys
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from dra_driver.backend import sim_node
-
-from dra_driver.backend import sim_scratch
 from dra_driver.common.errors import BackendUnavailable, DeviceError, DraError
 from dra_driver.common.logs import fields
 from dra_driver.model import quantity
 from dra_driver.model.device import CounterSet, Device, Inventory
-from dra_driver.backend.sim_state import SimulatedState
 from dra_driver.backend.interface import (
     AllocatedDevice,
     BackendSettings,
@@ -32,7 +29,7 @@ from dra_driver.backend.interface import (
     RecordedClaim,
     VendorBackend,
 )
-from dra_driver_nvidia import attributes, driver_files, edits, fake_driver_root, fake_nvml, metrics, mig, mps, nvml
+from dra_driver_nvidia import attributes, driver_files, edits, metrics, mig, mps, nvml
 from dra_driver_nvidia.config import GpuConfig, MigDeviceConfig, NvidiaConfig, validate_config
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo, kubernetes_bus_id, read_gpus, system_info
 from dra_driver_nvidia.health import HealthWatcher, ignored_xids
@@ -42,6 +39,10 @@ from dra_driver_nvidia.ownership import OwnedInstance, OwnershipJournal
 from dra_driver_nvidia.profile import NvidiaSection, parse_section
 from dra_driver_nvidia.sharing import SharedDevice, SharingManager
 from dra_driver_nvidia.sharing_records import SharingRecords
+
+if TYPE_CHECKING:  # a real node never imports the simulation: from_profile loads it
+    from dra_driver.simulation import scratch as sim_scratch
+    from dra_driver_nvidia.simulated import fake_nvml
 
 log = logging.getLogger(__name__)
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -131,8 +132,9 @@ class NvidiaBackend(VendorBackend):
 
     @classmethod
     def from_host(cls, settings: BackendSettings) -> NvidiaBackend:
-        if isinstance(fake_nvml.installed(), fake_nvml.FakeNvmlLibrary):
-            fake_nvml.install(None)  # a simulated library left behind must not stand in for the host
+        simulated = sys.modules.get("dra_driver_nvidia.simulated.fake_nvml")  # not imported: nothing simulated was installed
+        if simulated is not None and isinstance(simulated.installed(), simulated.FakeNvmlLibrary):
+            simulated.install(None)  # a simulated library left behind must not stand in for the host
         _start_nvml(settings.driver_root)
         try:
             version = nvml.driver_version()
@@ -152,6 +154,10 @@ class NvidiaBackend(VendorBackend):
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any], settings: BackendSettings) -> NvidiaBackend:
+        from dra_driver.simulation import node as sim_node, scratch as sim_scratch
+        from dra_driver.simulation.state import SimulatedState
+        from dra_driver_nvidia.simulated import fake_driver_root, fake_nvml
+
         parsed = parse_section(section)
         # With a state dir, the simulated GPUs keep MIG modes and instances across restarts as real ones do.
         state = SimulatedState.for_settings(settings.state_dir, cls.vendor, parsed.model_dump(mode="json"))
@@ -844,6 +850,8 @@ def _shutdown_nvml() -> None:
 
 def _stop_simulated_nvml(simulator: fake_nvml.FakeNvmlLibrary) -> None:
     """Shut NVML down and uninstall `simulator`, unless another simulated backend has replaced it since."""
+    from dra_driver_nvidia.simulated import fake_nvml
+
     _shutdown_nvml()
     if fake_nvml.installed() is simulator:
         fake_nvml.install(None)

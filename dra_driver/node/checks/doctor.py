@@ -205,7 +205,7 @@ def check_device_nodes(settings: DoctorSettings, facts: NodeFacts) -> CheckResul
 
 
 def _simulated_device_nodes(settings: DoctorSettings) -> CheckResult:
-    """Simulated hardware: its device nodes are made under --simulated-root when a spec names them (backend/sim_node.py)."""
+    """Simulated hardware: its device nodes are made under --simulated-root when a spec names them (simulation/node.py)."""
     name = f"simulated hardware (--profile {settings.profile.name if settings.profile else ''})"
     if settings.simulated_root is None:
         return CheckResult("device-nodes", Status.PASS, f"{name} without a simulated root: no device nodes (no container runtime may read its specs)")

@@ -64,7 +64,7 @@ class PluginSettings:
     # health streams (each holds a thread while open), so streams never take a claim call's thread.
     grpc_workers: int = 32
     health_streams: int = MAX_STREAMS
-    # Simulated node in a real cluster: makes the host device nodes of a CDI spec before it is written (dra_driver.backend.sim_node).
+    # Simulated node in a real cluster: makes the host device nodes of a CDI spec before it is written (dra_driver.simulation.node).
     device_nodes: Callable[[dict[str, Any]], None] | None = None
     # The daemon's effective flags, recorded with its instance lock: `doctor` checks the node as this daemon runs it.
     flags: Mapping[str, str] = field(default_factory=dict)

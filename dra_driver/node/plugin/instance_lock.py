@@ -10,7 +10,7 @@ plain socket names, so it must be alone. Two `flock`s (the kernel drops them whe
 - `<dir>/instances/<pod UID, or "single">.lock`: exclusive, so two instances with the same pod UID (the same
   socket names) never run together; its holder writes who it is (pid, host, pod UID, start time) and the
   daemon's effective flags into it, which is how a refused instance, or `holders()`, names it, and how
-  `dra-driver doctor` checks the node as the running daemon sees it (the flags after $NODE_NAME, ConfigMap
+  `dra-driver doctor` checks the node as the running daemon sees it (the flags after $DRA_DRIVER_NODE_NAME, ConfigMap
   and other environment defaults were applied, which /proc/<pid>/cmdline would not show; readable from the
   host and from any container that mounts the state dir, without sharing the daemon's PID namespace).
 
@@ -346,7 +346,7 @@ def _refusal(directory: Path, pod_uid: str | None, mode_busy: bool) -> InstanceL
     where = f"state directory {directory} is in use by another dra-driver instance ({named})"
     if pod_uid is None:
         fix = ("an instance without --pod-uid must be alone on its state directory: stop the other instance, "
-               "or run every instance with its own --pod-uid (the pod's UID, $POD_UID) for a rolling update")  # fmt: skip
+               "or run every instance with its own --pod-uid (the pod's UID, $DRA_DRIVER_POD_UID) for a rolling update")  # fmt: skip
     elif mode_busy:
         fix = ("that instance runs without --pod-uid and does not serialize claims with others: stop it (delete its pod) "
                "and this one starts; a rollout from such an instance needs the old pod gone first (maxSurge 0)")  # fmt: skip

@@ -24,11 +24,9 @@ Guarantees (kubelet DRA manager behaviour, docs/sources.md):
 
 from __future__ import annotations
 
-import cProfile
 import functools
 import logging
 import os
-import pstats
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -73,9 +71,6 @@ HOLD_POINTS = (
     "during-recovery",  # start-up recovery loaded the records, nothing rebuilt or rolled back yet (UID "recovery")
 )
 RECOVERY_HOLD = "recovery"  # the name start-up recovery holds under (in place of a claim UID)
-# Profiling hook (benchmarks): when set to a file path, every claim operation runs
-# under cProfile and the summed stats are written there when the service closes.
-PROFILE_ENV = "DRA_DRIVER_PROFILE_PREPARE"
 
 # Why these devices (names in this driver's pool) must not be prepared now, or None (node_checks.coexistence:
 # a device plugin on the node hands them out).
@@ -133,8 +128,7 @@ class PrepareService:
         self._gate: RecoveryGate | None = None
         self._recovery_thread: threading.Thread | None = None
         self._hold_dir = os.environ.get(HOLD_ENV)
-        self._profiler = _CallProfiler(os.environ[PROFILE_ENV]) if os.environ.get(PROFILE_ENV) else None
-        # Simulated node in a real cluster (dra_driver.backend.sim_node): makes the host device nodes a spec names before it is written.
+        # Simulated node in a real cluster (dra_driver.simulation.node): makes the host device nodes a spec names before it is written.
         self._device_nodes = device_nodes
 
     def close(self) -> None:
@@ -144,8 +138,6 @@ class PrepareService:
         self._pool.shutdown(wait=True)
         if self._section is not None:
             self._section.close()
-        if self._profiler is not None:
-            self._profiler.dump()
 
     # --- batch entry points ---------------------------------------------------
 
@@ -165,8 +157,6 @@ class PrepareService:
         if refusal is not None:
             log.warning("claim call not run before start-up recovery finished", extra=fields(driver=self.driver, operation=operation, claims=len(unique)))
             return {claim.uid: PrepareOutcome(error=refusal) for claim in unique}
-        if self._profiler is not None:
-            one = self._profiler.wrap(one)
         if len(unique) <= 1:  # the common case: no thread hop
             outcomes = {claim.uid: one(claim) for claim in unique}
         else:
@@ -601,34 +591,6 @@ class PrepareService:
         if self._claim_files is None:
             return nullcontext(True)  # single instance: nobody else can be working on it
         return self._claim_files.try_hold(uid)
-
-
-class _CallProfiler:
-    """cProfile per call (each in its own thread), stats summed under a lock and dumped once."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._stats: pstats.Stats | None = None
-        self._lock = threading.Lock()
-
-    def wrap(self, one: Callable[[ClaimRef], PrepareOutcome]) -> Callable[[ClaimRef], PrepareOutcome]:
-        def profiled(claim: ClaimRef) -> PrepareOutcome:
-            profile = cProfile.Profile()
-            try:
-                return profile.runcall(one, claim)
-            finally:
-                with self._lock:
-                    if self._stats is None:
-                        self._stats = pstats.Stats(profile)
-                    else:
-                        self._stats.add(profile)
-
-        return profiled
-
-    def dump(self) -> None:
-        with self._lock:
-            if self._stats is not None:
-                self._stats.dump_stats(self._path)
 
 
 def _held(record: ClaimRecord | None) -> HeldClaim | None:

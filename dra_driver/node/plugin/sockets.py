@@ -26,9 +26,6 @@ from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KUBELET_DIR = Path("/var/lib/kubelet")
-# Runtime state (checkpoint, locks, backend records): a tmpfs on nodes, cleared by a reboot that voids it anyway.
-DEFAULT_STATE_DIR = Path("/var/run/dra-driver")
 # sun_path holds 108 bytes with the terminating NUL, but gRPC core (1.85) refuses to bind a path of more than 105
 # ("should not have more than 107 characters", counted with its own prefix): this is the limit that holds.
 MAX_SOCKET_PATH = 105

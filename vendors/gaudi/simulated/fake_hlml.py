@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from dra_driver.backend.sim_load import SimulatedLoad
+from dra_driver.simulation.load import SimulatedLoad
 
 from dra_driver_gaudi.hlml import ERROR_TIMEOUT, EVENT_CRITICAL_ERR
 

@@ -10,7 +10,7 @@ codes, so the production code above it takes the same paths as on a real node.
 State that real hardware keeps (current partition modes, ECC counters, pending
 reset events) lives here; tests drive it through the `inject_*` methods and read
 `calls` to see which setters were used. Given a `SimulatedState`
-(dra_driver.backend.sim_state), the partition modes outlive the process like a real GPU's.
+(dra_driver.simulation.state), the partition modes outlive the process like a real GPU's.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dra_driver.backend.sim_load import SimulatedLoad
-from dra_driver.backend.sim_state import SimulatedState, changing
+from dra_driver.simulation.load import SimulatedLoad
+from dra_driver.simulation.state import SimulatedState, changing
 
 from dra_driver_amd.profile import AmdProfile, GpuEntry, GpuModel
 

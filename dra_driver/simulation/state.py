@@ -6,7 +6,7 @@ longer shows what the killed one left. So a simulated library (`--profile`) with
 keeps what the driver can change in `<state_dir>/simulated-hardware/<vendor>.json`:
 
 - the state directory is the node's (`--state-dir`, a tmpfs on a node): a restarted daemon of the same
-  node finds it in the same place. It is not a scratch directory (dra_driver.backend.sim_scratch), so reaping a
+  node finds it in the same place. It is not a scratch directory (dra_driver.simulation.scratch), so reaping a
   dead process's scratch directories never takes it; it lives as long as the node's other runtime state;
 - every change is made under an exclusive flock on `<vendor>.lock` and written whole to a temp file renamed
   over the state file, so a kill -9 leaves the old state or the new, and two processes (a rolling update)

@@ -9,7 +9,7 @@ Handles (nvmlDevice_t, nvmlGpuInstance_t, ...) are opaque pointers; the fake
 hands out distinct fake addresses and maps them back to its objects. It keeps
 state like the driver does: MIG mode, GPU and compute instances created and
 destroyed, event sets; tests can make any call fail per GPU and inject XID
-and GPU-lost events. Given a `SimulatedState` (dra_driver.backend.sim_state), MIG modes
+and GPU-lost events. Given a `SimulatedState` (dra_driver.simulation.state), MIG modes
 and instances outlive the process like a real GPU's: every change is saved
 under its lock, and a change another process saved is read before the next call.
 A new boot voids the instances and makes a pending MIG mode current.
@@ -31,8 +31,8 @@ import pynvml
 from pydantic import BaseModel, ConfigDict, Field
 
 from dra_driver.common.errors import ProfileError
-from dra_driver.backend.sim_load import SimulatedLoad
-from dra_driver.backend.sim_state import SimulatedState, changing
+from dra_driver.simulation.load import SimulatedLoad
+from dra_driver.simulation.state import SimulatedState, changing
 from dra_driver_nvidia.profile import GpuInstanceProfile, GpuModel, GpuSpec, NvidiaSection
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)

@@ -1,0 +1,32 @@
+"""Allocated ResourceClaims as the scheduler would leave them, for benchmarks and tests that run no scheduler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def allocated_claim_object(
+    name: str,
+    namespace: str,
+    driver: str,
+    pool: str,
+    devices: dict[str, list[str]],
+    device_class: str = "gpu.example.com",
+    config: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ResourceClaim wire object already allocated (as the scheduler would leave it): request -> devices.
+
+    For demos, benchmarks and tests that have no scheduler.
+    """
+    requests = [
+        {"name": request, "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": len(names)}}
+        for request, names in devices.items()
+    ]
+    results = [{"request": request, "driver": driver, "pool": pool, "device": device} for request, names in devices.items() for device in names]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": requests}},
+        "status": {"allocation": {"devices": {"results": results, "config": list(config or [])}}},
+    }

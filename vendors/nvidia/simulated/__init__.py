@@ -1,0 +1,1 @@
+"""The simulated nvidia hardware a profile runs on, at the lowest layer (imported only by the backend's from_profile and by tests)."""
