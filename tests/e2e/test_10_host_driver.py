@@ -1,0 +1,107 @@
+"""The driver as a host process on node-1: pods with claims reach Running under containerd with exactly their devices.
+
+What a container got is read from inside it (kubectl exec: its character devices, its environment, the driver
+files mounted into it) and compared with what the allocation and the driver's CDI specs say; after the pod is
+deleted, the claim's CDI specs are gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .conftest import HostDriver, start_host_driver, stop_host_driver
+from .kit import Kit, wait_for
+from .workloads import NAMESPACE, claim_template, devices_of, run_claim_pod, seen_in, spec_edits, specs_naming
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    profile: str
+    driver: str
+    device_class: str
+    count: int
+    extra: tuple[str, ...] = ()
+    per_device_nodes: str = ""  # a regex every allocated device adds one node for (checked by count)
+
+
+CASES = [
+    Case("nvidia-1-gpu", "dgx-h100", "gpu.nvidia.com", "gpu.nvidia.com", 1, per_device_nodes=r"^/dev/nvidia\d+$"),
+    Case("nvidia-2-gpus", "dgx-h100", "gpu.nvidia.com", "gpu.nvidia.com", 2, per_device_nodes=r"^/dev/nvidia\d+$"),
+    Case("mig-static", "dgx-a100-mig", "gpu.nvidia.com", "mig-1g.5gb.nvidia.com", 2),
+    Case("mig-dynamic", "dgx-a100-mig", "gpu.nvidia.com", "mig-3g.20gb.nvidia.com", 1, ("--partitioning", "dynamic")),
+    Case("amd-partitions", "mi300x-cpx", "gpu.amd.com", "partition.gpu.amd.com", 2),
+    Case("amd-gpus", "mi300x", "gpu.amd.com", "gpu.amd.com", 2),
+    Case("gaudi", "gaudi2-hls", "gaudi.intel.com", "gaudi.intel.com", 2, per_device_nodes=r"^/dev/accel/accel\d+$"),
+]
+
+
+class Drivers:
+    """One host driver at a time; a case with another profile (or flags) stops the previous one first."""
+
+    def __init__(self, kit: Kit, root: Path) -> None:
+        self.kit = kit
+        self.root = root
+        self.current: tuple[tuple[str, tuple[str, ...]], HostDriver] | None = None
+
+    def get(self, case: Case) -> HostDriver:
+        key = (case.profile, case.extra)
+        if self.current is not None and self.current[0] == key:
+            return self.current[1]
+        self.close()
+        work = self.root / f"{case.profile}{'-'.join(('',) + tuple(a.strip('-') for a in case.extra))}"
+        work.mkdir(parents=True, exist_ok=True)
+        self.current = (key, start_host_driver(self.kit, case.profile, work, (case.driver,), *case.extra))
+        return self.current[1]
+
+    def close(self) -> None:
+        if self.current is not None:
+            stop_host_driver(self.kit, self.current[1])
+            self.current = None
+
+
+@pytest.fixture(scope="module")
+def drivers(node1: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drivers]:
+    pool = Drivers(node1, Path(tmp_path_factory.mktemp("host-drivers")))
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_claim_pod_runs_with_exactly_its_devices(drivers: Drivers, case: Case):
+    import re
+
+    kit = drivers.kit
+    driver = drivers.get(case)
+    pod = f"{case.id}"
+    running, claim = run_claim_pod(kit, pod, claim_template(f"t-{case.id}", case.device_class, case.count))
+    assert running["spec"]["nodeName"] == "node-1"
+    devices = devices_of(claim)
+    assert len(devices) == case.count and len(set(devices)) == case.count, devices
+
+    edits = spec_edits(kit.node1_cdi_dir, claim["metadata"]["uid"])
+    assert edits.files, f"no CDI spec for claim {claim['metadata']['uid']} in {kit.node1_cdi_dir}"
+    seen = seen_in(kit, pod)
+    vendor_in_specs = {n for n in edits.nodes if n.startswith("/dev/")}
+    assert seen.nodes == vendor_in_specs, f"container has {sorted(seen.nodes)}, specs name {sorted(vendor_in_specs)}"
+    if case.per_device_nodes:
+        assert len([n for n in seen.nodes if re.match(case.per_device_nodes, n)]) == case.count, sorted(seen.nodes)
+    missing_env = {k: v for k, v in edits.env.items() if seen.env.get(k) != v}
+    assert not missing_env, f"env of the specs missing in the container: {missing_env}"
+    if edits.mounts:  # driver files (NVIDIA's simulated driver root): there inside the container
+        absent = kit.exec(NAMESPACE, pod, "for m in " + " ".join(sorted(edits.mounts)) + '; do test -e "$m" || echo "$m"; done')
+        assert absent.strip() == "", f"mounted driver files missing in the container: {absent}"
+    if case.driver == "gpu.nvidia.com":
+        smi = kit.exec(NAMESPACE, pod, "nvidia-smi")
+        assert "Driver Version" in smi or "NVIDIA" in smi, smi
+
+    uid = claim["metadata"]["uid"]
+    kit.kubectl("-n", NAMESPACE, "delete", "pod", pod, "--wait=true", "--timeout=120s", timeout=180)
+    wait_for(f"CDI specs of claim {uid} removed", lambda: not specs_naming(kit.node1_cdi_dir, uid), 60)
+    assert driver.process is not None and driver.process.poll() is None, driver.tail()
