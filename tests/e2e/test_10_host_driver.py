@@ -7,6 +7,7 @@ deleted, the claim's CDI specs are gone.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,3 +106,60 @@ def test_claim_pod_runs_with_exactly_its_devices(drivers: Drivers, case: Case):
     kit.kubectl("-n", NAMESPACE, "delete", "pod", pod, "--wait=true", "--timeout=120s", timeout=180)
     wait_for(f"CDI specs of claim {uid} removed", lambda: not specs_naming(kit.node1_cdi_dir, uid), 60)
     assert driver.process is not None and driver.process.poll() is None, driver.tail()
+
+
+GAUDI = next(c for c in CASES if c.id == "gaudi")
+NVIDIA = next(c for c in CASES if c.id == "nvidia-1-gpu")
+
+
+def _taints(kit: Kit, driver: str, device: str) -> list[dict]:
+    return [t for s in kit.slices("node-1", driver) for d in s["spec"].get("devices", []) if d["name"] == device for t in d.get("taints", [])]
+
+
+def _pod_scheduled(kit: Kit, pod: str) -> bool:
+    conditions = (kit.pod(NAMESPACE, pod) or {}).get("status", {}).get("conditions", [])
+    return any(c["type"] == "PodScheduled" and c["status"] == "True" for c in conditions)
+
+
+def test_unhealthy_device_is_not_allocated_and_its_taint_goes_when_healthy_again(drivers: Drivers):
+    """Gaudi health comes from sysfs `status` (polled every 10 s): the simulated tree's file is the hardware here."""
+    kit = drivers.kit
+    driver = drivers.get(GAUDI)
+    devices = [d for s in kit.slices("node-1", GAUDI.driver) for d in s["spec"].get("devices", [])]
+    victim = devices[0]
+    bdf = victim["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+    status_files = list(driver.work.glob(f"tmp-*/**/bus/pci/devices/{bdf}/status"))
+    assert len(status_files) == 1, f"the simulated sysfs status of {bdf}: {status_files}"
+    status = status_files[0]
+
+    status.write_text("In reset\n")
+    wait_for(f"a taint on {victim['name']}", lambda: _taints(kit, GAUDI.driver, victim["name"]), 60)
+    kit.apply([claim_template("t-all-gaudi", GAUDI.device_class, len(devices))])
+    from .workloads import claim_pod
+
+    kit.apply([claim_pod("all-gaudi", "t-all-gaudi")])
+    time.sleep(15)  # several scheduling attempts: the tainted device must not be allocated in any of them
+    assert not _pod_scheduled(kit, "all-gaudi"), "a claim for every device was allocated while one was tainted"
+
+    status.write_text("Operational\n")
+    wait_for(f"the taint on {victim['name']} removed", lambda: not _taints(kit, GAUDI.driver, victim["name"]), 60)
+    kit.wait_pod_running(NAMESPACE, "all-gaudi", timeout=120)
+    assert victim["name"] in devices_of(kit.claim_of(NAMESPACE, "all-gaudi"))
+    kit.kubectl("-n", NAMESPACE, "delete", "pod", "all-gaudi", "--wait=true", "--timeout=120s", timeout=180)
+
+
+def test_extended_resource_pod_runs_through_the_shipped_class(drivers: Drivers):
+    """`nvidia.com/gpu: 1` in a pod's limits, served by extended.gpu.nvidia.com's extendedResourceName (DRAExtendedResource)."""
+    from .workloads import extended_resource_pod
+
+    kit = drivers.kit
+    drivers.get(NVIDIA)
+    kit.apply([extended_resource_pod("extended", "nvidia.com/gpu", 1)])
+    kit.wait_pod_running(NAMESPACE, "extended")
+    seen = seen_in(kit, "extended")
+    import re
+
+    assert len([n for n in seen.nodes if re.match(r"^/dev/nvidia\d+$", n)]) == 1, sorted(seen.nodes)
+    statuses = kit.get("-n", NAMESPACE, "pod", "extended")["status"].get("extendedResourceClaimStatus")
+    assert statuses, "the scheduler made no claim for the extended resource"
+    kit.kubectl("-n", NAMESPACE, "delete", "pod", "extended", "--wait=true", "--timeout=120s", timeout=180)
