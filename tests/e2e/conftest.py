@@ -119,11 +119,11 @@ class HostDriver:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", self.profile,
+            sys.executable, "-m", "dra_driver.cli.main", "-v", "run", "--profile", self.profile,
             "--simulated-root", str(self.simulated_root), "--node-name", "node-1",
             "--kubelet-dir", str(self.kit.node1_kubelet_dir), "--cdi-dir", str(self.kit.node1_cdi_dir),
             "--kubeconfig", str(self.kit.kubeconfig), "--state-dir", str(self.state_dir),
-            "--pod-resources-socket", str(self.kit.node1_kubelet_dir / "pod-resources" / "kubelet.sock"), "-v", *self.extra,
+            "--pod-resources-socket", str(self.kit.node1_kubelet_dir / "pod-resources" / "kubelet.sock"), *self.extra,
         ]  # fmt: skip
 
     def start(self) -> None:
