@@ -135,10 +135,6 @@ class HostDriver:
         with log.open("wb") as out:
             self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp)}, cwd=REPO)
 
-    def registered(self, driver: str, since_line: int = 0) -> bool:
-        """The kubelet's log says it registered `driver` (after line `since_line` of its log)."""
-        return any(driver in line for line in self.kit.kubelet_log_lines("node-1", r"[Rr]egister(ed|ing)? .*plugin|plugin.*registered")[since_line:])
-
     def wait_published(self, driver: str, timeout: float = 120) -> list[dict[str, Any]]:
         def published() -> list[dict[str, Any]] | None:
             if self.process is not None and self.process.poll() is not None:

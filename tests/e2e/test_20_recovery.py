@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from .kit import Kit, wait_for
 from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, run_claim_pod, seen_in, specs_naming
 
 DRIVER = "gpu.nvidia.com"
+REGISTERED = rf'"Registered DRA plugin".*driverName="{DRIVER}"'
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +29,13 @@ def _device_names(kit: Kit) -> set[str]:
     return {d["name"] for s in kit.slices("node-1", DRIVER) for d in s["spec"].get("devices", [])}
 
 
+def _gpu_nodes(nodes: frozenset[str]) -> set[str]:
+    return {n for n in nodes if re.match(r"^/dev/nvidia\d+$", n)}
+
+
 def _registrations(kit: Kit) -> int:
-    return len(kit.kubelet_log_lines("node-1", rf"{DRIVER}.*(Register new plugin|registered|Registered)|(Register new plugin|registered|Registered).*{DRIVER}"))
+    """Registrations of the driver in the running kubelet's log (kubelet-up.sh starts a new log per kubelet)."""
+    return len(kit.kubelet_log_lines("node-1", REGISTERED))
 
 
 def test_kill_9_of_the_driver_loses_nothing(h100: HostDriver):
@@ -50,7 +57,7 @@ def test_kill_9_of_the_driver_loses_nothing(h100: HostDriver):
     kit.wait_pod_running(NAMESPACE, "after-kill")
     fresh = devices_of(kit.claim_of(NAMESPACE, "after-kill"))
     assert not set(fresh) & set(held), f"a device given twice: {held} and {fresh}"
-    assert not seen_in(kit, "after-kill").nodes & seen_before.nodes
+    assert not _gpu_nodes(seen_in(kit, "after-kill").nodes) & _gpu_nodes(seen_before.nodes)  # nvidiactl, uvm are shared
     for pod in ("before-kill", "after-kill"):
         uid = kit.claim_of(NAMESPACE, pod)["metadata"]["uid"]
         kit.kubectl("-n", NAMESPACE, "delete", "pod", pod, "--wait=true", "--timeout=120s", timeout=180)
@@ -63,11 +70,11 @@ def test_kubelet_restart_with_pods_running(h100: HostDriver):
     _, claim = run_claim_pod(kit, "across-restart", claim_template("t-restart", "gpu.nvidia.com", 1))
     uid = claim["metadata"]["uid"]
     seen_before = seen_in(kit, "across-restart")
-    registrations = _registrations(kit)
+    assert _registrations(kit) >= 1
 
     kit.script("kubelet-down.sh", extra_env={"KEEP_CRI": "1"})  # containers keep running, as with a systemd restart
     kit.script("kubelet-up.sh")
-    wait_for("the restarted kubelet to register the driver again", lambda: _registrations(kit) > registrations, 60)
+    wait_for("the restarted kubelet to register the driver again", lambda: _registrations(kit) >= 1, 60)
     assert kit.pod(NAMESPACE, "across-restart")["status"]["phase"] == "Running"
     assert seen_in(kit, "across-restart").nodes == seen_before.nodes
     wait_for("slices back after the kubelet restart", lambda: _device_names(kit) == published, 60)

@@ -104,10 +104,10 @@ def registration_events(kit: Kit, since: datetime) -> list[tuple[datetime, str, 
         when = datetime.strptime(f"{since.year}{stamp.group(1)}", "%Y%m%d %H:%M:%S.%f")
         if when < since:
             continue
-        endpoint = re.search(r"(/var/lib/kubelet/plugins[^\s\"]+)", line)
-        if re.search(r"DeRegister|Deregister|unregister", line, re.I):
+        endpoint = re.search(r'endpoint="([^"]+)"', line)
+        if '"Unregistered DRA plugin"' in line:  # kubelet cm/dra/plugin/dra_plugin_manager.go
             events.append((when, "deregister", endpoint.group(1) if endpoint else ""))
-        elif re.search(r"Register new plugin|Registered plugin|Register plugin|registering plugin", line, re.I):
+        elif '"Registered DRA plugin"' in line:
             events.append((when, "register", endpoint.group(1) if endpoint else ""))
     return events
 
