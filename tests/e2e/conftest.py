@@ -49,10 +49,7 @@ def cluster(kit: Kit) -> Iterator[Kit]:
     """A fresh control plane with the shipped DeviceClasses and the test namespace; stopped at the end."""
     kit.script("up.sh", "--fresh")
     try:
-        # up.sh returns once the default ServiceAccount exists; a 1.36 apiserver may not serve OpenAPI yet,
-        # which kubectl's client-side validation needs
-        wait_for("the apiserver's OpenAPI", lambda: kit.kubectl("get", "--raw", "/openapi/v3", check=False).returncode == 0, 120, interval=1)
-        kit.kubectl("apply", "-k", str(REPO / "deviceclasses"))
+        kit.apply_k(REPO / "deviceclasses")
         kit.kubectl("create", "namespace", NAMESPACE)
         yield kit
     finally:

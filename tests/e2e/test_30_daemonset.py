@@ -47,7 +47,7 @@ def _ds_settled(kit: Kit) -> bool:
 def installed(node2: Kit) -> Iterator[Kit]:
     kit = node2
     kit.kubectl("label", "node", "node-2", "dra-driver.io/accelerator=simulated", "--overwrite")
-    kit.kubectl("apply", "-k", str(OVERLAY))
+    kit.apply_k(OVERLAY)
     try:
         wait_for("the DaemonSet ready on node-2", lambda: _ds_settled(kit), 240, interval=1)
         wait_for("node-2's slices", lambda: kit.slices("node-2", DRIVER), 120)
