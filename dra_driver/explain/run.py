@@ -14,7 +14,7 @@ from dra_driver.explain.classes import merge_classes, shipped_class_documents
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
-from dra_driver.explain.gates import FeatureGates
+from dra_driver.explain.gates import FeatureGates, release_of
 from dra_driver.explain.placement import Scheduler, placements
 from dra_driver.explain.search_size import timeout_warnings
 from dra_driver.explain.subject import Subject, read_subject, validated_claims
@@ -30,6 +30,7 @@ class ExplainRequest:
     class_paths: Sequence[str] = ()
     gates: FeatureGates = FeatureGates()
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --namespace-labels (admin access)
+    version_given: bool = False  # --kubernetes-version was given; otherwise a cluster's own release replaces the default
 
 
 @dataclass
@@ -61,7 +62,13 @@ def explain(request: ExplainRequest) -> ExplainResult:
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
     subject.namespace_labels.update({name: dict(labels) for name, labels in request.namespace_labels.items()})
-    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], request.gates, unknown_namespaces_unlabelled=True)
+    gates = request.gates
+    if fleet.cluster and not request.version_given:
+        version, note = release_of(fleet.server_version)
+        gates = gates.at_version(version)
+        if note:
+            subject.notes.append(note)
+    return explain_subject(fleet, subject, [("--classes", extra.classes), (request.file, subject.classes)], gates, unknown_namespaces_unlabelled=True)
 
 
 def explain_subject(
@@ -107,6 +114,8 @@ def explain_subject(
         "allocatedElsewhere": len(fleets.allocated_devices(others, skip=subject.own_claims)),
         "celEvaluations": matcher.evaluations,
         "featureGates": gates.describe(),
+        "kubernetesVersion": gates.kubernetes_version,
+        "deviceOrder": gates.device_order(),
         "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
     decisive = next((pod.explanation for pod in pods if not pod.explanation.allocatable), pods[-1].explanation)

@@ -45,6 +45,7 @@ class Fleet:
     taint_rules: list[dict[str, Any]] = field(default_factory=list)  # DeviceTaintRule (resource.k8s.io/v1alpha3)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # cluster only (admin access)
     cluster: bool = False  # read from an API server: its DeviceClasses are the ones that exist
+    server_version: str | None = None  # the API server's gitVersion ("v1.36.2"), cluster only; None when unreadable
 
     def merge(self, other: Fleet) -> None:
         self.slices += other.slices
@@ -226,7 +227,7 @@ def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
             if not token:
                 return items
 
-    fleet = Fleet(sources=[f"cluster {server}"], cluster=True)
+    fleet = Fleet(sources=[f"cluster {server}"], cluster=True, server_version=_server_version(api_client))
     fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice)]
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class)]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces)]
@@ -241,6 +242,19 @@ def from_cluster(source: ApiSource, with_pods: bool = False) -> Fleet:
     except Exception:  # closing the pool is best effort
         pass
     return fleet
+
+
+def _server_version(api_client: Any) -> str | None:
+    """GET /version's gitVersion (what explain and template take the cluster's release from); None when unreadable."""
+    from kubernetes import client
+
+    try:
+        # raw JSON: the client's model refuses a /version that lacks fields it does not need
+        response = client.VersionApi(api_client).get_code(_preload_content=False, _request_timeout=LIST_TIMEOUT_S)
+        version = json.loads(response.data).get("gitVersion")
+    except Exception:  # an old or odd server: the tools fall back to their default release and say so
+        return None
+    return version[:64] if isinstance(version, str) and version else None
 
 
 def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
 from dra_driver.explain import ClaimInput, FleetSource, InputError, Subject, explain_subject, load_fleet, shipped_class_documents
+from dra_driver.explain.gates import DEFAULT_KUBERNETES_VERSION, parse_gates, release_of
 
 __all__ = [
     "DeviceWant",
@@ -53,6 +54,7 @@ class TemplateRequest:
     intent: Intent
     source: FleetSource | None = None  # a fleet to check the result against
     hardware_check: bool = True  # explain against every shipped profile first
+    kubernetes_version: str | None = None  # --kubernetes-version; None: the checked cluster's own release, else 1.35
 
 
 # A ResourceClaimTemplate gives each pod a claim of its own: sharing settings then stay inside one pod.
@@ -121,13 +123,20 @@ def template(request: TemplateRequest) -> TemplateResult:
     result = TemplateResult(text, document, resolved)
     if intent.sharing is not None and not intent.as_claim and not intent.share_memory:
         result.notes.append(TEMPLATE_SHARES_NOTHING)
+    gates = parse_gates(None, request.kubernetes_version or DEFAULT_KUBERNETES_VERSION)
     if request.hardware_check:
         known = known_fleet()
-        if not explain_subject(known, subject).explanation.allocatable:
+        if not explain_subject(known, subject, gates=gates).explanation.allocatable:
             raise _impossible(resolved, len({s for k in kinds for s in k.profiles}))
     if request.source is not None:
         fleet = load_fleet(request.source)
-        explanation = explain_subject(fleet, subject).explanation
+        fleet_gates = gates
+        if fleet.cluster and request.kubernetes_version is None:
+            version, note = release_of(fleet.server_version)
+            fleet_gates = gates.at_version(version)
+            if note:
+                result.notes.append(f"note: {note}")
+        explanation = explain_subject(fleet, subject, gates=fleet_gates).explanation
         fitting = [o.node for o in explanation.nodes if o.allocated and not o.error]
         result.fleet = FleetCheck(fleet.sources, len(explanation.nodes), fitting, node_summary(explanation), explanation.error)
     return result
