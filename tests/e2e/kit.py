@@ -112,8 +112,9 @@ class Kit:
         The kit's v1.36.2 build serves OpenAPI documents kubectl cannot read (`"Extensions":null`, the
         spec types marshalled without their own JSON methods): kubectl then refuses every apply with
         "failed to download openapi". The API server still validates each object itself."""
-        done = self.kubectl("apply", *args, stdin=stdin, check=False)
-        if done.returncode != 0 and "failed to download openapi" in done.stderr:
+        validate = ("--validate=false",) if self.openapi_broken else ()
+        done = self.kubectl("apply", *validate, *args, stdin=stdin, check=False)
+        if done.returncode != 0 and not validate and "error validating" in done.stderr and ("openapi" in done.stderr or "unable to handle the request" in done.stderr):
             self.openapi_broken = True
             done = self.kubectl("apply", "--validate=false", *args, stdin=stdin, check=False)
         if done.returncode != 0:
