@@ -148,6 +148,41 @@ def test_unhealthy_device_is_not_allocated_and_its_taint_goes_when_healthy_again
     kit.kubectl("-n", NAMESPACE, "delete", "pod", "all-gaudi", "--wait=true", "--timeout=120s", timeout=180)
 
 
+def _health_in_pod_status(kit: Kit, pod: str, device: str) -> str | None:
+    """The device's health in the pod's status (KEP-4680: containerStatuses[].allocatedResourcesStatus)."""
+    for container in (kit.pod(NAMESPACE, pod) or {}).get("status", {}).get("containerStatuses", []):
+        for entry in container.get("allocatedResourcesStatus") or []:
+            for resource in entry.get("resources") or []:
+                if str(resource.get("resourceID", "")).endswith(f"/{device}"):
+                    return str(resource.get("health"))
+    return None
+
+
+def test_device_health_reaches_the_pod_status_through_the_health_stream(drivers: Drivers):
+    """The kubelet reads the driver's DRAResourceHealth stream (ResourceHealthStatus) and shows it in the pod's status;
+    the claim tolerates the NoExecute taint, so the pod is not evicted meanwhile."""
+    kit = drivers.kit
+    driver = drivers.get(GAUDI)
+    template = claim_template("t-tolerating", GAUDI.device_class, 1)
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": "gaudi.intel.com/unhealthy", "operator": "Exists", "effect": "NoExecute"}
+    ]
+    _, claim = run_claim_pod(kit, "watched", template)
+    [device] = devices_of(claim)
+    wait_for(f"{device} Healthy in the pod status", lambda: _health_in_pod_status(kit, "watched", device) == "Healthy", 90)
+    slice_device = next(d for s in kit.slices("node-1", GAUDI.driver) for d in s["spec"].get("devices", []) if d["name"] == device)
+    bdf = slice_device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+    [status] = list(driver.work.glob(f"tmp-*/**/bus/pci/devices/{bdf}/status"))
+    status.write_text("Needs reset\n")
+    try:
+        wait_for(f"{device} Unhealthy in the pod status", lambda: _health_in_pod_status(kit, "watched", device) == "Unhealthy", 90)
+    finally:
+        status.write_text("Operational\n")
+    wait_for(f"{device} Healthy again in the pod status", lambda: _health_in_pod_status(kit, "watched", device) == "Healthy", 90)
+    assert kit.pod(NAMESPACE, "watched")["status"]["phase"] == "Running"
+    kit.kubectl("-n", NAMESPACE, "delete", "pod", "watched", "--wait=true", "--timeout=120s", timeout=180)
+
+
 def test_extended_resource_pod_runs_through_the_shipped_class(drivers: Drivers):
     """`nvidia.com/gpu: 1` in a pod's limits, served by extended.gpu.nvidia.com's extendedResourceName (DRAExtendedResource)."""
     from .workloads import extended_resource_pod
