@@ -9,6 +9,7 @@ of it at the end, whatever happened.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -108,6 +109,7 @@ class HostDriver:
     drivers: tuple[str, ...] = ()
     starts: int = 0
     log_paths: list[Path] = field(default_factory=list)
+    registered_before: dict[str, int] = field(default_factory=dict)
 
     @property
     def simulated_root(self) -> Path:
@@ -126,7 +128,12 @@ class HostDriver:
             "--pod-resources-socket", str(self.kit.node1_kubelet_dir / "pod-resources" / "kubelet.sock"), *self.extra,
         ]  # fmt: skip
 
+    def registrations(self, driver: str) -> int:
+        """`Registered DRA plugin` lines of `driver` in the running kubelet's log."""
+        return len(self.kit.kubelet_log_lines("node-1", rf'"Registered DRA plugin".*driverName="{re.escape(driver)}"'))
+
     def start(self) -> None:
+        self.registered_before = {name: self.registrations(name) for name in self.drivers}
         self.starts += 1
         log = self.work / f"driver-{self.starts}.log"
         self.log_paths.append(log)
@@ -142,7 +149,11 @@ class HostDriver:
             slices = self.kit.slices("node-1", driver)
             return slices if slices and all(s["spec"].get("devices") or s["spec"].get("sharedCounters") for s in slices) else None
 
-        return wait_for(f"{driver} slices of node-1", published, timeout)
+        slices = wait_for(f"{driver} slices of node-1", published, timeout)
+        # Slices can be out before the kubelet's plugin watcher (1 s period) has registered the new instance;
+        # a pod scheduled in that second fails its first prepare ("not registered") and waits for the retry.
+        wait_for(f"the kubelet to register {driver}", lambda: self.registrations(driver) > self.registered_before.get(driver, 0), timeout)
+        return slices
 
     def kill9(self) -> None:
         assert self.process is not None
