@@ -7,6 +7,7 @@ deleted, the claim's CDI specs are gone.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import pytest
 
 from .conftest import HostDriver, start_host_driver, stop_host_driver
 from .kit import Kit, wait_for
-from .workloads import NAMESPACE, claim_template, devices_of, run_claim_pod, seen_in, spec_edits, specs_naming
+from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, extended_resource_pod, run_claim_pod, seen_in, spec_edits, specs_naming
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,6 @@ def drivers(node1: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dr
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_claim_pod_runs_with_exactly_its_devices(drivers: Drivers, case: Case):
-    import re
-
     kit = drivers.kit
     driver = drivers.get(case)
     pod = f"{case.id}"
@@ -134,10 +133,7 @@ def test_unhealthy_device_is_not_allocated_and_its_taint_goes_when_healthy_again
 
     status.write_text("In reset\n")
     wait_for(f"a taint on {victim['name']}", lambda: _taints(kit, GAUDI.driver, victim["name"]), 60)
-    kit.apply([claim_template("t-all-gaudi", GAUDI.device_class, len(devices))])
-    from .workloads import claim_pod
-
-    kit.apply([claim_pod("all-gaudi", "t-all-gaudi")])
+    kit.apply([claim_template("t-all-gaudi", GAUDI.device_class, len(devices)), claim_pod("all-gaudi", "t-all-gaudi")])
     time.sleep(15)  # several scheduling attempts: the tainted device must not be allocated in any of them
     assert not _pod_scheduled(kit, "all-gaudi"), "a claim for every device was allocated while one was tainted"
 
@@ -185,15 +181,11 @@ def test_device_health_reaches_the_pod_status_through_the_health_stream(drivers:
 
 def test_extended_resource_pod_runs_through_the_shipped_class(drivers: Drivers):
     """`nvidia.com/gpu: 1` in a pod's limits, served by extended.gpu.nvidia.com's extendedResourceName (DRAExtendedResource)."""
-    from .workloads import extended_resource_pod
-
     kit = drivers.kit
     drivers.get(NVIDIA)
     kit.apply([extended_resource_pod("extended", "nvidia.com/gpu", 1)])
     kit.wait_pod_running(NAMESPACE, "extended")
     seen = seen_in(kit, "extended")
-    import re
-
     assert len([n for n in seen.nodes if re.match(r"^/dev/nvidia\d+$", n)]) == 1, sorted(seen.nodes)
     statuses = kit.get("-n", NAMESPACE, "pod", "extended")["status"].get("extendedResourceClaimStatus")
     assert statuses, "the scheduler made no claim for the extended resource"
