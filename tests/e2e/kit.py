@@ -17,11 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+import yaml
+
 KIT_ENV = "DRA_KIT"
 SCRIPTS = ("up.sh", "down.sh", "kubelet-up.sh", "kubelet-down.sh", "node2-up.sh", "node2-down.sh", "kubeconfig")
 BINARIES = ("kube-apiserver", "kubelet", "kubectl", "containerd")
 IMAGE = "ghcr.io/dra-driver/dra-driver:0.1.0"  # scripts/build_image.sh's tag; also the workloads' image (it has sh)
 T = TypeVar("T")
+# kubelet-side defaults of the gates some tests need (pkg/features/kube_features.go of 1.35.6 and 1.36.2)
+KUBELET_GATE_DEFAULTS = {
+    "1.35": {"ResourceHealthStatus": False, "DRAExtendedResource": False},
+    "1.36": {"ResourceHealthStatus": True, "DRAExtendedResource": True},
+}
 
 
 def kit_problem(value: str | None) -> str | None:
@@ -125,6 +133,21 @@ class Kit:
 
     def kubelet_version(self, node: str) -> str:
         return str(self.get("node", node)["status"]["nodeInfo"]["kubeletVersion"])
+
+    def kubelet_gate(self, node: str, gate: str) -> bool:
+        """Whether the node's kubelet runs with `gate` on: its KubeletConfiguration's featureGates, else the
+        default of its release (KUBELET_GATE_DEFAULTS)."""
+        config = (self.home if node == "node-1" else self.cri_home) / f"{node}-kubelet.yaml"
+        gates = (yaml.safe_load(config.read_text()) or {}).get("featureGates") or {}
+        if gate in gates:
+            return bool(gates[gate])
+        release = ".".join(self.kubelet_version(node).lstrip("v").split(".")[:2])
+        return KUBELET_GATE_DEFAULTS.get(release, {}).get(gate, False)
+
+    def require_kubelet_gate(self, node: str, gate: str, why: str) -> None:
+        """Skip the calling test, with the reason, where the node's kubelet cannot do what it checks."""
+        if not self.kubelet_gate(node, gate):
+            pytest.skip(f"{node}'s kubelet {self.kubelet_version(node)} runs with {gate} off (its release's default): {why}")
 
     # --- what the cluster says ---------------------------------------------------------------
 
