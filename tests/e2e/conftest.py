@@ -65,16 +65,17 @@ def _quiet(kit: Kit, script: str, *args: str) -> None:
 
 
 def import_image(kit: Kit, node: str) -> None:
-    """The driver image into a node's containerd (k8s.io namespace), from $DRA_E2E_IMAGE_TAR, unless it is there."""
+    """The driver image into a node's containerd (k8s.io namespace): $DRA_E2E_IMAGE_TAR when given (always, so a
+    rebuilt image replaces the one a node kept), else the one already there."""
     home = kit.home if node == "node-1" else kit.cri_home
     ctr = [str(kit.home / "bin" / "ctr"), "--address", str(home / f"containerd-{node}" / "containerd.sock"), "-n", "k8s.io"]
-    listed = subprocess.run([*ctr, "images", "ls", "-q"], capture_output=True, text=True, timeout=60)
-    if IMAGE in listed.stdout.split():
-        return
     tar = os.environ.get(IMAGE_TAR_ENV)
-    if not tar or not Path(tar).is_file():
+    if tar and Path(tar).is_file():
+        subprocess.run([*ctr, "images", "import", tar], check=True, capture_output=True, timeout=600)
+        return
+    listed = subprocess.run([*ctr, "images", "ls", "-q"], capture_output=True, text=True, timeout=60)
+    if IMAGE not in listed.stdout.split():
         pytest.skip(f"the driver image {IMAGE} is not on {node} and ${IMAGE_TAR_ENV} names no image tar (scripts/build_image.sh)")
-    subprocess.run([*ctr, "images", "import", tar], check=True, capture_output=True, timeout=600)
 
 
 @pytest.fixture(scope="session")
