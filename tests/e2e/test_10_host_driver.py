@@ -149,7 +149,8 @@ def _health_in_pod_status(kit: Kit, pod: str, device: str) -> str | None:
     for container in (kit.pod(NAMESPACE, pod) or {}).get("status", {}).get("containerStatuses", []):
         for entry in container.get("allocatedResourcesStatus") or []:
             for resource in entry.get("resources") or []:
-                if str(resource.get("resourceID", "")).endswith(f"/{device}"):
+                # the kubelet names the device by its CDI ID: k8s.<driver>/device=<claim uid>-<node>-<device>
+                if str(resource.get("resourceID", "")).endswith(f"-{device}"):
                     return str(resource.get("health"))
     return None
 
