@@ -85,5 +85,9 @@ step "dra-driver discover --profile dgx-h100 (in the image)"
 "${PODMAN[@]}" run "${RUN_FLAGS[@]}" "$TAG" discover --profile dgx-h100 -o table | head -n 12
 
 step "image archive for a node's containerd"
-"${PODMAN[@]}" save --quiet --format docker-archive -o "$WORK/dra-driver-image.tar" "$TAG"
+# podman refuses to write a docker-archive over an existing file (a second run): save beside it, then
+# rename, so a node importing the previous tar meanwhile never reads a half-written one
+rm -f "$WORK/dra-driver-image.tar.new"
+"${PODMAN[@]}" save --quiet --format docker-archive -o "$WORK/dra-driver-image.tar.new" "$TAG"
+mv -f "$WORK/dra-driver-image.tar.new" "$WORK/dra-driver-image.tar"
 echo "   $WORK/dra-driver-image.tar ($TAG); on each node: ctr -n k8s.io images import $WORK/dra-driver-image.tar"

@@ -37,6 +37,12 @@ def pcie_root(device_dir: Path) -> str | None:
     return None
 
 
+def numa_node(device_dir: Path) -> int | None:
+    """The device's NUMA node from `<device>/numa_node`; None when unreadable or -1 (no NUMA affinity)."""
+    value = read_int(device_dir / "numa_node")
+    return value if value is not None and value >= 0 else None
+
+
 def read_text(path: Path) -> str | None:
     """The file's content without surrounding whitespace, or None when it cannot be read."""
     try:  # sysfs links are followed (device directories are links); a pipe or device planted in a tree is not read

@@ -38,6 +38,8 @@ VENDOR_DOMAINS = ("nvidia.com", "amd.com", "habana.ai", "gpu.intel.com")
 # Kubernetes-standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+# The host NUMA node (KEP-6072, standard in 1.37): equal values across drivers (GPUs, NICs, CPUs) align in matchAttribute.
+NUMA_NODE = "resource.kubernetes.io/numaNode"
 
 MAX_VALUE_BYTES = 64
 

@@ -19,7 +19,8 @@ from dra_driver.cli.fleet_options import add_fleet_source, fleet_source
 from dra_driver.common.errors import DraError
 from dra_driver.explain import ExplainRequest, explain, parse_gates
 from dra_driver.explain.admin_access import parse_namespace_labels
-from dra_driver.explain.gates import GATES
+from dra_driver.explain.gates import DEFAULT_KUBERNETES_VERSION, GATES
+from dra_driver.explain.kube_gates import KUBERNETES_VERSIONS
 from dra_driver.explain.report import pods_json, pods_text
 
 EXIT_ALLOCATABLE, EXIT_NOT_ALLOCATABLE, EXIT_INVALID = 0, 1, failures.EXIT_INVALID
@@ -34,7 +35,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, Pods or workloads (Deployment, Job, PyTorchJob...: what migrate writes) with their templates (and optional DeviceClasses); - reads standard input")
     add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
     parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
-    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="the cluster's Kubernetes feature gates (every gate Kubernetes 1.35 knows is accepted, an unknown name is refused; 1.35 defaults otherwise); these change the answer: " + ", ".join(f"{n} (default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
+    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="the cluster's Kubernetes feature gates (every gate the release knows is accepted, an unknown name is refused; the release's defaults otherwise); these change the answer: " + ", ".join(f"{n} (1.35 default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
+    parser.add_argument("--kubernetes-version", choices=KUBERNETES_VERSIONS, help="the cluster's Kubernetes release: its gate defaults and its scheduler's device order (default: the cluster's own when one is read, else 1.35)")
     parser.add_argument("--namespace-labels", action="append", default=[], metavar="NS=KEY=VALUE[,KEY=VALUE]", help="labels of a namespace, as the API server sees them (admin access needs resource.kubernetes.io/admin-access=true); repeatable; they replace the file's and the cluster's")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")
@@ -42,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def request_from_args(args: argparse.Namespace) -> ExplainRequest:
-    gates = parse_gates(args.feature_gates)
+    gates = parse_gates(args.feature_gates, args.kubernetes_version or DEFAULT_KUBERNETES_VERSION)
     if gates.ignored:
         failures.info(f"note: {gates.ignored_note()}")
     return ExplainRequest(
@@ -51,6 +53,7 @@ def request_from_args(args: argparse.Namespace) -> ExplainRequest:
         class_paths=tuple(args.classes),
         gates=gates,
         namespace_labels=parse_namespace_labels(args.namespace_labels),
+        version_given=args.kubernetes_version is not None,
     )
 
 
@@ -72,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         line = f"Fleet: {', '.join(summary['sources'])}: {plural(summary['devices'], 'device')} in {plural(summary['pools'], 'pool')} on {plural(summary['nodes'], 'node')}"
         if summary["allocatedElsewhere"]:
             line += f"; {summary['allocatedElsewhere']} devices allocated to other claims"
+        line += f"\nKubernetes {summary['kubernetesVersion']}: {summary['featureGates']}; device order: {summary['deviceOrder']}"
         line += f"\nCEL: selectors validated as {summary['celEnvironments']['validation']}, matched as {summary['celEnvironments']['matching']}"
         text = pods_text(result, line, args.explain_all) if len(result.pods) > 1 else to_text(explanation, line, verbose=args.explain_all)
         if notes:

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from dra_driver.common.wording import plural
+from dra_driver.explain.kube_gates import KUBERNETES_VERSIONS
 from dra_driver.template import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_share_memory, parse_sharing, parse_want, template
 from dra_driver.template.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
@@ -70,6 +71,7 @@ def add_parser(subparsers: Any) -> None:
         "ResourceSlices (and claims holding devices): kubectl List, multi-doc YAML, or a directory",
         "read slices, classes, claims and nodes from a cluster (read only)",
     )
+    parser.add_argument("--kubernetes-version", choices=KUBERNETES_VERSIONS, help="the cluster's Kubernetes release the claim is checked for: its gate defaults (1.36: consumable capacity, device taints, extended resources on) and its scheduler's device order (default: the checked cluster's own, else 1.35)")
     parser.add_argument("--no-hardware-check", action="store_true", help="do not require that some shipped hardware profile could hold it (hardware newer than the profiles)")
     parser.set_defaults(func=run)
 
@@ -114,7 +116,7 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim,
                     canonical_command(args), share_memory=share)  # fmt: skip
     checked = fleet_given(args) or default_cluster()
-    return TemplateRequest(intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check)
+    return TemplateRequest(intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check, kubernetes_version=args.kubernetes_version)
 
 
 

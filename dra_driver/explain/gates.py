@@ -1,4 +1,5 @@
-"""Kubernetes 1.35 feature gates for explain, with their 1.35 defaults (pkg/features/kube_features.go).
+"""Kubernetes feature gates for explain, with the defaults of the target release (1.35, 1.36 or 1.37;
+pkg/features/kube_features.go of each) and that release's scheduler device order.
 
 Given as `--feature-gates Name=true,Other=false`, like the Kubernetes components take them, so a
 cluster's gate list can be pasted whole. Gates that change an allocation answer are modelled (GATES);
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
 from dra_driver.explain.errors import InputError
-from dra_driver.explain.kube_gates import KNOWN_GATES, KUBERNETES_VERSION
+from dra_driver.explain.kube_gates import KUBERNETES_VERSIONS, known_gates
 
 # Gate name -> (field of FeatureGates, 1.35 default): the gates that change what explain answers.
 GATES: dict[str, tuple[str, bool]] = {
@@ -24,6 +25,21 @@ GATES: dict[str, tuple[str, bool]] = {
     "DRAExtendedResource": ("extended_resource", False),
     "DRADeviceTaints": ("device_taints", False),
     "DRADeviceTaintRules": ("device_taint_rules", False),
+}
+DEFAULT_KUBERNETES_VERSION = "1.35"
+# The modelled gates' defaults per release (1.35.6 and 1.36.2 from their kube_features.go; 1.37 from
+# kubernetes master's 1.37 entries): 1.36 turns on taints, consumable capacity and extended resources
+# (beta), 1.37 makes taints, taint rules and extended resources GA.
+VERSION_DEFAULTS: dict[str, dict[str, bool]] = {
+    "1.35": {name: default for name, (_, default) in GATES.items()},
+    "1.36": {"DRAAdminAccess": True, "DRAConsumableCapacity": True, "DRAExtendedResource": True, "DRADeviceTaints": True, "DRADeviceTaintRules": False},
+    "1.37": {"DRAAdminAccess": True, "DRAConsumableCapacity": True, "DRAExtendedResource": True, "DRADeviceTaints": True, "DRADeviceTaintRules": True},
+}
+# How each release's scheduler walks the pools (k8s.io/dynamic-resource-allocation structured allocator).
+DEVICE_ORDER = {
+    "1.35": "pools in no fixed order (the 1.35 scheduler's informer order): on a fleet of several pools it may pick other devices than these; whether the claim fits is the same",
+    "1.36": "pools by driver and pool name, slices by name, as the 1.36 scheduler",
+    "1.37": "pools by driver and pool name, slices by name, as the 1.36 scheduler",
 }
 # The other DRA gates of 1.35 and why they leave explain's answer alone.
 DRA_GATES_NOT_MODELLED: dict[str, str] = {
@@ -47,6 +63,15 @@ class FeatureGates:
     device_taints: bool = False
     device_taint_rules: bool = False
     ignored: tuple[str, ...] = field(default=(), compare=False)  # gates given that do not change the answer
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION  # whose defaults fill the gates not given
+    given: str = field(default="", compare=False)  # the --feature-gates text, to apply over another release's defaults
+
+    def at_version(self, version: str) -> FeatureGates:
+        """The same --feature-gates over `version`'s defaults (the cluster's release, known after reading it)."""
+        return parse_gates(self.given, version)
+
+    def device_order(self) -> str:
+        return DEVICE_ORDER[self.kubernetes_version]
 
     def describe(self) -> str:
         by_field = {field: name for name, (field, _) in GATES.items()}
@@ -62,9 +87,32 @@ class FeatureGates:
         return f"feature gates that do not change this answer: {', '.join(parts)}; those that do: {', '.join(sorted(GATES))}"
 
 
-def parse_gates(text: str | None) -> FeatureGates:
-    """`A=true,B=false` over the 1.35 defaults; InputError naming each malformed entry and each gate 1.35 does not know."""
-    values = {field: default for field, default in GATES.values()}
+def check_version(version: str) -> str:
+    """`version` when explain knows it (1.35, 1.36, 1.37), else InputError naming the ones it knows."""
+    if version not in KUBERNETES_VERSIONS:
+        raise InputError([FieldError("--kubernetes-version", f"{version!r}: give one of {', '.join(KUBERNETES_VERSIONS)} (the minor release of the cluster's kube-scheduler)")])
+    return version
+
+
+def release_of(git_version: str | None) -> tuple[str, str]:
+    """The release explain models for a server's gitVersion ("v1.36.2" -> "1.36") and a note when it had to
+    choose another (older than 1.35: 1.35; newer than 1.37: 1.37; unreadable: 1.35)."""
+    match = re.match(r"^v?(\d+)\.(\d+)", git_version or "")
+    if not match:
+        return DEFAULT_KUBERNETES_VERSION, f"the cluster's version {git_version!r} is unreadable: Kubernetes {DEFAULT_KUBERNETES_VERSION} defaults assumed"
+    minor = (int(match.group(1)), int(match.group(2)))
+    known = [tuple(int(p) for p in v.split(".")) for v in KUBERNETES_VERSIONS]
+    chosen = max((v for v in known if v <= minor), default=known[0])
+    version = f"{chosen[0]}.{chosen[1]}"
+    note = "" if chosen == minor else f"the cluster runs {git_version}: Kubernetes {version} defaults assumed (explain models {', '.join(KUBERNETES_VERSIONS)})"
+    return version, note
+
+
+def parse_gates(text: str | None, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> FeatureGates:
+    """`A=true,B=false` over the release's defaults; InputError naming each malformed entry and each gate that release does not know."""
+    kubernetes_version = check_version(kubernetes_version)
+    known = known_gates(kubernetes_version)
+    values = {GATES[name][0]: default for name, default in VERSION_DEFAULTS[kubernetes_version].items()}
     ignored: list[str] = []
     errors: list[FieldError] = []
     for entry in filter(None, (part.strip() for part in (text or "").split(","))):
@@ -75,23 +123,23 @@ def parse_gates(text: str | None) -> FeatureGates:
         if not sep or raw.lower() not in ("true", "false"):
             errors.append(FieldError("--feature-gates", f"{entry!r}: write {name}=true or {name}=false"))
             continue
-        if name not in KNOWN_GATES:
-            errors.append(FieldError("--feature-gates", _unknown_gate(name)))
+        if name not in known:
+            errors.append(FieldError("--feature-gates", _unknown_gate(name, kubernetes_version)))
         elif name in GATES:
             values[GATES[name][0]] = raw.lower() == "true"
         elif name not in ignored:
             ignored.append(name)
     if errors:
         raise InputError(errors)
-    return FeatureGates(**values, ignored=tuple(ignored))
+    return FeatureGates(**values, ignored=tuple(ignored), kubernetes_version=kubernetes_version, given=text or "")
 
 
-def _unknown_gate(name: str) -> str:
+def _unknown_gate(name: str, version: str) -> str:
     """Why `name` is refused: Kubernetes would refuse it too, and a misspelt modelled gate must not be dropped silently."""
-    return f"unknown feature gate {name!r}: Kubernetes {KUBERNETES_VERSION} has no gate of that name" + (_close_gate(name) or " (names are case-sensitive, as in the cluster's --feature-gates)")
+    return f"unknown feature gate {name!r}: Kubernetes {version} has no gate of that name" + (_close_gate(name, version) or " (names are case-sensitive, as in the cluster's --feature-gates)")
 
 
-def _close_gate(name: str) -> str:
+def _close_gate(name: str, version: str = DEFAULT_KUBERNETES_VERSION) -> str:
     """`; did you mean 'X'?` for the closest known gates, "" when none is close."""
-    close = suggest.did_you_mean(name, sorted(KNOWN_GATES))
+    close = suggest.did_you_mean(name, sorted(known_gates(version)))
     return f"; {close}" if close else ""

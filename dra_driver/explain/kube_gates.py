@@ -10,7 +10,7 @@ facts; a gate removed after 1.35 stays here, as a 1.35 cluster may still list it
 
 from __future__ import annotations
 
-KUBERNETES_VERSION = "1.35"
+KUBERNETES_VERSION = "1.35"  # the release KNOWN_GATES lists; later ones add _ADDED
 
 _KUBE = """
 AllowDNSOnlyNodeCSR AllowInsecureKubeletCertificateSigningRequests AllowOverwriteTerminationGracePeriodSeconds
@@ -78,3 +78,29 @@ WatchListClient ContextualLogging LoggingAlphaOptions LoggingBetaOptions Compone
 """
 
 KNOWN_GATES: frozenset[str] = frozenset((_KUBE + _APISERVER + _CLIENT_AND_COMPONENT_BASE).split())
+
+# Names later releases add to kube_features.go's versioned table: 1.36 from v1.36.2 (microshift `main`,
+# deps/github.com/openshift/kubernetes), 1.37 its DRA gates only (kubernetes master's 1.37 entries).
+_ADDED = {
+    "1.36": """
+AllowServiceExternalIPs CPUCFSQuotaPeriod CRIListStreaming DRAListTypeAttributes DRANodeAllocatableResources
+DRAResourceClaimGranularStatusAuthorization DRAResourcePoolStatus DRAWorkloadResourceClaims DeclarativeValidationBeta
+ExtendWebSocketsToKubelet InPlacePodVerticalScalingInitContainers ManifestBasedAdmissionControlConfig PLEGOnDemandRelist
+PersistentVolumeClaimUnusedSinceTime PodLevelResourceManagers PodsAPI ReloadKubeletClientCAFile ResourceHealthStatusMessage
+RuntimeClassInImageCriAPI ServiceCIDRStatusFieldWiping ShardedListAndWatch StaleControllerConsistencyDaemonSet
+StaleControllerConsistencyJob StaleControllerConsistencyReplicaSet StaleControllerConsistencyStatefulSet
+TopologyAwareWorkloadScheduling WorkloadAwarePreemption WorkloadWithJob
+""",
+    "1.37": """
+DRADerivedAttributes DRADeviceCompatibilityGroups DRAFractionalCapacityRange DRAOptionalNodeOperations
+""",
+}
+KUBERNETES_VERSIONS = ("1.35", "1.36", "1.37")
+
+
+def known_gates(version: str) -> frozenset[str]:
+    """Every gate name the components of `version` accept (a later release keeps the earlier names here)."""
+    names = set(KNOWN_GATES)
+    for release in KUBERNETES_VERSIONS[1 : KUBERNETES_VERSIONS.index(version) + 1]:
+        names.update(_ADDED[release].split())
+    return frozenset(names)

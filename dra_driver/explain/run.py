@@ -16,7 +16,7 @@ from dra_driver.explain.constraint_hints import constraint_hints
 from dra_driver.explain.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.explain.fleet_source import FleetSource, fleet_nodes, load_fleet
-from dra_driver.explain.gates import FeatureGates
+from dra_driver.explain.gates import FeatureGates, release_of
 from dra_driver.explain.placement import Scheduler, placements
 from dra_driver.explain.search_size import timeout_warnings
 from dra_driver.explain.sharing import sharing_notes
@@ -33,6 +33,7 @@ class ExplainRequest:
     class_paths: Sequence[str] = ()
     gates: FeatureGates = FeatureGates()
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # --namespace-labels (admin access)
+    version_given: bool = False  # --kubernetes-version was given; otherwise a cluster's own release replaces the default
 
 
 @dataclass
@@ -65,10 +66,16 @@ def explain(request: ExplainRequest) -> ExplainResult:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
     subject.namespace_labels.update({name: dict(labels) for name, labels in request.namespace_labels.items()})
     layers = [("--classes", extra.classes), (request.file, subject.classes)]
+    gates = request.gates
+    if fleet.cluster and not request.version_given:
+        version, note = release_of(fleet.server_version)
+        gates = gates.at_version(version)
+        if note:
+            subject.notes.append(note)
     untouched = copy.deepcopy(subject) if _static_profile(request.source) else None  # explain_subject adds to a subject
-    result = explain_subject(fleet, subject, layers, request.gates, unknown_namespaces_unlabelled=True)
+    result = explain_subject(fleet, subject, layers, gates, unknown_namespaces_unlabelled=True)
     if untouched is not None and not result.allocatable:
-        result.notes += _dynamic_partitioning_hint(request, untouched, layers)
+        result.notes += _dynamic_partitioning_hint(request, untouched, layers, gates)
     return result
 
 
@@ -76,12 +83,14 @@ def _static_profile(source: FleetSource) -> bool:
     return bool(source.profile) and source.partitioning == "static"
 
 
-def _dynamic_partitioning_hint(request: ExplainRequest, subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+def _dynamic_partitioning_hint(
+    request: ExplainRequest, subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], gates: FeatureGates
+) -> list[str]:
     """What a simulated fleet that fails statically would do with dynamic partitioning: a MIG or partition claim
     often needs nodes that create partitions on demand, and nothing else tells a user that the flag exists."""
     source = replace(request.source, partitioning="dynamic")
     try:
-        dynamic = explain_subject(load_fleet(source), subject, layers, request.gates, unknown_namespaces_unlabelled=True)
+        dynamic = explain_subject(load_fleet(source), subject, layers, gates, unknown_namespaces_unlabelled=True)
     except DraError:
         return []
     if not dynamic.allocatable:
@@ -139,6 +148,8 @@ def explain_subject(
         "allocatedElsewhere": len(fleets.allocated_devices(others, skip=subject.own_claims)),
         "celEvaluations": matcher.evaluations,
         "featureGates": gates.describe(),
+        "kubernetesVersion": gates.kubernetes_version,
+        "deviceOrder": gates.device_order(),
         "celEnvironments": {"validation": matcher.validation.describe(), "matching": matcher.scheduling.describe()},
     }
     decisive = next((pod.explanation for pod in pods if not pod.explanation.allocatable), pods[-1].explanation)

@@ -148,6 +148,7 @@ class ServerOptions:
     default_watch_timeout: float = 1800.0  # what the apiserver's min-request-timeout gives a watch
     # resource.k8s.io versions served (--runtime-config): () is a cluster without DRA, ("v1beta1",) an older one
     resource_versions: tuple[str, ...] = ("v1", "v1alpha3")
+    git_version: str = "v1.35.0-dra-driver-sim"  # what /version answers (explain and template read the release from it)
 
 
 # --------------------------------------------------------------------------- errors
@@ -863,8 +864,10 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path in ("/healthz", "/readyz", "/livez"):
             self._send_json(200, "ok")
             return
-        if parts.path == "/version":
-            self._send_json(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-dra-driver-sim"})
+        if parts.path in ("/version", "/version/"):  # the kubernetes client asks with the slash
+            version = sim.options.git_version
+            major, _, rest = version.lstrip("v").partition(".")
+            self._send_json(200, {"major": major, "minor": rest.split(".")[0], "gitVersion": version})
             return
         discovery = (self._group_discovery(parts.path) or _discovery(parts.path, sim.options)) if method == "GET" else None
         if discovery is not None:

@@ -51,6 +51,7 @@ class Fleet:
     simulated: bool = False  # nodes simulated from a profile (they run this driver: its shipped classes exist)
     slice_files: dict[str, list[str]] = field(default_factory=dict)  # slice name -> the files that hold it (--fleet)
     notes: list[str] = field(default_factory=list)  # what reading the fleet found worth saying (a slice given twice)
+    server_version: str | None = None  # the API server's gitVersion ("v1.36.2"), cluster only; None when unreadable
 
     def merge(self, other: Fleet) -> None:
         self.slices += other.slices
@@ -303,7 +304,7 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
                 counts[what] = len(items)
                 return items
 
-    fleet = Fleet(sources=[f"cluster {server}"], cluster=True)
+    fleet = Fleet(sources=[f"cluster {server}"], cluster=True, server_version=_server_version(api_client))
     fleet.slices = [{"kind": "ResourceSlice", **item} for item in listed(resource.list_resource_slice, "ResourceSlices")]
     fleet.classes = [{"kind": "DeviceClass", **item} for item in listed(resource.list_device_class, "DeviceClasses")]
     fleet.claims = [{"kind": "ResourceClaim", **item} for item in listed(resource.list_resource_claim_for_all_namespaces, "ResourceClaims")]
@@ -319,6 +320,19 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
     except Exception:  # closing the pool is best effort
         pass
     return fleet
+
+
+def _server_version(api_client: Any) -> str | None:
+    """GET /version's gitVersion (what explain and template take the cluster's release from); None when unreadable."""
+    from kubernetes import client
+
+    try:
+        # raw JSON: the client's model refuses a /version that lacks fields it does not need
+        response = client.VersionApi(api_client).get_code(_preload_content=False, _request_timeout=LIST_TIMEOUT_S)
+        version = json.loads(response.data).get("gitVersion")
+    except Exception:  # an old or odd server: the tools fall back to their default release and say so
+        return None
+    return version[:64] if isinstance(version, str) and version else None
 
 
 def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
 from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, fleet_nodes, load_fleet, shipped_class_documents
+from dra_driver.explain.gates import DEFAULT_KUBERNETES_VERSION, parse_gates, release_of
 
 __all__ = [
     "DeviceWant",
@@ -56,6 +57,7 @@ class TemplateRequest:
     intent: Intent
     source: FleetSource | None = None  # a fleet to check the result against
     hardware_check: bool = True  # explain against every shipped profile first
+    kubernetes_version: str | None = None  # --kubernetes-version; None: the checked cluster's own release, else 1.35
 
 
 # A ResourceClaimTemplate gives each pod a claim of its own: sharing settings then stay inside one pod.
@@ -153,7 +155,7 @@ def template(request: TemplateRequest) -> TemplateResult:
         result.notes.append(TEMPLATE_SHARES_NOTHING)
     # A share exists only under DRAConsumableCapacity: checked as on a cluster that runs it; explain's
     # note says when a fleet's devices would each go whole to one claim instead.
-    gates = FeatureGates(consumable_capacity=bool(intent.share_memory))
+    gates = parse_gates("DRAConsumableCapacity=true" if intent.share_memory else None, request.kubernetes_version or DEFAULT_KUBERNETES_VERSION)
     if request.hardware_check:
         known = known_fleet()
         if not explain_subject(known, subject, gates=gates).explanation.allocatable:
@@ -168,7 +170,13 @@ def template(request: TemplateRequest) -> TemplateResult:
             error = f"the fleet has no DeviceClass {', '.join(missing)}: install the shipped classes (deviceclasses/, as deploy/ does)"
             result.fleet = FleetCheck(fleet.sources, nodes, [], [], error)
             return result
-        checked = explain_subject(fleet, _subject(document), gates=gates)  # a fresh subject: explain adds its notes to it
+        fleet_gates = gates
+        if fleet.cluster and request.kubernetes_version is None:
+            version, note = release_of(fleet.server_version)
+            fleet_gates = gates.at_version(version)
+            if note:
+                result.notes.append(note)
+        checked = explain_subject(fleet, _subject(document), gates=fleet_gates)  # a fresh subject: explain adds its notes to it
         explanation = checked.explanation
         result.notes += list(checked.notes)
         fitting = [o.node for o in explanation.nodes if o.allocated and not o.error]

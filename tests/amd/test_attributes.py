@@ -33,7 +33,7 @@ def test_mi300x_whole_gpu_attributes(open_backend):
         assert a["driverVersionFull"] == "6.12.12"
         assert a["partitionProfile"] == "spx_nps1"
         assert (a["computePartition"], a["memoryPartition"]) == ("spx", "nps1")
-        assert a["numaNode"] == gpu["numa_node"]
+        assert a["numaNode"] == a[vocabulary.NUMA_NODE] == gpu["numa_node"]  # vendor name kept beside the standard one
         assert a[vocabulary.PCI_BUS_ID] == gpu["bdf"]
         assert a[vocabulary.PCIE_ROOT] == gpu["pcie_root"]
         assert (a["cardIndex"], a["renderIndex"]) == (gpu["card"], gpu["render"])

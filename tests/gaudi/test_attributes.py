@@ -11,6 +11,7 @@ from dra_driver.backend.vocabulary import (
     INTERCONNECT,
     INTERCONNECT_DOMAIN,
     INTERCONNECT_LINKS,
+    NUMA_NODE,
     PARTITION,
     PCI_BUS_ID,
     PCIE_ROOT,
@@ -93,6 +94,23 @@ def test_unknown_device_id_is_published_as_unknown_without_memory(open_profile):
 def test_driver_version_without_semver_head_is_omitted(open_profile):
     [device] = open_profile({"driver_version": "unknown", "devices": [one_device()]}).discover().devices
     assert "driverVersion" not in device.attributes
+
+
+@pytest.mark.parametrize(("written", "published"), [(1, 1), (-1, None), (None, None)])
+def test_numa_node_from_sysfs_under_the_standard_name(host_tree, written, published):
+    """resource.kubernetes.io/numaNode (KEP-6072) from <function>/numa_node; -1 (no affinity) or no file: not published."""
+    tree = host_tree({"devices": [one_device(**({"numa_node": written} if written is not None and written >= 0 else {}))]})
+    if written == -1:
+        (tree.root / "bus/pci/devices/0000:19:00.0/numa_node").write_text("-1\n")
+    from dra_driver.backend.interface import BackendSettings
+    from dra_driver_gaudi.backend import GaudiBackend
+
+    backend = GaudiBackend.from_host(BackendSettings(sysfs_root=tree.root))
+    try:
+        [device] = backend.discover().devices
+    finally:
+        backend.close()
+    assert device.attributes.get(NUMA_NODE) == published
 
 
 def test_no_pcie_root_when_the_path_has_none(host_tree):

@@ -238,3 +238,28 @@ def test_doctor_help_shows_only_the_flags_it_reads(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):  # still accepted: a DaemonSet's arguments can be copied
         main(["doctor", "--mps-compute-mode", "unchanged", "--bogus"])
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+EXTENDED_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "extended.gpu.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}], "extendedResourceName": "nvidia.com/gpu"},
+}
+
+
+@pytest.mark.parametrize(
+    ("server_version", "kubelet_version", "status"),
+    [("v1.36.2", "v1.35.6", "warn"), ("v1.36.2", "v1.36.2", "pass"), ("v1.35.6", "v1.35.6", "pass")],
+)
+def test_a_1_35_kubelet_under_a_1_36_control_plane_is_warned_about_extended_resources(tree: Path, server_version: str, kubelet_version: str, status: str):
+    """Measured on the kit (docs/e2e.md): the 1.36 scheduler allocates a claim for nvidia.com/gpu, the 1.35 kubelet
+    ignores it and starts the container without the GPU."""
+    with sim_apiserver.SimApiServer(sim_apiserver.ServerOptions(git_version=server_version)) as server:
+        server.add_node("node-a")
+        server.modify_as_other("Node", "node-a", lambda n: n.setdefault("status", {}).update({"nodeInfo": {"kubeletVersion": kubelet_version}}))
+        server.store.put(dict(EXTENDED_CLASS))
+        check = by_name(doctor(tree, server=server)[1])["extended-resource-skew"]
+    assert check["status"] == status, check
+    if status == "warn":
+        assert "nvidia.com/gpu (extended.gpu.nvidia.com)" in check["summary"] and "DRAExtendedResource" in check["fix"]

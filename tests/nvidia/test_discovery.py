@@ -11,7 +11,7 @@ from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import Version, render_pool, validate_slices
 from dra_driver.backend.registry import open_backends
 from dra_driver.backend.interface import BackendSettings
-from dra_driver.backend.vocabulary import FAMILY, INTERCONNECT, INTERCONNECT_DOMAIN, INTERCONNECT_LINKS, PARTITION, PCI_BUS_ID, PCIE_ROOT, VENDOR
+from dra_driver.backend.vocabulary import FAMILY, INTERCONNECT, INTERCONNECT_DOMAIN, INTERCONNECT_LINKS, NUMA_NODE, PARTITION, PCI_BUS_ID, PCIE_ROOT, VENDOR
 from dra_driver_nvidia.simulated import fake_nvml
 from dra_driver_nvidia.attributes import semver
 from dra_driver_nvidia.backend import NvidiaBackend
@@ -272,3 +272,17 @@ def test_fabric_attributes_keep_the_pool_within_limits(open_backend: OpenBackend
     full = next(d for d in inventory.devices if d.name == "gpu-0")
     assert len(full.attributes) + len(full.capacity) <= 32
     validate_slices(render_pool(inventory, node_name="node-a"))
+
+
+def test_numa_node_from_sysfs_is_published_under_the_standard_name(open_backend: OpenBackend) -> None:
+    """resource.kubernetes.io/numaNode (KEP-6072) from <device>/numa_node, on the GPU and its MIG devices; none when sysfs has none."""
+    section = copy.deepcopy(profile_section("dgx-a100-mig"))
+    section["gpus"][0]["numaNode"] = 1  # in MIG mode: its MIG devices carry it
+    section["gpus"][4]["numaNode"] = 1  # a full GPU
+    inventory = open_backend(section).discover()
+    by_name = {d.name: d for d in inventory.devices}
+    assert by_name["gpu-4"].attributes[NUMA_NODE] == 1
+    mig_of_gpu0 = [d for d in inventory.devices if d.name.startswith("gpu-0-")]
+    assert mig_of_gpu0 and all(d.attributes[NUMA_NODE] == 1 for d in mig_of_gpu0)
+    assert NUMA_NODE not in by_name["gpu-5"].attributes
+    validate_slices(render_pool(inventory, node_name="node-a"))  # still within the attribute limit per device

@@ -12,6 +12,7 @@ import pytest
 from conftest import Node, make_settings
 from example_backend import DRIVER, ExampleBackend
 
+from dra_driver.api.drahealth.v1 import api_pb2 as health_v1_pb2
 from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
@@ -31,7 +32,12 @@ def test_get_info_and_socket_layout(node: Node):
     assert conn.info.type == "DRAPlugin"
     assert conn.info.name == DRIVER
     assert conn.info.endpoint == str(paths.dra_socket) and os.path.isabs(conn.info.endpoint)
-    assert list(conn.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+    assert list(conn.info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
     assert conn.service == "v1.DRAPlugin"
     registration = node.daemon.plugins[DRIVER].registration
     assert registration.status is not None and registration.status.registered
@@ -136,17 +142,47 @@ def test_share_id_is_returned_on_v1_only(node: Node):
     assert beta_entry.devices[0].device_name == "gpu-6"
 
 
-def test_health_stream_reports_all_devices_and_changes(node: Node):
+@pytest.mark.parametrize(("service", "pb"), [("v1alpha1.DRAResourceHealth", health_pb2), ("v1.DRAResourceHealth", health_v1_pb2)])
+def test_health_stream_reports_all_devices_and_changes(node: Node, service, pb):
+    """Each package a kubelet generation dials (1.35-1.36: v1alpha1; 1.37: v1) streams the same states, reason included."""
     conn = node.connect()
-    stream = conn.watch_health()
+    stream = conn.watch_health(service)
     first = next(stream)
+    assert isinstance(first, pb.NodeWatchResourcesResponse)
     assert {d.device.device_name for d in first.devices} == {f"gpu-{i}" for i in range(8)}
-    assert all(d.health == health_pb2.HEALTHY and d.device.pool_name == "node-a" for d in first.devices)
+    assert all(d.health == pb.HEALTHY and d.device.pool_name == "node-a" and d.message == "" for d in first.devices)
     node.daemon.plugins[DRIVER].on_health_event(HealthEvent(device="gpu-3", healthy=False, reason="XID 79"))
     second = next(stream)
-    states = {d.device.device_name: d.health for d in second.devices}
-    assert states["gpu-3"] == health_pb2.UNHEALTHY and states["gpu-2"] == health_pb2.HEALTHY
+    states = {d.device.device_name: (d.health, d.message) for d in second.devices}
+    assert states["gpu-3"] == (pb.UNHEALTHY, "XID 79") and states["gpu-2"] == (pb.HEALTHY, "")
     stream.cancel()
+
+
+def test_health_message_is_cut_at_the_kubelets_limit_and_says_so(node: Node):
+    conn = node.connect()
+    stream = conn.watch_health("v1.DRAResourceHealth")
+    next(stream)
+    node.daemon.plugins[DRIVER].on_health_event(HealthEvent(device="gpu-1", healthy=False, reason="x" * 5000))
+    message = {d.device.device_name: d.message for d in next(stream).devices}["gpu-1"]
+    assert len(message) == 1024 and message.endswith("...")
+    stream.cancel()
+
+
+def test_health_streams_of_both_packages_share_one_stream_budget(node: Node):
+    """A client opening v1 and v1alpha1 streams gets no more threads than the socket reserved for streams."""
+    conn = node.connect()
+    servicer = node.daemon.plugins[DRIVER].health
+    assert servicer is not None
+    limit = servicer.slots.limit
+    streams = [conn.watch_health("v1.DRAResourceHealth" if i % 2 else "v1alpha1.DRAResourceHealth") for i in range(limit)]
+    for stream in streams:
+        next(stream)
+    extra = conn.watch_health("v1.DRAResourceHealth")
+    with pytest.raises(grpc.RpcError) as refused:
+        next(extra)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    for stream in streams:
+        stream.cancel()
 
 
 def test_stop_removes_own_sockets_only(short_tmp, apiserver):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
 from dra_driver.api.dra.v1 import api_pb2 as v1
 from dra_driver.api.dra.v1beta1 import api_pb2 as v1beta1
+from dra_driver.api.drahealth.v1 import api_pb2 as health_v1
 from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg
 
@@ -61,18 +63,21 @@ def test_device_share_id_only_in_v1_and_optional():
     assert not device.HasField("share_id")
 
 
-def test_health_identity():
-    assert health.DESCRIPTOR.package == "v1alpha1"
-    svc = health.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+@pytest.mark.parametrize(("module", "package"), [(health, "v1alpha1"), (health_v1, "v1")])
+def test_health_identity(module, package):
+    """v1alpha1 (1.35-1.39 kubelets) and v1 (1.37 on): the same messages, field 5 `message` included (1.36 on)."""
+    assert module.DESCRIPTOR.package == package
+    svc = module.DESCRIPTOR.services_by_name["DRAResourceHealth"]
     method = svc.methods_by_name["NodeWatchResources"]
-    assert f"/{svc.full_name}/{method.name}" == "/v1alpha1.DRAResourceHealth/NodeWatchResources"
+    assert f"/{svc.full_name}/{method.name}" == f"/{package}.DRAResourceHealth/NodeWatchResources"
     assert method.server_streaming and not method.client_streaming
-    assert fields_of(health.NodeWatchResourcesRequest) == {}
-    assert fields_of(health.NodeWatchResourcesResponse) == {"devices": 1}
-    assert fields_of(health.DeviceIdentifier) == {"pool_name": 1, "device_name": 2}
-    assert fields_of(health.DeviceHealth) == {"device": 1, "health": 2, "last_updated_time": 3, "health_check_timeout_seconds": 4}
-    assert health.DeviceHealth.DESCRIPTOR.fields_by_name["last_updated_time"].type == FieldDescriptor.TYPE_INT64
-    assert {v.name: v.number for v in health.DESCRIPTOR.enum_types_by_name["HealthStatus"].values} == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+    assert fields_of(module.NodeWatchResourcesRequest) == {}
+    assert fields_of(module.NodeWatchResourcesResponse) == {"devices": 1}
+    assert fields_of(module.DeviceIdentifier) == {"pool_name": 1, "device_name": 2}
+    assert fields_of(module.DeviceHealth) == {"device": 1, "health": 2, "last_updated_time": 3, "health_check_timeout_seconds": 4, "message": 5}
+    assert module.DeviceHealth.DESCRIPTOR.fields_by_name["last_updated_time"].type == FieldDescriptor.TYPE_INT64
+    assert module.DeviceHealth.DESCRIPTOR.fields_by_name["message"].type == FieldDescriptor.TYPE_STRING
+    assert {v.name: v.number for v in module.DESCRIPTOR.enum_types_by_name["HealthStatus"].values} == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
 
 
 def test_descriptor_files_are_distinct():

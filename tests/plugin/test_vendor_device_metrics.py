@@ -14,8 +14,10 @@ from test_device_metrics import Samples, free_port, one, scrape, series
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings, ClaimRef, VendorBackend
-from dra_driver.kube.claims import ClaimReader, allocated_claim_object
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.daemon import Daemon
+from dra_driver.node.metrics_http import BindAddress
 from dra_driver.node.plugin.kubelet_client import register
 
 amd = pytest.importorskip("dra_driver_amd.backend")
@@ -26,7 +28,7 @@ GAUDI = "gaudi.intel.com"
 
 def start_daemon(short_tmp: Path, apiserver: Any, backend: VendorBackend) -> tuple[Daemon, int]:
     port = free_port()
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), make_settings(short_tmp), metrics_port=port, device_metrics_interval=3600)
+    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), make_settings(short_tmp), metrics_address=BindAddress("127.0.0.1", port), device_metrics_interval=3600)
     assert daemon.start().running == [backend.driver_name]
     return daemon, port
 

@@ -81,7 +81,8 @@ def base_attributes(gpu: GpuInfo, pcie_root: str | None, partition: bool) -> dic
     if version is not None:
         attributes["driverVersion"] = version
     if gpu.numa_node is not None:
-        attributes["numaNode"] = gpu.numa_node
+        attributes["numaNode"] = gpu.numa_node  # kept beside the standard name for selectors written before 1.37
+        attributes[vocabulary.NUMA_NODE] = gpu.numa_node
     if pcie_root:
         attributes[vocabulary.PCIE_ROOT] = pcie_root
     hive = ""

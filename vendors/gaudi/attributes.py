@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dra_driver.model.device import AttributeValue, Device, Version
 from dra_driver.model.quantity import from_bytes
 from dra_driver.common.logs import fields
-from dra_driver.backend.vocabulary import MAX_VALUE_BYTES, PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
+from dra_driver.backend.vocabulary import MAX_VALUE_BYTES, NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
 
 from dra_driver_gaudi.discovery import GaudiDevice
 from dra_driver_gaudi.models import ModelInfo
@@ -66,6 +66,8 @@ def _identity(facts: DeviceFacts) -> dict[str, AttributeValue]:
     }
     if device.uverbs_index is not None:
         attributes["uverbsIndex"] = device.uverbs_index
+    if device.numa_node is not None:
+        attributes[NUMA_NODE] = device.numa_node
     if device.pcie_root:
         attributes[PCIE_ROOT] = device.pcie_root
         attributes["pciRoot"] = device.pcie_root.split(":")[-1]  # Intel's deprecated form: "17" for pci0000:17

@@ -32,6 +32,7 @@ class GaudiDevice:
     accel_index: int
     module_id: int
     pcie_root: str | None  # pci0000:17
+    numa_node: int | None  # <function>/numa_node; None when absent or -1
     uverbs_index: int | None  # None: no RoCE verbs device
     sysfs_dir: Path  # the PCI function's directory (through the driver's symlink)
 
@@ -105,6 +106,7 @@ def read_function(sysfs_root: Path, bdf: str, legacy: dict[str, _LegacyEntry]) -
         accel_index=_accel_index(bdf, function_dir, legacy),
         module_id=_module_id(bdf, function_dir, legacy),
         pcie_root=root,
+        numa_node=sysfs_util.numa_node(function_dir),
         uverbs_index=_uverbs_index(bdf, function_dir),
         sysfs_dir=function_dir,
     )

@@ -15,7 +15,7 @@ from dra_driver.common.logs import fields
 from dra_driver.model import quantity
 from dra_driver.model.device import AttributeValue, CapacityPolicy, CounterConsumption, CounterSet, Device, Version
 from dra_driver.model.validation import MAX_ATTRIBUTES_AND_CAPACITIES, MAX_VALUE_LENGTH
-from dra_driver.backend.vocabulary import PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
+from dra_driver.backend.vocabulary import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, common_attributes, interconnect_domain
 from dra_driver_nvidia.discovery import GpuInfo, SystemInfo
 from dra_driver_nvidia.mig import MigDevice, MigProfile, device_name
 from dra_driver_nvidia.nvml import GpuInstanceProfileInfo, Placement
@@ -75,6 +75,8 @@ def _shared_attributes(gpu: GpuInfo, system: SystemInfo) -> dict[str, AttributeV
         attributes["cudaDriverVersion"] = semver(system.cuda_driver_version)
     if gpu.pcie_root:
         attributes[PCIE_ROOT] = gpu.pcie_root
+    if gpu.numa_node is not None:
+        attributes[NUMA_NODE] = gpu.numa_node
     return attributes
 
 

@@ -859,13 +859,15 @@ def _stop_simulated_nvml(simulator: fake_nvml.FakeNvmlLibrary) -> None:
 
 
 def _write_sysfs(root: Path, section: NvidiaSection) -> None:
-    """A minimal sysfs tree so the PCIe root is read the same way as on a host."""
+    """A minimal sysfs tree so the PCIe root (and NUMA node) are read the same way as on a host."""
     for gpu in section.gpus:
         if not gpu.pcieRoot:
             continue
         bus_id = kubernetes_bus_id(gpu.pciBusId)
         device_dir = root / "devices" / gpu.pcieRoot / bus_id
         device_dir.mkdir(parents=True, exist_ok=True)
+        if gpu.numaNode is not None:
+            (device_dir / "numa_node").write_text(f"{gpu.numaNode}\n")
         link = root / "bus" / "pci" / "devices" / bus_id
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_symlink():

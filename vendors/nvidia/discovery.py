@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pynvml
 
+from dra_driver.backend.sysfs import numa_node as sysfs_numa_node
+from dra_driver.backend.sysfs import pci_device_dir
 from dra_driver.common.logs import fields
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.nvml import Handle, NvmlError
@@ -55,6 +57,7 @@ class GpuInfo:
     memory_bytes: int
     pci_bus_id: str  # "0000:1b:00.0" (Kubernetes form)
     pcie_root: str | None
+    numa_node: int | None  # from <device>/numa_node in sysfs; None when absent or -1
     mig_capable: bool
     mig_enabled: bool
     mig_pending: bool  # the mode after the next GPU reset; differs from mig_enabled while a change waits
@@ -170,6 +173,7 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
         memory_bytes=nvml.memory_total(handle),
         pci_bus_id=bus_id,
         pcie_root=pcie_root(sysfs_root, bus_id),
+        numa_node=sysfs_numa_node(pci_device_dir(sysfs_root, bus_id)),
         mig_capable=mig_capable,
         mig_enabled=mig_enabled,
         mig_pending=mig_pending,

@@ -96,6 +96,7 @@ class GpuSpec(_Strict):
     uuid: str
     pciBusId: str  # "00000000:1B:00.0" (NVML busId format)
     pcieRoot: str | None = None  # "pci0000:1a"; written into the simulated sysfs tree
+    numaNode: int | None = Field(default=None, ge=0)  # written as <device>/numa_node beside pcieRoot
     minor: int
     migEnabled: bool = False
     migDevices: list[MigDeviceSpec] = Field(default_factory=list)

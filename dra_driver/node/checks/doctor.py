@@ -9,8 +9,10 @@ runtime's version). The checks read the node as `run` would, with the same paths
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -117,7 +119,8 @@ def run_checks(settings: DoctorSettings) -> DoctorReport:
     with node_facts(settings) as facts:
         checks: list[Callable[[DoctorSettings, NodeFacts], CheckResult]] = [
             check_vendor_libraries, check_device_nodes, check_kubelet_dirs, check_registration, check_cdi_dir,
-            check_runtime_cdi, check_resource_api, check_device_plugins, check_same_name_drivers, check_instance, check_permissions,
+            check_runtime_cdi, check_resource_api, check_extended_resource_skew, check_device_plugins, check_same_name_drivers,
+            check_instance, check_permissions,
         ]  # fmt: skip
         return DoctorReport([_guarded(check, settings, facts) for check in checks])
 
@@ -304,6 +307,44 @@ def check_resource_api(settings: DoctorSettings, facts: NodeFacts) -> CheckResul
     if "resourceslices" not in served:
         return CheckResult("resource-api", Status.FAIL, "resource.k8s.io/v1 does not serve resourceslices", "upgrade the cluster to Kubernetes 1.34 or later")
     return CheckResult("resource-api", Status.PASS, "resource.k8s.io/v1 is served (resourceslices, resourceclaims)")
+
+
+def _minor(version: object) -> tuple[int, int] | None:
+    """(1, 36) of "v1.36.2"; None when the text is not a Kubernetes version."""
+    match = re.match(r"^v?(\d+)\.(\d+)", version) if isinstance(version, str) else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_extended_resource_skew(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
+    """A 1.36+ control plane maps extended resources (nvidia.com/gpu) to this driver's classes by default; a 1.35
+    kubelet ignores the claim the scheduler makes for them unless its DRAExtendedResource gate is on, and the
+    container starts without the device (measured on 1.36.2 + 1.35.6, docs/e2e.md)."""
+    name = "extended-resource-skew"
+    if facts.api is None or facts.node is None:
+        return CheckResult(name, Status.PASS, "not checked: no cluster access or no Node object")
+    kubelet = ((facts.node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+    try:
+        server = facts.api.request("GET", "/version", timeout=API_TIMEOUT_S).get("gitVersion")
+        classes = facts.api.request("GET", "/apis/resource.k8s.io/v1/deviceclasses", timeout=API_TIMEOUT_S).get("items") or []
+    except Exception as exc:
+        return CheckResult(name, Status.PASS, f"not checked: {_short(exc)}")
+    kubelet_minor, server_minor = _minor(kubelet), _minor(server)
+    if kubelet_minor is None or server_minor is None or not (kubelet_minor < (1, 36) <= server_minor):
+        return CheckResult(name, Status.PASS, f"kubelet {kubelet or 'unknown'}, API server {server or 'unknown'}: no extended-resource skew")
+    mapped = sorted(
+        f"{(c.get('spec') or {}).get('extendedResourceName')} ({(c.get('metadata') or {}).get('name')})"
+        for c in classes
+        if isinstance(c, dict) and (c.get("spec") or {}).get("extendedResourceName")
+        and any(driver in json.dumps((c.get("spec") or {}).get("selectors") or []) for driver in facts.drivers)
+    )
+    if not mapped:
+        return CheckResult(name, Status.PASS, f"kubelet {kubelet}, API server {server}: no DeviceClass of this driver maps an extended resource")
+    return CheckResult(
+        name, Status.WARN,
+        f"kubelet {kubelet} with API server {server}: a pod asking {', '.join(mapped)} is given a claim by the scheduler that "
+        "this kubelet ignores unless its DRAExtendedResource gate is on (off by default in 1.35): the container would start without the device",
+        "turn DRAExtendedResource on in this kubelet's featureGates, or upgrade the kubelet to 1.36, or keep those pods on claims or the device plugin",
+    )  # fmt: skip
 
 
 def _short(exc: Exception) -> str:

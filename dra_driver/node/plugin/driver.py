@@ -29,7 +29,6 @@ from typing import Any
 
 import grpc
 
-from dra_driver.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.common.boot_id import DEFAULT_BOOT_ID_PATH
 from dra_driver.node.checkpoint import Checkpoint
@@ -38,7 +37,7 @@ from dra_driver.common.logs import fields
 from dra_driver.node.metrics import Metrics
 from dra_driver.model.device import Inventory
 from dra_driver.node.checks.same_name import mark_registration, unmark_registration
-from dra_driver.node.plugin.health import MAX_STREAMS, HealthHub, HealthServicer
+from dra_driver.node.plugin.health import MAX_STREAMS, HealthHub, HealthServicer, add_health_servicers
 from dra_driver.node.plugin.instance_lock import InstanceLock
 from dra_driver.node.plugin.lease import LeasedPublisher, Publisher
 from dra_driver.node.plugin.prepare import ClaimSource, DeviceCheck, PrepareService
@@ -151,7 +150,7 @@ class DriverPlugin:
 
         def register_dra(server: grpc.Server) -> None:
             add_dra_servicers(server, self.service, self._metrics)
-            health_grpc.add_DRAResourceHealthServicer_to_server(health, server)
+            add_health_servicers(server, health)
 
         workers = self.settings.grpc_workers + self.settings.health_streams
         self._dra_server = UnixServer(self.paths.dra_socket, register_dra, workers, f"dra-{self.driver}")

@@ -1,4 +1,9 @@
-"""Device health: the latest state per device, streamed to the kubelet (v1alpha1.DRAResourceHealth).
+"""Device health: the latest state per device, streamed to the kubelet (DRAResourceHealth).
+
+The same stream is served as `v1alpha1.DRAResourceHealth` (kubelets 1.35-1.39) and
+`v1.DRAResourceHealth` (1.37 on; a kubelet that finds both in `supported_versions` takes v1):
+the two packages have the same messages and field numbers, so one servicer per package renders
+the same states with that package's classes, and both take their streams from one set of slots.
 
 The kubelet treats every stream message as the complete list for the driver
 and marks a device Unknown when it has not been reported for its timeout, so
@@ -28,12 +33,15 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import Any
 
 import grpc
 
+from dra_driver.api.drahealth.v1 import api_pb2 as health_v1_pb2
+from dra_driver.api.drahealth.v1 import api_pb2_grpc as health_v1_grpc
 from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health_pb2
 from dra_driver.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from dra_driver.common.logs import fields
@@ -46,6 +54,12 @@ REFUSAL_LOG_INTERVAL_S = 60.0  # a client that keeps opening streams gets one wa
 # Two re-sends may be lost or late before the kubelet stops trusting a report
 # (its own default would be 30 s when the field is 0).
 TIMEOUT_RESENDS = 3
+MESSAGE_LIMIT = 1024  # DeviceHealth.message: the kubelet cuts longer text itself, ours is cut first and says so
+# The health services served, in the order they are advertised (the kubelet prefers v1 when it knows it).
+HEALTH_SERVICES: dict[str, tuple[ModuleType, Callable[[Any, grpc.Server], None]]] = {
+    "v1.DRAResourceHealth": (health_v1_pb2, health_v1_grpc.add_DRAResourceHealthServicer_to_server),
+    "v1alpha1.DRAResourceHealth": (health_pb2, health_grpc.add_DRAResourceHealthServicer_to_server),
+}
 
 
 class Health(enum.Enum):
@@ -132,14 +146,22 @@ class HealthHub:
         self._changed.notify_all()
 
 
-def _message(pool: str, states: Sequence[DeviceHealthState], timeout_s: int) -> Any:
-    return health_pb2.NodeWatchResourcesResponse(
+def _bounded_reason(reason: str) -> str:
+    if len(reason) <= MESSAGE_LIMIT:
+        return reason
+    return reason[: MESSAGE_LIMIT - 3] + "..."
+
+
+def _message(pb: ModuleType, pool: str, states: Sequence[DeviceHealthState], timeout_s: int) -> Any:
+    """One full list in the classes of `pb` (v1 or v1alpha1: same fields); the enum numbers are equal too."""
+    return pb.NodeWatchResourcesResponse(
         devices=[
-            health_pb2.DeviceHealth(
-                device=health_pb2.DeviceIdentifier(pool_name=pool, device_name=s.device),
+            pb.DeviceHealth(
+                device=pb.DeviceIdentifier(pool_name=pool, device_name=s.device),
                 health=s.health.value,
                 last_updated_time=s.updated,
                 health_check_timeout_seconds=timeout_s,
+                message=_bounded_reason(s.reason),
             )
             for s in states
         ]
@@ -177,15 +199,31 @@ class StreamSlots:
             return self.limit - self._free
 
 
-class HealthServicer(health_grpc.DRAResourceHealthServicer):
-    def __init__(self, hub: HealthHub, resend_interval: float = RESEND_INTERVAL_S, max_streams: int = MAX_STREAMS) -> None:
+class HealthServicer:
+    """NodeWatchResources of one health package (`pb`); `sibling` serves another package from the same slots."""
+
+    def __init__(
+        self,
+        hub: HealthHub,
+        resend_interval: float = RESEND_INTERVAL_S,
+        max_streams: int = MAX_STREAMS,
+        pb: ModuleType = health_pb2,
+        slots: StreamSlots | None = None,
+    ) -> None:
         self._hub = hub
         self._resend = resend_interval
         self._timeout_s = health_timeout_seconds(resend_interval)
-        self.slots = StreamSlots(max_streams)
+        self.pb = pb
+        # One thread budget for every package: the kubelet opens streams of one version only, but a
+        # client asking both must not get twice the threads the DRA socket reserved for streams.
+        self.slots = slots if slots is not None else StreamSlots(max_streams)
         self._refusals = 0
         self._refusal_logged = -REFUSAL_LOG_INTERVAL_S
         self._refusal_lock = threading.Lock()
+
+    def sibling(self, pb: ModuleType) -> HealthServicer:
+        """The same hub and slots served with another package's messages."""
+        return HealthServicer(self._hub, self._resend, self.slots.limit, pb=pb, slots=self.slots)
 
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         slot = self.slots.take()
@@ -215,10 +253,16 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):
 
     def _stream(self, context: grpc.ServicerContext, slot: threading.Event) -> Iterator[Any]:
         version, states = self._hub.snapshot()
-        yield _message(self._hub.pool, states, self._timeout_s)
+        yield _message(self.pb, self._hub.pool, states, self._timeout_s)
         while context.is_active():
             # Wakes on a change, after the re-send interval or when the stream ended: a full list goes out unless it ended.
             if not self._hub.wait_change(version, self._resend, slot):
                 return
             version, states = self._hub.snapshot()
-            yield _message(self._hub.pool, states, self._timeout_s)
+            yield _message(self.pb, self._hub.pool, states, self._timeout_s)
+
+
+def add_health_servicers(server: grpc.Server, servicer: HealthServicer) -> None:
+    """Serve every package of HEALTH_SERVICES from `servicer`'s hub and slots."""
+    for pb, add in HEALTH_SERVICES.values():
+        add(servicer if pb is servicer.pb else servicer.sibling(pb), server)

@@ -20,16 +20,21 @@ from dra_driver.api.dra.v1 import api_pb2 as v1_pb2
 from dra_driver.api.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver.api.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver.api.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health_pb2
+from dra_driver.api.drahealth.v1 import api_pb2_grpc as health_v1_grpc
 from dra_driver.api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.common.errors import DraError
+from dra_driver.node.plugin.health import HEALTH_SERVICES
 from dra_driver.backend.interface import ClaimRef
 
 KUBELET_SERVICES: dict[str, tuple[ModuleType, Any]] = {
     "v1.DRAPlugin": (v1_pb2, v1_grpc.DRAPluginStub),
     "v1beta1.DRAPlugin": (v1beta1_pb2, v1beta1_grpc.DRAPluginStub),
+}
+HEALTH_STUBS: dict[str, Any] = {
+    "v1.DRAResourceHealth": health_v1_grpc.DRAResourceHealthStub,
+    "v1alpha1.DRAResourceHealth": health_grpc.DRAResourceHealthStub,
 }
 CALL_TIMEOUT_S = 45.0  # the kubelet's per-call deadline
 
@@ -54,9 +59,13 @@ class PluginConnection:
         request = self.pb2.NodeUnprepareResourcesRequest(claims=[_claim(self.pb2, c) for c in claims])
         return self.stub.NodeUnprepareResources(request, timeout=timeout)
 
-    def watch_health(self) -> Any:
-        stub = health_grpc.DRAResourceHealthStub(self.channel)
-        return stub.NodeWatchResources(health_pb2.NodeWatchResourcesRequest())
+    def watch_health(self, service: str = "v1alpha1.DRAResourceHealth") -> Any:
+        """Open the health stream of one package, as a kubelet of that generation does."""
+        if service not in self.info.supported_versions:
+            raise RegistrationRejected(f"the plugin does not advertise {service}: {list(self.info.supported_versions)}")
+        pb, _ = HEALTH_SERVICES[service]
+        stub = HEALTH_STUBS[service](self.channel)
+        return stub.NodeWatchResources(pb.NodeWatchResourcesRequest())
 
     def close(self) -> None:
         self.channel.close()

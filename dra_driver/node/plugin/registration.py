@@ -11,12 +11,14 @@ import grpc
 from dra_driver.api.pluginregistration.v1 import api_pb2 as reg_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.common.logs import fields
+from dra_driver.node.plugin.health import HEALTH_SERVICES
 
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-# The kubelet takes the first entry it knows, in this order: v1 first (kubelet cm/dra/plugin/registration.go).
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+# The kubelet takes the first DRA service it knows, in this order: v1 first (kubelet cm/dra/plugin/registration.go);
+# it skips the health entries for that choice and picks v1 health over v1alpha1 when it knows v1 (1.37 on).
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", *HEALTH_SERVICES)
 
 
 @dataclass(frozen=True)

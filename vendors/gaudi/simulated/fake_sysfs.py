@@ -39,6 +39,7 @@ class FakeDevice(BaseModel):
     uverbs: int | None = Field(default=None, ge=0, description="RoCE verbs index; null when the NIC is absent")
     serial: str | None = Field(default=None, description="served by the simulated HLML when set")
     status: str = "Operational"
+    numa_node: int | None = Field(default=None, ge=0, description="written as <function>/numa_node when set")
 
     @field_validator("bdf", "bridge")
     @classmethod
@@ -138,6 +139,8 @@ class FakeSysfs:
         device_type = DEVICE_TYPES.get(device.device_id.lower())
         if device_type:
             files["device_type"] = device_type
+        if device.numa_node is not None:
+            files["numa_node"] = str(device.numa_node)
         for name, value in files.items():
             self._write(function / name, value)
         self._link(function / "driver", driver_dir)
