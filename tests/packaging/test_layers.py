@@ -18,6 +18,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"model"}),
     frozenset({"inputs"}),
     frozenset({"cel", "kube", "backend"}),
+    frozenset({"simulation"}),  # only where a simulated profile is asked for: node/assembly and cli import it lazily
     frozenset({"allocator", "node"}),
     frozenset({"sources"}),
     frozenset({"migrate", "explain"}),
