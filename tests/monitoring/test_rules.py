@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from manifests import DOC, UNIT_TESTS, alerts, dashboard, promtool, rendered, write_rules
+from tests.monitoring.manifests import DOC, UNIT_TESTS, alerts, dashboard, promtool, rendered, write_rules
 
 
 def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
