@@ -95,11 +95,12 @@ class Kit:
             raise AssertionError(f"{name} {' '.join(args)} failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}")
         return done.stdout
 
+    def kubectl_command(self, *args: str) -> list[str]:
+        """The kit's kubectl with the kit's kubeconfig, for a process that keeps running (port-forward)."""
+        return [str(self.home / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(self.home / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            input=stdin, capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
+        done = subprocess.run(self.kubectl_command(*args), input=stdin, capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()[-2000:]}")
         return done

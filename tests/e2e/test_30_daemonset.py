@@ -18,44 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from .daemonset import DRIVER, DS_NAMESPACE, DS_NAME, OVERLAY, ds_settled, install_simulated, remove_simulated
 from .kit import Kit, wait_for
 from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, seen_in, specs_naming
-
-OVERLAY = REPO / "deploy" / "overlays" / "simulated"
-DS_NAMESPACE = "dra-driver"
-DS_NAME = "dra-driver-kubelet-plugin"
-DRIVER = "gpu.nvidia.com"
-
-
-def _ds(kit: Kit) -> dict:
-    return kit.get("-n", DS_NAMESPACE, "daemonset", DS_NAME)
-
-
-def _ds_settled(kit: Kit) -> bool:
-    status = _ds(kit).get("status", {})
-    return (
-        status.get("desiredNumberScheduled", 0) >= 1
-        and status.get("numberReady") == status.get("desiredNumberScheduled")
-        and status.get("updatedNumberScheduled") == status.get("desiredNumberScheduled")
-        and status.get("numberAvailable") == status.get("desiredNumberScheduled")
-        and status.get("observedGeneration") == _ds(kit)["metadata"]["generation"]
-    )
 
 
 @pytest.fixture(scope="module")
 def installed(node2: Kit) -> Iterator[Kit]:
-    kit = node2
-    kit.kubectl("label", "node", "node-2", "dra-driver.io/accelerator=simulated", "--overwrite")
-    kit.apply_k(OVERLAY)
+    install_simulated(node2)
     try:
-        wait_for("the DaemonSet ready on node-2", lambda: _ds_settled(kit), 240, interval=1)
-        wait_for("node-2's slices", lambda: kit.slices("node-2", DRIVER), 120)
-        yield kit
+        yield node2
     finally:
-        # the uninstall test removes it; after a failure, remove what is left in the documented order
-        kit.kubectl("-n", NAMESPACE, "delete", "pods", "--all", "--wait=true", "--timeout=120s", check=False, timeout=180)
-        kit.kubectl("delete", "-k", str(OVERLAY), "--ignore-not-found", "--wait=true", "--timeout=120s", check=False, timeout=180)
+        remove_simulated(node2)  # the uninstall test removes it; this removes what a failure left
 
 
 def test_claim_pod_on_the_daemonset_node(installed: Kit):
@@ -125,7 +99,7 @@ def test_rolling_update_keeps_a_registered_plugin_and_prepares_a_claim_created_d
     wait_for("the new driver pod created", lambda: {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]} - old_pods, 60)
     kit.apply([claim_template("t-roll", "gpu.nvidia.com", 1), claim_pod("during-update", "t-roll", node="node-2")])
     kit.wait_pod_running(NAMESPACE, "during-update", timeout=180)
-    wait_for("the rolling update done", lambda: _ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]}, 240, interval=1)
+    wait_for("the rolling update done", lambda: ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]}, 240, interval=1)
     time.sleep(2)  # two more watcher periods of the kubelet after the old pod went
     sampler.stop.set()
     thread.join(5)
