@@ -40,11 +40,14 @@ QUIET_IN_CLUSTER = {"DraPrepareErrorsRising", "DraMpsDaemonDown", "DraSlicesNotP
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def ready_pod(kit: Kit, namespace: str, app: str) -> str | None:
-    """The name of a Ready pod labelled app.kubernetes.io/name=`app`, not being deleted."""
+def running_pod(kit: Kit, namespace: str, app: str) -> str | None:
+    """The name of a pod labelled app.kubernetes.io/name=`app` whose containers run, not being deleted.
+
+    Not "Ready": the kit's kubelet probes the pod IP from the host, where no pod network exists, so the fleet
+    exporter's httpGet probe is refused there; its /readyz is read through port-forward instead (scene)."""
     for pod in kit.get("-n", namespace, "pods", "-l", f"app.kubernetes.io/name={app}")["items"]:
-        conditions = pod.get("status", {}).get("conditions", [])
-        if not pod["metadata"].get("deletionTimestamp") and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+        statuses = pod.get("status", {}).get("containerStatuses", [])
+        if not pod["metadata"].get("deletionTimestamp") and statuses and all("running" in c.get("state", {}) for c in statuses):
             return str(pod["metadata"]["name"])
     return None
 
@@ -55,15 +58,15 @@ def monitored(node2: Kit) -> Iterator[Kit]:
     install_simulated(kit)
     try:
         kit.apply_k(FLEET_EXPORTER)
-        wait_for("the fleet exporter pod Ready", lambda: ready_pod(kit, DS_NAMESPACE, "dra-driver-fleet-exporter"), 180, interval=1)
+        wait_for("the fleet exporter pod running", lambda: running_pod(kit, DS_NAMESPACE, "dra-driver-fleet-exporter"), 180, interval=1)
         yield kit
     finally:
         kit.kubectl("delete", "-k", str(FLEET_EXPORTER), "--ignore-not-found", "--wait=true", "--timeout=120s", check=False, timeout=180)
         remove_simulated(kit)
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:  # noqa: S310 - loopback
+def scrape(port: int, path: str = "/metrics") -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:  # noqa: S310 - loopback
         return str(answer.read().decode())
 
 
@@ -71,9 +74,9 @@ def samples(port: int) -> Samples:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(scrape(port)) for s in f.samples}
 
 
-def answers(port: int) -> bool:
+def answers(port: int, path: str = "/metrics") -> bool:
     try:
-        return bool(scrape(port))
+        return bool(scrape(port, path))
     except OSError:
         return False
 
@@ -108,8 +111,8 @@ def scene(monitored: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     kit.wait_pod_running(NAMESPACE, "mon-pod")
     claim = kit.claim_of(NAMESPACE, "mon-pod")
     ((_, pool, device),) = allocated_devices(claim)
-    plugin = ready_pod(kit, DS_NAMESPACE, "dra-driver-kubelet-plugin")
-    fleet = ready_pod(kit, DS_NAMESPACE, "dra-driver-fleet-exporter")
+    plugin = running_pod(kit, DS_NAMESPACE, "dra-driver-kubelet-plugin")
+    fleet = running_pod(kit, DS_NAMESPACE, "dra-driver-fleet-exporter")
     assert plugin and fleet
     logs = [work / "port-forward-plugin.log", work / "port-forward-fleet.log", work / "prometheus.log"]
     processes: list[subprocess.Popen[bytes]] = []
@@ -118,6 +121,7 @@ def scene(monitored: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         processes.append(forward)
         forward, fleet_port = port_forward(kit, fleet, logs[1])
         processes.append(forward)
+        wait_for("the fleet exporter's /readyz", lambda: answers(fleet_port, "/readyz"), 60, interval=1)
         yield Scene(kit, work, claim["metadata"]["name"], pool, device, plugin_port, fleet_port, logs)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{tails(logs)}") from None
