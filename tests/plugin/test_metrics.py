@@ -60,6 +60,23 @@ def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: P
         daemon.stop()
 
 
+def test_error_and_claim_counters_exist_at_zero_before_any_claim(short_tmp: Path, apiserver):
+    """A node that never failed reads 0 errors, not "no data": the dashboard's prepare-errors panel and the
+    DraPrepareErrorsRising alert see a series on a healthy cluster (it was empty there until the first failure)."""
+    port = free_port()
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp),
+                    metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
+    assert daemon.start().running == [DRIVER]
+    try:
+        got = samples(port)
+        for operation in ("prepare", "unprepare"):
+            assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", operation)))] == 0
+            for result in ("ok", "error"):
+                assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", operation), ("result", result)))] == 0
+    finally:
+        daemon.stop()
+
+
 def test_busy_metrics_port_never_stops_the_daemon_and_is_taken_once_free(short_tmp: Path, apiserver, monkeypatch):
     """The surge pod of a rolling update with host networking finds the old pod on the port: it must start, serve
     and register anyway, and serve metrics as soon as the old pod lets the port go."""

@@ -117,6 +117,11 @@ class PrepareService:
         self._cdi_place = Place("CDI directory", cdi_dir, "--cdi-dir")
         self._state_place = Place("state directory", checkpoint.path, "--state-dir")
         self._metrics = metrics
+        if metrics is not None:  # series from the start: a node without failures reads 0, not "no data"
+            for operation in ("prepare", "unprepare"):
+                metrics.errors.labels(self.driver, operation)
+                for result in ("ok", "error"):
+                    metrics.claims.labels(self.driver, operation, result)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"prepare-{self.driver}")
         self._uid_locks = KeyedLocks()
         self._devices_lock = KeyedLocks()  # one key: conflict check + PrepareStarted are atomic
