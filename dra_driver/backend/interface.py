@@ -199,6 +199,19 @@ class HealthEvent:
     taint: DeviceTaint | None = None  # published while unhealthy (when taints are enabled)
 
 
+@dataclass
+class DeviceReadings:
+    """What a vendor library reported for one device or partition handle (None: not reported), before the backend
+    turns it into a DeviceSample; memory in bytes, utilization 0..1 or percent as the backend documents."""
+
+    utilization: float | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class DeviceSample:
     """One published device's readings, as its vendor library gives them (None: not reported by this device).

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from dra_driver.backend.interface import DeviceSample
+from dra_driver.backend.interface import DeviceReadings, DeviceSample
 from dra_driver.common.logs import fields
 
 from dra_driver_amd.attributes import product_name
@@ -26,16 +25,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass
-class Readings:
-    """What one processor handle reported."""
-
-    utilization: float | None = None
-    memory_used: int | None = None
-    memory_total: int | None = None
-    power_watts: float | None = None
-    temperature_celsius: float | None = None
-    errors: dict[str, int] = field(default_factory=dict)
+Readings = DeviceReadings  # one readings type for every vendor (dra_driver.backend.interface)
 
 
 def _read(what: str, bdf: str, call: Callable[[], T]) -> T | None:

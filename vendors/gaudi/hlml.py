@@ -12,9 +12,9 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.backend.interface import DeviceReadings
 from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)
@@ -33,16 +33,7 @@ ECC_AGGREGATE = 1
 _missing_logged = threading.Event()
 
 
-@dataclass
-class HlmlReadings:
-    """One device's readings from HLML (None: not reported)."""
-
-    utilization: float | None = None
-    memory_used: int | None = None
-    memory_total: int | None = None
-    power_watts: float | None = None
-    temperature_celsius: float | None = None
-    errors: dict[str, int] = field(default_factory=dict)
+HlmlReadings = DeviceReadings  # one readings type for every vendor (dra_driver.backend.interface)
 
 
 def import_pyhlml() -> Any | None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
-from dra_driver.backend.interface import DeviceSample
+from dra_driver.backend.interface import DeviceReadings, DeviceSample
 from dra_driver.common.logs import fields
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.discovery import GpuInfo
@@ -24,14 +24,7 @@ T = TypeVar("T")
 PARENT_READINGS = ("utilization", "power_watts", "temperature_celsius")
 
 
-@dataclass
-class GpuReadings:
-    utilization: float | None = None
-    memory_used: int | None = None
-    memory_total: int | None = None
-    power_watts: float | None = None
-    temperature_celsius: float | None = None
-    errors: dict[str, int] = field(default_factory=dict)
+GpuReadings = DeviceReadings  # one readings type for every vendor (dra_driver.backend.interface)
 
 
 @dataclass(frozen=True)
