@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.monitoring.live import (
-    FLEET_JOB, PLUGIN_JOB, dashboard_and_alert_checks, free_port, prometheus_command, prometheus_config, query,
+    dashboard_and_alert_checks, free_port, prometheus_command, prometheus_config, query,
     rules_unhealthy, spawn, stop, tails, unanswered,
 )  # fmt: skip
 from tests.monitoring.manifests import alerts, tool
