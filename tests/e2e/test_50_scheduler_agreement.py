@@ -1,6 +1,6 @@
 """`dra-driver explain --kubeconfig` against the real kube-scheduler, claim by claim (issue #29, docs/e2e.md).
 
-node-1's host driver publishes dgx-h100 (static). For every claim of the corpus (examples/claims and the claims
+node-1's host driver publishes dgx-h100, then dgx-a100-mig (both static). For every claim of the corpus (examples/claims and the claims
 below, all naming shipped DeviceClasses), explain reads the running cluster and gives its verdict (exit 0:
 allocatable, 1: not); then the claim and a pod using it are created, and the scheduler's verdict is the pod's
 PodScheduled condition (True, or False with reason Unschedulable). Pod and claim are deleted before the next claim,
@@ -23,7 +23,7 @@ from .conftest import REPO, HostDriver, start_host_driver, stop_host_driver
 from .kit import Kit, wait_for
 from .workloads import NAMESPACE, claim_pod
 
-PROFILE = "dgx-h100"
+PROFILES = ("dgx-h100", "dgx-a100-mig")  # whole GPUs; then MIG slices (the corpus's MIG claims become allocatable)
 SCHEDULE_TIMEOUT = 60.0  # the scheduler's first attempt takes well under a second; this only bounds a hang
 
 
@@ -130,9 +130,9 @@ class Verdicts:
     explain_tail: str
 
 
-@pytest.fixture(scope="module")
-def h100(node1: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostDriver]:
-    driver = start_host_driver(node1, PROFILE, Path(tmp_path_factory.mktemp("agreement")), ("gpu.nvidia.com",))
+@pytest.fixture(scope="module", params=PROFILES)
+def host_driver(request: pytest.FixtureRequest, node1: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostDriver]:
+    driver = start_host_driver(node1, request.param, Path(tmp_path_factory.mktemp("agreement")), ("gpu.nvidia.com",))
     try:
         yield driver
     finally:
@@ -182,8 +182,8 @@ def _verdicts(kit: Kit, name: str, claim: dict[str, Any], work: Path) -> Verdict
     return Verdicts(explain_ok, scheduled, message, tail)
 
 
-def test_explain_agrees_with_the_scheduler(h100: HostDriver, tmp_path: Path):
-    kit = h100.kit
+def test_explain_agrees_with_the_scheduler(host_driver: HostDriver, tmp_path: Path):
+    kit = host_driver.kit
     results: dict[str, Verdicts] = {}
     for index, (source, claim) in enumerate(CORPUS):
         results[source] = _verdicts(kit, f"agree-{index}", claim, tmp_path)
@@ -191,7 +191,7 @@ def test_explain_agrees_with_the_scheduler(h100: HostDriver, tmp_path: Path):
         f"{source}: explain {'allocatable' if v.explain else 'not'}, scheduler {'scheduled' if v.scheduler else 'unschedulable'}"
         for source, v in results.items()
     ]
-    print(f"\nscheduler agreement on {kit.version()} ({PROFILE}):\n" + "\n".join(lines))
+    print(f"\nscheduler agreement on {kit.version()} ({host_driver.profile}):\n" + "\n".join(lines))
     differ = {source: v for source, v in results.items() if v.explain != v.scheduler}
     agree = len(results) - len(differ)
     print(f"{agree} of {len(results)} agree")
