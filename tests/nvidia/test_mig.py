@@ -182,10 +182,12 @@ def test_failing_profile_query_skips_a_gpu_in_mig_mode(open_backend: OpenBackend
     assert any(name.startswith("gpu-1-mig-") for name in names)
 
 
-def test_h200_profile_mig_table_matches_a_real_h200() -> None:
-    """The shipped h200 profile's GPU-instance rows equal what NVML reported on a real H200 (field and placement)."""
-    recording = json.loads((Path(__file__).parent / "recordings" / "h200-nvml-probe.json").read_text())
-    section = profile_section("h200")
+@pytest.mark.parametrize(("profile", "recording_name"), [("h200", "h200-nvml-probe.json"), ("dgx-h100", "h100-nvml-probe.json")])
+def test_profile_mig_table_matches_the_real_gpu(profile: str, recording_name: str) -> None:
+    """A shipped profile's GPU-instance rows equal what NVML reported on the real GPU (field and placement)."""
+    recording = json.loads((Path(__file__).parent / "recordings" / recording_name).read_text())
+    section = profile_section(profile)
+    assert section["models"][section["gpus"][0]["model"]]["name"] == recording["device"]["name"]
     assert section["driverVersion"] == recording["driverVersion"]
     rows = {row["profile"]: row for row in section["models"][section["gpus"][0]["model"]]["mig"]["gpuInstanceProfiles"]}
     fields = {"id": "id", "name": "name", "sliceCount": "sliceCount", "instanceCount": "instanceCount", "memorySizeMB": "memoryMB",
