@@ -154,9 +154,9 @@ def test_extended_resource_names(classes: dict[str, DeviceClass]) -> None:
 @pytest.mark.parametrize("consumable_capacity", [False, True])
 def test_the_api_server_accepts_every_shipped_class(consumable_capacity: bool) -> None:
     """explain trusts the shipped classes and compiles their selectors only when a claim uses
-    one (explain/classes.py merge_classes): this is the check it no longer runs on every call."""
+    one (sources/classes.py merge_classes): this is the check it no longer runs on every call."""
     from dra_driver.allocator import CelMatcher
-    from dra_driver.explain.classes import shipped_class_documents
+    from dra_driver.sources.classes import shipped_class_documents
     from dra_driver.sources.claims import DeviceClass as ClassObject, class_spec_errors, parse_object
 
     matcher = CelMatcher(consumable_capacity=consumable_capacity)
