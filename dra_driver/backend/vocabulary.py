@@ -27,9 +27,13 @@ INTERCONNECT_DOMAIN = f"{DOMAIN}/interconnectDomain"  # equal value = reachable 
 # NVIDIA NVLink links up, Gaudi in-box RoCE ports, AMD peers one XGMI hop away.
 INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"
 
+# The DRA driver names of the shipped backends (each one's whole-device DeviceClass is named after it).
+NVIDIA_DRIVER = "gpu.nvidia.com"
+AMD_DRIVER = "gpu.amd.com"
+GAUDI_DRIVER = "gaudi.intel.com"
 # The vendor value of each shipped driver (for slices of drivers that predate the vocabulary, or
 # foreign drivers with the same name), and the names people type for vendors.
-DRIVER_VENDORS = {"gpu.nvidia.com": "nvidia", "gpu.amd.com": "amd", "gaudi.intel.com": "intel"}
+DRIVER_VENDORS = {NVIDIA_DRIVER: "nvidia", AMD_DRIVER: "amd", GAUDI_DRIVER: "intel"}
 VENDOR_ALIASES = {"nvidia": "nvidia", "amd": "amd", "gaudi": "intel", "intel": "intel"}
 # Resource-name domains of the accelerator vendors' device plugins (and their node labellers): what migrate
 # converts, and what a node running dra-driver has no device plugin for.

@@ -10,11 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dra_driver.backend.vocabulary import VENDOR_DOMAINS
-
-NVIDIA_DRIVER = "gpu.nvidia.com"
-AMD_DRIVER = "gpu.amd.com"
-GAUDI_DRIVER = "gaudi.intel.com"
+from dra_driver.backend.vocabulary import AMD_DRIVER, GAUDI_DRIVER, NVIDIA_DRIVER, VENDOR_DOMAINS
 
 
 # HAMi's GPU-slicing resources: next to nvidia.com/gpu they ask for a slice (memory, cores) of a shared GPU.
@@ -140,7 +136,7 @@ def _amd_partition(resource: str, compute: str, memory: str) -> DeviceKind:
         resource=resource,
         vendor="amd",
         driver=AMD_DRIVER,
-        device_class="gpu.amd.com" if whole else "partition.gpu.amd.com",
+        device_class=AMD_DRIVER if whole else "partition.gpu.amd.com",
         selectors=(mode,),
         short=f"{compute}-{memory}",
         partition=not whole,

@@ -16,7 +16,7 @@ from typing import Any
 
 from dra_driver.template.intent import GROUPINGS, DeviceWant, Intent, Problems, Sharing
 from dra_driver.template.known import KnownKind
-from dra_driver.backend.vocabulary import DOMAIN, INTERCONNECT_DOMAIN, PCIE_ROOT
+from dra_driver.backend.vocabulary import AMD_DRIVER, DOMAIN, GAUDI_DRIVER, INTERCONNECT_DOMAIN, NVIDIA_DRIVER, PCIE_ROOT
 
 NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"  # upstream's opaque config group (dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1)
 
@@ -30,17 +30,17 @@ class VendorInfo:
 
 
 VENDOR_INFO = {
-    "nvidia": VendorInfo("gpu.nvidia.com", "gpu.nvidia.com", "productName", "mig.nvidia.com"),
-    "amd": VendorInfo("gpu.amd.com", "gpu.amd.com", "productName", "partition.gpu.amd.com"),
-    "gaudi": VendorInfo("gaudi.intel.com", "gaudi.intel.com", "model"),
+    "nvidia": VendorInfo(NVIDIA_DRIVER, NVIDIA_DRIVER, "productName", "mig.nvidia.com"),
+    "amd": VendorInfo(AMD_DRIVER, AMD_DRIVER, "productName", "partition.gpu.amd.com"),
+    "gaudi": VendorInfo(GAUDI_DRIVER, GAUDI_DRIVER, "model"),
 }
 ANY_CLASS = "accelerator.dra-driver.io"
 CLASS_MEANINGS = {
-    "gpu.nvidia.com": "whole NVIDIA GPUs",
+    NVIDIA_DRIVER: "whole NVIDIA GPUs",
     "mig.nvidia.com": "NVIDIA MIG devices",
-    "gpu.amd.com": "whole AMD GPUs",
+    AMD_DRIVER: "whole AMD GPUs",
     "partition.gpu.amd.com": "AMD GPU partitions",
-    "gaudi.intel.com": "Intel Gaudi accelerators",
+    GAUDI_DRIVER: "Intel Gaudi accelerators",
     ANY_CLASS: "any whole accelerator, any vendor",
 }
 # matchAttribute per --same; numaNode is published by the AMD driver only (docs/attributes.md).
