@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +17,7 @@ import grpc
 import pytest
 from conftest import make_settings
 from tests.hostile_paths import HOSTILE, plant, returns_within
+from tests.support import eventually
 from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
@@ -76,10 +76,7 @@ def test_a_second_instance_without_pod_uid_is_refused_and_the_first_keeps_its_cl
     answer: dict[str, object] = {}
     worker = threading.Thread(target=lambda: answer.setdefault("r", register(paths_of(settings).registration_socket).prepare([ref])))
     worker.start()
-    deadline = time.monotonic() + 10
-    while not (hold / ref.uid).exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    eventually((hold / ref.uid).exists, "the prepare to reach its hold point", 10, step=0.01)
     before = inodes(paths_of(settings))
 
     second, second_backend = start(daemons, apiserver, settings)
