@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dra_driver.cel.literals import cel_string
 from dra_driver.backend.vocabulary import AMD_DRIVER, GAUDI_DRIVER, NVIDIA_DRIVER, VENDOR_DOMAINS
 
 
@@ -31,11 +32,6 @@ _OTHER_ACCELERATORS = re.compile(r"^(?:aws\.amazon\.com/neuron(?:core|device)?|g
 
 _MIG = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)\Z")
 _AMD_PARTITION = re.compile(r"^amd\.com/(?P<compute>spx|dpx|tpx|qpx|cpx)_(?P<memory>nps1|nps2|nps4|nps8)\Z")
-
-
-def cel_string(value: str) -> str:
-    """A CEL double-quoted string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def attr(driver: str, name: str) -> str:

@@ -8,12 +8,12 @@ patterns; they are still written as quoted, escaped CEL strings.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dra_driver.cel.literals import cel_string
 from dra_driver.template.intent import GROUPINGS, DeviceWant, Intent, Problems, Sharing
 from dra_driver.template.known import KnownKind
 from dra_driver.backend.vocabulary import AMD_DRIVER, DOMAIN, GAUDI_DRIVER, INTERCONNECT_DOMAIN, NVIDIA_DRIVER, PCIE_ROOT
@@ -73,11 +73,6 @@ class Resolved:
     configs: tuple[tuple[tuple[str, ...], dict[str, Any]], ...]  # (requests, opaque parameters)
 
 
-def cel_string(value: str) -> str:
-    """A double-quoted CEL string literal (JSON escapes are CEL escapes for what intent.py lets through)."""
-    return json.dumps(value)
-
-
 def _vendor_of(want: DeviceWant, where: str, problems: Problems, kinds: Sequence[KnownKind], checked: bool) -> tuple[str, str | None]:
     """The vendor the want implies (MIG: nvidia, partition: amd, model: who makes it) and the model as published."""
     implied = "nvidia" if want.mig else "amd" if want.partition else None
@@ -131,11 +126,11 @@ def _partition_selectors(want: DeviceWant, shipped: Collection[str]) -> tuple[st
         per_profile = f"mig-{want.mig}.nvidia.com"
         if per_profile in shipped:
             return per_profile, f"NVIDIA MIG devices of profile {want.mig}", []
-        attrs = f"device.attributes[{cel_string('gpu.nvidia.com')}]"
+        attrs = f"device.attributes[{cel_string(NVIDIA_DRIVER)}]"
         return "mig.nvidia.com", CLASS_MEANINGS["mig.nvidia.com"], [Selector(f"{attrs}.profile == {cel_string(want.mig)}", f"MIG profile {want.mig}")]
     assert want.partition is not None
     compute, memory = want.partition
-    attrs = f"device.attributes[{cel_string('gpu.amd.com')}]"
+    attrs = f"device.attributes[{cel_string(AMD_DRIVER)}]"
     selectors = [Selector(f"{attrs}.computePartition == {cel_string(compute)}", f"compute partition mode {compute.upper()}")]
     if memory:
         selectors.append(Selector(f"{attrs}.memoryPartition == {cel_string(memory)}", f"memory partition mode {memory.upper()}"))
