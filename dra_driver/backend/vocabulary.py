@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.model.device import AttributeValue
+from dra_driver.model.validation import MAX_VALUE_LENGTH
 
 DOMAIN = "dra-driver.io"
 VENDOR = f"{DOMAIN}/vendor"  # "nvidia" | "amd" | "intel"
@@ -45,7 +46,7 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 # The host NUMA node (KEP-6072, standard in 1.37): equal values across drivers (GPUs, NICs, CPUs) align in matchAttribute.
 NUMA_NODE = "resource.kubernetes.io/numaNode"
 
-MAX_VALUE_BYTES = 64
+MAX_VALUE_BYTES = MAX_VALUE_LENGTH  # what an attribute's string value may hold (the API's limit)
 
 
 def device_vendor(driver: str, attributes: Mapping[str, tuple[str, Any]]) -> str:
