@@ -32,6 +32,9 @@ INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"
 NVIDIA_DRIVER = "gpu.nvidia.com"
 AMD_DRIVER = "gpu.amd.com"
 GAUDI_DRIVER = "gaudi.intel.com"
+# The shipped DeviceClasses (deviceclasses/) of partitions: any NVIDIA MIG device, any AMD GPU partition.
+MIG_CLASS = "mig.nvidia.com"
+AMD_PARTITION_CLASS = "partition.gpu.amd.com"
 # The vendor value of each shipped driver (for slices of drivers that predate the vocabulary, or
 # foreign drivers with the same name), and the names people type for vendors.
 DRIVER_VENDORS = {NVIDIA_DRIVER: "nvidia", AMD_DRIVER: "amd", GAUDI_DRIVER: "intel"}

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from dra_driver.cel.literals import cel_string
-from dra_driver.backend.vocabulary import AMD_DRIVER, GAUDI_DRIVER, NVIDIA_DRIVER, VENDOR_DOMAINS
+from dra_driver.backend.vocabulary import AMD_DRIVER, AMD_PARTITION_CLASS, GAUDI_DRIVER, MIG_CLASS, NVIDIA_DRIVER, VENDOR_DOMAINS
 
 
 # HAMi's GPU-slicing resources: next to nvidia.com/gpu they ask for a slice (memory, cores) of a shared GPU.
@@ -103,7 +103,7 @@ def _mig(resource: str, profile: str, per_profile_classes: frozenset[str]) -> De
     if per_profile in per_profile_classes:
         device_class, selectors = per_profile, ()
     else:
-        device_class, selectors = "mig.nvidia.com", (profile_selector,)
+        device_class, selectors = MIG_CLASS, (profile_selector,)
     return DeviceKind(
         resource=resource,
         vendor="nvidia",
@@ -132,7 +132,7 @@ def _amd_partition(resource: str, compute: str, memory: str) -> DeviceKind:
         resource=resource,
         vendor="amd",
         driver=AMD_DRIVER,
-        device_class=AMD_DRIVER if whole else "partition.gpu.amd.com",
+        device_class=AMD_DRIVER if whole else AMD_PARTITION_CLASS,
         selectors=(mode,),
         short=f"{compute}-{memory}",
         partition=not whole,

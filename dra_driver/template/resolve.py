@@ -16,7 +16,7 @@ from typing import Any
 from dra_driver.cel.literals import cel_string
 from dra_driver.template.intent import GROUPINGS, DeviceWant, Intent, Problems, Sharing
 from dra_driver.template.known import KnownKind
-from dra_driver.backend.vocabulary import AMD_DRIVER, DOMAIN, GAUDI_DRIVER, INTERCONNECT_DOMAIN, NVIDIA_DRIVER, PCIE_ROOT
+from dra_driver.backend.vocabulary import AMD_DRIVER, AMD_PARTITION_CLASS, DOMAIN, MIG_CLASS, GAUDI_DRIVER, INTERCONNECT_DOMAIN, NVIDIA_DRIVER, PCIE_ROOT
 
 NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"  # upstream's opaque config group (dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1)
 
@@ -30,16 +30,16 @@ class VendorInfo:
 
 
 VENDOR_INFO = {
-    "nvidia": VendorInfo(NVIDIA_DRIVER, NVIDIA_DRIVER, "productName", "mig.nvidia.com"),
-    "amd": VendorInfo(AMD_DRIVER, AMD_DRIVER, "productName", "partition.gpu.amd.com"),
+    "nvidia": VendorInfo(NVIDIA_DRIVER, NVIDIA_DRIVER, "productName", MIG_CLASS),
+    "amd": VendorInfo(AMD_DRIVER, AMD_DRIVER, "productName", AMD_PARTITION_CLASS),
     "gaudi": VendorInfo(GAUDI_DRIVER, GAUDI_DRIVER, "model"),
 }
 ANY_CLASS = "accelerator.dra-driver.io"
 CLASS_MEANINGS = {
     NVIDIA_DRIVER: "whole NVIDIA GPUs",
-    "mig.nvidia.com": "NVIDIA MIG devices",
+    MIG_CLASS: "NVIDIA MIG devices",
     AMD_DRIVER: "whole AMD GPUs",
-    "partition.gpu.amd.com": "AMD GPU partitions",
+    AMD_PARTITION_CLASS: "AMD GPU partitions",
     GAUDI_DRIVER: "Intel Gaudi accelerators",
     ANY_CLASS: "any whole accelerator, any vendor",
 }
@@ -127,14 +127,14 @@ def _partition_selectors(want: DeviceWant, shipped: Collection[str]) -> tuple[st
         if per_profile in shipped:
             return per_profile, f"NVIDIA MIG devices of profile {want.mig}", []
         attrs = f"device.attributes[{cel_string(NVIDIA_DRIVER)}]"
-        return "mig.nvidia.com", CLASS_MEANINGS["mig.nvidia.com"], [Selector(f"{attrs}.profile == {cel_string(want.mig)}", f"MIG profile {want.mig}")]
+        return MIG_CLASS, CLASS_MEANINGS[MIG_CLASS], [Selector(f"{attrs}.profile == {cel_string(want.mig)}", f"MIG profile {want.mig}")]
     assert want.partition is not None
     compute, memory = want.partition
     attrs = f"device.attributes[{cel_string(AMD_DRIVER)}]"
     selectors = [Selector(f"{attrs}.computePartition == {cel_string(compute)}", f"compute partition mode {compute.upper()}")]
     if memory:
         selectors.append(Selector(f"{attrs}.memoryPartition == {cel_string(memory)}", f"memory partition mode {memory.upper()}"))
-    return "partition.gpu.amd.com", CLASS_MEANINGS["partition.gpu.amd.com"], selectors
+    return AMD_PARTITION_CLASS, CLASS_MEANINGS[AMD_PARTITION_CLASS], selectors
 
 
 def _slug(want: DeviceWant, vendor: str) -> str:

@@ -220,3 +220,13 @@ class TestParsing:
         assert list(load_device_classes()) == ["only"]
 
 
+
+
+def test_the_class_names_the_vocabulary_declares_are_shipped() -> None:
+    """migrate and template write these names into claims: each must be a class the driver ships."""
+    from dra_driver.backend import vocabulary
+    from dra_driver.sources.classes import shipped_class_documents
+
+    shipped = {document["metadata"]["name"] for document in shipped_class_documents()}
+    declared = {vocabulary.NVIDIA_DRIVER, vocabulary.AMD_DRIVER, vocabulary.GAUDI_DRIVER, vocabulary.MIG_CLASS, vocabulary.AMD_PARTITION_CLASS}
+    assert declared - shipped == set()
