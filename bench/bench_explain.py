@@ -23,7 +23,7 @@ from dra_driver.inputs import limits
 from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, build_pools
 from dra_driver.allocator.report import to_text
 from dra_driver.sources.claims import ResourceClaim, to_claim
-from dra_driver.explain import fleet_nodes
+from dra_driver.sources.fleet_source import fleet_nodes
 from timing import timed
 
 NV = "gpu.nvidia.com"

@@ -24,7 +24,7 @@ from typing import Any
 from dra_driver.sources import fleet as fleets
 from dra_driver import inputs
 from dra_driver.allocator import CelMatcher
-from dra_driver.explain import merge_classes, shipped_class_documents
+from dra_driver.sources.classes import merge_classes, shipped_class_documents
 from dra_driver.fleet import Filters, build_view
 from dra_driver.fleet.render import to_data, to_table
 from timing import timed

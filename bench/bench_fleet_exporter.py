@@ -26,7 +26,7 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
-from dra_driver.explain import shipped_class_documents
+from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.sources.fleet import simulated

@@ -4,28 +4,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # Only a cap for a test that is failing anyway: a passing test returns as soon as its condition holds.
 DEFAULT_TIMEOUT_S = 30.0
 
 
 def eventually(
-    predicate: Callable[[], object],
+    predicate: Callable[[], T],
     what: str = "condition",
     timeout: float = DEFAULT_TIMEOUT_S,
     *,
     step: float = 0.02,
     tolerate_errors: bool = False,
     details: Callable[[], str] | None = None,
-) -> None:
-    """Return once `predicate()` is true; AssertionError naming `what` (and `details()`) when `timeout` passes first.
+) -> T:
+    """The first true result of `predicate()`; AssertionError naming `what` (and `details()`) when `timeout` passes first.
 
     `tolerate_errors`: an exception from the predicate counts as "not yet" (state read mid-change)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if predicate():
-                return
+            if result := predicate():
+                return result
         except Exception:
             if not tolerate_errors:
                 raise

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.model.device import AttributeValue
+from dra_driver.model.validation import MAX_VALUE_LENGTH
 
 DOMAIN = "dra-driver.io"
 VENDOR = f"{DOMAIN}/vendor"  # "nvidia" | "amd" | "intel"
@@ -27,9 +28,16 @@ INTERCONNECT_DOMAIN = f"{DOMAIN}/interconnectDomain"  # equal value = reachable 
 # NVIDIA NVLink links up, Gaudi in-box RoCE ports, AMD peers one XGMI hop away.
 INTERCONNECT_LINKS = f"{DOMAIN}/interconnectLinks"
 
+# The DRA driver names of the shipped backends (each one's whole-device DeviceClass is named after it).
+NVIDIA_DRIVER = "gpu.nvidia.com"
+AMD_DRIVER = "gpu.amd.com"
+GAUDI_DRIVER = "gaudi.intel.com"
+# The shipped DeviceClasses (deviceclasses/) of partitions: any NVIDIA MIG device, any AMD GPU partition.
+MIG_CLASS = "mig.nvidia.com"
+AMD_PARTITION_CLASS = "partition.gpu.amd.com"
 # The vendor value of each shipped driver (for slices of drivers that predate the vocabulary, or
 # foreign drivers with the same name), and the names people type for vendors.
-DRIVER_VENDORS = {"gpu.nvidia.com": "nvidia", "gpu.amd.com": "amd", "gaudi.intel.com": "intel"}
+DRIVER_VENDORS = {NVIDIA_DRIVER: "nvidia", AMD_DRIVER: "amd", GAUDI_DRIVER: "intel"}
 VENDOR_ALIASES = {"nvidia": "nvidia", "amd": "amd", "gaudi": "intel", "intel": "intel"}
 # Resource-name domains of the accelerator vendors' device plugins (and their node labellers): what migrate
 # converts, and what a node running dra-driver has no device plugin for.
@@ -41,7 +49,7 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 # The host NUMA node (KEP-6072, standard in 1.37): equal values across drivers (GPUs, NICs, CPUs) align in matchAttribute.
 NUMA_NODE = "resource.kubernetes.io/numaNode"
 
-MAX_VALUE_BYTES = 64
+MAX_VALUE_BYTES = MAX_VALUE_LENGTH  # what an attribute's string value may hold (the API's limit)
 
 
 def device_vendor(driver: str, attributes: Mapping[str, tuple[str, Any]]) -> str:

@@ -22,18 +22,19 @@ import lark
 
 from dra_driver.cel.literals import constant_string
 from dra_driver.cel.nodes import arguments, ident_name, method_call
+from dra_driver.model.validation import MAX_ATTRIBUTES_AND_CAPACITIES, MAX_DOMAIN_LENGTH, MAX_DRIVER_NAME_LENGTH, MAX_ID_LENGTH, MAX_VALUE_LENGTH
 
 MAX = (1 << 64) - 1
 STRING_TRAVERSAL = 0.1  # common.StringTraversalCostFactor
 REGEX_LENGTH = 0.25  # common.RegexStringLengthCostFactor
 LIST_CREATE = 10
 MAP_CREATE = 30
-# Declared maximum sizes (k8s.io/api/resource/v1 limits used by the DRA CEL environment).
-DRIVER_NAME = 63
-DOMAIN = 63
-IDENTIFIER = 32
-ATTRIBUTE_VALUE = 64
-ENTRIES = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
+# Declared maximum sizes: the k8s.io/api/resource/v1 limits (model/validation.py) the DRA CEL environment declares.
+DRIVER_NAME = MAX_DRIVER_NAME_LENGTH
+DOMAIN = MAX_DOMAIN_LENGTH
+IDENTIFIER = MAX_ID_LENGTH
+ATTRIBUTE_VALUE = MAX_VALUE_LENGTH
+ENTRIES = MAX_ATTRIBUTES_AND_CAPACITIES  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 _SCALARS = frozenset({"int", "uint", "double", "bool", "null", "object"})
 _SIZE_PRICED = frozenset({"quantity", "isQuantity", "semver", "isSemver"})  # ceil(len(arg) x 0.1)
 

@@ -1,14 +1,15 @@
-"""Literal values of a parsed selector, decoded once at compile time."""
+"""Literal values of a parsed selector, decoded once at compile time, and string literals for selectors the tools write."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import lark
 from celpy import celtypes
 from celpy.evaluation import Evaluator
 
-__all__ = ["constant_string", "literal_values"]
+__all__ = ["cel_string", "constant_string", "literal_values"]
 
 
 def literal_values(tree: lark.Tree) -> dict[int, Any]:
@@ -36,3 +37,11 @@ def constant_string(node: lark.Tree) -> str | None:
         return None
     value = Evaluator(node, activation=None).literal(node)  # type: ignore[arg-type]
     return str(value) if isinstance(value, celtypes.StringType) else None
+
+
+def cel_string(value: str) -> str:
+    """`value` as a double-quoted CEL string literal (migrate's and template's selectors).
+
+    JSON's escapes (backslash, quote, newline, tab, a 4-digit unicode escape for other control characters) are
+    CEL escapes; every other character stays as it is, so no surrogate pair (an escape CEL refuses) is written."""
+    return json.dumps(value, ensure_ascii=False)

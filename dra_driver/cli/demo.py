@@ -29,7 +29,7 @@ from dra_driver.node.daemon import Daemon
 from dra_driver.common.errors import DraError, UsageError
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
-from dra_driver.explain import shipped_class_documents
+from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.plugin.driver import PluginSettings

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from dra_driver.explain import FleetSource
+from dra_driver.sources.fleet_source import FleetSource
 from dra_driver.kube.api_source import find_api_source
 
 

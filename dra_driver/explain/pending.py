@@ -30,8 +30,8 @@ from typing import Any
 from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, Explanation, Node
 from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
 from dra_driver.allocator.types import Pool
-from dra_driver.explain.classes import merge_classes
-from dra_driver.explain.errors import InputError
+from dra_driver.sources.classes import merge_classes
+from dra_driver.inputs.errors import InputError
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.sources import fleet as fleets
 from dra_driver.sources.claims import ResourceClaim, claim_spec_errors, parse_object, to_claim

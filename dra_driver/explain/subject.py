@@ -19,7 +19,7 @@ from dra_driver.sources.claims import (
 )
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
-from dra_driver.explain.errors import InputError
+from dra_driver.inputs.errors import InputError
 from dra_driver.explain.workloads import MAX_PODS, WorkloadPod, asks_for_devices, is_workload, workload_pods
 from dra_driver.inputs import SourcedObject, read_objects
 

@@ -32,7 +32,7 @@ from typing import Any
 from dra_driver.allocator import CelMatcher, DeviceClassSpec, DeviceID, SelectorRuntimeError, build_pools
 from dra_driver.allocator.types import Node, Pool
 from dra_driver.common.logs import fields
-from dra_driver.explain.fleet_source import fleet_nodes
+from dra_driver.sources.fleet_source import fleet_nodes
 from dra_driver.explain.pending import DEFAULT_LIMIT, PendingClaim, cluster_classes, pending_claims
 from dra_driver.fleet.build import Filters, build_view
 from dra_driver.fleet.model import NO_NODE, DeviceRow

@@ -88,7 +88,7 @@ def checked_objects(documents: list[Document], name: str) -> list[SourcedObject]
                 first = errors[0]
                 more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
                 field = f" {first.path}" if first.path else ""
-                raise InputError(name, f"{label}{field}: {first.message}{more}", line=document.line)
+                raise InputError.at(name, f"{label}{field}: {first.message}{more}", line=document.line)
             out.append(SourcedObject(dict(obj), name, document.line, label, document.raw, document.index, item))
     return out
 

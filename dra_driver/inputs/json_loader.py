@@ -74,13 +74,13 @@ def load_json(raw: bytes, name: str, limits: Limits) -> Any:
         raw = raw[3:]
     estimate = estimated_values(raw)
     if estimate > limits.max_json_values:
-        raise InputError(
+        raise InputError.at(
             name,
             f"holds about {estimate:,} JSON values, more than the {limits.max_json_values:,} this command reads "
             "within its time and memory budget" + limits.refusal("--max-input-nodes", str(-(-estimate // JSON_NODES_FACTOR))),
         )
     if _deeper_than(raw, limits.max_depth):
-        raise InputError(name, f"nests deeper than {limits.max_depth} levels; no Kubernetes object needs that many", line=_first_deep_line(raw, limits.max_depth))
+        raise InputError.at(name, f"nests deeper than {limits.max_depth} levels; no Kubernetes object needs that many", line=_first_deep_line(raw, limits.max_depth))
     try:
         return from_json(raw, allow_inf_nan=False)  # NaN and Infinity are not JSON (the API server refuses them)
     except ValueError as exc:
@@ -88,4 +88,4 @@ def load_json(raw: bytes, name: str, limits: Limits) -> Any:
         found = _POSITION.search(str(exc))
         line = int(found.group(1)) if found else None
         message = _POSITION.sub("", str(exc)).strip()
-        raise InputError(name, f"is not valid JSON: {message}" + (f" (column {found.group(2)})" if found else ""), line=line) from exc
+        raise InputError.at(name, f"is not valid JSON: {message}" + (f" (column {found.group(2)})" if found else ""), line=line) from exc

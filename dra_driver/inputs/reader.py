@@ -29,7 +29,7 @@ def display_name(source: str | Path) -> str:
 
 
 def _too_big(name: str, limits: Limits) -> InputError:
-    return InputError(
+    return InputError.at(
         name,
         f"is larger than the input limit of {human_size(limits.max_bytes)}, reading stopped there"
         + limits.refusal("--max-input-size", flag_size(limits.max_bytes * 4)),
@@ -64,12 +64,12 @@ def _stdin_bytes(limits: Limits) -> bytes:
 def _open_error(name: str, exc: OSError) -> InputError:
     reason = exc.strerror or str(exc)
     if exc.errno == errno.ENOENT:
-        return InputError(name, "does not exist; check the path")
+        return InputError.at(name, "does not exist; check the path")
     if exc.errno == errno.EACCES:
-        return InputError(name, f"cannot be read ({reason}); check its permissions")
+        return InputError.at(name, f"cannot be read ({reason}); check its permissions")
     if exc.errno == errno.EISDIR:
-        return InputError(name, "is a directory; give a file")
-    return InputError(name, f"cannot be read: {reason}")
+        return InputError.at(name, "is a directory; give a file")
+    return InputError.at(name, f"cannot be read: {reason}")
 
 
 def _writer_came(fd: int) -> bool:
@@ -90,18 +90,18 @@ def read_bytes(source: str | Path, limits: Limits | None = None) -> bytes:
     except OSError as exc:
         raise _open_error(name, exc) from exc
     if stat.S_ISDIR(info.st_mode):
-        raise InputError(name, "is a directory; give a file")
+        raise InputError.at(name, "is a directory; give a file")
     if stat.S_ISREG(info.st_mode) and info.st_size > limits.max_bytes:
         raise _too_big(name, limits)
     if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)):
-        raise InputError(name, "is not a regular file, pipe or character device")
+        raise InputError.at(name, "is not a regular file, pipe or character device")
     try:
         fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise _open_error(name, exc) from exc
     if stat.S_ISFIFO(info.st_mode) and not _writer_came(fd):
         os.close(fd)
-        raise InputError(name, f"is a named pipe nobody wrote to within {FIFO_WAIT_SECONDS:g} s; start the writer first")
+        raise InputError.at(name, f"is a named pipe nobody wrote to within {FIFO_WAIT_SECONDS:g} s; start the writer first")
     os.set_blocking(fd, True)  # from here reads wait for the writer's data, up to its end
     try:
         with os.fdopen(fd, "rb", buffering=0) as handle:

@@ -43,7 +43,7 @@ def decode(raw: bytes, name: str) -> str:
         offset = skip + exc.start
         label = "binary data, not text" if b"\x00" in body[: exc.start + 64] and codec == "utf-8" else f"not valid {codec.upper()} text"
         line = line_at(raw, offset) if codec == "utf-8" else None
-        raise InputError(
+        raise InputError.at(
             name,
             f"is {label}: byte 0x{raw[offset]:02x} at offset {offset} cannot be decoded; save the file as UTF-8 text",
             line=line,
@@ -54,7 +54,7 @@ def decode(raw: bytes, name: str) -> str:
         offset = skip + len(text[: bad.start()].encode(codec))
         char = bad.group()
         what = "binary data (a NUL byte)" if char == "\x00" else f"the control character U+{ord(char):04X}"
-        raise InputError(
+        raise InputError.at(
             name,
             f"holds {what} at offset {offset}; YAML and JSON allow no such characters (is this a text file?)",
             line=text.count("\n", 0, bad.start()) + 1,

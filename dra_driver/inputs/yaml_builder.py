@@ -100,7 +100,7 @@ class _Builder:
         self.document = 0  # 1-based number of the document being read
 
     def fail(self, line: int | None, message: str) -> InputError:
-        return InputError(self.name, f"document {max(self.document, 1)}: {message}", line=line)
+        return InputError.at(self.name, f"document {max(self.document, 1)}: {message}", line=line)
 
     def count(self, added: int, line: int) -> None:
         self.nodes += added

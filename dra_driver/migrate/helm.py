@@ -163,7 +163,7 @@ def _chart_sources(directory: Path) -> list[Path]:
                 continue
             found.append(path)
             if len(found) > MAX_CHART_FILES:
-                raise InputError(str(directory), f"a Helm chart with more than {MAX_CHART_FILES} template and values "
+                raise InputError.at(str(directory), f"a Helm chart with more than {MAX_CHART_FILES} template and values "
                                  "files; render it (helm template) and migrate the output")
     return found
 

@@ -27,7 +27,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dra_driver.migrate.resources import AMD_DRIVER, NVIDIA_DRIVER, DeviceKind, attr, capacity, cel_string
+from dra_driver.backend.vocabulary import AMD_DRIVER, NVIDIA_DRIVER
+from dra_driver.cel.literals import cel_string
+from dra_driver.migrate.resources import DeviceKind, attr, capacity
 
 # NVML names (docs/attributes.md, "Shipped hardware profiles and their sources"); the label is the name with ' ' -> '-'.
 _NVIDIA_PRODUCTS = (

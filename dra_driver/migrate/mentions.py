@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.backend.vocabulary import VENDOR_DOMAINS
 from dra_driver.migrate.resources import DeviceKind, Unsupported, classify, is_known_resource_name
 
 _REQUEST_MAPS = frozenset({"limits", "requests"})
@@ -25,7 +26,7 @@ _SKIPPED_KEYS = frozenset({"metadata", "status", "key"})
 
 # A known name written as a key inside a string: a manifest kept as text (a Job in a ConfigMap's `data`), YAML or
 # JSON. Comment lines of that text do not count. The domains are literal, so that a long line costs linear time.
-_KEY_DOMAINS = ("nvidia.com", "amd.com", "habana.ai", "gpu.intel.com", "aws.amazon.com", "google.com")
+_KEY_DOMAINS = (*VENDOR_DOMAINS, "aws.amazon.com", "google.com")
 _KEY_IN_TEXT = re.compile(
     r"""(?:^|[\s{,\[])["']?((?:""" + "|".join(re.escape(d) for d in _KEY_DOMAINS) + r""")/[A-Za-z0-9._-]+)["']?[ \t]*:(?=[\s"'0-9{\[]|$)"""
 )

@@ -10,11 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dra_driver.backend.vocabulary import VENDOR_DOMAINS
-
-NVIDIA_DRIVER = "gpu.nvidia.com"
-AMD_DRIVER = "gpu.amd.com"
-GAUDI_DRIVER = "gaudi.intel.com"
+from dra_driver.cel.literals import cel_string
+from dra_driver.backend.vocabulary import AMD_DRIVER, AMD_PARTITION_CLASS, GAUDI_DRIVER, MIG_CLASS, NVIDIA_DRIVER, VENDOR_DOMAINS
 
 
 # HAMi's GPU-slicing resources: next to nvidia.com/gpu they ask for a slice (memory, cores) of a shared GPU.
@@ -35,11 +32,6 @@ _OTHER_ACCELERATORS = re.compile(r"^(?:aws\.amazon\.com/neuron(?:core|device)?|g
 
 _MIG = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb)\Z")
 _AMD_PARTITION = re.compile(r"^amd\.com/(?P<compute>spx|dpx|tpx|qpx|cpx)_(?P<memory>nps1|nps2|nps4|nps8)\Z")
-
-
-def cel_string(value: str) -> str:
-    """A CEL double-quoted string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def attr(driver: str, name: str) -> str:
@@ -111,7 +103,7 @@ def _mig(resource: str, profile: str, per_profile_classes: frozenset[str]) -> De
     if per_profile in per_profile_classes:
         device_class, selectors = per_profile, ()
     else:
-        device_class, selectors = "mig.nvidia.com", (profile_selector,)
+        device_class, selectors = MIG_CLASS, (profile_selector,)
     return DeviceKind(
         resource=resource,
         vendor="nvidia",
@@ -140,7 +132,7 @@ def _amd_partition(resource: str, compute: str, memory: str) -> DeviceKind:
         resource=resource,
         vendor="amd",
         driver=AMD_DRIVER,
-        device_class="gpu.amd.com" if whole else "partition.gpu.amd.com",
+        device_class=AMD_DRIVER if whole else AMD_PARTITION_CLASS,
         selectors=(mode,),
         short=f"{compute}-{memory}",
         partition=not whole,

@@ -28,7 +28,10 @@ from dra_driver.template.known import KnownKind, known_fleet, known_kinds, neare
 from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
-from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, fleet_nodes, load_fleet, shipped_class_documents
+from dra_driver.explain import ClaimInput, FeatureGates, Subject, explain_subject
+from dra_driver.sources.fleet_source import FleetSource, fleet_nodes, load_fleet
+from dra_driver.inputs.errors import InputError
+from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.explain.gates import DEFAULT_KUBERNETES_VERSION, parse_gates, release_of
 
 __all__ = [

@@ -12,6 +12,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from dra_driver.backend.vocabulary import NVIDIA_DRIVER
 from dra_driver.template.intent import Intent
 from dra_driver.template.resolve import Choice, Resolved
 
@@ -75,7 +76,7 @@ def _devices(intent: Intent, resolved: Resolved, depth: int) -> CommentedMap:
     if resolved.configs:
         configs = CommentedSeq()
         for index, (names, parameters) in enumerate(resolved.configs):
-            configs.append(CommentedMap(requests=list(names), opaque=CommentedMap(driver="gpu.nvidia.com", parameters=parameters)))
+            configs.append(CommentedMap(requests=list(names), opaque=CommentedMap(driver=NVIDIA_DRIVER, parameters=parameters)))
             strategy = parameters["sharing"]["strategy"]
             configs.yaml_set_comment_before_after_key(index, before=f"{'time-slicing' if strategy == 'TimeSlicing' else 'MPS'} sharing for {', '.join(names)} (NVIDIA {parameters['kind']})", indent=depth)
         devices["config"] = configs

@@ -8,15 +8,15 @@ patterns; they are still written as quoted, escaped CEL strings.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dra_driver.cel.literals import cel_string
 from dra_driver.template.intent import GROUPINGS, DeviceWant, Intent, Problems, Sharing
 from dra_driver.template.known import KnownKind
-from dra_driver.backend.vocabulary import DOMAIN, INTERCONNECT_DOMAIN, PCIE_ROOT
+from dra_driver.backend.vocabulary import AMD_DRIVER, AMD_PARTITION_CLASS, DOMAIN, MIG_CLASS, GAUDI_DRIVER, INTERCONNECT_DOMAIN, NVIDIA_DRIVER, PCIE_ROOT
 
 NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"  # upstream's opaque config group (dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1)
 
@@ -30,17 +30,17 @@ class VendorInfo:
 
 
 VENDOR_INFO = {
-    "nvidia": VendorInfo("gpu.nvidia.com", "gpu.nvidia.com", "productName", "mig.nvidia.com"),
-    "amd": VendorInfo("gpu.amd.com", "gpu.amd.com", "productName", "partition.gpu.amd.com"),
-    "gaudi": VendorInfo("gaudi.intel.com", "gaudi.intel.com", "model"),
+    "nvidia": VendorInfo(NVIDIA_DRIVER, NVIDIA_DRIVER, "productName", MIG_CLASS),
+    "amd": VendorInfo(AMD_DRIVER, AMD_DRIVER, "productName", AMD_PARTITION_CLASS),
+    "gaudi": VendorInfo(GAUDI_DRIVER, GAUDI_DRIVER, "model"),
 }
 ANY_CLASS = "accelerator.dra-driver.io"
 CLASS_MEANINGS = {
-    "gpu.nvidia.com": "whole NVIDIA GPUs",
-    "mig.nvidia.com": "NVIDIA MIG devices",
-    "gpu.amd.com": "whole AMD GPUs",
-    "partition.gpu.amd.com": "AMD GPU partitions",
-    "gaudi.intel.com": "Intel Gaudi accelerators",
+    NVIDIA_DRIVER: "whole NVIDIA GPUs",
+    MIG_CLASS: "NVIDIA MIG devices",
+    AMD_DRIVER: "whole AMD GPUs",
+    AMD_PARTITION_CLASS: "AMD GPU partitions",
+    GAUDI_DRIVER: "Intel Gaudi accelerators",
     ANY_CLASS: "any whole accelerator, any vendor",
 }
 # matchAttribute per --same; numaNode is published by the AMD driver only (docs/attributes.md).
@@ -71,11 +71,6 @@ class Resolved:
     choices: tuple[Choice, ...]
     constraint: tuple[str, tuple[str, ...], str] | None  # (matchAttribute, requests it applies to, meaning)
     configs: tuple[tuple[tuple[str, ...], dict[str, Any]], ...]  # (requests, opaque parameters)
-
-
-def cel_string(value: str) -> str:
-    """A double-quoted CEL string literal (JSON escapes are CEL escapes for what intent.py lets through)."""
-    return json.dumps(value)
 
 
 def _vendor_of(want: DeviceWant, where: str, problems: Problems, kinds: Sequence[KnownKind], checked: bool) -> tuple[str, str | None]:
@@ -131,15 +126,15 @@ def _partition_selectors(want: DeviceWant, shipped: Collection[str]) -> tuple[st
         per_profile = f"mig-{want.mig}.nvidia.com"
         if per_profile in shipped:
             return per_profile, f"NVIDIA MIG devices of profile {want.mig}", []
-        attrs = f"device.attributes[{cel_string('gpu.nvidia.com')}]"
-        return "mig.nvidia.com", CLASS_MEANINGS["mig.nvidia.com"], [Selector(f"{attrs}.profile == {cel_string(want.mig)}", f"MIG profile {want.mig}")]
+        attrs = f"device.attributes[{cel_string(NVIDIA_DRIVER)}]"
+        return MIG_CLASS, CLASS_MEANINGS[MIG_CLASS], [Selector(f"{attrs}.profile == {cel_string(want.mig)}", f"MIG profile {want.mig}")]
     assert want.partition is not None
     compute, memory = want.partition
-    attrs = f"device.attributes[{cel_string('gpu.amd.com')}]"
+    attrs = f"device.attributes[{cel_string(AMD_DRIVER)}]"
     selectors = [Selector(f"{attrs}.computePartition == {cel_string(compute)}", f"compute partition mode {compute.upper()}")]
     if memory:
         selectors.append(Selector(f"{attrs}.memoryPartition == {cel_string(memory)}", f"memory partition mode {memory.upper()}"))
-    return "partition.gpu.amd.com", CLASS_MEANINGS["partition.gpu.amd.com"], selectors
+    return AMD_PARTITION_CLASS, CLASS_MEANINGS[AMD_PARTITION_CLASS], selectors
 
 
 def _slug(want: DeviceWant, vendor: str) -> str:

@@ -109,3 +109,19 @@ def test_migrate_summary_names_the_command_as_every_line_does(tmp_path: Path, ca
     code, err = outcome(capsys, ["migrate", "--check", str(manifest)])
     assert code == 1
     assert err.splitlines()[-1].startswith("dra-driver migrate: 1 converted")
+
+
+def test_input_errors_read_the_same_from_the_input_layer_and_from_a_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """One InputError: a file the input layer refuses is one line naming file and line; the field problems a command
+    finds are one line each; both exit 2."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("a: 1\nb: [\n")
+    code, err = outcome(capsys, ["explain", "bad.yaml", "--profile", "dgx-h100"])
+    assert (code, error_lines(err, "explain")) == (2, ["dra-driver explain: error: bad.yaml:2: document 1: invalid YAML: while parsing a flow node did not find expected node content"])
+    (tmp_path / "claim.yaml").write_text(yaml.safe_dump({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+                                                         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}))  # fmt: skip
+    code, err = outcome(capsys, ["explain", "claim.yaml", "--profile", "dgx-h100", "--feature-gates", "DRAAdminAcess=true,Frob=maybe"])
+    assert (code, error_lines(err, "explain")) == (2, [
+        "dra-driver explain: error: --feature-gates: unknown feature gate 'DRAAdminAcess': Kubernetes 1.35 has no gate of that name; did you mean 'DRAAdminAccess'?",
+        "dra-driver explain: error: --feature-gates: 'Frob=maybe': write Frob=true or Frob=false",
+    ])  # fmt: skip

@@ -10,6 +10,7 @@ import pytest
 
 from dra_driver.cli.run import add_daemon_arguments, run
 from dra_driver.node.settings import DaemonSettings, env_name
+from tests.support import eventually
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -173,7 +174,6 @@ def test_run_says_what_it_serves(short_tmp: Path) -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     from dra_driver.simulation.api_server import SimApiServer
 
@@ -182,9 +182,7 @@ def test_run_says_what_it_serves(short_tmp: Path) -> None:
         command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "l4", "--simulated-root", "none", "--node-name", "node-a",
                    "--api-server", server.url, "--kubelet-dir", str(short_tmp / "k"), "--state-dir", str(short_tmp / "s"), "--cdi-dir", str(short_tmp / "c")]  # fmt: skip
         daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while not list((short_tmp / "k" / "plugins_registry").glob("*.sock")) and daemon.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: list((short_tmp / "k" / "plugins_registry").glob("*.sock")) or daemon.poll() is not None, "a registration socket or the daemon's exit", 60, step=0.01)
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=60)
     assert f"dra-driver run: serving gpu.nvidia.com on node node-a, simulating profile l4; sockets under {short_tmp / 'k'}" in err

@@ -16,13 +16,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from .conftest import NODE, Podman
+from tests.support import eventually
 
 from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.simulation.claims import allocated_claim_object
@@ -76,12 +76,12 @@ class DriverPod:
     paths: PluginPaths
 
     def wait_serving(self) -> None:
-        deadline = time.monotonic() + 120
-        while not self.paths.registration_socket.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
+        try:
+            eventually(lambda: self.paths.registration_socket.exists() or self.process.poll() is not None, "the driver pod's socket", 120, step=0.05)
+        finally:
+            if not self.paths.registration_socket.exists():
                 self.process.kill()
                 pytest.fail(f"the driver pod never served: {self.process.communicate()[1]}")
-            time.sleep(0.05)
 
     def prepare(self, ref: ClaimRef) -> list[str]:
         conn = register(self.paths.registration_socket)
@@ -173,10 +173,8 @@ def test_the_root_stays_while_a_claim_is_prepared_and_no_driver_runs(podman: Pod
 @pytest.mark.parametrize(("profile", "driver", "expected"), [("mi300x", "gpu.amd.com", "/dev/kfd"), ("gaudi3-hls", "gaudi.intel.com", "/dev/accel/")])
 def test_other_vendors_device_nodes_live_on_the_simulated_root(podman: Podman, host: Host, profile: str, driver: str, expected: str) -> None:
     pod = host.driver_pod("pod-1", profile, driver)
-    deadline = time.monotonic() + 60
-    while not (published := [d["name"] for o in host.server.store.list("resourceslices") if o["spec"]["driver"] == driver for d in o["spec"]["devices"]]):
-        assert time.monotonic() < deadline, "no slice published"
-        time.sleep(0.05)
+    published = eventually(lambda: [d["name"] for o in host.server.store.list("resourceslices") if o["spec"]["driver"] == driver for d in o["spec"]["devices"]],
+                           f"a slice of {driver}", 60, step=0.05)  # fmt: skip
     ids = pod.prepare(host.claim("job", {"dev": [published[0]]}, driver))
     pod.delete()
     (spec_file,) = host.cdi_dir.glob("*.json")

@@ -154,9 +154,9 @@ def test_extended_resource_names(classes: dict[str, DeviceClass]) -> None:
 @pytest.mark.parametrize("consumable_capacity", [False, True])
 def test_the_api_server_accepts_every_shipped_class(consumable_capacity: bool) -> None:
     """explain trusts the shipped classes and compiles their selectors only when a claim uses
-    one (explain/classes.py merge_classes): this is the check it no longer runs on every call."""
+    one (sources/classes.py merge_classes): this is the check it no longer runs on every call."""
     from dra_driver.allocator import CelMatcher
-    from dra_driver.explain.classes import shipped_class_documents
+    from dra_driver.sources.classes import shipped_class_documents
     from dra_driver.sources.claims import DeviceClass as ClassObject, class_spec_errors, parse_object
 
     matcher = CelMatcher(consumable_capacity=consumable_capacity)
@@ -220,3 +220,13 @@ class TestParsing:
         assert list(load_device_classes()) == ["only"]
 
 
+
+
+def test_the_class_names_the_vocabulary_declares_are_shipped() -> None:
+    """migrate and template write these names into claims: each must be a class the driver ships."""
+    from dra_driver.backend import vocabulary
+    from dra_driver.sources.classes import shipped_class_documents
+
+    shipped = {document["metadata"]["name"] for document in shipped_class_documents()}
+    declared = {vocabulary.NVIDIA_DRIVER, vocabulary.AMD_DRIVER, vocabulary.GAUDI_DRIVER, vocabulary.MIG_CLASS, vocabulary.AMD_PARTITION_CLASS}
+    assert declared - shipped == set()

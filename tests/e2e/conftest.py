@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from .kit import IMAGE, KIT_ENV, Kit, kit_problem, wait_for
+from .kit import IMAGE, KIT_ENV, Kit, kit_problem
+from tests.support import eventually
 
 NAMESPACE = "e2e"
 REPO = Path(__file__).resolve().parents[2]
@@ -150,10 +151,10 @@ class HostDriver:
             slices = self.kit.slices("node-1", driver)
             return slices if slices and all(s["spec"].get("devices") or s["spec"].get("sharedCounters") for s in slices) else None
 
-        slices = wait_for(f"{driver} slices of node-1", published, timeout)
+        slices = eventually(published, f"{driver} slices of node-1", timeout, step=0.25)
         # Slices can be out before the kubelet's plugin watcher (1 s period) has registered the new instance;
         # a pod scheduled in that second fails its first prepare ("not registered") and waits for the retry.
-        wait_for(f"the kubelet to register {driver}", lambda: self.registrations(driver) > self.registered_before.get(driver, 0), timeout)
+        eventually(lambda: self.registrations(driver) > self.registered_before.get(driver, 0), f"the kubelet to register {driver}", timeout, step=0.25)
         return slices
 
     def kill9(self) -> None:

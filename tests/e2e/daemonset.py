@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .conftest import REPO
-from .kit import Kit, wait_for
+from .kit import Kit
+from tests.support import eventually
 from .workloads import NAMESPACE
 
 OVERLAY = REPO / "deploy" / "overlays" / "simulated"
@@ -33,8 +34,8 @@ def install_simulated(kit: Kit) -> None:
     """node-2 labelled, the overlay applied, the DaemonSet ready and node-2's slices published."""
     kit.kubectl("label", "node", "node-2", "dra-driver.io/accelerator=simulated", "--overwrite")
     kit.apply_k(OVERLAY)
-    wait_for("the DaemonSet ready on node-2", lambda: ds_settled(kit), 240, interval=1)
-    wait_for("node-2's slices", lambda: kit.slices("node-2", DRIVER), 120)
+    eventually(lambda: ds_settled(kit), "the DaemonSet ready on node-2", 240, step=1)
+    eventually(lambda: kit.slices("node-2", DRIVER), "node-2's slices", 120, step=0.25)
 
 
 def remove_simulated(kit: Kit) -> None:

@@ -11,20 +11,20 @@ import json
 import os
 import re
 import subprocess
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
+
+from tests.support import eventually
 
 KIT_ENV = "DRA_KIT"
 SCRIPTS = ("up.sh", "down.sh", "kubelet-up.sh", "kubelet-down.sh", "node2-up.sh", "node2-down.sh", "kubeconfig")
 BINARIES = ("kube-apiserver", "kubelet", "kubectl", "containerd")
 IMAGE = "ghcr.io/dra-driver/dra-driver:0.1.0"  # scripts/build_image.sh's tag; also the workloads' image (it has sh)
-T = TypeVar("T")
 # kubelet-side defaults of the gates some tests need (pkg/features/kube_features.go of 1.35.6 and 1.36.2)
 KUBELET_GATE_DEFAULTS = {
     "1.35": {"ResourceHealthStatus": False, "DRAExtendedResource": False},
@@ -43,19 +43,6 @@ def kit_problem(value: str | None) -> str | None:
     if os.geteuid() != 0:
         return "the e2e tier needs root (the kit's nodes use mount namespaces, containerd and cgroups)"
     return None
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.25) -> T:
-    """The first truthy result of `probe`, or AssertionError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass
@@ -171,13 +158,13 @@ class Kit:
             return pod if phase == "Running" else None
 
         try:
-            return wait_for(f"pod {namespace}/{name} Running", running, timeout)
+            return eventually(running, f"pod {namespace}/{name} Running", timeout, step=0.25)
         except AssertionError as err:
             events = self.kubectl("-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}", check=False).stdout
             raise AssertionError(f"{err}\nevents:\n{events[-3000:]}") from None
 
     def wait_pod_gone(self, namespace: str, name: str, timeout: float = 120) -> None:
-        wait_for(f"pod {namespace}/{name} gone", lambda: self.pod(namespace, name) is None, timeout)
+        eventually(lambda: self.pod(namespace, name) is None, f"pod {namespace}/{name} gone", timeout, step=0.25)
 
     def exec(self, namespace: str, pod: str, command: str) -> str:
         return self.kubectl("-n", namespace, "exec", pod, "--", "sh", "-c", command).stdout

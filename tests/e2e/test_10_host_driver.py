@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from .conftest import HostDriver, start_host_driver, stop_host_driver
-from .kit import Kit, wait_for
+from .kit import Kit
+from tests.support import eventually
 from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, extended_resource_pod, run_claim_pod, seen_in, spec_edits, specs_naming
 
 
@@ -103,7 +104,7 @@ def test_claim_pod_runs_with_exactly_its_devices(drivers: Drivers, case: Case):
 
     uid = claim["metadata"]["uid"]
     kit.kubectl("-n", NAMESPACE, "delete", "pod", pod, "--wait=true", "--timeout=120s", timeout=180)
-    wait_for(f"CDI specs of claim {uid} removed", lambda: not specs_naming(kit.node1_cdi_dir, uid), 60)
+    eventually(lambda: not specs_naming(kit.node1_cdi_dir, uid), f"CDI specs of claim {uid} removed", 60, step=0.25)
     assert driver.process is not None and driver.process.poll() is None, driver.tail()
 
 
@@ -132,13 +133,13 @@ def test_unhealthy_device_is_not_allocated_and_its_taint_goes_when_healthy_again
     status = status_files[0]
 
     status.write_text("In reset\n")
-    wait_for(f"a taint on {victim['name']}", lambda: _taints(kit, GAUDI.driver, victim["name"]), 60)
+    eventually(lambda: _taints(kit, GAUDI.driver, victim["name"]), f"a taint on {victim['name']}", 60, step=0.25)
     kit.apply([claim_template("t-all-gaudi", GAUDI.device_class, len(devices)), claim_pod("all-gaudi", "t-all-gaudi")])
     time.sleep(15)  # several scheduling attempts: the tainted device must not be allocated in any of them
     assert not _pod_scheduled(kit, "all-gaudi"), "a claim for every device was allocated while one was tainted"
 
     status.write_text("Operational\n")
-    wait_for(f"the taint on {victim['name']} removed", lambda: not _taints(kit, GAUDI.driver, victim["name"]), 60)
+    eventually(lambda: not _taints(kit, GAUDI.driver, victim["name"]), f"the taint on {victim['name']} removed", 60, step=0.25)
     kit.wait_pod_running(NAMESPACE, "all-gaudi", timeout=120)
     assert victim["name"] in devices_of(kit.claim_of(NAMESPACE, "all-gaudi"))
     kit.kubectl("-n", NAMESPACE, "delete", "pod", "all-gaudi", "--wait=true", "--timeout=120s", timeout=180)
@@ -167,16 +168,16 @@ def test_device_health_reaches_the_pod_status_through_the_health_stream(drivers:
     ]
     _, claim = run_claim_pod(kit, "watched", template)
     [device] = devices_of(claim)
-    wait_for(f"{device} Healthy in the pod status", lambda: _health_in_pod_status(kit, "watched", device) == "Healthy", 90)
+    eventually(lambda: _health_in_pod_status(kit, "watched", device) == "Healthy", f"{device} Healthy in the pod status", 90, step=0.25)
     slice_device = next(d for s in kit.slices("node-1", GAUDI.driver) for d in s["spec"].get("devices", []) if d["name"] == device)
     bdf = slice_device["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
     [status] = list(driver.work.glob(f"tmp-*/**/bus/pci/devices/{bdf}/status"))
     status.write_text("Needs reset\n")
     try:
-        wait_for(f"{device} Unhealthy in the pod status", lambda: _health_in_pod_status(kit, "watched", device) == "Unhealthy", 90)
+        eventually(lambda: _health_in_pod_status(kit, "watched", device) == "Unhealthy", f"{device} Unhealthy in the pod status", 90, step=0.25)
     finally:
         status.write_text("Operational\n")
-    wait_for(f"{device} Healthy again in the pod status", lambda: _health_in_pod_status(kit, "watched", device) == "Healthy", 90)
+    eventually(lambda: _health_in_pod_status(kit, "watched", device) == "Healthy", f"{device} Healthy again in the pod status", 90, step=0.25)
     assert kit.pod(NAMESPACE, "watched")["status"]["phase"] == "Running"
     kit.kubectl("-n", NAMESPACE, "delete", "pod", "watched", "--wait=true", "--timeout=120s", timeout=180)
 

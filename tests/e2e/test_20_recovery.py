@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from .conftest import HostDriver, start_host_driver, stop_host_driver
-from .kit import Kit, wait_for
+from .kit import Kit
+from tests.support import eventually
 from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, run_claim_pod, seen_in, specs_naming
 
 DRIVER = "gpu.nvidia.com"
@@ -61,7 +62,7 @@ def test_kill_9_of_the_driver_loses_nothing(h100: HostDriver):
     for pod in ("before-kill", "after-kill"):
         uid = kit.claim_of(NAMESPACE, pod)["metadata"]["uid"]
         kit.kubectl("-n", NAMESPACE, "delete", "pod", pod, "--wait=true", "--timeout=120s", timeout=180)
-        wait_for(f"CDI specs of {pod}'s claim removed", lambda uid=uid: not specs_naming(kit.node1_cdi_dir, uid), 60)
+        eventually(lambda uid=uid: not specs_naming(kit.node1_cdi_dir, uid), f"CDI specs of {pod}'s claim removed", 60, step=0.25)
 
 
 def test_kubelet_restart_with_pods_running(h100: HostDriver):
@@ -74,11 +75,11 @@ def test_kubelet_restart_with_pods_running(h100: HostDriver):
 
     kit.script("kubelet-down.sh", extra_env={"KEEP_CRI": "1"})  # containers keep running, as with a systemd restart
     kit.script("kubelet-up.sh")
-    wait_for("the restarted kubelet to register the driver again", lambda: _registrations(kit) >= 1, 60)
+    eventually(lambda: _registrations(kit) >= 1, "the restarted kubelet to register the driver again", 60, step=0.25)
     assert kit.pod(NAMESPACE, "across-restart")["status"]["phase"] == "Running"
     assert seen_in(kit, "across-restart").nodes == seen_before.nodes
-    wait_for("slices back after the kubelet restart", lambda: _device_names(kit) == published, 60)
+    eventually(lambda: _device_names(kit) == published, "slices back after the kubelet restart", 60, step=0.25)
     assert h100.process is not None and h100.process.poll() is None, h100.tail()
 
     kit.kubectl("-n", NAMESPACE, "delete", "pod", "across-restart", "--wait=true", "--timeout=120s", timeout=180)
-    wait_for("CDI specs cleaned after delete", lambda: not specs_naming(kit.node1_cdi_dir, uid), 60)
+    eventually(lambda: not specs_naming(kit.node1_cdi_dir, uid), "CDI specs cleaned after delete", 60, step=0.25)

@@ -23,7 +23,8 @@ import pytest
 
 from .conftest import HostDriver, REPO, start_host_driver, stop_host_driver
 from .device_plugin import StandInDevicePlugin
-from .kit import Kit, wait_for
+from .kit import Kit
+from tests.support import eventually
 from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, extended_resource_pod, seen_in
 
 DRIVER = "gpu.nvidia.com"
@@ -41,7 +42,7 @@ def _uuids() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def device_plugin_dir(node1: Kit) -> Iterator[Path]:
     real = node1.home / "var-lib-kubelet-node-1" / "device-plugins"
-    wait_for("the kubelet's device-manager socket", lambda: (real / "kubelet.sock").exists(), 60)
+    eventually(lambda: (real / "kubelet.sock").exists(), "the kubelet's device-manager socket", 60, step=0.25)
     seen_by_driver = node1.node1_kubelet_dir / "device-plugins"
     seen_by_driver.mkdir(exist_ok=True)
     subprocess.run(["mount", "--bind", str(real), str(seen_by_driver)], check=True)
@@ -58,7 +59,7 @@ def plugin_and_driver(node1: Kit, device_plugin_dir: Path, tmp_path_factory: pyt
     plugin = StandInDevicePlugin(device_plugin_dir, "nvidia.com/gpu", [uuids["gpu-0"], uuids["gpu-1"]])
     plugin.start()
     try:
-        wait_for("nvidia.com/gpu in node-1's allocatable", lambda: node1.get("node", "node-1")["status"].get("allocatable", {}).get("nvidia.com/gpu") == "2", 60)
+        eventually(lambda: node1.get("node", "node-1")["status"].get("allocatable", {}).get("nvidia.com/gpu") == "2", "nvidia.com/gpu in node-1's allocatable", 60, step=0.25)
         driver = start_host_driver(node1, PROFILE, Path(tmp_path_factory.mktemp("coexistence")), (DRIVER,))
         try:
             yield plugin, driver
@@ -75,7 +76,7 @@ def test_the_driver_withholds_what_the_device_plugin_offers_and_says_so(node1: K
         names = {d["name"] for s in node1.slices("node-1", DRIVER) for d in s["spec"].get("devices", [])}
         return names if names == {f"gpu-{i}" for i in range(2, 8)} else None
 
-    wait_for("gpu-0 and gpu-1 withheld from the slices", published, 90)
+    eventually(published, "gpu-0 and gpu-1 withheld from the slices", 90, step=0.25)
     annotations = [s["metadata"].get("annotations", {}).get("dra-driver.io/withheld-devices", "") for s in node1.slices("node-1", DRIVER)]
     text = "\n".join(annotations)
     assert re.search(r"^gpu-0: ", text, re.M) and re.search(r"^gpu-1: ", text, re.M), text
@@ -112,7 +113,7 @@ def test_the_scheduler_gives_the_extended_resource_to_the_plugin_and_claims_the_
     assert set(devices_of(node1.claim_of(NAMESPACE, "six"))) == {f"gpu-{i}" for i in range(2, 8)}
     node1.kubectl("-n", NAMESPACE, "delete", "pod", "six", "--wait=true", "--timeout=120s", timeout=180)
     node1.apply([claim_template("t-seven", "gpu.nvidia.com", 7), claim_pod("seven", "t-seven")])
-    wait_for("the scheduler's verdict on seven GPUs", lambda: _unschedulable(node1, "seven"), 60)
+    eventually(lambda: _unschedulable(node1, "seven"), "the scheduler's verdict on seven GPUs", 60, step=0.25)
     node1.kubectl("-n", NAMESPACE, "delete", "pod", "seven", "plugin-gpu", "--wait=true", "--timeout=120s", timeout=180)
 
 

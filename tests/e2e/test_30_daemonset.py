@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from .daemonset import DRIVER, DS_NAMESPACE, DS_NAME, OVERLAY, ds_settled, install_simulated, remove_simulated
-from .kit import Kit, wait_for
+from .kit import Kit
+from tests.support import eventually
 from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, seen_in, specs_naming
 
 
@@ -43,7 +44,7 @@ def test_claim_pod_on_the_daemonset_node(installed: Kit):
     assert "NVIDIA_VISIBLE_DEVICES" in seen.env
     uid = claim["metadata"]["uid"]
     kit.kubectl("-n", NAMESPACE, "delete", "pod", "ds-pod", "--wait=true", "--timeout=120s", timeout=180)
-    wait_for("CDI spec removed", lambda: not specs_naming(kit.cri_home / "run-cdi", uid), 60)
+    eventually(lambda: not specs_naming(kit.cri_home / "run-cdi", uid), "CDI spec removed", 60, step=0.25)
 
 
 @dataclass
@@ -96,10 +97,10 @@ def test_rolling_update_keeps_a_registered_plugin_and_prepares_a_claim_created_d
     t0 = time.monotonic()
     kit.kubectl("-n", DS_NAMESPACE, "rollout", "restart", f"daemonset/{DS_NAME}")
     # a claim pod created while the update runs: it must be prepared by whichever instance is registered
-    wait_for("the new driver pod created", lambda: {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]} - old_pods, 60)
+    eventually(lambda: {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]} - old_pods, "the new driver pod created", 60, step=0.25)
     kit.apply([claim_template("t-roll", "gpu.nvidia.com", 1), claim_pod("during-update", "t-roll", node="node-2")])
     kit.wait_pod_running(NAMESPACE, "during-update", timeout=180)
-    wait_for("the rolling update done", lambda: ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]}, 240, interval=1)
+    eventually(lambda: ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]}, "the rolling update done", 240, step=1)
     time.sleep(2)  # two more watcher periods of the kubelet after the old pod went
     sampler.stop.set()
     thread.join(5)
@@ -130,13 +131,13 @@ def test_uninstall_in_the_documented_order(installed: Kit):
     kit.kubectl("-n", NAMESPACE, "delete", "pods", "--all", "--wait=true", "--timeout=120s", timeout=180)
     # 2. the driver
     kit.kubectl("delete", "-k", str(OVERLAY), "--wait=true", "--timeout=180s", timeout=240)
-    wait_for("the dra-driver namespace gone", lambda: kit.kubectl("get", "namespace", DS_NAMESPACE, check=False).returncode != 0, 180, interval=1)
+    eventually(lambda: kit.kubectl("get", "namespace", DS_NAMESPACE, check=False).returncode != 0, "the dra-driver namespace gone", 180, step=1)
     terminating = [
         f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in kit.get("pods", "-A")["items"] if p["metadata"].get("deletionTimestamp")
     ]
     assert not terminating, f"left Terminating: {terminating}"
     # 3. the kubelet deletes the slices about 30 s after the last instance deregistered
-    wait_for("node-2's slices deleted by the kubelet", lambda: not kit.slices("node-2", DRIVER), 120, interval=1)
+    eventually(lambda: not kit.slices("node-2", DRIVER), "node-2's slices deleted by the kubelet", 120, step=1)
 
     # What stays on the node: only what docs/install.md's table lists.
     cdi_left = [p.name for p in (kit.cri_home / "run-cdi").iterdir()] if (kit.cri_home / "run-cdi").is_dir() else []

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from .daemonset import OVERLAY, ds_settled, remove_simulated
-from .kit import Kit, wait_for
+from .kit import Kit
+from tests.support import eventually
 from .workloads import NAMESPACE, claim_pod, claim_template, devices_of, seen_in, spec_edits
 
 CASES = [
@@ -38,8 +39,8 @@ def test_the_simulated_overlay_serves_every_vendor(node2: Kit, tmp_path: Path, p
     kit.kubectl("label", "node", "node-2", "dra-driver.io/accelerator=simulated", "--overwrite")
     try:
         kit.apply_k(overlay)
-        wait_for("the DaemonSet ready on node-2", lambda: ds_settled(kit), 240, interval=1)
-        wait_for(f"node-2's {driver} slices", lambda: kit.slices("node-2", driver), 120)
+        eventually(lambda: ds_settled(kit), "the DaemonSet ready on node-2", 240, step=1)
+        eventually(lambda: kit.slices("node-2", driver), f"node-2's {driver} slices", 120, step=0.25)
         pod = f"ov-{profile}"
         kit.apply([claim_template(f"t-{pod}", device_class, 1), claim_pod(pod, f"t-{pod}", node="node-2")])
         kit.wait_pod_running(NAMESPACE, pod)

@@ -27,7 +27,8 @@ from tests.monitoring.manifests import alerts, tool
 
 from .conftest import REPO
 from .daemonset import DRIVER, DS_NAMESPACE, install_simulated, remove_simulated
-from .kit import Kit, allocated_devices, wait_for
+from .kit import Kit, allocated_devices
+from tests.support import eventually
 from .workloads import NAMESPACE, claim_pod, claim_template
 
 FLEET_EXPORTER = REPO / "deploy" / "fleet-exporter"
@@ -58,7 +59,7 @@ def monitored(node2: Kit) -> Iterator[Kit]:
     install_simulated(kit)
     try:
         kit.apply_k(FLEET_EXPORTER)
-        wait_for("the fleet exporter pod running", lambda: running_pod(kit, DS_NAMESPACE, "dra-driver-fleet-exporter"), 180, interval=1)
+        eventually(lambda: running_pod(kit, DS_NAMESPACE, "dra-driver-fleet-exporter"), "the fleet exporter pod running", 180, step=1)
         yield kit
     finally:
         kit.kubectl("delete", "-k", str(FLEET_EXPORTER), "--ignore-not-found", "--wait=true", "--timeout=120s", check=False, timeout=180)
@@ -97,7 +98,7 @@ def port_forward(kit: Kit, pod: str, log: Path) -> tuple[subprocess.Popen[bytes]
     port = free_port()
     command = kit.kubectl_command("-n", DS_NAMESPACE, "port-forward", "--address", "127.0.0.1", f"pod/{pod}", f"{port}:{METRICS_PORT}")
     process = spawn(command, log)
-    wait_for(f"/metrics of {pod} through kubectl port-forward", lambda: process.poll() is None and answers(port), 60, interval=0.5)
+    eventually(lambda: process.poll() is None and answers(port), f"/metrics of {pod} through kubectl port-forward", 60, step=0.5)
     return process, port
 
 
@@ -121,7 +122,7 @@ def scene(monitored: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         processes.append(forward)
         forward, fleet_port = port_forward(kit, fleet, logs[1])
         processes.append(forward)
-        wait_for("the fleet exporter's /readyz", lambda: answers(fleet_port, "/readyz"), 60, interval=1)
+        eventually(lambda: answers(fleet_port, "/readyz"), "the fleet exporter's /readyz", 60, step=1)
         yield Scene(kit, work, claim["metadata"]["name"], pool, device, plugin_port, fleet_port, logs)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{tails(logs)}") from None
@@ -143,7 +144,7 @@ def fleet_devices(fleet: Samples, state: str) -> dict[str, float]:
 def test_fleet_and_node_metrics_name_the_claim_and_its_device(scene: Scene) -> None:
     published = sum(len(s["spec"].get("devices") or []) for s in scene.kit.slices("node-2", DRIVER))
     # The exporter learns of the allocation through its watch: wait for it, then read one scrape.
-    wait_for("the fleet exporter to count the claim's device", lambda: sum(fleet_devices(samples(scene.fleet_port), "allocated").values()) == 1, 60, interval=1)
+    eventually(lambda: sum(fleet_devices(samples(scene.fleet_port), "allocated").values()) == 1, "the fleet exporter to count the claim's device", 60, step=1)
     fleet = samples(scene.fleet_port)
     total, allocated, free = (fleet_devices(fleet, state) for state in ("total", "allocated", "free"))
     assert allocated == {scene.pool: 1}, allocated
@@ -170,7 +171,7 @@ def test_prometheus_answers_every_dashboard_query_and_alert_expression(scene: Sc
     config = prometheus_config(scene.work, scene.plugin_port, scene.fleet_port, "node-2")
     process = spawn(prometheus_command(prometheus, config, scene.work, port), scene.logs[2])
     try:
-        wait_for("Prometheus scraping both pods", lambda: len(query(port, "up == 1")) == 2, 90, interval=0.5)
+        eventually(lambda: len(query(port, "up == 1")) == 2, "Prometheus scraping both pods", 90, step=0.5)
         # dra_driver_mps_daemon_up exists only while an MPS claim is prepared (tests/monitoring/test_live.py has one).
         checks = [check for check in dashboard_and_alert_checks(QUIET_IN_CLUSTER) if check[0] != "metric dra_driver_mps_daemon_up"]
         empty: list[str] = []
@@ -180,7 +181,7 @@ def test_prometheus_answers_every_dashboard_query_and_alert_expression(scene: Sc
             return not empty
 
         try:
-            wait_for("every query to return series", all_answer, 90, interval=1)
+            eventually(all_answer, "every query to return series", 90, step=1)
         except AssertionError:
             raise AssertionError("no series for:\n  " + "\n  ".join(empty) + "\n" + tails(scene.logs)) from None
         unhealthy, loaded = rules_unhealthy(port)

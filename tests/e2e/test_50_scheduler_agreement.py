@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from .conftest import REPO, HostDriver, start_host_driver, stop_host_driver
-from .kit import Kit, wait_for
+from .kit import Kit
+from tests.support import eventually
 from .workloads import NAMESPACE, claim_pod
 
 PROFILES = ("dgx-h100", "dgx-a100-mig")  # whole GPUs; then MIG slices (the corpus's MIG claims become allocatable)
@@ -175,7 +176,7 @@ def _verdicts(kit: Kit, name: str, claim: dict[str, Any], work: Path) -> Verdict
     pod["spec"]["resourceClaims"] = [{"name": "acc", "resourceClaimName": name}]
     kit.apply([claim, pod])
     try:
-        scheduled, message = wait_for(f"PodScheduled of {name}-pod", lambda: _scheduled(kit, f"{name}-pod"), SCHEDULE_TIMEOUT)
+        scheduled, message = eventually(lambda: _scheduled(kit, f"{name}-pod"), f"PodScheduled of {name}-pod", SCHEDULE_TIMEOUT, step=0.25)
     finally:
         kit.kubectl("-n", NAMESPACE, "delete", "pod", f"{name}-pod", "--wait=true", "--timeout=120s", check=False, timeout=180)
         kit.kubectl("-n", NAMESPACE, "delete", "resourceclaim", name, "--wait=true", "--timeout=120s", check=False, timeout=180)

@@ -12,7 +12,9 @@ import yaml
 
 from dra_driver.sources import fleet as fleets
 from dra_driver.cli.main import main
-from dra_driver.explain import ExplainRequest, FleetSource, explain, shipped_class_documents
+from dra_driver.explain import ExplainRequest, explain
+from dra_driver.sources.fleet_source import FleetSource
+from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.simulation.api_server import SimApiServer
 
 GOLDEN = Path(__file__).parent / "golden" / "fleet_mixed.txt"

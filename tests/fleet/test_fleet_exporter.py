@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import eventually
-from dra_driver.explain import shipped_class_documents
+from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.fleet.exporter import FleetExporter
 from dra_driver.kube import reflector as reflectors
 from dra_driver.simulation.claims import allocated_claim_object

@@ -8,12 +8,12 @@ import os
 import re
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import eventually
 from dra_driver_nvidia.simulated import fake_driver_root
 from dra_driver_nvidia.mps import DaemonDir, MpsControl, MpsError, _same_memory
 
@@ -39,10 +39,8 @@ class Standin:
 def daemon(tmp_path: Path) -> Iterator[Standin]:
     standin = Standin(tmp_path)
     assert standin.run("-d").returncode == 0
-    deadline = time.monotonic() + 10
-    while not (standin.pipe / "nvidia-cuda-mps-control.pid").exists():  # -d returns at once; the daemon comes up after
-        assert time.monotonic() < deadline, "the daemon did not write its PID file"
-        time.sleep(0.01)
+    # -d returns at once; the daemon comes up after
+    eventually((standin.pipe / "nvidia-cuda-mps-control.pid").exists, "the daemon's PID file", 10, step=0.01)
     yield standin
     if (standin.pipe / "control").exists():
         standin.ask("quit")
@@ -85,10 +83,7 @@ def test_a_limit_is_kept_per_identifier_as_given(daemon: Standin) -> None:
 def test_quit_logs_its_exit_and_every_line_has_the_real_format(daemon: Standin) -> None:
     daemon.ask("get_server_list")
     assert daemon.ask("quit") == (0, "")
-    deadline = time.monotonic() + 10
-    while "Exit with status 0" not in (daemon.log / "control.log").read_text():
-        assert time.monotonic() < deadline, "the daemon did not log its exit"
-        time.sleep(0.01)
+    eventually(lambda: "Exit with status 0" in (daemon.log / "control.log").read_text(), "the daemon to log its exit", 10, step=0.01)
     lines = (daemon.log / "control.log").read_text().splitlines()
     assert all(re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} Control +\d+\] .+", line) for line in lines), lines
     assert any(line.endswith("] Cmd:get_server_list") for line in lines)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
 import pynvml
@@ -18,6 +17,8 @@ from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia import nvml
 from dra_driver_nvidia.backend import SHARING_KEY, NvidiaBackend
 from dra_driver_nvidia.sharing_records import SharingRecords
+
+from tests.support import eventually
 
 from .conftest import OpenBackend
 from .nvml_spy import count
@@ -46,10 +47,7 @@ def pipe_of(prepared_mounts: list, root: Path) -> str:
 def kill_and_wait(pid: int, root: Path) -> None:
     """kill -9 a daemon and wait until it is gone (a process still exiting counts as alive)."""
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while pid in daemons_under(root):
-        assert time.monotonic() < deadline, f"daemon {pid} did not die"
-        time.sleep(0.01)
+    eventually(lambda: pid not in daemons_under(root), f"daemon {pid} to die", 10, step=0.01)
 
 
 def restart(backend: NvidiaBackend) -> NvidiaBackend:

@@ -26,6 +26,13 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"cli", "vendor"}),  # `vendor` is dra_driver/vendor.py, the public face of backend/ for vendor packages
 )
 ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+# What a command library of layer 9 may ask of explain/, module by module (docs/architecture.md, "Layers"): what the
+# tools read (fleet sources, DeviceClasses, input errors) lies below in sources/ and inputs/, so fleet's view asks
+# explain nothing and only its exporter asks why claims wait; template checks what it writes with explain's run.
+EXPLAIN_USERS: dict[str, frozenset[str]] = {
+    "dra_driver.fleet.exporter": frozenset({"dra_driver.explain.pending"}),
+    "dra_driver.template": frozenset({"dra_driver.explain", "dra_driver.explain.gates"}),
+}
 
 
 def _package(module: str) -> str:
@@ -48,6 +55,22 @@ def _upward(graph: dict[str, set[str]], layer_of: dict[str, int]) -> list[str]:
             if theirs != mine and layer_of[theirs] >= layer_of[mine]:
                 found.append(f"{module} -> {dep}")
     return found
+
+
+def _explain_uses(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each module outside explain/ of a package above it that imports explain/, with what it imports there."""
+    above = {package for level, packages in enumerate(LAYERS) if level > _layer_of()["explain"] for package in packages} - {"cli", "vendor"}
+    uses = {module: {dep for dep in deps if _package(dep) == "explain"} for module, deps in graph.items() if _package(module) in above}
+    return {module: found for module, found in uses.items() if found}
+
+
+def test_the_explain_check_sees_fleet_asking_explain_for_its_readers() -> None:
+    graph = {"dra_driver.fleet": {"dra_driver.explain", "dra_driver.sources.fleet_source"}, "dra_driver.fleet.build": {"dra_driver.model.device"}}
+    assert _explain_uses(graph) == {"dra_driver.fleet": {"dra_driver.explain"}}
+
+
+def test_fleet_and_template_ask_explain_only_its_engine() -> None:
+    assert _explain_uses(_graph()) == EXPLAIN_USERS
 
 
 def test_the_checker_sees_an_upward_and_a_sideways_import() -> None:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support import eventually as wait_for  # noqa: F401  (imported from here by the crash tests)
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV, HOLD_POINTS
 from dra_driver.node.plugin.sockets import PluginPaths

@@ -15,7 +15,7 @@ import pytest
 from crash_support import registers
 from example_backend import DRIVER, journal
 
-from tests.support import eventually as wait_for
+from tests.support import eventually
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV
@@ -48,11 +48,11 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
     hold.mkdir()
     proc = start_daemon(apiserver, root, hold)
     try:
-        wait_for(paths.registration_socket.exists, what="registration socket")
+        eventually(paths.registration_socket.exists, what="registration socket")
         conn = register(paths.registration_socket)
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(conn.prepare, [ref], 30.0)
-            wait_for((hold / ref.uid).exists, what="prepare to reach the hold point")
+            eventually((hold / ref.uid).exists, what="prepare to reach the hold point")
             spec = root / "cdi" / f"k8s.{DRIVER}-device_{ref.uid}.json"
             assert spec.exists()  # written, but the claim is not recorded as completed
             last_line = (paths.checkpoint / f"{ref.uid}.json").read_text().split()[-1]
@@ -68,14 +68,14 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
         assert paths.dra_socket.exists()  # a killed process leaves its sockets behind
 
         proc = start_daemon(apiserver, root)
-        wait_for(lambda: any(e["op"] == "reconcile" for e in journal(root / "state")[2:]), what="restart recovery")
+        eventually(lambda: any(e["op"] == "reconcile" for e in journal(root / "state")[2:]), what="restart recovery")
         ops = journal(root / "state")
         assert [e["op"] for e in ops] == ["reconcile", "prepare", "unprepare", "reconcile"]
         assert ops[2]["data"] == {"uid": ref.uid, "state": {"uid": ref.uid, "devices": ["gpu-0", "gpu-1"]}}
         assert ops[3]["data"] == []
         assert not spec.exists() and not orphan.exists()
 
-        wait_for(lambda: registers(paths), what="restarted daemon to serve")
+        eventually(lambda: registers(paths), what="restarted daemon to serve")
         conn = register(paths.registration_socket)
         first = conn.prepare([ref])
         assert first.claims[ref.uid].error == "" and spec.exists()

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from crash_support import hold_at, record_of, registers, start_daemon, wait_for
+from crash_support import hold_at, record_of, registers, start_daemon
+from tests.support import eventually
 from example_backend import DRIVER, journal
 
 from dra_driver.node import cdi
@@ -79,14 +80,14 @@ def test_kill_at_every_point_then_restart(apiserver, root: Path) -> None:
 
     proc = start_daemon(apiserver.url, root, hold)
     try:
-        wait_for(lambda: registers(paths), what="daemon to serve")
+        eventually(lambda: registers(paths), what="daemon to serve")
         conn = register(paths.registration_socket)
         answered = {name: conn.prepare([refs[name]]) for name in ("unpreparing", "done")}  # their points are not in prepare
         with ThreadPoolExecutor(2) as pool:
             pending_prepare = pool.submit(conn.prepare, [refs[n] for n in PREPARE_POINTS], 30.0)
             pending_unprepare = pool.submit(conn.unprepare, [refs["unpreparing"]], 30.0)
             for name in [*PREPARE_POINTS, "unpreparing"]:
-                wait_for((hold / refs[name].uid).exists, what=f"{name} to reach its hold point")
+                eventually((hold / refs[name].uid).exists, what=f"{name} to reach its hold point")
             # The durable state at each point, as the crash will leave it.
             phases = {name: (record_of(paths, refs[name].uid) or {}).get("phase") for name in names}
             assert phases == {"at-started": "PrepareStarted", "at-backend": "PrepareStarted", "at-cdi": "PrepareStarted",
@@ -107,7 +108,7 @@ def test_kill_at_every_point_then_restart(apiserver, root: Path) -> None:
         before_restart = len(journal(root / "state"))
 
         proc = start_daemon(apiserver.url, root)
-        wait_for(lambda: registers(paths), what="restarted daemon to serve")
+        eventually(lambda: registers(paths), what="restarted daemon to serve")
         ops = journal(root / "state")[before_restart:]
         # Recovery: each half-prepared claim unprepared once with the state its record held, and the interrupted
         # unprepare (its UnprepareStarted record) finished the same way; then one reconcile listing the completed claims.
@@ -235,7 +236,7 @@ def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path,
     first.recover()
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(first.prepare, [ref])
-        wait_for((hold / ref.uid).exists, what="prepare to reach after-backend")
+        eventually((hold / ref.uid).exists, what="prepare to reach after-backend")
         assert len(list(fake.live_instances())) == 1
         result = short_tmp / "child-result"
         pid = os.fork()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from conftest import Node
 from example_backend import DRIVER
+from tests.support import eventually
 
 from dra_driver.kube.claims import ClaimLookupError, ClaimReader
 from dra_driver.simulation.api_server import SimApiServer
@@ -76,12 +77,7 @@ def test_unprepare_waiting_behind_a_slow_prepare_of_its_claim_is_answered(node: 
 
 
 def _wait_for_request(server: SimApiServer, after: int = 0) -> bool:
-    end = time.monotonic() + 10
-    while time.monotonic() < end:
-        if server.requests[("get", "resourceclaims")] > after:
-            return True
-        time.sleep(0.01)
-    return False
+    return eventually(lambda: server.requests[("get", "resourceclaims")] > after, f"more than {after} GETs of a claim", 10, step=0.01)
 
 
 # --- the reader: no blind retries, the deadline bounds everything ------------------------------

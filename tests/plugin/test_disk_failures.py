@@ -174,7 +174,8 @@ def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(sh
     """Before, the restart wrote the registrations/ marker after the sockets served, got ENOSPC and stopped every
     driver with a raw `[Errno 28]` line: a crash loop until space was freed. Real processes, kill -9, a real full tmpfs."""
     from conftest import make_settings
-    from crash_support import registers, start_daemon, wait_for
+    from crash_support import registers, start_daemon
+    from tests.support import eventually
     from test_instance_lock import add_claim, paths_of
 
     from dra_driver.node.plugin.kubelet_client import register
@@ -187,7 +188,7 @@ def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(sh
     daemon = start_daemon(apiserver.url, short_tmp)
     restarted = None
     try:
-        wait_for(lambda: registers(paths), what="the daemon serves")
+        eventually(lambda: registers(paths), what="the daemon serves")
         kept = add_claim(apiserver, "kept", "gpu-0")
         answer = register(paths.registration_socket).prepare([kept]).claims[kept.uid]
         assert answer.error == ""
@@ -195,7 +196,7 @@ def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(sh
         daemon.wait()
         fill(state / "filler")
         restarted = subprocess.Popen([sys.executable, str(DAEMON), apiserver.url, str(short_tmp)], stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: restarted.poll() is not None or registers(paths), what="the restarted daemon serves")
+        eventually(lambda: restarted.poll() is not None or registers(paths), what="the restarted daemon serves")
         assert restarted.poll() is None, restarted.communicate()[1][-2000:]
         conn = register(paths.registration_socket)
         again = conn.prepare([kept]).claims[kept.uid]

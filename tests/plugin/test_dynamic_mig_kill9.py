@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crash_support import wait_for
+from tests.support import eventually
 
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.simulation.api_server import SimApiServer
@@ -63,7 +63,7 @@ def test_a_restarted_daemon_recovers_against_the_mig_state_the_killed_one_left(a
     first_ref = claim(apiserver, "first", FIRST)
     daemon = spawn(apiserver, short_tmp, short_tmp / "first.log")
     try:
-        wait_for(paths.registration_socket.exists, what="the first daemon's registration socket")
+        eventually(paths.registration_socket.exists, what="the first daemon's registration socket")
         with closing(register(paths.registration_socket)) as conn:
             entry = conn.prepare([first_ref]).claims[first_ref.uid]
         assert entry.error == ""
@@ -77,7 +77,7 @@ def test_a_restarted_daemon_recovers_against_the_mig_state_the_killed_one_left(a
 
     daemon = spawn(apiserver, short_tmp, short_tmp / "second.log")
     try:
-        wait_for(paths.registration_socket.exists, what="the restarted daemon's registration socket")
+        eventually(paths.registration_socket.exists, what="the restarted daemon's registration socket")
         second_ref = claim(apiserver, "second", SECOND)
         with closing(register(paths.registration_socket)) as conn:
             again = conn.prepare([first_ref]).claims[first_ref.uid]  # the kubelet prepares its claims again

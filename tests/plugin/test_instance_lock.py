@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +17,7 @@ import grpc
 import pytest
 from conftest import make_settings
 from tests.hostile_paths import HOSTILE, plant, returns_within
+from tests.support import eventually
 from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
@@ -76,10 +76,7 @@ def test_a_second_instance_without_pod_uid_is_refused_and_the_first_keeps_its_cl
     answer: dict[str, object] = {}
     worker = threading.Thread(target=lambda: answer.setdefault("r", register(paths_of(settings).registration_socket).prepare([ref])))
     worker.start()
-    deadline = time.monotonic() + 10
-    while not (hold / ref.uid).exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    eventually((hold / ref.uid).exists, "the prepare to reach its hold point", 10, step=0.01)
     before = inodes(paths_of(settings))
 
     second, second_backend = start(daemons, apiserver, settings)
@@ -442,14 +439,14 @@ def _stop(process: subprocess.Popen[str]) -> str:
 def test_deleting_the_lock_files_under_a_live_daemon_never_lets_a_second_one_serve(short_tmp, apiserver):
     """Two real daemons, one state directory, separate kubelet dirs (so no socket stops the second). Before, with
     instance.lock and instances/ deleted, the second started and both prepared the same GPU."""
-    from crash_support import registers, wait_for
+    from crash_support import registers
 
     (short_tmp / "state").mkdir()
     first = _daemon_process(apiserver, short_tmp)
     second: subprocess.Popen[str] | None = None
     try:
         settings = make_settings(short_tmp)
-        wait_for(lambda: registers(paths_of(settings)), what="the first daemon serves")
+        eventually(lambda: registers(paths_of(settings)), what="the first daemon serves")
         state = paths_of(settings).state_root
         (state / instance_lock.MODE_LOCK).unlink()
         for record in (state / instance_lock.OWNERS_DIR).iterdir():
@@ -470,16 +467,16 @@ def test_deleting_the_lock_files_under_a_live_daemon_never_lets_a_second_one_ser
 
 
 def test_of_two_daemon_processes_started_together_the_loser_exits_at_once(short_tmp, apiserver):
-    from crash_support import registers, wait_for
+    from crash_support import registers
 
     (short_tmp / "state").mkdir()
     made = [_daemon_process(apiserver, short_tmp) for _ in range(2)]
     try:
-        wait_for(lambda: any(p.poll() is not None for p in made), timeout=60, what="one daemon exits", step=0.05)
+        eventually(lambda: any(p.poll() is not None for p in made), timeout=60, what="one daemon exits", step=0.05)
         loser = next(p for p in made if p.poll() is not None)
         winner = next(p for p in made if p is not loser)
         assert loser.returncode == 1 and "is in use by another dra-driver instance" in _stop(loser)
-        wait_for(lambda: registers(paths_of(make_settings(short_tmp))), what="the winner serves")
+        eventually(lambda: registers(paths_of(make_settings(short_tmp))), what="the winner serves")
         assert winner.poll() is None
     finally:
         for process in made:

@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from tests.support import eventually as wait_for
+from tests.support import eventually
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.node.plugin.lease import LeasedPublisher
@@ -45,7 +45,7 @@ def test_driver_failing_to_register_never_publishes(short_tmp: Path, apiserver):
         assert built == [], "a publisher was built for a driver that never registered"
         assert apiserver.objects("ResourceSlice") == []
         assert not paths.dra_socket.exists()
-        wait_for(lambda: driver_threads(before) == [])
+        eventually(lambda: driver_threads(before) == [])
     finally:
         daemon.stop()
 
@@ -65,7 +65,7 @@ def test_publisher_failing_after_registration_stops_the_driver_and_withdraws(sho
 
         def start_then_fail() -> None:
             real_start()
-            wait_for(lambda: len(apiserver.objects("ResourceSlice")) > 0)
+            eventually(lambda: len(apiserver.objects("ResourceSlice")) > 0)
             raise RuntimeError("publisher broke after its first write")
 
         publisher.publisher.start = start_then_fail  # type: ignore[method-assign]
@@ -78,7 +78,7 @@ def test_publisher_failing_after_registration_stops_the_driver_and_withdraws(sho
         assert status.running == [] and "publisher broke" in status.failed[DRIVER]
         assert apiserver.objects("ResourceSlice") == [], "a driver that is not registered still advertises devices"
         assert not paths.registration_socket.exists() and not paths.dra_socket.exists()
-        wait_for(lambda: driver_threads(before) == [])
+        eventually(lambda: driver_threads(before) == [])
         assert not paths.publisher_lease.exists() or _lease_free(paths.publisher_lease)
     finally:
         daemon.stop()
@@ -123,7 +123,7 @@ def test_only_the_lease_holder_publishes_and_the_other_takes_over(tmp_path: Path
         assert [e.device for e in new_inner.health] == ["gpu-0"]  # kept for when it publishes
         old.stop()
         assert old_inner.stopped == 1
-        wait_for(new.publishing.is_set)
+        eventually(new.publishing.is_set)
         assert new_inner.started == 1
     finally:
         new.stop()
@@ -143,9 +143,9 @@ def test_second_daemon_publishes_once_the_first_stops(short_tmp: Path, apiserver
     old, new = (d.plugins[DRIVER].publisher for d in daemons)
     try:
         assert old.publishing.is_set() and not new.publishing.is_set()
-        wait_for(lambda: len(apiserver.objects("ResourceSlice")) > 0)
+        eventually(lambda: len(apiserver.objects("ResourceSlice")) > 0)
         daemons[0].stop()
-        wait_for(new.publishing.is_set)
+        eventually(new.publishing.is_set)
     finally:
         for daemon in daemons:
             daemon.stop()

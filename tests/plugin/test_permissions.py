@@ -21,7 +21,7 @@ import pytest
 from example_backend import DRIVER
 from tests.unprivileged import as_nobody
 
-from tests.support import eventually as wait_for
+from tests.support import eventually
 from dra_driver.node import cdi
 
 from dra_driver.common import file_modes
@@ -77,7 +77,7 @@ def test_nothing_the_daemon_creates_under_umask_000_lets_another_user_in(apiserv
 
     daemon = subprocess.Popen([sys.executable, str(DAEMON), apiserver.url, str(root)], umask=0, stderr=subprocess.DEVNULL)
     try:
-        wait_for(paths.registration_socket.exists)
+        eventually(paths.registration_socket.exists)
         conn = register(paths.registration_socket)
         assert conn.prepare([ref]).claims[ref.uid].error == ""
         conn.close()
@@ -148,10 +148,10 @@ def test_no_path_the_daemon_creates_under_umask_000_is_writable_by_others_with_s
                "--state-dir", str(root / "run"), "--cdi-dir", str(root / "cdi"), "--simulated-root", str(root / "sim")]  # fmt: skip
     daemon = subprocess.Popen(command, umask=0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(paths.registration_socket.exists, timeout=60)
+        eventually(paths.registration_socket.exists, timeout=60)
         conn = register(paths.registration_socket)
         assert {uid: e.error for uid, e in conn.prepare(claims).claims.items()} == {c.uid: "" for c in claims}
-        wait_for(lambda: any((root / "run" / "ready").glob("*.json")), timeout=60)
+        eventually(lambda: any((root / "run" / "ready").glob("*.json")), timeout=60)
         writable = {
             str(path): oct(stat.S_IMODE(info.st_mode))
             for path in [root / "kubelet", root / "run", root / "cdi", root / "sim", *(root / "kubelet").rglob("*"), *(root / "run").rglob("*"),

@@ -201,15 +201,15 @@ def test_ready_never_exits_0_when_no_daemon_runs_whatever_the_file_says(short_tm
 def test_a_killed_daemon_is_unready_at_once(short_tmp: Path, apiserver: SimApiServer, capsys: pytest.CaptureFixture[str]) -> None:
     """A real daemon process, registered and ready, then kill -9: the next probe says not ready (the status file it
     left still holds a fresh heartbeat; before the liveness lock the probe said ready for 15 s more)."""
-    from crash_support import registers, start_daemon, wait_for
+    from crash_support import registers, start_daemon
 
     (short_tmp / "state").mkdir()
     daemon = start_daemon(apiserver.url, short_tmp)
     try:
         paths = PluginPaths(short_tmp / "kubelet", DRIVER, None, short_tmp / "run")
-        wait_for(lambda: registers(paths), what="the daemon registers")
+        eventually(lambda: registers(paths), what="the daemon registers")
         state = ["ready", "--state-dir", str(short_tmp / "run")]
-        wait_for(lambda: main(state) == 0, what="the daemon is ready", step=0.1)
+        eventually(lambda: main(state) == 0, what="the daemon is ready", step=0.1)
     finally:
         daemon.kill()
         daemon.wait()

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crash_support import hold_at, registers, start_daemon, wait_for
+from crash_support import hold_at, registers, start_daemon
+from tests.support import eventually
 
 from example_backend import DRIVER, ExampleBackend
 
@@ -54,7 +55,7 @@ def _prepared_then_stopped(apiserver: Any, root: Path, paths: PluginPaths) -> tu
     refs = {"a": _claim(apiserver, "a", "gpu-0"), "b": _claim(apiserver, "b", "gpu-1"), "x": _claim(apiserver, "x", "gpu-0")}
     proc = start_daemon(apiserver.url, root)
     try:
-        wait_for(lambda: registers(paths), what="daemon to serve")
+        eventually(lambda: registers(paths), what="daemon to serve")
         conn = register(paths.registration_socket)
         answers = {name: _ids(conn.prepare([refs[name]]), refs[name].uid) for name in ("a", "b")}
         conn.close()
@@ -73,8 +74,8 @@ def _held_in_recovery(apiserver: Any, root: Path, paths: PluginPaths, refs: dict
         hold_at(hold, ref.uid, "never")
     proc = start_daemon(apiserver.url, root, hold)
     try:
-        wait_for((hold / RECOVERY_HOLD).exists, what="recovery to reach its hold point")
-        wait_for(lambda: registers(paths), what="the sockets to serve during recovery")
+        eventually((hold / RECOVERY_HOLD).exists, what="recovery to reach its hold point")
+        eventually(lambda: registers(paths), what="the sockets to serve during recovery")
         return proc, hold, register(paths.registration_socket)
     except BaseException:
         proc.kill()
@@ -129,7 +130,7 @@ def test_kill_during_recovery_loses_no_reservation(apiserver: Any, root: Path) -
 
     proc = start_daemon(apiserver.url, root)
     try:
-        wait_for(lambda: registers(paths), what="restarted daemon to serve")
+        eventually(lambda: registers(paths), what="restarted daemon to serve")
         conn = register(paths.registration_socket)
         assert {name: _ids(conn.prepare([refs[name]]), refs[name].uid) for name in ("a", "b")} == first
         assert refs["a"].uid in conn.prepare([refs["x"]]).claims[refs["x"].uid].error  # gpu-0 still a's

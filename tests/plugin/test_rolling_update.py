@@ -10,7 +10,7 @@ import pytest
 from conftest import make_settings
 from example_backend import DRIVER, ExampleBackend
 
-from tests.support import eventually as wait_for
+from tests.support import eventually
 from dra_driver.node import checkpoint as checkpoint_module
 from dra_driver.node.checkpoint import Checkpoint, ClaimRecord, CheckpointDevice, PREPARE_STARTED
 from dra_driver.node.daemon import Daemon
@@ -65,7 +65,7 @@ def test_new_instance_start_leaves_a_claim_the_old_instance_is_preparing(short_t
     answer: dict[str, object] = {}
     worker = threading.Thread(target=lambda: answer.setdefault("r", old.connect().prepare([ref])))
     worker.start()
-    wait_for((hold / ref.uid).exists)  # old instance: backend done, spec written, not yet completed
+    eventually((hold / ref.uid).exists)  # old instance: backend done, spec written, not yet completed
 
     new = Instance(short_tmp, apiserver, "pod-new")
     instances.append(new.start())  # recover() runs here

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from crash_support import hold_at, registers, start_daemon, wait_for
+from crash_support import hold_at, registers, start_daemon
+from tests.support import eventually
 from example_backend import DRIVER, journal
 from state_damage import DAMAGE_KINDS, damage_record
 
@@ -52,7 +53,7 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
     refs["intact"] = _claim(apiserver, "intact", f"gpu-{len(kinds)}")
     proc = start_daemon(apiserver.url, root, devices=devices)
     try:
-        wait_for(lambda: registers(paths), what="daemon to serve")
+        eventually(lambda: registers(paths), what="daemon to serve")
         conn = register(paths.registration_socket)
         first = conn.prepare(list(refs.values()))
         assert all(first.claims[r.uid].error == "" for r in refs.values())
@@ -64,7 +65,7 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
         before = len(journal(root / "state"))
 
         proc = start_daemon(apiserver.url, root, devices=devices)
-        wait_for(lambda: registers(paths), what="restarted daemon to serve")
+        eventually(lambda: registers(paths), what="restarted daemon to serve")
         ops = journal(root / "state")[before:]
         assert [e["op"] for e in ops] == ["reconcile"]  # nothing undone at start
         assert sorted(s["uid"] for s in ops[0]["data"]) == sorted(r.uid for r in refs.values())  # every claim live
@@ -101,12 +102,12 @@ def test_unprepare_killed_after_removing_the_spec_is_finished_and_never_answered
     hold_at(hold, ref.uid, "after-spec-removed")
     proc = start_daemon(apiserver.url, root, hold)
     try:
-        wait_for(lambda: registers(paths), what="daemon to serve")
+        eventually(lambda: registers(paths), what="daemon to serve")
         conn = register(paths.registration_socket)
         assert conn.prepare([ref]).claims[ref.uid].error == ""
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(conn.unprepare, [ref], 30.0)
-            wait_for((hold / ref.uid).exists, what="unprepare to remove the spec")
+            eventually((hold / ref.uid).exists, what="unprepare to remove the spec")
             spec = cdi.spec_path(root / "cdi", DRIVER, ref.uid)
             assert not spec.exists() and (paths.checkpoint / f"{ref.uid}.json").exists()
             _kill(proc)
@@ -115,7 +116,7 @@ def test_unprepare_killed_after_removing_the_spec_is_finished_and_never_answered
         conn.close()
         before = len(journal(root / "state"))
         proc = start_daemon(apiserver.url, root)
-        wait_for(lambda: registers(paths), what="restarted daemon to serve")
+        eventually(lambda: registers(paths), what="restarted daemon to serve")
         assert [e["op"] for e in journal(root / "state")[before:]] == ["unprepare", "reconcile"]  # finished at start
         conn = register(paths.registration_socket)
         answer = conn.prepare([ref]).claims[ref.uid]  # the claim is used again: a fresh prepare

@@ -12,7 +12,8 @@ import yaml
 from dra_driver.sources import fleet as fleets
 from dra_driver.template.known import known_kinds
 from dra_driver.cli.main import main
-from dra_driver.explain import ExplainRequest, FleetSource, explain
+from dra_driver.explain import ExplainRequest, explain
+from dra_driver.sources.fleet_source import FleetSource
 
 K8S_VERSION = "1.35.0"
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from dra_driver.common.errors import BackendUnavailable, DeviceError
 from dra_driver.common.logs import fields
 from dra_driver.model.device import Inventory
+from dra_driver.backend import vocabulary
 from dra_driver.backend.sysfs import pci_device_dir, pcie_root, read_text
 from dra_driver.backend.interface import (
     AllocatedDevice,
@@ -65,7 +66,7 @@ def _mode_from_state(data: Mapping[str, Any]) -> Mode:
 
 class AmdBackend(VendorBackend):
     vendor = "amd"
-    driver_name = "gpu.amd.com"
+    driver_name = vocabulary.AMD_DRIVER
 
     def __init__(self, smi: Smi, settings: BackendSettings, owned_dir: sim_scratch.ScratchDir | None = None) -> None:
         self.smi = smi

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from dra_driver.backend.support import validate_settingless_config
+from dra_driver.backend.vocabulary import AMD_DRIVER
 
 API_VERSION = "gpu.resource.amd.com/v1alpha1"
 KIND = "GpuConfig"
@@ -26,4 +27,4 @@ class GpuConfig(BaseModel):
 
 
 def validate_config(parameters: Mapping[str, Any]) -> GpuConfig:
-    return validate_settingless_config(GpuConfig, parameters, "gpu.amd.com")
+    return validate_settingless_config(GpuConfig, parameters, AMD_DRIVER)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 from dra_driver.backend import sysfs as sysfs_util
+from dra_driver.backend.vocabulary import GAUDI_DRIVER
 from dra_driver.common.errors import BackendUnavailable, DeviceError
 from dra_driver.common.logs import fields
 from dra_driver.model.device import Device, Inventory
@@ -48,7 +49,7 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 
 class GaudiBackend(VendorBackend):
     vendor: ClassVar[str] = "gaudi"
-    driver_name: ClassVar[str] = "gaudi.intel.com"
+    driver_name: ClassVar[str] = GAUDI_DRIVER
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from dra_driver.backend.support import validate_settingless_config
+from dra_driver.backend.vocabulary import GAUDI_DRIVER
 
 API_VERSION = "gaudi.dra-driver.io/v1alpha1"
 KIND = "GaudiConfig"
@@ -30,4 +31,4 @@ def parse_config(parameters: Mapping[str, Any] | None) -> GaudiConfig:
     """A GaudiConfig from opaque parameters ({} or None gives the default); ConfigError otherwise."""
     if parameters is None:
         return GaudiConfig()
-    return validate_settingless_config(GaudiConfig, parameters, "gaudi.intel.com")
+    return validate_settingless_config(GaudiConfig, parameters, GAUDI_DRIVER)

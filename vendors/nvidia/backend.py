@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dra_driver.common.errors import BackendUnavailable, DeviceError, DraError
 from dra_driver.common.logs import fields
 from dra_driver.model import quantity
+from dra_driver.backend.vocabulary import NVIDIA_DRIVER
 from dra_driver.model.device import CounterSet, Device, Inventory
 from dra_driver.backend.interface import (
     AllocatedDevice,
@@ -90,7 +91,7 @@ class _PlannedInstance:
 
 class NvidiaBackend(VendorBackend):
     vendor: ClassVar[str] = "nvidia"
-    driver_name: ClassVar[str] = "gpu.nvidia.com"
+    driver_name: ClassVar[str] = NVIDIA_DRIVER
 
     def __init__(
         self,

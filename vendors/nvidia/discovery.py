@@ -8,14 +8,13 @@ PCIe root) are left empty when NVML or sysfs does not report them.
 from __future__ import annotations
 
 import logging
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pynvml
 
 from dra_driver.backend.sysfs import numa_node as sysfs_numa_node
+from dra_driver.backend.sysfs import pcie_root as sysfs_pcie_root
 from dra_driver.backend.sysfs import pci_device_dir
 from dra_driver.common.logs import fields
 from dra_driver_nvidia import nvml
@@ -35,7 +34,6 @@ BRANDS = {
 }
 # NVML_NVLINK_VERSION_* -> NVLink generation as a version string.
 NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
-_ROOT_BUS = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}\Z")
 
 
 @dataclass(frozen=True)
@@ -93,18 +91,6 @@ def kubernetes_bus_id(nvml_bus_id: str) -> str:
     """NVML "00000000:1B:00.0" -> Kubernetes/sysfs "0000:1b:00.0"."""
     domain, rest = nvml_bus_id.strip().split(":", 1)
     return f"{int(domain, 16):04x}:{rest.lower()}"
-
-
-def pcie_root(sysfs_root: Path, bus_id: str) -> str | None:
-    """The root complex ("pci0000:15") above a PCI device, from its sysfs path, like deviceattribute does."""
-    link = sysfs_root / "bus" / "pci" / "devices" / bus_id
-    try:
-        target = Path(os.path.realpath(link))
-    except OSError:
-        return None
-    if not target.exists():
-        return None
-    return next((part for part in target.parts if _ROOT_BUS.match(part)), None)
 
 
 def _optional(what: str, gpu: str, default: object, fn, *args):  # type: ignore[no-untyped-def]
@@ -172,7 +158,7 @@ def read_gpu(index: int, sysfs_root: Path) -> GpuInfo:
         compute_capability=f"{major}.{minor_cc}",
         memory_bytes=nvml.memory_total(handle),
         pci_bus_id=bus_id,
-        pcie_root=pcie_root(sysfs_root, bus_id),
+        pcie_root=sysfs_pcie_root(pci_device_dir(sysfs_root, bus_id)),
         numa_node=sysfs_numa_node(pci_device_dir(sysfs_root, bus_id)),
         mig_capable=mig_capable,
         mig_enabled=mig_enabled,

@@ -1,4 +1,5 @@
-"""DeviceClasses for explain: the shipped ones, layered under the fleet's and the user's."""
+"""DeviceClasses as the tools read them (explain, template, fleet): the shipped ones, layered under the fleet's and
+the user's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import CelMatcher, DeviceClassSpec
 from dra_driver.sources.claims import DeviceClass, class_spec_errors, parse_object, to_class
 from dra_driver.common.errors import FieldError
-from dra_driver.explain.errors import InputError
+from dra_driver.inputs.errors import InputError
 
 
 def shipped_class_documents() -> list[dict[str, Any]]:

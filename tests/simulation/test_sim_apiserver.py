@@ -12,7 +12,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tests.support import eventually as wait_for
+from tests.support import eventually
 from dra_driver.kube.client import make_api_client
 from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 
@@ -183,7 +183,7 @@ def test_watch_streams_added_modified_deleted_with_selector(api: client.Resource
     existing = api.create_resource_slice(slice_body("node-a")).metadata.name
     events: list[tuple[str, str]] = []
     thread = collect_events(api, events, field_selector="spec.nodeName=node-a", timeout_seconds=2)
-    wait_for(lambda: events)  # initial ADDED for what exists
+    eventually(lambda: events)  # initial ADDED for what exists
     api.create_resource_slice(slice_body("node-b"))  # not for this watcher
     server.modify_as_other("ResourceSlice", existing, lambda o: o["spec"]["devices"].append({"name": "gpu-9"}))
     server.delete_as_other("ResourceSlice", existing)
@@ -217,7 +217,7 @@ def test_dropped_watch_breaks_the_stream(api: client.ResourceV1Api, server: SimA
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    wait_for(lambda: server.open_watches == 1)
+    eventually(lambda: server.open_watches == 1)
     assert server.drop_watches() == 1
     thread.join(timeout=5)
     assert not thread.is_alive()
