@@ -8,14 +8,14 @@ meant for another driver is an error instead of being silently ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from dra_driver.backend.support import validate_settingless_config
 
-API_VERSION = "gpu.resource.amd.com/v1alpha1"
-KIND = "GpuConfig"
+API_VERSION: Final = "gpu.resource.amd.com/v1alpha1"
+KIND: Final = "GpuConfig"
 
 
 class GpuConfig(BaseModel):

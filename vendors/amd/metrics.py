@@ -45,7 +45,8 @@ def read_handle(smi: Smi, handle: Any, bdf: str, errors: bool) -> Readings:
     readings.power_watts = _read("power", bdf, lambda: smi.power_watts(handle))
     readings.temperature_celsius = _read("temperature", bdf, lambda: smi.hotspot_celsius(handle))
     if errors:
-        readings.errors = _read("ecc", bdf, lambda: smi.ecc_counts(handle)) or {}
+        counts = _read("ecc", bdf, lambda: smi.ecc_counts(handle))
+        readings.errors = counts or {}
     return readings
 
 

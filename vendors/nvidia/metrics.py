@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from dra_driver.backend.interface import DeviceReadings, DeviceSample
@@ -81,17 +81,16 @@ def sample(
     name: str, gpu: GpuInfo, readings: GpuReadings, mig: MigInstance | None, partition: bool, sharing: str, daemons: Mapping[str, bool]
 ) -> DeviceSample:
     """The published device `name` on `gpu`: the GPU itself, or a partition (its MIG device `mig`, None while uncreated)."""
-    common = {"pci_bus_id": gpu.pci_bus_id, "model": gpu.product_name, "sharing": sharing, "mps_daemons": dict(daemons)}
-    if not partition:
-        return DeviceSample(
-            device=name, uuid=gpu.uuid, utilization=readings.utilization, memory_used_bytes=readings.memory_used,
-            memory_total_bytes=readings.memory_total, power_watts=readings.power_watts,
-            temperature_celsius=readings.temperature_celsius, errors=dict(readings.errors), **common,
-        )  # fmt: skip
-    # A partition: memory of its own instance; the rest measured on the parent GPU; errors are the parent's.
-    return DeviceSample(
-        device=name, uuid=mig.uuid if mig is not None else "", utilization=readings.utilization,
-        memory_used_bytes=mig.memory_used if mig is not None else None, memory_total_bytes=mig.memory_total if mig is not None else None,
-        power_watts=readings.power_watts, temperature_celsius=readings.temperature_celsius, errors=dict(readings.errors),
-        per_parent=PARENT_READINGS + ("errors",), **common,
+    common = DeviceSample(
+        device=name, pci_bus_id=gpu.pci_bus_id, model=gpu.product_name, sharing=sharing, mps_daemons=dict(daemons),
+        utilization=readings.utilization, power_watts=readings.power_watts, temperature_celsius=readings.temperature_celsius,
+        errors=dict(readings.errors),
     )  # fmt: skip
+    if not partition:
+        return replace(common, uuid=gpu.uuid, memory_used_bytes=readings.memory_used, memory_total_bytes=readings.memory_total)
+    # A partition: memory of its own instance; the rest measured on the parent GPU; errors are the parent's.
+    if mig is None:
+        return replace(common, per_parent=PARENT_READINGS + ("errors",))
+    return replace(
+        common, uuid=mig.uuid, memory_used_bytes=mig.memory_used, memory_total_bytes=mig.memory_total, per_parent=PARENT_READINGS + ("errors",)
+    )

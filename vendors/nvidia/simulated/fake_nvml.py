@@ -231,10 +231,10 @@ class FakeNvmlLibrary:
 
     def _take_instances(self, gpu: FakeGpu, saved: list[SavedGpuInstance]) -> None:
         wanted = {gi.id: gi for gi in saved}
-        for gi_id, gi in list(gpu.instances.items()):
+        for gi_id, held in list(gpu.instances.items()):
             entry = wanted.get(gi_id)
-            if entry is None or (entry.profile_id, entry.start) != (gi.profile.id, gi.start):
-                self._forget_gpu_instance(gi)
+            if entry is None or (entry.profile_id, entry.start) != (held.profile.id, held.start):
+                self._forget_gpu_instance(held)
         for gi_id, entry in wanted.items():
             gi = gpu.instances.get(gi_id)
             if gi is None:
@@ -524,15 +524,16 @@ class FakeNvmlLibrary:
     def nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
         with self._lock:
             mig = self._lookup(handle, FakeComputeInstance)
+            # A MIG device moves on its own (the utilization call, which moves a GPU, is not supported on it).
             if mig is not None:
                 total = mig.gi.profile.memoryMB << 20
+                fraction = self.load.advance(mig.uuid).memory_fraction
             else:
                 ret, gpu = self._gpu_call("nvmlDeviceGetMemoryInfo", handle)
                 if gpu is None:
                     return ret
                 total = gpu.model.memoryMiB << 20
-            # A MIG device moves on its own (the utilization call, which moves a GPU, is not supported on it).
-            fraction = self.load.advance(mig.uuid).memory_fraction if mig is not None else self.load.current(gpu.spec.uuid).memory_fraction
+                fraction = self.load.current(gpu.spec.uuid).memory_fraction
             used = min(total, int(total * fraction)) & ~0xFFFFF  # whole MiB, as the driver reports
             info = _out(ref)
             info.total, info.used, info.free = total, used, total - used
