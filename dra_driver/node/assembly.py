@@ -230,7 +230,7 @@ def open_simulated_root(config: DaemonSettings) -> SimulatedRoot | None:
         raise UsageError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
     from dra_driver.simulation.node import SimulatedRoot
 
-    simulated = SimulatedRoot(config.simulated_root)
+    simulated = SimulatedRoot(Path(config.simulated_root))
     try:
         simulated.make_nodes_of_specs(config.cdi_dir)
     except DraError:

@@ -130,7 +130,7 @@ def withheld_note(withheld: Mapping[str, str]) -> str | None:
     text = "\n".join(lines)
     if len(text) <= _MAX_NOTE_CHARS:
         return text
-    kept = []
+    kept: list[str] = []
     for line in lines:
         if sum(len(k) + 1 for k in kept) + len(line) > _MAX_NOTE_CHARS - 40:
             break

@@ -29,7 +29,7 @@ from dra_driver.node.checks.permissions import world_writable
 from dra_driver.node.checks.same_name import created_here, describe_foreign, plugin_info, same_name_registrations, written_by_other
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.registry import OpenedBackends, open_backends
-from dra_driver.backend.interface import BackendSettings, Profile
+from dra_driver.backend.interface import BackendSettings, Partitioning, Profile
 
 log = logging.getLogger(__name__)
 API_TIMEOUT_S = 5.0
@@ -80,7 +80,7 @@ class DoctorSettings:
     kubeconfig: str | None = None
     context: str | None = None
     simulated_root: Path | None = None  # run's --simulated-root (None also for `none`)
-    partitioning: str = "static"
+    partitioning: Partitioning = "static"
     in_pod: bool = False  # in a Kubernetes pod: the host's files are only those it mounts
 
 
@@ -239,7 +239,8 @@ def _dir_problem(path: Path) -> str:
 
 def check_registration(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     """Each driver this node would run: is one of its registration sockets there and serving?"""
-    serving, missing = [], []
+    serving: list[str] = []
+    missing: list[str] = []
     for driver in facts.drivers:
         sockets = sorted((settings.kubelet_dir / "plugins_registry").glob(f"{driver}-*reg.sock"))
         answered = [s.name for s in sockets if getattr(plugin_info(s), "name", None) == driver]
@@ -379,7 +380,8 @@ def _withheld_line(vendor: str, plugins: Any, facts: NodeFacts, offer: Offer, re
 
 
 def check_same_name_drivers(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
-    conflicts, stale = [], []
+    conflicts: list[str] = []
+    stale: list[str] = []
     for driver in facts.drivers:
         state_root = PluginPaths(settings.kubelet_dir, driver, state_dir=settings.state_dir).state_root
         for found in same_name_registrations(settings.kubelet_dir, driver, state_root):

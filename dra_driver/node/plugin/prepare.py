@@ -440,14 +440,14 @@ class PrepareService:
             edits_by_device.setdefault(dev.device, []).append(dev.edits)
         spec_devices: list[cdi.SpecDevice] = []
         ids_by_key: dict[tuple[str, str, str | None], str] = {}
-        for dev in record.devices:
-            key = (dev.pool, dev.device, dev.share_id)
+        for held in record.devices:
+            key = (held.pool, held.device, held.share_id)
             if key in ids_by_key:  # the same device in two results (adminAccess in two requests)
                 continue
-            queue = edits_by_device.get(dev.device) or [ContainerEdits()]
+            queue = edits_by_device.get(held.device) or [ContainerEdits()]
             edits = queue.pop(0) if len(queue) > 1 else queue[0]
-            name = cdi.cdi_device_name(ref.uid, dev.pool, dev.device, dev.share_id)
-            spec_devices.append(cdi.SpecDevice(name=name, device=dev.device, edits=edits))
+            name = cdi.cdi_device_name(ref.uid, held.pool, held.device, held.share_id)
+            spec_devices.append(cdi.SpecDevice(name=name, device=held.device, edits=edits))
             ids_by_key[key] = cdi.qualified_id(self.driver, name)
         request_ids: dict[str, str] = {}
         requests = {dev.request for dev in record.devices}

@@ -53,6 +53,7 @@ from dra_driver.node.checkpoint import (
     CheckpointDevice,
     ClaimRecord,
     DamagedRecord,
+    Phase,
     record_from_json,
 )
 from dra_driver.common.logs import fields
@@ -297,7 +298,7 @@ class Recovery:
             if (d.pool, d.device) not in named and not (d.pool == "" and d.device in named_any_pool)
         ]
         # A trusted line saying the kubelet asked to unprepare: finish that; anything else stays prepared.
-        phase = UNPREPARE_STARTED if base.phase == UNPREPARE_STARTED else PREPARE_COMPLETED
+        phase: Phase = UNPREPARE_STARTED if base.phase == UNPREPARE_STARTED else PREPARE_COMPLETED
         sources = found.sources or ["cdi-spec-without-claim-data"]
         record = replace(
             base, phase=phase, devices=base.devices + _unique(extra), backend_state=found.state, recovered="+".join(sources),
