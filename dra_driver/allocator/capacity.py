@@ -97,8 +97,9 @@ def _policy(raw: Any) -> RequestPolicy | None:
             bad.append(f"requestPolicy.{field_name} {value!r} is not a quantity")
         return parsed
 
-    span = raw.get("validRange") if isinstance(raw.get("validRange"), Mapping) else {}
-    values = raw.get("validValues") if isinstance(raw.get("validValues"), list) else []
+    given_span, given_values = raw.get("validRange"), raw.get("validValues")
+    span = given_span if isinstance(given_span, Mapping) else {}
+    values = given_values if isinstance(given_values, list) else []
     parsed_values = [amount(v, f"validValues[{i}]") for i, v in enumerate(values)]
     step = amount(span.get("step"), "validRange.step")
     if step is not None and step <= 0:

@@ -592,9 +592,9 @@ def _node_selector(choices: Sequence[Choice], pools_by_id: Mapping[tuple[str, st
         if target.node_name:
             return {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [target.node_name]}]}]}
         if target.node_selector:
-            term = (target.node_selector.get("nodeSelectorTerms") or [{}])[0]
-            expressions += [r for r in term.get("matchExpressions") or [] if r not in expressions]
-            fields += [r for r in term.get("matchFields") or [] if r not in fields]
+            given = (target.node_selector.get("nodeSelectorTerms") or [{}])[0]
+            expressions += [r for r in given.get("matchExpressions") or [] if r not in expressions]
+            fields += [r for r in given.get("matchFields") or [] if r not in fields]
     if not expressions and not fields:
         return None
     term: dict[str, Any] = {}
@@ -668,6 +668,6 @@ def _failure_reasons(claims: Sequence[ClaimSpec], reports: Mapping[tuple[int, in
     if not reasons:
         reasons.append("every request has enough usable devices on its own, but no combination satisfies the constraints and shared counters together")
         for key, why in sorted(conflicts.items())[:8]:
-            claim_label, request, device = key.split("\0")
-            reasons.append(f"  {request} {device}: {why}")
+            claim_label, request_name, device = key.split("\0")
+            reasons.append(f"  {request_name} {device}: {why}")
     return reasons
