@@ -137,8 +137,11 @@ def check_with(fetch: Fetch, server: str) -> None:
 def _cause(exc: BaseException) -> str:
     """The innermost reason of a connection error, without urllib3's pool and retry wrapping."""
     reason = getattr(exc, "reason", None)
-    while isinstance(reason, BaseException) and getattr(reason, "reason", None) is not None and reason is not reason.reason:
-        reason = reason.reason
+    while isinstance(reason, BaseException):
+        inner = getattr(reason, "reason", None)
+        if inner is None or inner is reason:
+            break
+        reason = inner
     text = str(reason or exc)
     if ": " in text and text.startswith("<"):  # '<urllib3.connection.HTTPConnection object at 0x..>: Failed to ...'
         text = text.split(": ", 1)[1]
