@@ -52,7 +52,8 @@ def command_words() -> tuple[Words, dict[str, Words]]:
     commands = {}
     for name in main.COMMANDS:
         parser = main.build_parser(name)
-        commands[name] = words_of(parser._subparsers._group_actions[0].choices[name])  # type: ignore[union-attr]
+        (subcommands,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+        commands[name] = words_of(subcommands.choices[name])
     return words_of(main.build_parser("version")), commands
 
 

@@ -31,6 +31,7 @@ from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
 from dra_driver.explain import shipped_class_documents
 from dra_driver.kube.claims import ClaimReader
+from dra_driver.kube.client import JsonApi
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.kubelet_client import register
@@ -161,7 +162,7 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
 
     settings = PluginSettings(node_name=NODE, kubelet_dir=work / "kubelet", cdi_dir=work / "cdi", state_dir=work / "state")
     api = server.api_client()
-    client.CoreV1Api(api).create_node({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
+    JsonApi(api).request("POST", "/api/v1/nodes", body={"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
     daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE))
     status = daemon.start()
     if not status.running:
@@ -202,7 +203,10 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
         say("== NodePrepareResources answer")
         for device in entry.devices:
             say(f"   {device.pool_name}/{device.device_name} request={list(device.request_names)} cdi={list(device.cdi_device_ids)}")
-        spec_path = Path(plugin.service.checkpoint_record(claim.uid).cdi_spec or "")
+        record = plugin.service.checkpoint_record(claim.uid)
+        if record is None or not record.cdi_spec:
+            raise DraError(f"NodePrepareResources answered, but the driver recorded no CDI spec for claim {claim.uid}")
+        spec_path = Path(record.cdi_spec)
         spec = json.loads(spec_path.read_text())
         say(f"== CDI spec {spec_path} (driver-file mounts folded)")
         say(_indent(json.dumps(_folded(spec), indent=2)))
@@ -226,10 +230,9 @@ def _create_and_allocate(api: client.ApiClient, request: Request) -> ClaimRef:
     """Create the claim through the real kubernetes client and write the allocation chosen before creating it (a claim
     that cannot be allocated is not left behind) as status.allocation, as the scheduler does."""
     body = claim_object("demo-claim", NAMESPACE, request.device_class, request.count)
-    resource = client.ResourceV1Api(api)
-    created = resource.create_namespaced_resource_claim(NAMESPACE, body, _preload_content=False)
-    meta = json.loads(created.data)["metadata"]
-    resource.patch_namespaced_resource_claim_status(
+    created = JsonApi(api).request("POST", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims", body=body)
+    meta = created["metadata"]
+    client.ResourceV1Api(api).patch_namespaced_resource_claim_status(
         meta["name"], NAMESPACE, {"status": {"allocation": request.allocation}}, _content_type="application/merge-patch+json"
     )
     return ClaimRef(NAMESPACE, meta["name"], meta["uid"])

@@ -324,12 +324,11 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
 
 def _server_version(api_client: Any) -> str | None:
     """GET /version's gitVersion (what explain and template take the cluster's release from); None when unreadable."""
-    from kubernetes import client
+    from dra_driver.kube.client import JsonApi
 
     try:
         # raw JSON: the client's model refuses a /version that lacks fields it does not need
-        response = client.VersionApi(api_client).get_code(_preload_content=False, _request_timeout=LIST_TIMEOUT_S)
-        version = json.loads(response.data).get("gitVersion")
+        version = JsonApi(api_client).request("GET", "/version", timeout=LIST_TIMEOUT_S).get("gitVersion")
     except Exception:  # an old or odd server: the tools fall back to their default release and say so
         return None
     return version[:64] if isinstance(version, str) and version else None
