@@ -46,6 +46,7 @@ and `requests` / `writes()` count requests by verb for benchmarks.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import random
@@ -663,12 +664,13 @@ class ObjectStore:
         for (plural, namespace, name), _ in dependents:
             self.delete(RESOURCES[plural], namespace or None, name, None)
 
-    def delete_collection(self, rt: ResourceType, selection: Selection) -> list[JsonObject]:
+    # builtins.list: inside this class `list` names the method above.
+    def delete_collection(self, rt: ResourceType, selection: Selection) -> builtins.list[JsonObject]:
         with self.changed:
             victims = [o for (plural, _, _), o in sorted(self._objects.items()) if plural == rt.plural and selection.matches(o)]
             return [self.delete(rt, o["metadata"].get("namespace"), o["metadata"]["name"], None) for o in victims]
 
-    def events_after(self, rv: int) -> list[WatchEvent]:
+    def events_after(self, rv: int) -> builtins.list[WatchEvent]:
         """Events newer than rv; raises 410 Expired when history no longer reaches back that far."""
         if rv < self._compacted_rv:
             raise ApiError(410, f"too old resource version: {rv} ({self._compacted_rv + 1})", "Expired")
@@ -1090,8 +1092,8 @@ class SimApiServer:
     which is how tests simulate an API server outage.
     """
 
-    def __init__(self, options: ServerOptions | None = None, port: int = 0, **gates: bool) -> None:
-        self.options = options or ServerOptions(**gates)
+    def __init__(self, options: ServerOptions | None = None, port: int = 0) -> None:
+        self.options = options or ServerOptions()
         self.store = ObjectStore(self.options)
         self.requests: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> requests received
         self._writes: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> successful writes
