@@ -34,7 +34,8 @@ def _find_by_hint(name: str) -> Path | None:
         if not path.is_file():
             continue
         cls = backend_classes((vendor,)).get(vendor)
-        if cls is not None and cls.profile_dir() is not None and Path(cls.profile_dir()).resolve() == directory.resolve():
+        profile_dir = cls.profile_dir() if cls is not None else None
+        if profile_dir is not None and Path(profile_dir).resolve() == directory.resolve():
             return path
     return None
 

@@ -239,6 +239,8 @@ def _placed_workload_pods(found: list[WorkloadPod], subject: Subject) -> list[tu
         parsed = parse_object(pod.doc, label)
         if isinstance(parsed, list):
             raise InputError(parsed)
+        if not isinstance(parsed, Pod):  # the workload readers give kind: Pod documents; anything else is our bug
+            raise InputError([FieldError(f"{label}.kind", f"{pod.doc.get('kind')!r} is not a Pod")])
         out.append((label, parsed, pod.doc))
     return out
 

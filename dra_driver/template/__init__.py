@@ -93,9 +93,9 @@ def _subject(document: dict[str, Any]) -> Subject:
     parsed = parse_object(document, label)
     if isinstance(parsed, list):  # our own output failed the schema: a bug, reported with the field paths
         raise InputError(parsed)
+    assert isinstance(parsed, (ResourceClaim, ResourceClaimTemplate))  # template writes only these two kinds
     namespace = document["metadata"].get("namespace") or "default"
     spec = parsed.spec.spec if isinstance(parsed, ResourceClaimTemplate) else parsed.spec
-    assert isinstance(parsed, (ResourceClaim, ResourceClaimTemplate))
     return Subject(claims=[ClaimInput(f"{label}.spec", spec, document["metadata"]["name"], namespace)])
 
 

@@ -97,8 +97,8 @@ def known_kinds() -> tuple[KnownKind, ...]:
             per_node[(pool.name, key)] += 1
             profiles.setdefault(key, set()).add(profile_of(pool.name))
     most: dict[tuple[str, ...], int] = {}
-    for (_node, key), count in per_node.items():
-        most[key] = max(most.get(key, 0), count)
+    for (_node, kind), count in per_node.items():
+        most[kind] = max(most.get(kind, 0), count)
     kinds = [
         KnownKind(vendor, driver, product, family, partition, quantity.parse(memory) if memory else None, most[key], tuple(sorted(profiles[key])))
         for key in most
