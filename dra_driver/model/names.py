@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 MAX_DNS_LABEL = 63
 MAX_DNS_SUBDOMAIN = 253
@@ -31,7 +31,7 @@ _UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def is_dns_label(value: str) -> bool:
+def is_dns_label(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= MAX_DNS_LABEL and bool(_DNS_LABEL.fullmatch(value))
 
 
