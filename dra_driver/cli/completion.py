@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 SHELLS = ("bash", "zsh")
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("completion", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shell", choices=SHELLS, help="the shell the script is for")
     parser.set_defaults(func=run)

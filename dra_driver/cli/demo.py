@@ -45,7 +45,7 @@ SHOWN_MOUNTS = 3  # of the ~30 driver-file mounts of an NVIDIA spec, the ones sh
 NAMESPACE = "default"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
         description="The whole claim-to-container flow on simulated hardware, no cluster, no GPU, no root: the real daemon publishes "

@@ -35,7 +35,7 @@ _LABEL = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.
 _USED = frozenset(RECORDED_FLAGS)
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor",
         description="Checks the kubelet plugin directories and registration, the CDI directory and the container runtime's CDI "

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # a real node never imports the simulation's modules
     from dra_driver.simulation.node import SimulatedRoot
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         description="The node daemon (the DaemonSet's container): for every vendor whose hardware is found (or --profile simulates), "

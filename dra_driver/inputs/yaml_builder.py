@@ -240,7 +240,7 @@ def _build(data: bytes | str, builder: _Builder) -> list[Document]:
             if frame is not None and type(frame.container) is list:
                 frame.container.append(value)
             elif frame is not None and frame.key is not _NO_KEY and frame.key is not _MERGE_KEY:
-                frame.container[frame.key] = value  # type: ignore[call-overload]
+                frame.container[frame.key] = value
                 frame.key = _NO_KEY
             else:
                 builder.add(value, _line(event))

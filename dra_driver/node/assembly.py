@@ -31,6 +31,8 @@ from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.settings import NO_SIMULATED_ROOT, DaemonSettings
 
 if TYPE_CHECKING:  # a real node never imports the simulation's modules
+    from kubernetes.client import ApiClient
+
     from dra_driver.simulation.node import SimulatedRoot
 
 log = logging.getLogger(__name__)
@@ -205,12 +207,12 @@ def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, 
     )
 
 
-def read_node(api_client: object, node_name: str) -> dict[str, object] | None:
+def read_node(api_client: ApiClient, node_name: str) -> dict[str, object] | None:
     """The Node (its allocatable names device-plugin resources); None when it cannot be read (logged)."""
     from dra_driver.kube.client import JsonApi
 
     try:
-        return JsonApi(api_client).request("GET", f"/api/v1/nodes/{node_name}")  # type: ignore[arg-type]
+        return JsonApi(api_client).request("GET", f"/api/v1/nodes/{node_name}")
     except Exception as exc:  # RBAC or a missing Node: the kubelet's own sources still count
         log.warning("cannot read the Node to find device-plugin resources", extra=fields(node=node_name, error=str(exc)))
         return None

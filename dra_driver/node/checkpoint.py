@@ -247,8 +247,8 @@ class Checkpoint:
             record = self._read_record(Path(entry.path))
             if record is _STALE:
                 stale_boot += 1
-            elif record is not None:
-                files[entry.name] = (stamp, record)  # type: ignore[assignment]
+            elif isinstance(record, ClaimRecord):
+                files[entry.name] = (stamp, record)
         if stale_boot:
             log.warning(
                 "checkpoint records from another boot are void; removed",

@@ -207,7 +207,7 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
         profile = load_profile(profile_name)
     except DraError as exc:
         raise FleetError(str(exc)) from exc
-    settings = BackendSettings(node_name="node-0", partitioning=partitioning, consumable_gpu_memory=consumable_gpu_memory)  # type: ignore[arg-type]
+    settings = BackendSettings(node_name="node-0", partitioning=partitioning, consumable_gpu_memory=consumable_gpu_memory)  # type: ignore[arg-type]  # str: the CLI's choices checked it
     opened = open_backends(settings, profile)
     try:
         if not opened.backends:

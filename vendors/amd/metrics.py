@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from dra_driver.backend.interface import DeviceReadings, DeviceSample
@@ -54,7 +55,7 @@ def live_handles(smi: Smi) -> dict[str, Any]:
     """Partition PCI address -> its processor handle now (handles change with the partition mode)."""
     found: dict[str, Any] = {}
     for handle in _read("processor handles", "", smi.processor_handles) or []:
-        bdf = _read("bdf", "", lambda h=handle: smi.bdf(h))  # type: ignore[misc]
+        bdf = _read("bdf", "", partial(smi.bdf, handle))
         if bdf is not None:
             found[bdf] = handle
     return found

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 from pathlib import Path
 
 import pynvml
@@ -107,7 +109,11 @@ def pcie_root(sysfs_root: Path, bus_id: str) -> str | None:
     return next((part for part in target.parts if _ROOT_BUS.match(part)), None)
 
 
-def _optional(what: str, gpu: str, default: object, fn, *args):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+def _optional(what: str, gpu: str, default: D, fn: Callable[..., T], *args: Any) -> T | D:
     try:
         return fn(*args)
     except NvmlError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 from dra_driver.backend.interface import DeviceReadings, DeviceSample
@@ -53,7 +54,7 @@ def read_gpu(gpu: GpuInfo) -> GpuReadings:
     readings.power_watts = _read("power", name, lambda: nvml.power_watts(handle))
     readings.temperature_celsius = _read("temperature", name, lambda: nvml.temperature_celsius(handle))
     for kind, uncorrected in (("ecc_corrected", False), ("ecc_uncorrected", True)):
-        count = _read(kind, name, lambda u=uncorrected: nvml.ecc_errors(handle, u))  # type: ignore[misc]
+        count = _read(kind, name, partial(nvml.ecc_errors, handle, uncorrected))
         if count is not None:
             readings.errors[kind] = count
     return readings
@@ -64,14 +65,14 @@ def mig_instances(gpu: GpuInfo) -> dict[int, MigInstance]:
     found: dict[int, MigInstance] = {}
     count = _read("MIG devices", gpu.name, lambda: nvml.max_mig_device_count(gpu.handle)) or 0
     for position in range(count):
-        handle = _read("MIG device", gpu.name, lambda p=position: nvml.mig_device_handle(gpu.handle, p))  # type: ignore[misc]
+        handle = _read("MIG device", gpu.name, partial(nvml.mig_device_handle, gpu.handle, position))
         if handle is None:
             continue  # an empty slot
-        gi_id = _read("MIG instance id", gpu.name, lambda h=handle: nvml.gpu_instance_id(h))  # type: ignore[misc]
-        uuid = _read("MIG uuid", gpu.name, lambda h=handle: nvml.uuid(h))  # type: ignore[misc]
+        gi_id = _read("MIG instance id", gpu.name, partial(nvml.gpu_instance_id, handle))
+        uuid = _read("MIG uuid", gpu.name, partial(nvml.uuid, handle))
         if gi_id is None or uuid is None:
             continue
-        memory = _read("MIG memory", gpu.name, lambda h=handle: nvml.memory_used(h))  # type: ignore[misc]
+        memory = _read("MIG memory", gpu.name, partial(nvml.memory_used, handle))
         used, total = memory if memory is not None else (None, None)
         found[gi_id] = MigInstance(uuid, used, total)
     return found

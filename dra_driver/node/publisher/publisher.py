@@ -49,7 +49,7 @@ from kubernetes.client.rest import ApiException
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi, WatchStream
 from dra_driver.common.logs import fields
-from dra_driver.model.device import DeviceTaint, Inventory
+from dra_driver.model.device import DeviceTaint, Inventory, TaintEffect
 from dra_driver.model.render import API_VERSION
 from dra_driver.node.checks.same_name import (
     FIELD_MANAGER,
@@ -86,7 +86,7 @@ class PublisherOptions:
     backoff_initial: float = 1.0
     backoff_cap: float = 300.0
     health_taint_key: str | None = None  # default "<driver>/unhealthy"
-    health_taint_effect: str = "NoSchedule"
+    health_taint_effect: TaintEffect = "NoSchedule"
 
 
 class _FieldsDropped(Exception):
@@ -178,7 +178,7 @@ class SlicePublisher:
             if healthy:
                 changed = self._unhealthy.pop(device, None) is not None
             else:
-                taint = taint or DeviceTaint(key=self.options.health_taint_key or f"{self.driver}/unhealthy", effect=self.options.health_taint_effect)  # type: ignore[arg-type]
+                taint = taint or DeviceTaint(key=self.options.health_taint_key or f"{self.driver}/unhealthy", effect=self.options.health_taint_effect)
                 changed = self._unhealthy.get(device) != taint
                 self._unhealthy[device] = taint
         if changed:
