@@ -195,7 +195,11 @@ class ConsumableCapacity:
         if cached is None:
             driver = device.id.driver
             raw = device.wire.get("capacity") or {}
-            cached = {_qualified(str(key), driver): policy for key, entry in raw.items() if isinstance(entry, Mapping) and (policy := _policy(entry.get("requestPolicy"))) is not None}
+            cached = {
+                _qualified(str(key), driver): policy
+                for key, entry in raw.items()
+                if isinstance(entry, Mapping) and (policy := _policy(entry.get("requestPolicy"))) is not None
+            }
             self._policy_cache[device.id] = cached
         return cached
 
