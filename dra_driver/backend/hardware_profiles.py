@@ -84,5 +84,7 @@ def load_profile(name_or_path: str) -> Profile:
         return load_profile_file(hinted)
     profiles = available_profiles()
     if name_or_path not in profiles:
-        raise ProfileError(f"{suggest.unknown('profile', name_or_path, profiles)} (`dra-driver profiles` lists them), or give a path to a profile file")
+        raise ProfileError(
+            f"{suggest.unknown('profile', name_or_path, profiles)} (`dra-driver profiles` lists them), or give a path to a profile file"
+        )
     return load_profile_file(profiles[name_or_path])
