@@ -54,7 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--profile", default="dgx-h100", help="hardware profile to simulate (default dgx-h100)")
     parser.add_argument("--vendor", default=None, help="which vendor of the profile to use (default: the first one found)")
-    parser.add_argument("--count", type=int, default=None, help="devices to allocate to the example claim (default: 2, or 1 when the profile has one)")
+    parser.add_argument(
+        "--count", type=int, default=None, help="devices to allocate to the example claim (default: 2, or 1 when the profile has one)"
+    )
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static",
                         help="as run's: dynamic publishes every MIG placement / AMD partition mode, and the demo then asks for a "
                         "partition, created at prepare (default: %(default)s)")  # fmt: skip
@@ -187,7 +189,10 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
 
         say(f"== Published {plural(len(slices), 'ResourceSlice')} for pool {NODE} through the API server")
         claim = _create_and_allocate(api, request)
-        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {request.count} x DeviceClass {request.device_class}")
+        say(
+            f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {request.count} x DeviceClass "
+            f"{request.device_class}"
+        )
         say(f"   allocated from the published slices: request 'gpus' -> {', '.join(request.chosen)}")
 
         conn = register(plugin.paths.registration_socket)
@@ -217,7 +222,10 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
         if unprepared.claims[claim.uid].error:
             raise DraError(f"NodeUnprepareResources failed: {unprepared.claims[claim.uid].error}")
         say("== NodeUnprepareResources: done")
-        say(f"   CDI spec file {'still exists (unexpected!)' if spec_path.exists() else 'removed'}; claims still prepared: {plugin.service.prepared_device_count()} devices")
+        say(
+            f"   CDI spec file {'still exists (unexpected!)' if spec_path.exists() else 'removed'}; claims still prepared: "
+            f"{plugin.service.prepared_device_count()} devices"
+        )
         conn.close()
     finally:
         daemon.stop()
@@ -269,7 +277,12 @@ def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> N
 def _user_side(device_class: str, count: int) -> str:
     """The two objects a user writes for the demo's claim: its template and a pod referring to it."""
     template = claim_object("gpus", NAMESPACE, device_class, count)
-    template = {"apiVersion": template["apiVersion"], "kind": "ResourceClaimTemplate", "metadata": template["metadata"], "spec": {"spec": template["spec"]}}
+    template = {
+        "apiVersion": template["apiVersion"],
+        "kind": "ResourceClaimTemplate",
+        "metadata": template["metadata"],
+        "spec": {"spec": template["spec"]},
+    }
     pod = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo", "namespace": NAMESPACE},
         "spec": {

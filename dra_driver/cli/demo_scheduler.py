@@ -27,7 +27,9 @@ def claim_object(name: str, namespace: str, device_class: str, count: int) -> di
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}},
+        "spec": {
+            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}
+        },
     }
 
 
@@ -35,7 +37,9 @@ def wait_for_pool(api: client.ApiClient, driver: str, node: str, timeout_s: floa
     """The node's slices for `driver` once the pool is complete (every slice of its newest generation is there)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        listed = JsonApi(api).request("GET", "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.driver={driver},spec.nodeName={node}"})
+        listed = JsonApi(api).request(
+            "GET", "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.driver={driver},spec.nodeName={node}"}
+        )
         slices: list[dict[str, Any]] = listed.get("items") or []
         pools = build_pools(slices)
         if pools and all(not p.incomplete and not p.invalid for p in pools):

@@ -41,7 +41,10 @@ def announce(daemon: Daemon, config: DaemonSettings, source: ApiSource) -> None:
     """One line on stderr, whatever the log level: what this process serves, for which node, to which API server."""
     drivers = ", ".join(backend.driver_name for backend in daemon.backends)
     simulated = f", simulating profile {config.profile}" if config.profile else ""
-    failures.info(f"serving {drivers} on node {config.node_name}{simulated}; sockets under {config.kubelet_dir}, CDI specs in {config.cdi_dir}; API server: {source.describe()}")
+    failures.info(
+        f"serving {drivers} on node {config.node_name}{simulated}; sockets under {config.kubelet_dir}, CDI specs in {config.cdi_dir}; API server: "
+        f"{source.describe()}"
+    )
 
 
 def run(parsed: argparse.Namespace) -> int:
