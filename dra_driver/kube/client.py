@@ -61,7 +61,10 @@ def chosen_context(source: ApiSource) -> str | None:
     if source.context is not None:
         if source.context not in names:
             hint = suggest.did_you_mean(source.context, names)
-            raise KubeConfigError(f"--context {source.context}: no such context in {replace(source, context=None).describe()}; {hint or 'known: ' + (', '.join(names) or 'none')}")
+            raise KubeConfigError(
+                f"--context {source.context}: no such context in {replace(source, context=None).describe()}; "
+                f"{hint or 'known: ' + (', '.join(names) or 'none')}"
+            )
         return source.context
     current = next((str(data["current-context"]) for data in contents if data.get("current-context")), None)
     if current is None:
@@ -69,7 +72,9 @@ def chosen_context(source: ApiSource) -> str | None:
     return current
 
 
-def load_configuration(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None, source: ApiSource | None = None) -> client.Configuration:
+def load_configuration(
+    base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None, source: ApiSource | None = None
+) -> client.Configuration:
     """The client configuration of `source` (found from the other arguments as kubectl would when not given)."""
     source = source or api_source(base_url, kubeconfig, context)
     if source.kind == "url":
@@ -157,7 +162,8 @@ class JsonApi:
             raise ApiException.from_response(http_resp=response, body=text, data=None)
 
     def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None, timeout: Timeout = None) -> dict[str, Any]:
-        """One request (`timeout` in seconds, or (connect, read); None: the client's default); the decoded JSON answer, or ApiException carrying the server's Status."""
+        """One request (`timeout` in seconds, or (connect, read); None: the client's default); the decoded JSON answer,
+        or ApiException carrying the server's Status."""
         response = self._send(method, path, query, body, timeout)
         self._raise_for_status(response)
         response.read()
