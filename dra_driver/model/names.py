@@ -66,13 +66,18 @@ def _pattern_problem(value: Any, limit: int, pattern: re.Pattern[str], rule: str
 
 def dns_label_problem(value: Any) -> str | None:
     """Namespaces, request names, device names: a DNS label."""
-    return _pattern_problem(value, MAX_DNS_LABEL, _DNS_LABEL, "a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)")
+    return _pattern_problem(
+        value, MAX_DNS_LABEL, _DNS_LABEL, "a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)"
+    )
 
 
 def dns_subdomain_problem(value: Any) -> str | None:
     """Object names (claims): a DNS subdomain."""
     return _pattern_problem(
-        value, MAX_DNS_SUBDOMAIN, _DNS_SUBDOMAIN, "a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)"
+        value,
+        MAX_DNS_SUBDOMAIN,
+        _DNS_SUBDOMAIN,
+        "a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)",
     )
 
 

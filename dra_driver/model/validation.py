@@ -466,7 +466,10 @@ def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
                     continue
                 name = device.get("name")
                 if name in device_names:
-                    out.add(f"{label}.spec.devices({name})", f"device name {name!r} is also used in {device_names[name]}; names must be unique in {ppath}")
+                    out.add(
+                        f"{label}.spec.devices({name})",
+                        f"device name {name!r} is also used in {device_names[name]}; names must be unique in {ppath}",
+                    )
                 device_names.setdefault(name, label)
         for index, obj in current:
             label = slice_label(obj, index)
