@@ -65,7 +65,9 @@ class PodResourcesClient:
         """List (and with `allocatable`, GetAllocatableResources); PodResourcesUnavailable naming the socket and the cause."""
         if not self.socket.exists():
             self.close()
-            raise PodResourcesUnavailable(f"kubelet PodResources socket {self.socket} does not exist (mount <kubelet dir>/pod-resources into the driver's pod)")
+            raise PodResourcesUnavailable(
+                f"kubelet PodResources socket {self.socket} does not exist (mount <kubelet dir>/pod-resources into the driver's pod)"
+            )
         stub = pr_grpc.PodResourcesListerStub(self._open())
         view = PodResourcesView()
         try:

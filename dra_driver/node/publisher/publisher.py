@@ -272,7 +272,9 @@ class SlicePublisher:
         if plan.writes:
             log.info(
                 "publishing slices",
-                extra=fields(driver=self.driver, generation=plan.generation, create=len(plan.creates), update=len(plan.updates), delete=len(plan.deletes)),
+                extra=fields(
+                    driver=self.driver, generation=plan.generation, create=len(plan.creates), update=len(plan.updates), delete=len(plan.deletes)
+                ),
             )
         # Recorded before writing: a half-written bump must not be reused after a wipe.
         self._last_generation = plan.generation
@@ -455,7 +457,9 @@ class SlicePublisher:
                 error = _describe(exc)
                 level = logging.WARNING if self._backoff.failures == 1 or error != self._last_error else logging.DEBUG
                 self._last_error = error
-                log.log(level, "publishing slices failed; retrying with backoff", extra=fields(driver=self.driver, error=error, retry_in=round(delay, 3)))
+                log.log(
+                    level, "publishing slices failed; retrying with backoff", extra=fields(driver=self.driver, error=error, retry_in=round(delay, 3))
+                )
                 if self._stop.wait(delay):
                     return
                 self._dirty.set()
@@ -526,7 +530,9 @@ class SlicePublisher:
 
     def _someone_else_changed(self, event: JsonObject) -> None:
         raw = event.get("object") or {}
-        log.info("slice changed by someone else", extra=fields(driver=self.driver, event=event.get("type"), slice=(raw.get("metadata") or {}).get("name")))
+        log.info(
+            "slice changed by someone else", extra=fields(driver=self.driver, event=event.get("type"), slice=(raw.get("metadata") or {}).get("name"))
+        )
         self._dirty.set()
 
 
