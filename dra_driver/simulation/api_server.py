@@ -186,7 +186,9 @@ def _not_found(rt: ResourceType, name: str) -> ApiError:
 
 
 def _conflict(rt: ResourceType, name: str, why: str) -> ApiError:
-    return ApiError(409, f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}', "Conflict", {"name": name, "group": rt.group, "kind": rt.plural})
+    return ApiError(
+        409, f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}', "Conflict", {"name": name, "group": rt.group, "kind": rt.plural}
+    )
 
 
 def _invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiError:
@@ -227,7 +229,7 @@ class FieldSelector:
                 raise ApiError(400, f"invalid field selector term {term!r}")
             name, op, value = match.groups()
             if name not in allowed:
-                raise ApiError(400, f'field label not supported: {name}')
+                raise ApiError(400, f"field label not supported: {name}")
             out.append((name, "!=" if op == "!=" else "=", value))
         return cls(tuple(out))
 
@@ -521,7 +523,12 @@ class ObjectStore:
         causes: list[tuple[str, str]] = []
         raw_name = obj["metadata"].get("name")
         if raw_name and not is_dns_subdomain(raw_name):
-            causes.append(("metadata.name", f"Invalid value: {raw_name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"))
+            causes.append(
+                (
+                    "metadata.name",
+                    f"Invalid value: {raw_name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
+                )
+            )
         if rt.plural == "resourceslices":
             causes.extend((e.path.removeprefix("ResourceSlice."), e.message) for e in slice_errors(obj))
         if old is not None:
@@ -556,7 +563,12 @@ class ObjectStore:
             self._validate(rt, obj, None)
             key = self._key(rt, namespace, meta["name"])
             if key in self._objects:
-                raise ApiError(409, f'{rt.qualified} "{meta["name"]}" already exists', "AlreadyExists", {"name": meta["name"], "group": rt.group, "kind": rt.plural})
+                raise ApiError(
+                    409,
+                    f'{rt.qualified} "{meta["name"]}" already exists',
+                    "AlreadyExists",
+                    {"name": meta["name"], "group": rt.group, "kind": rt.plural},
+                )
             if rt.status_subresource and rt.plural != "nodes":
                 obj.pop("status", None)  # status is written through /status only
             self._stamp_new(rt, obj)
@@ -645,7 +657,10 @@ class ObjectStore:
             rv = preconditions.get("resourceVersion")
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise _conflict(
-                    rt, name, f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {old['metadata']['resourceVersion']}"
+                    rt,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: "
+                    f"{old['metadata']['resourceVersion']}",
                 )
             del self._objects[self._key(rt, namespace, name)]
             gone = copy.deepcopy(old)
@@ -702,7 +717,9 @@ def _discovery(path: str, options: ServerOptions) -> JsonObject | None:
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": group_version,
-        "resources": [{"name": r.plural, "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "list", "watch", *WRITE_VERBS]} for r in resources],
+        "resources": [
+            {"name": r.plural, "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "list", "watch", *WRITE_VERBS]} for r in resources
+        ],
     }
 
 
@@ -1227,7 +1244,9 @@ class SimApiServer:
         """
         if resource is not None:
             resource = resource_for(resource).plural
-        fault = Fault(verb, resource, code, count, retry_after, message or f"injected {code or 'connection drop'} for {verb or '*'} {resource or '*'}")
+        fault = Fault(
+            verb, resource, code, count, retry_after, message or f"injected {code or 'connection drop'} for {verb or '*'} {resource or '*'}"
+        )
         with self._lock:
             self._faults.append(fault)
         return fault
