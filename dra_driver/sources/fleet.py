@@ -127,7 +127,10 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
         elif kind == "Pod":
             fleet.pods.append(dict(doc))
         else:
-            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node, DeviceTaintRule or Pod)")
+            raise FleetError(
+                f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node, DeviceTaintRule or "
+                "Pod)"
+            )
     return fleet
 
 
@@ -311,7 +314,10 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
     for item in listed(core.list_node, "Nodes"):
         _add_node(fleet, item)
     fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
-    fleet.namespace_labels = {str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {}) for item in listed(core.list_namespace, "Namespaces")}
+    fleet.namespace_labels = {
+        str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {})
+        for item in listed(core.list_namespace, "Namespaces")
+    }
     if with_pods:
         fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces, "Pods")]
     read.done(counts)
@@ -337,7 +343,10 @@ def _server_version(api_client: Any) -> str | None:
 def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
     """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
     try:
-        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule, "DeviceTaintRules")]
+        return [
+            {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item}
+            for item in listed(api.list_device_taint_rule, "DeviceTaintRules")
+        ]
     except FleetError as exc:
         if " 404 " in str(exc):  # the API version is not served: no rules
             return []
