@@ -23,12 +23,32 @@ from dra_driver.allocator import build_pools
 from dra_driver.allocator.report import node_summary
 from dra_driver.sources.fleet import Fleet
 from dra_driver.template.document import build_document, to_yaml
-from dra_driver.template.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_share_memory, parse_sharing, parse_want
+from dra_driver.template.intent import (
+    DeviceWant,
+    Intent,
+    Problems,
+    Sharing,
+    check_names,
+    parse_fallback,
+    parse_share_memory,
+    parse_sharing,
+    parse_want,
+)
 from dra_driver.template.known import KnownKind, known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
 from dra_driver.common.errors import UsageError
-from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, fleet_nodes, load_fleet, shipped_class_documents
+from dra_driver.explain import (
+    ClaimInput,
+    FeatureGates,
+    FleetSource,
+    InputError,
+    Subject,
+    explain_subject,
+    fleet_nodes,
+    load_fleet,
+    shipped_class_documents,
+)
 from dra_driver.explain.gates import DEFAULT_KUBERNETES_VERSION, parse_gates, release_of
 
 __all__ = [
@@ -100,7 +120,10 @@ def _subject(document: dict[str, Any]) -> Subject:
 
 
 def _impossible(resolved: Resolved, profiles: int) -> TemplateError:
-    lines = [f"no known hardware could hold this claim (explained against the {profiles} shipped hardware profiles, static and dynamic partitioning); nearest known devices:"]
+    lines = [
+        f"no known hardware could hold this claim (explained against the {profiles} shipped hardware profiles, static and dynamic partitioning); "
+        "nearest known devices:"
+    ]
     kinds = known_kinds()
     for index, choice in enumerate(resolved.choices):
         lines.append(f"  choice {index + 1}, {choice.want.describe()}:")
@@ -131,8 +154,10 @@ def _unfit_choices(intent: Intent, resolved: Resolved, kinds: Sequence[KnownKind
         if explain_subject(known_fleet(), subject, gates=gates).explanation.allocatable:
             continue
         nearest_kinds = "; ".join(nearest(choice.want, kinds))
-        notes.append(f"choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
-                     f"partitioning), so it is never the one allocated there; nearest known devices: {nearest_kinds}")
+        notes.append(
+            f"choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
+            f"partitioning), so it is never the one allocated there; nearest known devices: {nearest_kinds}"
+        )
     return notes
 
 
