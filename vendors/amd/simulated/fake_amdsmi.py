@@ -472,7 +472,9 @@ class FakeAmdSmi:
         state, _ = self._reading("amdsmi_get_power_info", handle)
         if handle.partition:
             # The SMU measures the socket: a secondary partition's handle reports no power (amd-smi shows N/A).
-            return dict.fromkeys(("socket_power", "current_socket_power", "average_socket_power", "gfx_voltage", "soc_voltage", "mem_voltage", "power_limit"), "N/A")
+            return dict.fromkeys(
+                ("socket_power", "current_socket_power", "average_socket_power", "gfx_voltage", "soc_voltage", "mem_voltage", "power_limit"), "N/A"
+            )
         watts = round(self.load.current(_socket_key(handle.gpu_bdf)).power_fraction * state.model.power_limit_w)
         # MI300 and later report the current socket power, MI200 and earlier the average (amdsmi_power_info_t).
         current, average = (watts, "N/A") if state.model.accelerator_profiles else ("N/A", watts)
