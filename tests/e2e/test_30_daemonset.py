@@ -99,7 +99,12 @@ def test_rolling_update_keeps_a_registered_plugin_and_prepares_a_claim_created_d
     wait_for("the new driver pod created", lambda: {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]} - old_pods, 60)
     kit.apply([claim_template("t-roll", "gpu.nvidia.com", 1), claim_pod("during-update", "t-roll", node="node-2")])
     kit.wait_pod_running(NAMESPACE, "during-update", timeout=180)
-    wait_for("the rolling update done", lambda: ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]}, 240, interval=1)
+    wait_for(
+        "the rolling update done",
+        lambda: ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]},
+        240,
+        interval=1,
+    )
     time.sleep(2)  # two more watcher periods of the kubelet after the old pod went
     sampler.stop.set()
     thread.join(5)
