@@ -49,7 +49,9 @@ CHECKS = (
 
 
 def smi(binary: str) -> dict[str, list[float | None]]:
-    out = subprocess.run([binary, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        [binary, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
     rows: dict[str, list[float | None]] = {}
     for line in out.strip().splitlines():
         uuid, *values = (part.strip() for part in line.split(","))
