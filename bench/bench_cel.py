@@ -19,7 +19,9 @@ TYPICAL = (
 
 ISSUE_TYPICAL = 'device.driver == "gpu.nvidia.com" && device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
 _TEN = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"
-EXPENSIVE = f"{_TEN}.all(x, {_TEN}.all(y, {_TEN}.all(z, {_TEN}.all(z2, {_TEN}.all(z3, {_TEN}.all(z4, {_TEN}.all(z5, int('1'.find('[0-9]*')) < 100)))))))"
+EXPENSIVE = (
+    f"{_TEN}.all(x, {_TEN}.all(y, {_TEN}.all(z, {_TEN}.all(z2, {_TEN}.all(z3, {_TEN}.all(z4, {_TEN}.all(z5, int('1'.find('[0-9]*')) < 100)))))))"
+)
 
 
 def wire_device(i: int) -> dict:

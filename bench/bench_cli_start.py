@@ -32,7 +32,10 @@ def main() -> None:
     entry = [sys.executable, args.main] if args.main else [sys.executable, "-m", "dra_driver.cli.main"]
     for answer in ANSWERS:
         samples = [cpu_of([*entry, *answer]) for _ in range(args.repeat)]
-        print(f"dra-driver {' '.join(answer):<10} CPU median {statistics.median(samples) * 1000:6.0f} ms  (min {min(samples) * 1000:.0f} ms, {args.repeat} runs)")
+        print(
+            f"dra-driver {' '.join(answer):<10} CPU median {statistics.median(samples) * 1000:6.0f} ms  (min {min(samples) * 1000:.0f} ms, "
+            f"{args.repeat} runs)"
+        )
 
 
 if __name__ == "__main__":

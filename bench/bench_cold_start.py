@@ -242,7 +242,10 @@ def main() -> int:
         report_claims(args.profile, args.claims, args.repeat)
         return 0
     print(f"medians of {args.repeat} starts (min in brackets), seconds from process start")
-    print(f"{'mode':>8} {'socket':>14} {'answers':>14} {'registered':>14} {'cpu at reg.':>14} {'first prepare':>14} {'published':>14} {'API writes':>11}")
+    print(
+        f"{'mode':>8} {'socket':>14} {'answers':>14} {'registered':>14} {'cpu at reg.':>14} {'first prepare':>14} {'published':>14} "
+        f"{'API writes':>11}"
+    )
     for mode in args.modes:
         runs = [one_start(args.profile, mode) for _ in range(args.repeat)]
 
@@ -250,7 +253,10 @@ def main() -> int:
             values = [r[key] for r in runs]
             return f"{statistics.median(values):.3f} ({min(values):.3f})"
 
-        print(f"{mode:>8} {column('socket'):>14} {column('answers'):>14} {column('registered'):>14} {column('cpu'):>14} {column('prepared'):>14} {column('published'):>14} {sorted({int(r['writes']) for r in runs})!s:>11}")
+        print(
+            f"{mode:>8} {column('socket'):>14} {column('answers'):>14} {column('registered'):>14} {column('cpu'):>14} {column('prepared'):>14} "
+            f"{column('published'):>14} {sorted({int(r['writes']) for r in runs})!s:>11}"
+        )
     return 0
 
 

@@ -31,10 +31,17 @@ def claim(devices: int) -> tuple[ClaimRecord, list[cdi.SpecDevice], ContainerEdi
     names = [f"gpu-{i}" for i in range(devices)]
     cdi_names = [cdi.cdi_device_name(UID, "node-a", n) for n in names]
     record = ClaimRecord(
-        UID, "default", "claim", PREPARE_COMPLETED,
-        [CheckpointDevice("gpu", "node-a", n, cdi_ids=[cdi.qualified_id(DRIVER, c), cdi.qualified_id(DRIVER, f"{UID}-request-gpu")]) for n, c in zip(names, cdi_names)],
-        {"mig": []}, cdi_spec=f"/var/run/cdi/k8s.{DRIVER}-device_{UID}.json",
-    )  # fmt: skip
+        UID,
+        "default",
+        "claim",
+        PREPARE_COMPLETED,
+        [
+            CheckpointDevice("gpu", "node-a", n, cdi_ids=[cdi.qualified_id(DRIVER, c), cdi.qualified_id(DRIVER, f"{UID}-request-gpu")])
+            for n, c in zip(names, cdi_names)
+        ],
+        {"mig": []},
+        cdi_spec=f"/var/run/cdi/k8s.{DRIVER}-device_{UID}.json",
+    )
     spec_devices = [
         cdi.SpecDevice(c, n, ContainerEdits(device_nodes=[DeviceNode(f"/dev/nvidia{i}", type="c", major=195, minor=i)], env=[f"GPU_{i}=1"]))
         for i, (n, c) in enumerate(zip(names, cdi_names))
@@ -79,10 +86,16 @@ def main() -> int:
 
             line = after()
             size = claim_file.stat().st_size
-            print(f"{devices:>7} {cpu_us(before, args.iterations):>20.1f} {cpu_us(after, args.iterations):>17.1f} {len(before()):>18} {len(line):>6} {size:>17}")
+            print(
+                f"{devices:>7} {cpu_us(before, args.iterations):>20.1f} {cpu_us(after, args.iterations):>17.1f} {len(before()):>18} {len(line):>6} "
+                f"{size:>17}"
+            )
         marker = replace(claim(1)[0], phase=UNPREPARE_STARTED)
         checkpoint.put(claim(1)[0])
-        print(f"one UnprepareStarted append on {shm}: {cpu_us(lambda: checkpoint._write_record(marker, durable=False), args.iterations // 4):.1f} us CPU")
+        print(
+            f"one UnprepareStarted append on {shm}: {cpu_us(lambda: checkpoint._write_record(marker, durable=False), args.iterations // 4):.1f} us "
+            "CPU"
+        )
     return 0
 
 

@@ -44,7 +44,14 @@ CLAIM = {
                             "name": "slice",
                             "deviceClassName": "mig.nvidia.com",
                             "count": 2,
-                            "selectors": [{"cel": {"expression": f'device.attributes["{NV}"].profile == "3g.20gb" && device.capacity["{NV}"].memory.compareTo(quantity("10Gi")) >= 0'}}],
+                            "selectors": [
+                                {
+                                    "cel": {
+                                        "expression": f'device.attributes["{NV}"].profile == "3g.20gb" '
+                                        f'&& device.capacity["{NV}"].memory.compareTo(quantity("10Gi")) >= 0'
+                                    }
+                                }
+                            ],
                         },
                     ],
                 }

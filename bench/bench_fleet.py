@@ -43,7 +43,9 @@ def claims_and_pods(slices: list[dict[str, Any]], share: float) -> list[dict[str
         meta = {"name": f"train-{node}", "namespace": "team-a"}
         status = {"allocation": {"devices": {"results": results}}, "reservedFor": [{"resource": "pods", "name": f"trainer-{node}", "uid": node}]}
         docs.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta, "status": status})
-        docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"trainer-{node}", "namespace": "team-a"}, "status": {"phase": "Running"}})
+        docs.append(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"trainer-{node}", "namespace": "team-a"}, "status": {"phase": "Running"}}
+        )
     return docs
 
 

@@ -96,12 +96,24 @@ def main() -> int:
             server.store.put(claim(f"held-{index}", index % args.nodes, f"gpu-{(index // args.nodes) % 8}"))
         for index in range(args.pending):
             server.store.put(claim(f"pending-{index}", 0, None))
-        print(f"seeded {args.nodes} nodes, {len(slices)} slices, {args.held} held + {args.pending} pending claims in {time.perf_counter() - seeded:.1f} s")
+        print(
+            f"seeded {args.nodes} nodes, {len(slices)} slices, {args.held} held + {args.pending} pending claims in "
+            f"{time.perf_counter() - seeded:.1f} s"
+        )
         server.requests.clear()
         port = free_port()
         kubeconfig = server.write_kubeconfig(Path(tmp) / "kubeconfig")
         log = (Path(tmp) / "exporter.log").open("wb")
-        command = [sys.executable, "-m", "dra_driver.cli.main", "fleet-exporter", "--kubeconfig", str(kubeconfig), "--metrics-bind-address", f"127.0.0.1:{port}"]
+        command = [
+            sys.executable,
+            "-m",
+            "dra_driver.cli.main",
+            "fleet-exporter",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-bind-address",
+            f"127.0.0.1:{port}",
+        ]
         started = time.perf_counter()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -114,7 +126,10 @@ def main() -> int:
                 text = scrape(port)
             first = time.perf_counter() - started
             start_counts = Counter(server.requests)
-            print(f"\nstart: first picture served after {first:.1f} s (process start, 4 LISTs, first rebuild {sample(text, 'dra_fleet_refresh_seconds'):.2f} s)")
+            print(
+                f"\nstart: first picture served after {first:.1f} s (process start, 4 LISTs, first rebuild "
+                f"{sample(text, 'dra_fleet_refresh_seconds'):.2f} s)"
+            )
             print(table(start_counts))
             print(f"  memory after start: {memory_kib(process.pid)}")
             server.requests.clear()
@@ -135,7 +150,10 @@ def main() -> int:
             text = scrape(port)
             print(f"\nsteady: {minutes * 60:.0f} s, {changes} claim changes; requests per minute:")
             print(table(Counter(server.requests), minutes))
-            print(f"  last rebuild {sample(text, 'dra_fleet_refresh_seconds'):.2f} s; one scrape {len(text.encode()) / 1024:.0f} KiB, {sum(1 for line in text.splitlines() if line and not line.startswith('#'))} series")
+            print(
+                f"  last rebuild {sample(text, 'dra_fleet_refresh_seconds'):.2f} s; one scrape {len(text.encode()) / 1024:.0f} KiB, "
+                f"{sum(1 for line in text.splitlines() if line and not line.startswith('#'))} series"
+            )
             print(f"  memory: {memory_kib(process.pid)} (KiB)")
         finally:
             process.terminate()

@@ -3,7 +3,8 @@
 The daemon runs as its own process (`dra-driver run --profile P --metrics-bind-address 127.0.0.1:PORT`) against
 the in-process simulated API server; this script plays the kubelet and a crowd of clients that connect to the
 metrics port and send nothing. It reports the daemon's thread count and RSS (from /proc) before and after N
-idle connections (before: after a warm-up of prepares, so thread pools have grown to what prepare uses), and the median prepare+unprepare time of one claim over R rounds without and with them held.
+idle connections (before: after a warm-up of prepares, so thread pools have grown to what prepare uses), and the
+median prepare+unprepare time of one claim over R rounds without and with them held.
 
 usage: python bench/bench_metrics_idle.py [--profile t4] [--connections 1000] [--rounds 30]
 """

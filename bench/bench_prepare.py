@@ -173,7 +173,10 @@ def run_case(target: Target, server: sim_apiserver.SimApiServer, concurrency: in
     done = 0
     while done < claims:
         size = min(target.round_size(devices, claims), claims - done)
-        refs = [make_claim(server, target, f"{tag}{target.daemon.node}-c{concurrency}-d{devices}-{done + i}", target.claim_devices(i, devices)) for i in range(size)]
+        refs = [
+            make_claim(server, target, f"{tag}{target.daemon.node}-c{concurrency}-d{devices}-{done + i}", target.claim_devices(i, devices))
+            for i in range(size)
+        ]
         # Claims are allocated well before the kubelet prepares them; the pause lets a claim cache see them.
         time.sleep(0.5 if done == 0 else 0.05)
         done += size
@@ -353,7 +356,8 @@ def run_cases(args: argparse.Namespace, targets: list[Target], server: sim_apise
         r = {key: statistics.median(run[key] for run in runs[i]) for key in runs[i][0]}
         live = target.round_size(devices, args.claims)
         print(
-            f"{target.profile:>12} {target.driver:>16} {concurrency:>4} {devices:>3} {live:>4} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['claims_per_s']:>8.0f} "
+            f"{target.profile:>12} {target.driver:>16} {concurrency:>4} {devices:>3} {live:>4} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+            f"{r['claims_per_s']:>8.0f} "
             f"{r['daemon_cpu_ms']:>7.2f} {r['bench_cpu_ms']:>9.2f} {r['claim_gets']:>5.0f} {r['daemon_p50_ms']:>10.2f} "
             f"{r['unprepare_p50_ms']:>10.2f} {r['unprepare_p99_ms']:>10.2f}"
         )
@@ -415,7 +419,9 @@ def profile_args(profile: str) -> list[str]:
     return [] if profile == HOST else ["--profile", profile, *SIMULATED]
 
 
-def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim_apiserver.SimApiServer, work: Path, run_dir: Path, pod_uid: str | None) -> Daemon:
+def start_daemon(
+    args: argparse.Namespace, index: int, profile: str, server: sim_apiserver.SimApiServer, work: Path, run_dir: Path, pod_uid: str | None
+) -> Daemon:
     node = f"bench-node-{index}"
     server.add_node(node)
     kubelet_dir, cdi_dir, state_dir = work / f"kubelet-{index}", run_dir / f"cdi-{index}", run_dir / f"state-{index}"
@@ -431,22 +437,38 @@ def start_daemon(args: argparse.Namespace, index: int, profile: str, server: sim
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", nargs="+", default=["dgx-h100"], help="hardware profiles, one daemon each, cases interleaved (default dgx-h100); `host`: this machine's real hardware")
+    parser.add_argument(
+        "--profile",
+        nargs="+",
+        default=["dgx-h100"],
+        help="hardware profiles, one daemon each, cases interleaved (default dgx-h100); `host`: this machine's real hardware",
+    )
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static")
     parser.add_argument("--claims", type=int, default=400, help="claims per case (default 400)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64], help="concurrency levels (default 1 16 64)")
-    parser.add_argument("--devices", type=int, nargs="+", default=[1, 8], help="devices per claim (default 1 8; cases needing more devices than the pool has are skipped)")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        nargs="+",
+        default=[1, 8],
+        help="devices per claim (default 1 8; cases needing more devices than the pool has are skipped)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; columns are medians over the runs (default 1)")
     parser.add_argument("--single-instance", action="store_true", help="run without --pod-uid (no rolling-update locks); deploy/ passes --pod-uid")
     parser.add_argument("--claim-cache", action="store_true", help="run the daemon with --claim-cache")
-    parser.add_argument("--cycles", type=int, default=0, help="soak mode: this many prepare/unprepare cycles of the first driver, RSS and fds sampled")
+    parser.add_argument(
+        "--cycles", type=int, default=0, help="soak mode: this many prepare/unprepare cycles of the first driver, RSS and fds sampled"
+    )
     parser.add_argument("--samples", type=int, default=10, help="soak mode: RSS/fd samples (default 10)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dra-bench-", dir="/tmp"))
     # As on a node: sockets under the kubelet dir (disk), CDI specs and the state dir (checkpoint, locks)
     # on a tmpfs, as /var/run/cdi and /var/run/dra-driver are.
     run_dir = Path(tempfile.mkdtemp(prefix="dra-bench-run-", dir="/dev/shm")) if Path("/dev/shm").is_dir() else work / "run"
-    print(f"profiles {' '.join(args.profile)} ({args.partitioning}); kubelet dirs under {work} ({filesystem(work)}); CDI specs and state under {run_dir} ({filesystem(run_dir)})")
+    print(
+        f"profiles {' '.join(args.profile)} ({args.partitioning}); kubelet dirs under {work} ({filesystem(work)}); CDI specs and state under "
+        f"{run_dir} ({filesystem(run_dir)})"
+    )
     server = sim_apiserver.SimApiServer().start()
     pod_uid = None if args.single_instance else BENCH_POD_UID  # as deployed: rolling-update mode, claim lock files and the shared lock
     daemons = [start_daemon(args, i, profile, server, work, run_dir, pod_uid) for i, profile in enumerate(args.profile)]

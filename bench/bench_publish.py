@@ -53,7 +53,9 @@ def backend_source(profile: str, partitioning: Partitioning) -> Iterator[tuple[C
 
 def synthetic(partitioning: Partitioning) -> Inventory:
     """8 GPUs; dynamic: 8 counter sets and 25 devices per GPU (1 whole GPU + 24 MIG placements)."""
-    devices = [Device(name=f"gpu-{i}", attributes={"index": i, "productName": "NVIDIA H100 80GB HBM3"}, capacity={"memory": "81559Mi"}) for i in range(8)]
+    devices = [
+        Device(name=f"gpu-{i}", attributes={"index": i, "productName": "NVIDIA H100 80GB HBM3"}, capacity={"memory": "81559Mi"}) for i in range(8)
+    ]
     if partitioning == "static":
         return Inventory(driver="gpu.nvidia.com", devices=devices)
     sets = [CounterSet(f"gpu-{i}-counter-set", {"memory": "81559Mi", "multiprocessors": "132"}) for i in range(8)]
@@ -61,7 +63,13 @@ def synthetic(partitioning: Partitioning) -> Inventory:
         device.consumes_counters = [CounterConsumption(sets[i].name, {"memory": "81559Mi", "multiprocessors": "132"})]
     for i in range(8):
         for p in range(24):
-            devices.append(Device(name=f"gpu-{i}-mig-{p}", attributes={"index": i}, consumes_counters=[CounterConsumption(sets[i].name, {"memory": "10Gi", "multiprocessors": "16"})]))
+            devices.append(
+                Device(
+                    name=f"gpu-{i}-mig-{p}",
+                    attributes={"index": i},
+                    consumes_counters=[CounterConsumption(sets[i].name, {"memory": "10Gi", "multiprocessors": "16"})],
+                )
+            )
     return Inventory(driver="gpu.nvidia.com", devices=devices, counter_sets=sets)
 
 
@@ -77,7 +85,9 @@ def run_mode(profile: str, partitioning: Partitioning, repeat: int) -> dict[str,
         for _ in range(repeat):
             with SimApiServer() as server:
                 server.add_node(NODE)
-                publisher = SlicePublisher(make_api_client(server.url), NODE, driver, source, PublisherOptions(partitioning=partitioning, debounce=0.0))
+                publisher = SlicePublisher(
+                    make_api_client(server.url), NODE, driver, source, PublisherOptions(partitioning=partitioning, debounce=0.0)
+                )
                 started = time.perf_counter()
                 publisher.sync_once()  # discovery + list + writes, as at daemon start
                 cold.append(time.perf_counter() - started)
@@ -118,7 +128,10 @@ def main() -> int:
     print(f"{'mode':8} {'slices':>6} {'devices':>7} {'writes':>6} {'cold start ms':>13} {'health writes':>13} {'wipe repair ms':>14}")
     for mode in ("static", "dynamic"):
         r = run_mode(args.profile, mode, args.repeat)  # type: ignore[arg-type]
-        print(f"{r['mode']:8} {r['slices']:>6} {r['devices']:>7} {r['writes']:>6} {r['cold_ms']:>13.1f} {str(r['health_writes']):>13} {r['repair_ms']:>14.1f}   [{r['origin']}]")
+        print(
+            f"{r['mode']:8} {r['slices']:>6} {r['devices']:>7} {r['writes']:>6} {r['cold_ms']:>13.1f} {str(r['health_writes']):>13} "
+            f"{r['repair_ms']:>14.1f}   [{r['origin']}]"
+        )
     return 0
 
 

@@ -81,7 +81,10 @@ def main() -> int:
         print(f"{'claims':>6} {'answered after s':>17} {'prepared':>9} {'errors':>7} {'retry s':>8} {'retry errors':>13}")
         for claims in args.claims:
             r = run_case(target, server, claims, args.latency, args.deadline)
-            print(f"{claims:>6} {r['answered_s']:>17.1f} {r['prepared']:>9.0f} {r['errors']:>7.0f} {r['retry_s']:>8.2f} {r['retry_errors']:>13.0f}", flush=True)
+            print(
+                f"{claims:>6} {r['answered_s']:>17.1f} {r['prepared']:>9.0f} {r['errors']:>7.0f} {r['retry_s']:>8.2f} {r['retry_errors']:>13.0f}",
+                flush=True,
+            )
         target.conn.close()
     finally:
         process.terminate()

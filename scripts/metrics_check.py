@@ -22,6 +22,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported in main(), after the arguments are read
+    from dra_driver.backend.interface import VendorBackend
 
 QUERY = "uuid,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 MIB = 2**20
@@ -45,7 +49,9 @@ CHECKS = (
 
 
 def smi(binary: str) -> dict[str, list[float | None]]:
-    out = subprocess.run([binary, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        [binary, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
     rows: dict[str, list[float | None]] = {}
     for line in out.strip().splitlines():
         uuid, *values = (part.strip() for part in line.split(","))
@@ -60,9 +66,9 @@ def _number(text: str) -> float | None:
         return None
 
 
-def ours(backend: object) -> dict[str, list[float | None]]:
+def ours(backend: VendorBackend) -> dict[str, list[float | None]]:
     rows: dict[str, list[float | None]] = {}
-    for sample in backend.sample_devices():  # type: ignore[attr-defined]
+    for sample in backend.sample_devices():
         if sample.per_parent:  # a MIG device: compare the whole GPUs only
             continue
         rows[sample.uuid] = [

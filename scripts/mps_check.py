@@ -24,7 +24,7 @@ from pathlib import Path
 from dra_driver.model import quantity
 from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef
 from dra_driver_nvidia.backend import NvidiaBackend
-from dra_driver_nvidia.config import validate_config
+from dra_driver_nvidia.config import NvidiaConfig, validate_config
 
 CLIENT = """
 import sys, torch
@@ -38,7 +38,7 @@ except RuntimeError as exc:
 """
 
 
-def mps_config(limit: str) -> object:
+def mps_config(limit: str) -> NvidiaConfig:
     return validate_config({
         "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
         "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": limit}},

@@ -40,6 +40,7 @@ def gi_profiles(handle: Any) -> list[dict[str, Any]]:
             continue
         count = ctypes.c_uint(0)
         placements = (nv.c_nvmlGpuInstancePlacement_t * 8)()
+        where: list[dict[str, Any]] | str
         try:
             nv.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, placements, ctypes.byref(count))
             where = [{"start": placements[i].start, "size": placements[i].size} for i in range(count.value)]

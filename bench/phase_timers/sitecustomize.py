@@ -87,7 +87,9 @@ def _report() -> None:
     for _, _, label in STEPS:
         samples = _times.get(label, [])[len(_times.get(label, [])) // 10 :]
         if len(samples) >= 2:
-            rows.append(f"{label:<46} {len(samples):>7} {statistics.median(samples) * 1000:>8.3f} {statistics.quantiles(samples, n=10)[-1] * 1000:>8.3f}")
+            rows.append(
+                f"{label:<46} {len(samples):>7} {statistics.median(samples) * 1000:>8.3f} {statistics.quantiles(samples, n=10)[-1] * 1000:>8.3f}"
+            )
     if rows:
         with open(OUT, "a") as out:
             out.write(f"pid {os.getpid()}: {'step':<41} {'calls':>7} {'p50 ms':>8} {'p90 ms':>8}\n" + "\n".join(rows) + "\n\n")

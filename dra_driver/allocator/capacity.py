@@ -97,8 +97,9 @@ def _policy(raw: Any) -> RequestPolicy | None:
             bad.append(f"requestPolicy.{field_name} {value!r} is not a quantity")
         return parsed
 
-    span = raw.get("validRange") if isinstance(raw.get("validRange"), Mapping) else {}
-    values = raw.get("validValues") if isinstance(raw.get("validValues"), list) else []
+    given_span, given_values = raw.get("validRange"), raw.get("validValues")
+    span = given_span if isinstance(given_span, Mapping) else {}
+    values = given_values if isinstance(given_values, list) else []
     parsed_values = [amount(v, f"validValues[{i}]") for i, v in enumerate(values)]
     step = amount(span.get("step"), "validRange.step")
     if step is not None and step <= 0:
@@ -194,7 +195,11 @@ class ConsumableCapacity:
         if cached is None:
             driver = device.id.driver
             raw = device.wire.get("capacity") or {}
-            cached = {_qualified(str(key), driver): policy for key, entry in raw.items() if isinstance(entry, Mapping) and (policy := _policy(entry.get("requestPolicy"))) is not None}
+            cached = {
+                _qualified(str(key), driver): policy
+                for key, entry in raw.items()
+                if isinstance(entry, Mapping) and (policy := _policy(entry.get("requestPolicy"))) is not None
+            }
             self._policy_cache[device.id] = cached
         return cached
 

@@ -266,7 +266,9 @@ class Allocator:
         for pool_index, pool in enumerate(self.pools):
             node = _single_node(pool)
             if node:  # the common case: a node-local pool without per-device targets, in bulk
-                self._by_node.setdefault(node, []).extend((pool_index, device_index, pool, device) for device_index, device in enumerate(pool.devices))
+                self._by_node.setdefault(node, []).extend(
+                    (pool_index, device_index, pool, device) for device_index, device in enumerate(pool.devices)
+                )
                 continue
             for device_index, device in enumerate(pool.devices):
                 target = device_node_target(pool, device)
@@ -371,7 +373,9 @@ class Allocator:
             for ri, request in enumerate(claim.requests):
                 for ai, alternative in enumerate(request.alternatives):
                     wants = "all" if alternative.all_devices else str(alternative.count)
-                    reports[(ci, ri, ai)] = AlternativeReport(claim.label, request.name, request.result_name(alternative), alternative.class_name, wants)
+                    reports[(ci, ri, ai)] = AlternativeReport(
+                        claim.label, request.name, request.result_name(alternative), alternative.class_name, wants
+                    )
         with collector_paused():  # per-device entries and reports all survive the call: nothing to collect
             outcomes = [self._explain_node(claims, node, reports) for node in nodes]
         return Explanation(list(claims), list(reports.values()), outcomes)
@@ -393,7 +397,9 @@ class Allocator:
         except _NodeError as exc:
             outcome.error = str(exc)
         except _StepLimit:
-            outcome.reasons.append(f"search stopped after {self.step_limit} steps without a result (the scheduler would keep going until its filter timeout)")
+            outcome.reasons.append(
+                f"search stopped after {self.step_limit} steps without a result (the scheduler would keep going until its filter timeout)"
+            )
         outcome.steps = search.steps
         if outcome.allocated:
             for ci, claim in enumerate(claims):
@@ -440,9 +446,15 @@ class _Search:
             name = self.claims[ci].requests[ri].result_name(alternative)
             for pool in node_pools.values():
                 if pool.incomplete:
-                    raise _NodeError(f"claim {self.claims[ci].label}, request {name}: asks for all devices, but resource pool {pool.driver}/{pool.name} is currently being updated ({len(pool.slices)} of {pool.slice_count} slices)")
+                    raise _NodeError(
+                        f"claim {self.claims[ci].label}, request {name}: asks for all devices, but resource pool {pool.driver}/{pool.name} is "
+                        f"currently being updated ({len(pool.slices)} of {pool.slice_count} slices)"
+                    )
                 if pool.invalid:
-                    raise _NodeError(f"claim {self.claims[ci].label}, request {name}: asks for all devices, but resource pool {pool.driver}/{pool.name} is invalid: {pool.invalid}")
+                    raise _NodeError(
+                        f"claim {self.claims[ci].label}, request {name}: asks for all devices, but resource pool {pool.driver}/{pool.name} is "
+                        f"invalid: {pool.invalid}"
+                    )
             if plan.first_error:
                 raise _NodeError(f"claim {self.claims[ci].label}, request {name}: {plan.first_error}")
 
@@ -530,7 +542,10 @@ class _Search:
         values = self._constraint_values(ci, request.name, alternative.name if request.prioritized else None, device)
         if isinstance(values, str):
             if must:
-                raise _NodeError(f"claim {claim.label}, request {request.result_name(alternative)}: cannot add device {device.id} because a claim constraint would not be satisfied ({values})")
+                raise _NodeError(
+                    f"claim {claim.label}, request {request.result_name(alternative)}: cannot add device {device.id} because a claim constraint "
+                    f"would not be satisfied ({values})"
+                )
             self._conflict(ci, request.result_name(alternative), device, values)
             return False
         for index, value in values:
@@ -592,9 +607,9 @@ def _node_selector(choices: Sequence[Choice], pools_by_id: Mapping[tuple[str, st
         if target.node_name:
             return {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [target.node_name]}]}]}
         if target.node_selector:
-            term = (target.node_selector.get("nodeSelectorTerms") or [{}])[0]
-            expressions += [r for r in term.get("matchExpressions") or [] if r not in expressions]
-            fields += [r for r in term.get("matchFields") or [] if r not in fields]
+            given = (target.node_selector.get("nodeSelectorTerms") or [{}])[0]
+            expressions += [r for r in given.get("matchExpressions") or [] if r not in expressions]
+            fields += [r for r in given.get("matchFields") or [] if r not in fields]
     if not expressions and not fields:
         return None
     term: dict[str, Any] = {}
@@ -605,18 +620,28 @@ def _node_selector(choices: Sequence[Choice], pools_by_id: Mapping[tuple[str, st
     return {"nodeSelectorTerms": [term]}
 
 
-def allocation_result(claim: ClaimSpec, choices: Sequence[Choice], classes: Mapping[str, DeviceClassSpec], pools: Sequence[Pool] | None = None) -> dict[str, Any]:
+def allocation_result(
+    claim: ClaimSpec, choices: Sequence[Choice], classes: Mapping[str, DeviceClassSpec], pools: Sequence[Pool] | None = None
+) -> dict[str, Any]:
     """The ResourceClaim status.allocation the scheduler would write (3.4)."""
     results: list[dict[str, Any]] = []
     for choice in choices:
-        entry: dict[str, Any] = {"request": choice.request, "driver": choice.device.id.driver, "pool": choice.device.id.pool, "device": choice.device.id.device}
+        entry: dict[str, Any] = {
+            "request": choice.request,
+            "driver": choice.device.id.driver,
+            "pool": choice.device.id.pool,
+            "device": choice.device.id.device,
+        }
         if choice.alternative.admin_access:
             entry["adminAccess"] = True
         if choice.alternative.tolerations:
             entry["tolerations"] = [t.wire() for t in choice.alternative.tolerations]
         if choice.consumed is not None:
             entry["shareID"] = share_id(claim.label, choice.request, choice.device.id, len(results))
-            entry["consumedCapacity"] = {name.split("/", 1)[1] if name.startswith(f"{choice.device.id.driver}/") else name: format_amount(amount) for name, amount in choice.consumed.items()}
+            entry["consumedCapacity"] = {
+                name.split("/", 1)[1] if name.startswith(f"{choice.device.id.driver}/") else name: format_amount(amount)
+                for name, amount in choice.consumed.items()
+            }
         results.append(entry)
     config: list[dict[str, Any]] = []
     class_entries: dict[str, list[dict[str, Any]]] = {}
@@ -650,7 +675,9 @@ def allocation_result(claim: ClaimSpec, choices: Sequence[Choice], classes: Mapp
     return out
 
 
-def _failure_reasons(claims: Sequence[ClaimSpec], reports: Mapping[tuple[int, int, int], AlternativeReport], node: str, conflicts: Mapping[str, str]) -> list[str]:
+def _failure_reasons(
+    claims: Sequence[ClaimSpec], reports: Mapping[tuple[int, int, int], AlternativeReport], node: str, conflicts: Mapping[str, str]
+) -> list[str]:
     """Why no allocation exists on this node, when no single request explains it by itself."""
     reasons: list[str] = []
     for ci, claim in enumerate(claims):
@@ -666,8 +693,10 @@ def _failure_reasons(claims: Sequence[ClaimSpec], reports: Mapping[tuple[int, in
             if len(short) == len(request.alternatives):
                 reasons.append(f"claim {claim.label}: " + "; ".join(short))
     if not reasons:
-        reasons.append("every request has enough usable devices on its own, but no combination satisfies the constraints and shared counters together")
+        reasons.append(
+            "every request has enough usable devices on its own, but no combination satisfies the constraints and shared counters together"
+        )
         for key, why in sorted(conflicts.items())[:8]:
-            claim_label, request, device = key.split("\0")
-            reasons.append(f"  {request} {device}: {why}")
+            claim_label, request_name, device = key.split("\0")
+            reasons.append(f"  {request_name} {device}: {why}")
     return reasons

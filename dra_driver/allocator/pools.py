@@ -80,7 +80,10 @@ def _device(raw: Mapping[str, Any], driver: str, pool: str, slice_name: str, per
     consumed = raw.get("consumesCounters")
     consumes = (
         tuple(
-            _consumption(str(entry.get("counterSet")), tuple((name, str((counter or {}).get("value", "0"))) for name, counter in (entry.get("counters") or {}).items()))
+            _consumption(
+                str(entry.get("counterSet")),
+                tuple((name, str((counter or {}).get("value", "0"))) for name, counter in (entry.get("counters") or {}).items()),
+            )
             for entry in consumed
         )
         if consumed
@@ -188,9 +191,7 @@ def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> b
 def node_selector_matches(selector: Mapping[str, Any], node: Node) -> bool:
     """core/v1 NodeSelector: terms are ORed, requirements inside a term ANDed."""
     for term in selector.get("nodeSelectorTerms") or []:
-        fields_ok = all(
-            _requirement_matches(r, node.name if r.get("key") == "metadata.name" else None) for r in term.get("matchFields") or []
-        )
+        fields_ok = all(_requirement_matches(r, node.name if r.get("key") == "metadata.name" else None) for r in term.get("matchFields") or [])
         labels_ok = all(_requirement_matches(r, node.labels.get(str(r.get("key")))) for r in term.get("matchExpressions") or [])
         if fields_ok and labels_ok and (term.get("matchFields") or term.get("matchExpressions")):
             return True

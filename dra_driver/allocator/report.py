@@ -152,7 +152,10 @@ def to_text(explanation: Explanation, fleet_line: str, verbose: bool = False) ->
     if explanation.error:
         erring = next(o.node for o in explanation.nodes if o.error)
         lines.append(f"NOT ALLOCATABLE: {explanation.error}")
-        lines.append(f"  (on {erring}; the scheduler stops on a selector error instead of treating it as no match: fix the expression or guard it with has()/in)")
+        lines.append(
+            f"  (on {erring}; the scheduler stops on a selector error instead of treating it as no match: fix the expression or guard it with "
+            "has()/in)"
+        )
     elif chosen is None and not explanation.claims:  # no devices asked: other filters (node affinity, extended resources) said no
         lines.append(f"NOT ALLOCATABLE: {scheduler_summary(explanation)}")
     elif chosen is None:

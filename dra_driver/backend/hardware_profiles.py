@@ -34,7 +34,8 @@ def _find_by_hint(name: str) -> Path | None:
         if not path.is_file():
             continue
         cls = backend_classes((vendor,)).get(vendor)
-        if cls is not None and cls.profile_dir() is not None and Path(cls.profile_dir()).resolve() == directory.resolve():
+        profile_dir = cls.profile_dir() if cls is not None else None
+        if profile_dir is not None and Path(profile_dir).resolve() == directory.resolve():
             return path
     return None
 
@@ -83,5 +84,7 @@ def load_profile(name_or_path: str) -> Profile:
         return load_profile_file(hinted)
     profiles = available_profiles()
     if name_or_path not in profiles:
-        raise ProfileError(f"{suggest.unknown('profile', name_or_path, profiles)} (`dra-driver profiles` lists them), or give a path to a profile file")
+        raise ProfileError(
+            f"{suggest.unknown('profile', name_or_path, profiles)} (`dra-driver profiles` lists them), or give a path to a profile file"
+        )
     return load_profile_file(profiles[name_or_path])

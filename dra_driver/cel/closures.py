@@ -370,7 +370,9 @@ class _Compiler:
 
     # ------------------------------------------------------------ calls
 
-    def _call(self, name: str, registry: dict[str, Callable[..., Any]], receiver: Fn | None, arg_trees: Sequence[lark.Tree], bound: frozenset[str]) -> Fn:
+    def _call(
+        self, name: str, registry: dict[str, Callable[..., Any]], receiver: Fn | None, arg_trees: Sequence[lark.Tree], bound: frozenset[str]
+    ) -> Fn:
         function = registry.get(name)
         if function is None:
             message = f"undeclared reference to '{name}'"

@@ -136,7 +136,11 @@ class _Estimator:
         right = self.info(right_tree, scope)
         operator = str(op_tree.data)
         arguments = _add(left.cost, right.cost)
-        if operator in ("relation_eq", "relation_ne") or (operator in ("relation_lt", "relation_le", "relation_gt", "relation_ge") and left.kind in ("string", "bytes") and right.kind in ("string", "bytes")):
+        if operator in ("relation_eq", "relation_ne") or (
+            operator in ("relation_lt", "relation_le", "relation_gt", "relation_ge")
+            and left.kind in ("string", "bytes")
+            and right.kind in ("string", "bytes")
+        ):
             # Comparing is O(shorter operand); scalars have size 1.
             return Info(_add(arguments, _factor(min(left.size, right.size), STRING_TRAVERSAL)), 1, "bool")
         if operator == "relation_in":
@@ -204,7 +208,11 @@ class _Estimator:
             return self._call(name, None, [self.info(a, scope) for a in args])
         if child.data == "list_lit":
             items = [self.info(a, scope) for a in arguments(child, 0)]
-            item = Info(0, max((i.size for i in items), default=0), items[0].kind if items and all(i.kind == items[0].kind for i in items) else "dyn") if items else None
+            item = (
+                Info(0, max((i.size for i in items), default=0), items[0].kind if items and all(i.kind == items[0].kind for i in items) else "dyn")
+                if items
+                else None
+            )
             return Info(_add(LIST_CREATE, *(i.cost for i in items)), len(items), "list", item=item)
         if child.data == "map_lit":
             items = [self.info(a, scope) for a in arguments(child, 0)]

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import re2
 from celpy import celtypes
@@ -704,7 +704,8 @@ def to_int(value: Any) -> celtypes.IntType:
         parsed = int(str.__str__(value))
         if INT64_MIN <= parsed <= INT64_MAX:
             return int.__new__(celtypes.IntType, parsed)
-    return base_functions["int"](value)
+    # celpy's table is typed as returning any CEL value; its int() returns an IntType or raises.
+    return cast(celtypes.IntType, base_functions["int"](value))
 
 
 GLOBALS: dict[str, CelFunction] = {name: base_functions[name] for name in _STANDARD_GLOBALS}

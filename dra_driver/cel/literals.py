@@ -14,7 +14,7 @@ __all__ = ["cel_string", "constant_string", "literal_values"]
 
 def literal_values(tree: lark.Tree) -> dict[int, Any]:
     """Every literal node's value, keyed by node identity, computed once at compile time."""
-    decoder = Evaluator(tree, activation=None)  # type: ignore[arg-type]
+    decoder = Evaluator(tree, activation=None)  # type: ignore[arg-type]  # celpy types activation as required; literals need none
     values: dict[int, Any] = {}
     stack = [tree]
     while stack:
@@ -35,7 +35,7 @@ def constant_string(node: lark.Tree) -> str | None:
     token = cast(lark.Token, node.children[0])
     if token.type != "STRING_LIT":
         return None
-    value = Evaluator(node, activation=None).literal(node)  # type: ignore[arg-type]
+    value = Evaluator(node, activation=None).literal(node)  # type: ignore[arg-type]  # as above
     return str(value) if isinstance(value, celtypes.StringType) else None
 
 

@@ -220,7 +220,9 @@ class _Checker:
         target = self.infer(target_tree, scope)
         index = self.infer(index_tree, scope)
         if target == "device":
-            raise TypeCheckError("found no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity")
+            raise TypeCheckError(
+                "found no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity"
+            )
         if isinstance(target, tuple) and target[0] == "list":
             if index not in (DYN, "int"):
                 raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")

@@ -31,6 +31,7 @@ from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.cli.demo_scheduler import allocate, claim_object, wait_for_pool
 from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.kube.claims import ClaimReader
+from dra_driver.kube.client import JsonApi
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.kubelet_client import register
@@ -44,7 +45,7 @@ SHOWN_MOUNTS = 3  # of the ~30 driver-file mounts of an NVIDIA spec, the ones sh
 NAMESPACE = "default"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
         description="The whole claim-to-container flow on simulated hardware, no cluster, no GPU, no root: the real daemon publishes "
@@ -53,7 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     parser.add_argument("--profile", default="dgx-h100", help="hardware profile to simulate (default dgx-h100)")
     parser.add_argument("--vendor", default=None, help="which vendor of the profile to use (default: the first one found)")
-    parser.add_argument("--count", type=int, default=None, help="devices to allocate to the example claim (default: 2, or 1 when the profile has one)")
+    parser.add_argument(
+        "--count", type=int, default=None, help="devices to allocate to the example claim (default: 2, or 1 when the profile has one)"
+    )
     parser.add_argument("--partitioning", choices=("static", "dynamic"), default="static",
                         help="as run's: dynamic publishes every MIG placement / AMD partition mode, and the demo then asks for a "
                         "partition, created at prepare (default: %(default)s)")  # fmt: skip
@@ -161,7 +164,7 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
 
     settings = PluginSettings(node_name=NODE, kubelet_dir=work / "kubelet", cdi_dir=work / "cdi", state_dir=work / "state")
     api = server.api_client()
-    client.CoreV1Api(api).create_node({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
+    JsonApi(api).request("POST", "/api/v1/nodes", body={"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
     daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE))
     status = daemon.start()
     if not status.running:
@@ -186,7 +189,10 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
 
         say(f"== Published {plural(len(slices), 'ResourceSlice')} for pool {NODE} through the API server")
         claim = _create_and_allocate(api, request)
-        say(f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {request.count} x DeviceClass {request.device_class}")
+        say(
+            f"== ResourceClaim {NAMESPACE}/{claim.name} (uid {claim.uid}), as made from the template: {request.count} x DeviceClass "
+            f"{request.device_class}"
+        )
         say(f"   allocated from the published slices: request 'gpus' -> {', '.join(request.chosen)}")
 
         conn = register(plugin.paths.registration_socket)
@@ -202,7 +208,10 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
         say("== NodePrepareResources answer")
         for device in entry.devices:
             say(f"   {device.pool_name}/{device.device_name} request={list(device.request_names)} cdi={list(device.cdi_device_ids)}")
-        spec_path = Path(plugin.service.checkpoint_record(claim.uid).cdi_spec or "")
+        record = plugin.service.checkpoint_record(claim.uid)
+        if record is None or not record.cdi_spec:
+            raise DraError(f"NodePrepareResources answered, but the driver recorded no CDI spec for claim {claim.uid}")
+        spec_path = Path(record.cdi_spec)
         spec = json.loads(spec_path.read_text())
         say(f"== CDI spec {spec_path} (driver-file mounts folded)")
         say(_indent(json.dumps(_folded(spec), indent=2)))
@@ -213,7 +222,10 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
         if unprepared.claims[claim.uid].error:
             raise DraError(f"NodeUnprepareResources failed: {unprepared.claims[claim.uid].error}")
         say("== NodeUnprepareResources: done")
-        say(f"   CDI spec file {'still exists (unexpected!)' if spec_path.exists() else 'removed'}; claims still prepared: {plugin.service.prepared_device_count()} devices")
+        say(
+            f"   CDI spec file {'still exists (unexpected!)' if spec_path.exists() else 'removed'}; claims still prepared: "
+            f"{plugin.service.prepared_device_count()} devices"
+        )
         conn.close()
     finally:
         daemon.stop()
@@ -226,10 +238,9 @@ def _create_and_allocate(api: client.ApiClient, request: Request) -> ClaimRef:
     """Create the claim through the real kubernetes client and write the allocation chosen before creating it (a claim
     that cannot be allocated is not left behind) as status.allocation, as the scheduler does."""
     body = claim_object("demo-claim", NAMESPACE, request.device_class, request.count)
-    resource = client.ResourceV1Api(api)
-    created = resource.create_namespaced_resource_claim(NAMESPACE, body, _preload_content=False)
-    meta = json.loads(created.data)["metadata"]
-    resource.patch_namespaced_resource_claim_status(
+    created = JsonApi(api).request("POST", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims", body=body)
+    meta = created["metadata"]
+    client.ResourceV1Api(api).patch_namespaced_resource_claim_status(
         meta["name"], NAMESPACE, {"status": {"allocation": request.allocation}}, _content_type="application/merge-patch+json"
     )
     return ClaimRef(NAMESPACE, meta["name"], meta["uid"])
@@ -266,7 +277,12 @@ def _describe_container(spec: dict[str, Any], cdi_ids: list[str], say: Any) -> N
 def _user_side(device_class: str, count: int) -> str:
     """The two objects a user writes for the demo's claim: its template and a pod referring to it."""
     template = claim_object("gpus", NAMESPACE, device_class, count)
-    template = {"apiVersion": template["apiVersion"], "kind": "ResourceClaimTemplate", "metadata": template["metadata"], "spec": {"spec": template["spec"]}}
+    template = {
+        "apiVersion": template["apiVersion"],
+        "kind": "ResourceClaimTemplate",
+        "metadata": template["metadata"],
+        "spec": {"spec": template["spec"]},
+    }
     pod = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo", "namespace": NAMESPACE},
         "spec": {

@@ -8,7 +8,6 @@ allocates the claim with the same allocator, CEL and shipped DeviceClasses as
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ from dra_driver.explain import ClaimInput, Subject, validated_claims
 from dra_driver.inputs.errors import InputError
 from dra_driver.sources.classes import merge_classes, shipped_class_documents
 from dra_driver.common.errors import DraError
+from dra_driver.kube.client import JsonApi
 
 
 def claim_object(name: str, namespace: str, device_class: str, count: int) -> dict[str, Any]:
@@ -29,17 +29,20 @@ def claim_object(name: str, namespace: str, device_class: str, count: int) -> di
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}},
+        "spec": {
+            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}
+        },
     }
 
 
 def wait_for_pool(api: client.ApiClient, driver: str, node: str, timeout_s: float = 15.0) -> list[dict[str, Any]]:
     """The node's slices for `driver` once the pool is complete (every slice of its newest generation is there)."""
-    resource = client.ResourceV1Api(api)
     deadline = time.monotonic() + timeout_s
     while True:
-        raw = resource.list_resource_slice(field_selector=f"spec.driver={driver},spec.nodeName={node}", _preload_content=False)
-        slices: list[dict[str, Any]] = json.loads(raw.data).get("items") or []
+        listed = JsonApi(api).request(
+            "GET", "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.driver={driver},spec.nodeName={node}"}
+        )
+        slices: list[dict[str, Any]] = listed.get("items") or []
         pools = build_pools(slices)
         if pools and all(not p.incomplete and not p.invalid for p in pools):
             return slices

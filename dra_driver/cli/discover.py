@@ -37,9 +37,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="static",
         help="static: publish existing MIG devices/partitions; dynamic: every placement with shared counters (needs DRAPartitionableDevices)",
     )
-    parser.add_argument("--consumable-gpu-memory", action="store_true", help="publish as `dra-driver run --consumable-gpu-memory` does: whole NVIDIA GPUs with allowMultipleAllocations and a memory request policy")
+    parser.add_argument(
+        "--consumable-gpu-memory",
+        action="store_true",
+        help="publish as `dra-driver run --consumable-gpu-memory` does: whole NVIDIA GPUs with allowMultipleAllocations and a memory request policy",
+    )
     parser.add_argument("-o", "--output", choices=("yaml", "json", "table"), default="yaml")
-    parser.add_argument("--node-name", default=default_node_name(), help=f"node name for the pools (default: ${env_name('node_name')} or the host name)")
+    parser.add_argument(
+        "--node-name", default=default_node_name(), help=f"node name for the pools (default: ${env_name('node_name')} or the host name)"
+    )
     parser.add_argument("--vendors", help="comma-separated vendors to use (default: all installed)")
     parser.set_defaults(func=run)
 

@@ -35,7 +35,7 @@ _LABEL = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.
 _USED = frozenset(RECORDED_FLAGS)
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor",
         description="Checks the kubelet plugin directories and registration, the CDI directory and the container runtime's CDI "
@@ -48,10 +48,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     for action in parser._actions:
         if action.dest not in _USED and action.option_strings and action.dest != "help":
             action.help = argparse.SUPPRESS
-    parser.add_argument("--ignore-daemon", action="store_true", help="check with the flags given here (and run's defaults) only, not the running daemon's")
+    parser.add_argument(
+        "--ignore-daemon", action="store_true", help="check with the flags given here (and run's defaults) only, not the running daemon's"
+    )
     parser.add_argument("--dev-dir", type=Path, default=Path("/dev"), help="where the device nodes are (default /dev)")
-    parser.add_argument("--containerd-config", type=Path, default=runtime_config.DEFAULT_CONTAINERD_CONFIG, help="containerd's config.toml (default %(default)s)")
-    parser.add_argument("--crio-config", type=Path, default=runtime_config.DEFAULT_CRIO_CONFIG, help="CRI-O's crio.conf; <file>.d/*.conf is read too (default %(default)s)")
+    parser.add_argument(
+        "--containerd-config", type=Path, default=runtime_config.DEFAULT_CONTAINERD_CONFIG, help="containerd's config.toml (default %(default)s)"
+    )
+    parser.add_argument(
+        "--crio-config",
+        type=Path,
+        default=runtime_config.DEFAULT_CRIO_CONFIG,
+        help="CRI-O's crio.conf; <file>.d/*.conf is read too (default %(default)s)",
+    )
     parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text", help="text for people, json or yaml for tools")
     parser.set_defaults(func=run)
 
@@ -135,7 +144,9 @@ def _daemon_json(daemon: Holder | None) -> dict[str, Any] | None:
 def write_text(report: DoctorReport, node: str, out: TextIO, daemon: Holder | None = None) -> None:
     out.write(f"dra-driver doctor on node {node}\n")
     if daemon is not None:
-        shown = " ".join(f"{flag}={value}" for flag, value in daemon.flags.items() if flag in ("--profile", "--simulated-root", "--partitioning", "--vendors"))
+        shown = " ".join(
+            f"{flag}={value}" for flag, value in daemon.flags.items() if flag in ("--profile", "--simulated-root", "--partitioning", "--vendors")
+        )
         out.write(f"  as the running daemon sees it ({daemon.describe()}{'; ' + shown if shown else ''}; flags given here win)\n")
     width = max(len(c.name) for c in report.checks)
     for check in report.checks:

@@ -32,12 +32,41 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, Pods or workloads (Deployment, Job, PyTorchJob...: what migrate writes) with their templates (and optional DeviceClasses); - reads standard input")
-    add_fleet_source(parser, "fleet (one kind)", "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)", "read slices, classes, claims and nodes from a cluster")
-    parser.add_argument("--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name")
-    parser.add_argument("--feature-gates", metavar="NAME=BOOL,...", help="the cluster's Kubernetes feature gates (every gate the release knows is accepted, an unknown name is refused; the release's defaults otherwise); these change the answer: " + ", ".join(f"{n} (1.35 default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())))
-    parser.add_argument("--kubernetes-version", choices=KUBERNETES_VERSIONS, help="the cluster's Kubernetes release: its gate defaults and its scheduler's device order (default: the cluster's own when one is read, else 1.35)")
-    parser.add_argument("--namespace-labels", action="append", default=[], metavar="NS=KEY=VALUE[,KEY=VALUE]", help="labels of a namespace, as the API server sees them (admin access needs resource.kubernetes.io/admin-access=true); repeatable; they replace the file's and the cluster's")
+    parser.add_argument(
+        "file",
+        help="YAML/JSON with a ResourceClaim, ResourceClaimTemplate, Pods or workloads (Deployment, Job, PyTorchJob...: what migrate writes) "
+            "with their templates (and optional DeviceClasses); - reads standard input",
+    )
+    add_fleet_source(
+        parser,
+        "fleet (one kind)",
+        "ResourceSlices: kubectl List, multi-doc YAML, or a directory (repeatable)",
+        "read slices, classes, claims and nodes from a cluster",
+    )
+    parser.add_argument(
+        "--classes", action="append", default=[], metavar="DIR|FILE", help="extra DeviceClasses; they replace shipped classes of the same name"
+    )
+    parser.add_argument(
+        "--feature-gates",
+        metavar="NAME=BOOL,...",
+        help="the cluster's Kubernetes feature gates (every gate the release knows is accepted, an unknown name is refused; the release's "
+            "defaults otherwise); these change the answer: "
+        + ", ".join(f"{n} (1.35 default {'on' if d else 'off'})" for n, (_, d) in sorted(GATES.items())),
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        choices=KUBERNETES_VERSIONS,
+        help="the cluster's Kubernetes release: its gate defaults and its scheduler's device order (default: the cluster's own when one is "
+            "read, else 1.35)",
+    )
+    parser.add_argument(
+        "--namespace-labels",
+        action="append",
+        default=[],
+        metavar="NS=KEY=VALUE[,KEY=VALUE]",
+        help="labels of a namespace, as the API server sees them (admin access needs resource.kubernetes.io/admin-access=true); repeatable; "
+            "they replace the file's and the cluster's",
+    )
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.add_argument("--verbose", dest="explain_all", action="store_true", help="list every node and device in text output")
     parser.set_defaults(func=run)
@@ -72,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
         out["warnings"] = result.warnings
         print(json.dumps(out, indent=2))
     else:
-        line = f"Fleet: {', '.join(summary['sources'])}: {plural(summary['devices'], 'device')} in {plural(summary['pools'], 'pool')} on {plural(summary['nodes'], 'node')}"
+        counts = f"{plural(summary['devices'], 'device')} in {plural(summary['pools'], 'pool')} on {plural(summary['nodes'], 'node')}"
+        line = f"Fleet: {', '.join(summary['sources'])}: {counts}"
         if summary["allocatedElsewhere"]:
             line += f"; {summary['allocatedElsewhere']} devices allocated to other claims"
         line += f"\nKubernetes {summary['kubernetesVersion']}: {summary['featureGates']}; device order: {summary['deviceOrder']}"

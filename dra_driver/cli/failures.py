@@ -69,7 +69,8 @@ def _problems(exc: DraError) -> list[list[str]]:
     """Each problem as its lines: errors that carry a list (explain's, migrate's, validation's) one problem each;
     another error one problem, whose further lines (template's nearest devices) are its details."""
     errors = getattr(exc, "errors", None)
-    head = f"{exc.subject}: " if getattr(exc, "subject", "") else ""
+    subject = getattr(exc, "subject", "")
+    head = f"{subject}: " if subject else ""
     texts = [f"{head}{e}" for e in errors] if isinstance(errors, list) and errors else [str(exc)]
     problems = []
     for text in texts:

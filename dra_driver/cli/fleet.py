@@ -35,7 +35,9 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("device_class", nargs="?", metavar="CLASS", help="only devices this DeviceClass selects (shipped or in the fleet), and which of them are free")
+    parser.add_argument(
+        "device_class", nargs="?", metavar="CLASS", help="only devices this DeviceClass selects (shipped or in the fleet), and which of them are free"
+    )
     add_fleet_source(
         parser,
         "fleet (one kind)",
@@ -52,7 +54,7 @@ def add_parser(subparsers: Any) -> None:
         choices=("table", "wide", "json", "yaml", "html", "svg"),
         default="table",
         help="table; wide (the table and every device: pool, memory, state, claims, pods, why not free); json or yaml (everything); "
-             "html (a self-contained page: the picture and the table's parts) or svg (the picture)",
+        "html (a self-contained page: the picture and the table's parts) or svg (the picture)",
     )
     parser.set_defaults(func=run)
 

@@ -17,15 +17,25 @@ def add_fleet_source(parser: argparse.ArgumentParser, title: str, files_help: st
     source.add_argument("--profile", help="simulate a hardware profile on --nodes identical nodes (dra-driver profiles lists them)")
     source.add_argument("--nodes", type=int, default=1, help="number of simulated nodes for --profile (default 1)")
     source.add_argument("--partitioning", choices=("static", "dynamic"), default="static", help="MIG/partition publishing mode for --profile")
-    source.add_argument("--consumable-gpu-memory", action="store_true", help="the --profile nodes run `dra-driver run --consumable-gpu-memory`: whole NVIDIA GPUs that claims asking a memory share (capacity.requests, template --share-memory) can share; pair with --feature-gates DRAConsumableCapacity=true")
+    source.add_argument(
+        "--consumable-gpu-memory",
+        action="store_true",
+        help="the --profile nodes run `dra-driver run --consumable-gpu-memory`: whole NVIDIA GPUs that claims asking a memory share "
+            "(capacity.requests, template --share-memory) can share; pair with --feature-gates DRAConsumableCapacity=true",
+    )
     source.add_argument("--kubeconfig", help=kubeconfig_help + " (default: $KUBECONFIG, then ~/.kube/config)")
     source.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
 
 
 def fleet_source(args: argparse.Namespace) -> FleetSource:
     return FleetSource(
-        paths=tuple(args.fleet), profile=args.profile, nodes=args.nodes, partitioning=args.partitioning,
-        kubeconfig=args.kubeconfig, context=args.context, consumable_gpu_memory=args.consumable_gpu_memory,
+        paths=tuple(args.fleet),
+        profile=args.profile,
+        nodes=args.nodes,
+        partitioning=args.partitioning,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        consumable_gpu_memory=args.consumable_gpu_memory,
     )
 
 

@@ -104,22 +104,34 @@ def add_input_limit_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("input limits (every file and standard input a command reads)")
     group.add_argument("--max-input-size", type=_size, default=None, metavar="SIZE",
                        help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 1Mi)")
-    group.add_argument("--max-input-nodes", type=_positive, default=None, metavar="N",
-                       help=f"most values read from one YAML input, an alias counting every value it repeats (default {input_limits.DEFAULT_MAX_NODES:,}; "
-                       f"JSON {input_limits.JSON_NODES_FACTOR}x as many; migrate {input_limits.ROUND_TRIP_MAX_NODES:,})")
-    group.add_argument("--max-input-depth", type=_positive, default=input_limits.DEFAULT_MAX_DEPTH, metavar="N",
-                       help=f"deepest nesting accepted (default {input_limits.DEFAULT_MAX_DEPTH})")
+    group.add_argument(
+        "--max-input-nodes",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help=f"most values read from one YAML input, an alias counting every value it repeats (default {input_limits.DEFAULT_MAX_NODES:,}; "
+        f"JSON {input_limits.JSON_NODES_FACTOR}x as many; migrate {input_limits.ROUND_TRIP_MAX_NODES:,})",
+    )
+    group.add_argument(
+        "--max-input-depth",
+        type=_positive,
+        default=input_limits.DEFAULT_MAX_DEPTH,
+        metavar="N",
+        help=f"deepest nesting accepted (default {input_limits.DEFAULT_MAX_DEPTH})",
+    )
 
 
 def configure_inputs(args: argparse.Namespace) -> None:
     size, nodes = args.max_input_size, args.max_input_nodes
-    input_limits.configure(input_limits.Limits(
-        max_bytes=size if size is not None else input_limits.DEFAULT_MAX_BYTES,
-        max_depth=args.max_input_depth,
-        max_nodes=nodes if nodes is not None else input_limits.DEFAULT_MAX_NODES,
-        bytes_chosen=size is not None,
-        nodes_chosen=nodes is not None,
-    ))
+    input_limits.configure(
+        input_limits.Limits(
+            max_bytes=size if size is not None else input_limits.DEFAULT_MAX_BYTES,
+            max_depth=args.max_input_depth,
+            max_nodes=nodes if nodes is not None else input_limits.DEFAULT_MAX_NODES,
+            bytes_chosen=size is not None,
+            nodes_chosen=nodes is not None,
+        )
+    )
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -135,9 +147,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog=failures.EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"dra-driver {__version__}")
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)"
-    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
     add_input_limit_flags(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -185,7 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one line, not a traceback, unless -vv asks for it
         if args.verbose >= 2 or args.command in _KEEP_TRACEBACK:
             raise
-        failures.error(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} (run with -vv for the traceback, and please report it)")
+        failures.error(
+            f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} (run with -vv for the traceback, and please report it)"
+        )
         return failures.EXIT_FAILURE
     finally:
         failures.set_command(None)

@@ -39,7 +39,9 @@ def rows() -> list[dict[str, Any]]:
     out = []
     for name in sorted(available_profiles()):
         profile = load_profile(name)
-        out.append({"name": name, "vendors": sorted(profile.sections), "devices": _devices(name), "description": " ".join(profile.description.split())})
+        out.append(
+            {"name": name, "vendors": sorted(profile.sections), "devices": _devices(name), "description": " ".join(profile.description.split())}
+        )
     return out
 
 

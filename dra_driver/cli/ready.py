@@ -19,7 +19,7 @@ from dra_driver.node.readiness import MAX_AGE_S, read_status, status_path
 POD_UID_ENV = "DRA_DRIVER_POD_UID"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ready",
         description="The DaemonSet's exec readinessProbe: reads the status the daemon of the same pod writes under --state-dir and "

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # a real node never imports the simulation's modules
     from dra_driver.simulation.node import SimulatedRoot
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         description="The node daemon (the DaemonSet's container): for every vendor whose hardware is found (or --profile simulates), "
@@ -41,7 +41,10 @@ def announce(daemon: Daemon, config: DaemonSettings, source: ApiSource) -> None:
     """One line on stderr, whatever the log level: what this process serves, for which node, to which API server."""
     drivers = ", ".join(backend.driver_name for backend in daemon.backends)
     simulated = f", simulating profile {config.profile}" if config.profile else ""
-    failures.info(f"serving {drivers} on node {config.node_name}{simulated}; sockets under {config.kubelet_dir}, CDI specs in {config.cdi_dir}; API server: {source.describe()}")
+    failures.info(
+        f"serving {drivers} on node {config.node_name}{simulated}; sockets under {config.kubelet_dir}, CDI specs in {config.cdi_dir}; API server: "
+        f"{source.describe()}"
+    )
 
 
 def run(parsed: argparse.Namespace) -> int:

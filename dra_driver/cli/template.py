@@ -28,7 +28,17 @@ from typing import Any
 
 from dra_driver.common.wording import plural
 from dra_driver.explain.kube_gates import KUBERNETES_VERSIONS
-from dra_driver.template import Intent, Problems, TemplateRequest, TemplateResult, parse_fallback, parse_share_memory, parse_sharing, parse_want, template
+from dra_driver.template import (
+    Intent,
+    Problems,
+    TemplateRequest,
+    TemplateResult,
+    parse_fallback,
+    parse_share_memory,
+    parse_sharing,
+    parse_want,
+    template,
+)
 from dra_driver.template.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, default_cluster, fleet_given, fleet_source
@@ -48,42 +58,104 @@ def add_parser(subparsers: Any) -> None:
     want.add_argument("--count", default="1", help="how many devices (default 1)")
     want.add_argument("--vendor", default="any", help=f"one of {', '.join(VENDORS)} (default any; implied by --model, --mig, --partition)")
     want.add_argument("--model", help="product name part: H100, A100, MI300X, Gaudi3 (case-insensitive for known products)")
-    want.add_argument("--family", help="architecture family; those of the shipped profiles: blackwell, hopper, ada-lovelace, ampere, turing, cdna3, cdna2, gaudi3, gaudi2; several: blackwell/hopper")
+    want.add_argument(
+        "--family",
+        help="architecture family; those of the shipped profiles: blackwell, hopper, ada-lovelace, ampere, turing, cdna3, cdna2, gaudi3, "
+            "gaudi2; several: blackwell/hopper",
+    )
     want.add_argument("--memory", help="minimum memory per device: 40Gi, 80G")
     want.add_argument("--mig", metavar="PROFILE", help="an NVIDIA MIG device of this profile: 1g.10gb, 3g.40gb")
     want.add_argument("--partition", metavar="MODE", help="an AMD GPU partition: cpx, dpx, qpx, or with memory mode cpx_nps4")
-    parser.add_argument("--fallback", action="append", default=[], metavar="SPEC", help="a fallback choice, tried in order: 4xA100 or count=4,model=A100 (repeatable, at most 7)")
-    parser.add_argument("--same", choices=sorted(GROUPINGS), help="all devices on one interconnect domain (NVLink clique, XGMI hive, Gaudi box), PCIe root or NUMA node (AMD)")
-    parser.add_argument("--sharing", metavar="STRATEGY", help="NVIDIA sharing: time-slicing[:Short|Medium|Long] or mps[:threads=50,pinned-memory=10Gi]")
-    parser.add_argument("--share-memory", metavar="QUANTITY", help="a share of one NVIDIA GPU's memory (20Gi): the GPU may hold other claims too; "
-                        "needs nodes running with --consumable-gpu-memory and the DRAConsumableCapacity gate")
-    parser.add_argument("--admin-access", action="store_true", help="admin access (monitoring): devices are shared, not reserved; the namespace needs the admin-access label")
+    parser.add_argument(
+        "--fallback",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fallback choice, tried in order: 4xA100 or count=4,model=A100 (repeatable, at most 7)",
+    )
+    parser.add_argument(
+        "--same",
+        choices=sorted(GROUPINGS),
+        help="all devices on one interconnect domain (NVLink clique, XGMI hive, Gaudi box), PCIe root or NUMA node (AMD)",
+    )
+    parser.add_argument(
+        "--sharing", metavar="STRATEGY", help="NVIDIA sharing: time-slicing[:Short|Medium|Long] or mps[:threads=50,pinned-memory=10Gi]"
+    )
+    parser.add_argument(
+        "--share-memory",
+        metavar="QUANTITY",
+        help="a share of one NVIDIA GPU's memory (20Gi): the GPU may hold other claims too; "
+        "needs nodes running with --consumable-gpu-memory and the DRAConsumableCapacity gate",
+    )
+    parser.add_argument(
+        "--admin-access",
+        action="store_true",
+        help="admin access (monitoring): devices are shared, not reserved; the namespace needs the admin-access label",
+    )
     out = parser.add_argument_group("the object")
     out.add_argument("--name", default="accelerators", help="object name (default accelerators)")
     out.add_argument("-n", "--namespace", help="namespace (default: none written)")
     out.add_argument("--request", default="accel", help="request name pods refer to in resources.claims[].request (default accel)")
     out.add_argument("--claim", action="store_true", help="write a ResourceClaim instead of a ResourceClaimTemplate")
-    out.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
-                     help="yaml: the object with comments saying what each part means; json: the same object, no comments (default: yaml)")  # fmt: skip
+    out.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="yaml: the object with comments saying what each part means; json: the same object, no comments (default: yaml)",
+    )
     add_fleet_source(
         parser,
         "check against a fleet (optional, one kind)",
         "ResourceSlices (and claims holding devices): kubectl List, multi-doc YAML, or a directory",
         "read slices, classes, claims and nodes from a cluster (read only)",
     )
-    parser.add_argument("--kubernetes-version", choices=KUBERNETES_VERSIONS, help="the cluster's Kubernetes release the claim is checked for: its gate defaults (1.36: consumable capacity, device taints, extended resources on) and its scheduler's device order (default: the checked cluster's own, else 1.35)")
-    parser.add_argument("--no-hardware-check", action="store_true", help="do not require that some shipped hardware profile could hold it (hardware newer than the profiles)")
+    parser.add_argument(
+        "--kubernetes-version",
+        choices=KUBERNETES_VERSIONS,
+        help="the cluster's Kubernetes release the claim is checked for: its gate defaults (1.36: consumable capacity, device taints, extended "
+            "resources on) and its scheduler's device order (default: the checked cluster's own, else 1.35)",
+    )
+    parser.add_argument(
+        "--no-hardware-check",
+        action="store_true",
+        help="do not require that some shipped hardware profile could hold it (hardware newer than the profiles)",
+    )
     parser.set_defaults(func=run)
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, str]:
-    names = {"count": args.count, "vendor": args.vendor, "model": args.model, "family": args.family, "memory": args.memory, "mig": args.mig, "partition": args.partition}
+    names = {
+        "count": args.count,
+        "vendor": args.vendor,
+        "model": args.model,
+        "family": args.family,
+        "memory": args.memory,
+        "mig": args.mig,
+        "partition": args.partition,
+    }
     return {key: str(value) for key, value in names.items() if value is not None}
 
 
 # Flags that shape the YAML, in the order the written command line lists them.
-_SHAPING = ("name", "namespace", "request", "claim", "count", "vendor", "model", "family", "memory", "mig", "partition", "fallback", "same", "sharing",
-            "share_memory", "admin_access")
+_SHAPING = (
+    "name",
+    "namespace",
+    "request",
+    "claim",
+    "count",
+    "vendor",
+    "model",
+    "family",
+    "memory",
+    "mig",
+    "partition",
+    "fallback",
+    "same",
+    "sharing",
+    "share_memory",
+    "admin_access",
+)
 _DEFAULTS = {"name": "accelerators", "request": "accel", "count": "1", "vendor": "any"}
 
 
@@ -116,8 +188,9 @@ def request_from_args(args: argparse.Namespace) -> TemplateRequest:
     intent = Intent(args.name, args.namespace, args.request, tuple(wants), args.same, sharing, args.admin_access, args.claim,
                     canonical_command(args), share_memory=share)  # fmt: skip
     checked = fleet_given(args) or default_cluster()
-    return TemplateRequest(intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check, kubernetes_version=args.kubernetes_version)
-
+    return TemplateRequest(
+        intent, fleet_source(args) if checked else None, hardware_check=not args.no_hardware_check, kubernetes_version=args.kubernetes_version
+    )
 
 
 def _report(result: TemplateResult) -> int:

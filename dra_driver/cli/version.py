@@ -10,7 +10,7 @@ import sys
 from dra_driver import __version__
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("version")
     parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text", help="text for people; json or yaml for tools")
     parser.set_defaults(func=run)

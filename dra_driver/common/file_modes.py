@@ -19,7 +19,7 @@ another user owns them (that user could rewrite the records); directories named 
 kubelet (`--state-dir`, `--cdi-dir`, `plugins_registry`) that the driver's own user owns lose group and other
 write permission, with a warning (a sticky one such as /tmp only gets the warning); the driver never changes
 one owned by someone else, and `check` reports it.
-"""
+"""  # noqa: E501 - the table's rows cannot wrap
 
 from __future__ import annotations
 
@@ -92,13 +92,17 @@ def shared_dir(path: Path, mode: int) -> None:
     if not current & _WRITABLE_BY_OTHERS:
         return
     if current & stat.S_ISVTX:
-        log.warning("directory is a shared temporary directory; give the driver a directory of its own", extra=fields(path=str(path), mode=oct(current)))
+        log.warning(
+            "directory is a shared temporary directory; give the driver a directory of its own", extra=fields(path=str(path), mode=oct(current))
+        )
     elif info.st_uid == os.geteuid():
         log.warning("directory was writable by group or others; that permission is removed",
                     extra=fields(path=str(path), found=oct(current), mode=oct(current & ~_WRITABLE_BY_OTHERS)))  # fmt: skip
         os.chmod(path, current & ~_WRITABLE_BY_OTHERS)
     else:
-        log.warning("directory is writable by group or others and not ours to change", extra=fields(path=str(path), mode=oct(current), owner=info.st_uid))
+        log.warning(
+            "directory is writable by group or others and not ours to change", extra=fields(path=str(path), mode=oct(current), owner=info.st_uid)
+        )
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,15 @@ def check(expectation: Expectation) -> str | None:
         return f"{expectation.what} {expectation.path}: cannot be checked ({exc.strerror or exc})"
     mode = stat.S_IMODE(info.st_mode)
     if expectation.exact and info.st_uid != os.geteuid():
-        return f"{expectation.what} {expectation.path}: owned by uid {info.st_uid}, expected the driver's uid {os.geteuid()}; remove it and restart the driver"
+        return (
+            f"{expectation.what} {expectation.path}: owned by uid {info.st_uid}, expected the driver's uid {os.geteuid()}; "
+            "remove it and restart the driver"
+        )
     if expectation.exact and mode != expectation.mode:
-        return f"{expectation.what} {expectation.path}: mode {mode:04o}, expected {expectation.mode:04o}; chmod {expectation.mode:04o} {expectation.path}"
+        return (
+            f"{expectation.what} {expectation.path}: mode {mode:04o}, expected {expectation.mode:04o}; "
+            f"chmod {expectation.mode:04o} {expectation.path}"
+        )
     if not expectation.exact and mode & _WRITABLE_BY_OTHERS:
         return f"{expectation.what} {expectation.path}: mode {mode:04o} lets group or others write; chmod go-w {expectation.path}"
     return None

@@ -47,16 +47,23 @@ def admin_access_problems(
                 continue
             labels = namespaces.get(claim.namespace)
             if labels is None and not unknown_is_unlabelled:
-                notes.append(f"{path}: allowed only if namespace {claim.namespace!r} has the label {ADMIN_ACCESS_LABEL}=\"true\"; explain could not check (use --kubeconfig or add the Namespace object to the file)")
+                notes.append(
+                    f'{path}: allowed only if namespace {claim.namespace!r} has the label {ADMIN_ACCESS_LABEL}="true"; explain could not check (use '
+                    '--kubeconfig or add the Namespace object to the file)'
+                )
             elif (labels or {}).get(ADMIN_ACCESS_LABEL) != "true":
                 errors.append(FieldError(path, _forbidden(claim.namespace, known=labels is not None)))
     return errors, notes
 
 
 def _forbidden(namespace: str, known: bool) -> str:
-    why = f"namespace {namespace!r} does not have it" if known else f"explain was not told the labels of namespace {namespace!r}, and a namespace has it only where an administrator set it"
+    why = (
+        f"namespace {namespace!r} does not have it"
+        if known
+        else f"explain was not told the labels of namespace {namespace!r}, and a namespace has it only where an administrator set it"
+    )
     return (
-        f"Forbidden: the API server refuses to create this claim: admin access to devices requires the label {ADMIN_ACCESS_LABEL}=\"true\" "
+        f'Forbidden: the API server refuses to create this claim: admin access to devices requires the label {ADMIN_ACCESS_LABEL}="true" '
         f"on the claim's namespace ({why}); label the namespace (kubectl label namespace {namespace} {ADMIN_ACCESS_LABEL}=true) or drop adminAccess. "
         f"If it is labelled, tell explain with {FLAG} {namespace}={ADMIN_ACCESS_LABEL}=true, a Namespace object in the file, or --kubeconfig"
     )
@@ -69,7 +76,11 @@ def parse_namespace_labels(entries: list[str]) -> dict[str, dict[str, str]]:
     for entry in entries:
         namespace, sep, rest = entry.partition("=")
         if not sep or not is_dns_label(namespace):
-            errors.append(FieldError(FLAG, f"{entry!r}: write NAMESPACE=KEY=VALUE[,KEY=VALUE], e.g. ml={ADMIN_ACCESS_LABEL}=true (the namespace must be a DNS label)"))
+            errors.append(
+                FieldError(
+                    FLAG, f"{entry!r}: write NAMESPACE=KEY=VALUE[,KEY=VALUE], e.g. ml={ADMIN_ACCESS_LABEL}=true (the namespace must be a DNS label)"
+                )
+            )
             continue
         labels = found.setdefault(namespace, {})
         for pair in filter(None, rest.split(",")):

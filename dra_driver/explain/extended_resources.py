@@ -82,22 +82,30 @@ class ExtendedResources:
     notes: list[str] = field(default_factory=list)
 
 
-def extended_resource_claims(requests: Sequence[ExtendedRequest], classes: Mapping[str, str], known: set[str], gates: FeatureGates) -> ExtendedResources:
+def extended_resource_claims(
+    requests: Sequence[ExtendedRequest], classes: Mapping[str, str], known: set[str], gates: FeatureGates
+) -> ExtendedResources:
     """The claim the scheduler would add per Pod, and what must come from a node's device plugins."""
     out = ExtendedResources()
     by_pod: dict[str, list[dict[str, Any]]] = {}
     for request in requests:
-        class_name = request.resource[len(CLASS_PREFIX):] if request.resource.startswith(CLASS_PREFIX) else classes.get(request.resource)
+        class_name = request.resource[len(CLASS_PREFIX) :] if request.resource.startswith(CLASS_PREFIX) else classes.get(request.resource)
         if not gates.extended_resource or class_name is None or class_name not in known:
             why = "the DRAExtendedResource gate is off" if not gates.extended_resource else "no DeviceClass names it in extendedResourceName"
-            out.notes.append(f"Pod {request.pod} container {request.container}: {request.resource}: {request.count} must come from a device plugin ({why}): only nodes whose status.allocatable holds it can take the Pod")
+            out.notes.append(
+                f"Pod {request.pod} container {request.container}: {request.resource}: {request.count} must come from a device plugin ({why}): only "
+                "nodes whose status.allocatable holds it can take the Pod"
+            )
             needs = out.plugin.setdefault(request.pod, {})
             needs[request.resource] = needs.get(request.resource, 0) + request.count
             continue
         if request.count <= 0:
             continue
         by_pod.setdefault(request.pod, []).append(
-            {"name": f"container-{request.container}-request-{len(by_pod.get(request.pod, []))}", "exactly": {"deviceClassName": class_name, "allocationMode": "ExactCount", "count": request.count}}
+            {
+                "name": f"container-{request.container}-request-{len(by_pod.get(request.pod, []))}",
+                "exactly": {"deviceClassName": class_name, "allocationMode": "ExactCount", "count": request.count},
+            }
         )
     for pod, device_requests in by_pod.items():
         namespace, name = pod.split("/", 1)

@@ -32,12 +32,25 @@ DEFAULT_KUBERNETES_VERSION = "1.35"
 # (beta), 1.37 makes taints, taint rules and extended resources GA.
 VERSION_DEFAULTS: dict[str, dict[str, bool]] = {
     "1.35": {name: default for name, (_, default) in GATES.items()},
-    "1.36": {"DRAAdminAccess": True, "DRAConsumableCapacity": True, "DRAExtendedResource": True, "DRADeviceTaints": True, "DRADeviceTaintRules": False},
-    "1.37": {"DRAAdminAccess": True, "DRAConsumableCapacity": True, "DRAExtendedResource": True, "DRADeviceTaints": True, "DRADeviceTaintRules": True},
+    "1.36": {
+        "DRAAdminAccess": True,
+        "DRAConsumableCapacity": True,
+        "DRAExtendedResource": True,
+        "DRADeviceTaints": True,
+        "DRADeviceTaintRules": False,
+    },
+    "1.37": {
+        "DRAAdminAccess": True,
+        "DRAConsumableCapacity": True,
+        "DRAExtendedResource": True,
+        "DRADeviceTaints": True,
+        "DRADeviceTaintRules": True,
+    },
 }
 # How each release's scheduler walks the pools (k8s.io/dynamic-resource-allocation structured allocator).
 DEVICE_ORDER = {
-    "1.35": "pools in no fixed order (the 1.35 scheduler's informer order): on a fleet of several pools it may pick other devices than these; whether the claim fits is the same",
+    "1.35": "pools in no fixed order (the 1.35 scheduler's informer order): on a fleet of several pools it may pick other devices than these; "
+    "whether the claim fits is the same",
     "1.36": "pools by driver and pool name, slices by name, as the 1.36 scheduler",
     "1.37": "pools by driver and pool name, slices by name, as the 1.36 scheduler",
 }
@@ -90,7 +103,14 @@ class FeatureGates:
 def check_version(version: str) -> str:
     """`version` when explain knows it (1.35, 1.36, 1.37), else InputError naming the ones it knows."""
     if version not in KUBERNETES_VERSIONS:
-        raise InputError([FieldError("--kubernetes-version", f"{version!r}: give one of {', '.join(KUBERNETES_VERSIONS)} (the minor release of the cluster's kube-scheduler)")])
+        raise InputError(
+            [
+                FieldError(
+                    "--kubernetes-version",
+                    f"{version!r}: give one of {', '.join(KUBERNETES_VERSIONS)} (the minor release of the cluster's kube-scheduler)",
+                )
+            ]
+        )
     return version
 
 
@@ -99,12 +119,19 @@ def release_of(git_version: str | None) -> tuple[str, str]:
     choose another (older than 1.35: 1.35; newer than 1.37: 1.37; unreadable: 1.35)."""
     match = re.match(r"^v?(\d+)\.(\d+)", git_version or "")
     if not match:
-        return DEFAULT_KUBERNETES_VERSION, f"the cluster's version {git_version!r} is unreadable: Kubernetes {DEFAULT_KUBERNETES_VERSION} defaults assumed"
+        return (
+            DEFAULT_KUBERNETES_VERSION,
+            f"the cluster's version {git_version!r} is unreadable: Kubernetes {DEFAULT_KUBERNETES_VERSION} defaults assumed",
+        )
     minor = (int(match.group(1)), int(match.group(2)))
     known = [tuple(int(p) for p in v.split(".")) for v in KUBERNETES_VERSIONS]
     chosen = max((v for v in known if v <= minor), default=known[0])
     version = f"{chosen[0]}.{chosen[1]}"
-    note = "" if chosen == minor else f"the cluster runs {git_version}: Kubernetes {version} defaults assumed (explain models {', '.join(KUBERNETES_VERSIONS)})"
+    note = (
+        ""
+        if chosen == minor
+        else f"the cluster runs {git_version}: Kubernetes {version} defaults assumed (explain models {', '.join(KUBERNETES_VERSIONS)})"
+    )
     return version, note
 
 
@@ -136,7 +163,9 @@ def parse_gates(text: str | None, kubernetes_version: str = DEFAULT_KUBERNETES_V
 
 def _unknown_gate(name: str, version: str) -> str:
     """Why `name` is refused: Kubernetes would refuse it too, and a misspelt modelled gate must not be dropped silently."""
-    return f"unknown feature gate {name!r}: Kubernetes {version} has no gate of that name" + (_close_gate(name, version) or " (names are case-sensitive, as in the cluster's --feature-gates)")
+    return f"unknown feature gate {name!r}: Kubernetes {version} has no gate of that name" + (
+        _close_gate(name, version) or " (names are case-sensitive, as in the cluster's --feature-gates)"
+    )
 
 
 def _close_gate(name: str, version: str = DEFAULT_KUBERNETES_VERSION) -> str:

@@ -105,7 +105,9 @@ def _created(claim: Mapping[str, Any]) -> str:
     return str((claim.get("metadata") or {}).get("creationTimestamp") or "")
 
 
-def _reason(claim: Mapping[str, Any], classes: Mapping[str, DeviceClassSpec], matcher: CelMatcher, allocator: Allocator, nodes: Sequence[Node]) -> str:
+def _reason(
+    claim: Mapping[str, Any], classes: Mapping[str, DeviceClassSpec], matcher: CelMatcher, allocator: Allocator, nodes: Sequence[Node]
+) -> str:
     meta = claim.get("metadata") or {}
     label = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
     parsed = parse_object({**claim, "kind": "ResourceClaim"}, label)

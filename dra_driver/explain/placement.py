@@ -85,7 +85,10 @@ def placements(subject: Subject, extended: ExtendedResources, labels_known: bool
             f"{_NO_NODES}, so explain does not know the nodes' labels (use --kubeconfig, or add Node documents to --fleet)"
         )
     if unknown_resources:
-        subject.notes.append(f"{', '.join(sorted(unknown_resources))} not checked: {_NO_NODES}, so explain does not know which device plugins the nodes run (use --kubeconfig, or add Node documents with status.allocatable to --fleet)")
+        subject.notes.append(
+            f"{', '.join(sorted(unknown_resources))} not checked: {_NO_NODES}, so explain does not know which device plugins the nodes run (use "
+            "--kubeconfig, or add Node documents with status.allocatable to --fleet)"
+        )
     return out
 
 

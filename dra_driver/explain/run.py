@@ -186,7 +186,9 @@ def _shipped_note(specs: Sequence[ClaimSpec], layers: Sequence[tuple[str, list[d
     ]
 
 
-def _extended_resources(subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates) -> ExtendedResources:
+def _extended_resources(
+    subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates
+) -> ExtendedResources:
     """The claims the scheduler adds for the extended resources the file's Pods ask for, and what device plugins
     must give (extended_resources.py); the claims join subject.claims for validation."""
     extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]

@@ -89,13 +89,27 @@ def _pod_claims(pod: Pod, templates: _Named, claims: _Named, path: str, subject:
         if entry.resource_claim_template_name:
             template = _in_namespace(templates, namespace, entry.resource_claim_template_name)
             if template is None:
-                errors.append(FieldError(f"{epath}.resourceClaimTemplateName", f"ResourceClaimTemplate {entry.resource_claim_template_name!r} of namespace {namespace!r} is not in the file; add it"))
+                errors.append(
+                    FieldError(
+                        f"{epath}.resourceClaimTemplateName",
+                        f"ResourceClaimTemplate {entry.resource_claim_template_name!r} of namespace {namespace!r} is not in the file; add it",
+                    )
+                )
                 continue
-            plan.claims.append(ClaimInput(f"ResourceClaimTemplate {entry.resource_claim_template_name}.spec.spec", template.spec.spec, f"{pod_name}-{entry.name}", namespace))
+            plan.claims.append(
+                ClaimInput(
+                    f"ResourceClaimTemplate {entry.resource_claim_template_name}.spec.spec", template.spec.spec, f"{pod_name}-{entry.name}", namespace
+                )
+            )
         elif entry.resource_claim_name:
             claim = _in_namespace(claims, namespace, entry.resource_claim_name)
             if claim is None:
-                errors.append(FieldError(f"{epath}.resourceClaimName", f"ResourceClaim {entry.resource_claim_name!r} of namespace {namespace!r} is neither in the file nor in the cluster"))
+                errors.append(
+                    FieldError(
+                        f"{epath}.resourceClaimName",
+                        f"ResourceClaim {entry.resource_claim_name!r} of namespace {namespace!r} is neither in the file nor in the cluster",
+                    )
+                )
                 continue
             allocation = (claim.status or {}).get("allocation")
             if allocation:
@@ -106,7 +120,9 @@ def _pod_claims(pod: Pod, templates: _Named, claims: _Named, path: str, subject:
                 selector = allocation.get("nodeSelector") if isinstance(allocation, Mapping) else None
                 plan.reused[label] = dict(selector) if isinstance(selector, Mapping) else None
                 continue
-            plan.claims.append(ClaimInput(f"ResourceClaim {claim.metadata.name}.spec", claim.spec, claim.metadata.name, claim.metadata.namespace or namespace))
+            plan.claims.append(
+                ClaimInput(f"ResourceClaim {claim.metadata.name}.spec", claim.spec, claim.metadata.name, claim.metadata.namespace or namespace)
+            )
         else:
             errors.append(FieldError(epath, "exactly one of resourceClaimName or resourceClaimTemplateName must be set"))
     return errors
@@ -114,7 +130,10 @@ def _pod_claims(pod: Pod, templates: _Named, claims: _Named, path: str, subject:
 
 OWN_KINDS = frozenset({*MODELS, "Namespace", "DeviceTaintRule"})
 # What explain places or reads, for the messages that say so (workload kinds are migrate's: Deployment, Job, ...).
-PLACED = "ResourceClaims, ResourceClaimTemplates, Pods and workloads (Deployment, StatefulSet, Job, JobSet, PyTorchJob, RayCluster, NIMService... as `dra-driver migrate` writes them)"
+PLACED = (
+    "ResourceClaims, ResourceClaimTemplates, Pods and workloads "
+    "(Deployment, StatefulSet, Job, JobSet, PyTorchJob, RayCluster, NIMService... as `dra-driver migrate` writes them)"
+)
 
 
 @dataclass
@@ -208,7 +227,9 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     elif not sorted_docs.stream:  # a file of claims and templates: each is allocated (together)
         for label, obj, _ in parsed:
             if isinstance(obj, ResourceClaimTemplate):
-                subject.claims.append(ClaimInput(f"{label}.spec.spec", obj.spec.spec, obj.metadata.name or "claim", obj.metadata.namespace or "default"))
+                subject.claims.append(
+                    ClaimInput(f"{label}.spec.spec", obj.spec.spec, obj.metadata.name or "claim", obj.metadata.namespace or "default")
+                )
             elif isinstance(obj, ResourceClaim):
                 ns = obj.metadata.namespace or "default"
                 subject.claims.append(ClaimInput(f"{label}.spec", obj.spec, obj.metadata.name, ns))
@@ -230,7 +251,9 @@ def _placed_workload_pods(found: list[WorkloadPod], subject: Subject) -> list[tu
     if len(asking) < len(found):
         subject.notes.append(f"{len(found) - len(asking)} workload pod(s) ask for no devices and are not placed")
     if len(asking) > MAX_PODS:
-        subject.notes.append(f"only the first {MAX_PODS} of {len(asking)} workload pods are placed; the other {len(asking) - MAX_PODS} are not checked")
+        subject.notes.append(
+            f"only the first {MAX_PODS} of {len(asking)} workload pods are placed; the other {len(asking) - MAX_PODS} are not checked"
+        )
         asking = asking[:MAX_PODS]
     out: list[tuple[str, Pod, dict[str, Any]]] = []
     for pod in asking:
@@ -239,6 +262,8 @@ def _placed_workload_pods(found: list[WorkloadPod], subject: Subject) -> list[tu
         parsed = parse_object(pod.doc, label)
         if isinstance(parsed, list):
             raise InputError(parsed)
+        if not isinstance(parsed, Pod):  # the workload readers give kind: Pod documents; anything else is our bug
+            raise InputError([FieldError(f"{label}.kind", f"{pod.doc.get('kind')!r} is not a Pod")])
         out.append((label, parsed, pod.doc))
     return out
 

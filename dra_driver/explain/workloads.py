@@ -55,7 +55,9 @@ def workload_pods(doc: Mapping[str, Any], label: str) -> WorkloadPods:
         out.errors.append(FieldError(label, "holds no pod template explain can read; give its pods (or their ResourceClaims) instead"))
         return out
     if entry is None and doc.get("kind") == "DaemonSet":
-        out.notes.append(f"{label}: a DaemonSet runs one pod on every node it selects; explain places one, and its node summary says how many nodes could take it")
+        out.notes.append(
+            f"{label}: a DaemonSet runs one pod on every node it selects; explain places one, and its node summary says how many nodes could take it"
+        )
     for workload in found:
         out.pods += _replica_pods(doc, workload, out.notes)
     return out

@@ -46,6 +46,8 @@ def fleet_view(request: ViewRequest) -> FleetView:
         matcher = CelMatcher()
         classes = merge_classes([("shipped", shipped_class_documents()), ("fleet", fleet.classes)], matcher)
         if request.class_name not in classes:
-            raise InputError([FieldError("CLASS", f"{suggest.unknown('DeviceClass', request.class_name, classes)} (neither shipped nor in the fleet)")])
+            raise InputError(
+                [FieldError("CLASS", f"{suggest.unknown('DeviceClass', request.class_name, classes)} (neither shipped nor in the fleet)")]
+            )
         filters = replace(filters, device_class=classes[request.class_name])
     return build_view(fleet, filters, matcher, pods_listed=reads_cluster)

@@ -40,7 +40,9 @@ class Filters:
     device_class: DeviceClassSpec | None = None  # devices the class's selectors match
 
 
-def build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None = None, pods_listed: bool = False, pools: Sequence[Pool] | None = None) -> FleetView:
+def build_view(
+    fleet: Fleet, filters: Filters, matcher: Matcher | None = None, pods_listed: bool = False, pools: Sequence[Pool] | None = None
+) -> FleetView:
     """`pods_listed`: the fleet's pods are all the cluster has, so a reserved pod not among them is Missing;
     `pools`: the fleet's slices already grouped (build_pools), for a caller that needs them too."""
     with collector_paused():  # tens of thousands of rows, none cyclic
@@ -59,7 +61,9 @@ def _build_view(fleet: Fleet, filters: Filters, matcher: Matcher | None, pods_li
     selector_errors = 0
     for pool in pools:
         if pool.invalid:
-            view.notes.append(f"pool {pool.driver}/{pool.name} is unusable: {pool.invalid}{_files_of(pool, fleet.slice_files)}; its devices count as blocked")
+            view.notes.append(
+                f"pool {pool.driver}/{pool.name} is unusable: {pool.invalid}{_files_of(pool, fleet.slice_files)}; its devices count as blocked"
+            )
         used = _counters_used(pool, holders)
         shown: list[tuple[PoolDevice, DeviceRow]] = []
         for device in pool.devices:
@@ -262,8 +266,18 @@ def _device_row(
     pool: Pool, device: PoolDevice, holders: list[Holder], used: Mapping[tuple[str, str], Decimal], taken: Mapping[str, Decimal] | None = None
 ) -> DeviceRow:
     taints = _taints(device)
-    row = DeviceRow(_node_of(pool, device), device.id.driver, device.id.pool, device.id.device, device_kind(device), device_vendor(device.id.driver, device.attributes), "free", holders, taints,
-                    memory=device.capacity.get(f"{device.id.driver}/memory", ""))
+    row = DeviceRow(
+        _node_of(pool, device),
+        device.id.driver,
+        device.id.pool,
+        device.id.device,
+        device_kind(device),
+        device_vendor(device.id.driver, device.attributes),
+        "free",
+        holders,
+        taints,
+        memory=device.capacity.get(f"{device.id.driver}/memory", ""),
+    )
     if device.wire.get("allowMultipleAllocations") is True:
         row.shared = _capacity_shares(device, taken)
         # Still free while some of every capacity is left for another claim (its policy may ask for more).
@@ -306,7 +320,9 @@ def _counter_rows(pool: Pool, used: Mapping[tuple[str, str], Decimal]) -> list[C
     for set_name, counters in sorted(pool.counter_sets.items()):
         for counter, total in sorted(counters.items()):
             taken = used.get((set_name, counter), Decimal(0))
-            rows.append(CounterRow(node, pool.driver, pool.name, set_name, counter, _format(total), _format(taken), _format(total - taken), taken > 0))
+            rows.append(
+                CounterRow(node, pool.driver, pool.name, set_name, counter, _format(total), _format(taken), _format(total - taken), taken > 0)
+            )
     return rows
 
 

@@ -79,7 +79,12 @@ def _node_kept(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})}}
 
 
-KEEP: dict[str, Keep] = {"resourceslices": _kept_whole("ResourceSlice"), "resourceclaims": _claim_kept, "deviceclasses": _kept_whole("DeviceClass"), "nodes": _node_kept}
+KEEP: dict[str, Keep] = {
+    "resourceslices": _kept_whole("ResourceSlice"),
+    "resourceclaims": _claim_kept,
+    "deviceclasses": _kept_whole("DeviceClass"),
+    "nodes": _node_kept,
+}
 
 
 # ---- the picture ---------------------------------------------------------------------------
@@ -96,7 +101,9 @@ class Picture:
     invalid_classes: int = 0
 
 
-def class_members(pools: Sequence[Pool], classes: Mapping[str, DeviceClassSpec], matcher: CelMatcher, cache: MembersCache | None = None) -> dict[DeviceID, list[str]]:
+def class_members(
+    pools: Sequence[Pool], classes: Mapping[str, DeviceClassSpec], matcher: CelMatcher, cache: MembersCache | None = None
+) -> dict[DeviceID, list[str]]:
     """Device -> the classes whose selectors all match it (the scheduler's rule); a CEL error is no match.
 
     `cache` keeps each pool's answer under its slices' names and resourceVersions and the classes'
@@ -236,7 +243,9 @@ class FleetExporter:
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self.reflectors = {
-            name: Reflector(api_client, path, KEEP[name], name, watch_timeout_s=watch_timeout_s, backoff_initial_s=backoff_initial_s, on_change=self._dirty.set)
+            name: Reflector(
+                api_client, path, KEEP[name], name, watch_timeout_s=watch_timeout_s, backoff_initial_s=backoff_initial_s, on_change=self._dirty.set
+            )
             for name, path in RESOURCE_PATHS.items()
         }
         self._seen: set[tuple[str, str]] = set()
@@ -294,7 +303,15 @@ class FleetExporter:
         start = time.perf_counter()
         items = {name: reflector.items() for name, reflector in self.reflectors.items()}
         try:
-            built = picture(items["resourceslices"], items["resourceclaims"], items["deviceclasses"], items["nodes"], self._seen, self.pending_limit, self._members)
+            built = picture(
+                items["resourceslices"],
+                items["resourceclaims"],
+                items["deviceclasses"],
+                items["nodes"],
+                self._seen,
+                self.pending_limit,
+                self._members,
+            )
         except Exception as exc:  # a picture that cannot be built keeps the last one; the next change tries again
             self.refresh_errors += 1
             log.warning("fleet picture not rebuilt", extra=fields(error=f"{type(exc).__name__}: {exc}"))
@@ -311,13 +328,31 @@ class FleetExporter:
 
         with self._lock:
             shown = self._picture
-        devices = GaugeMetricFamily("dra_fleet_devices", "Devices per node, pool, driver and DeviceClass that selects them, by state (total, allocated, free, tainted)",
-                                    labels=["node", "pool", "driver", "device_class", "state"])  # fmt: skip
-        capacity = GaugeMetricFamily("dra_fleet_capacity", "Consumable capacity of devices several claims may share, in the capacity's base unit (total, used, free)",
-                                     labels=["node", "driver", "device_class", "capacity", "state"])  # fmt: skip
-        pending = GaugeMetricFamily("dra_fleet_claims_pending", "Unallocated ResourceClaims by namespace and the reason explain's engine gives", labels=["namespace", "reason"])
-        oldest = GaugeMetricFamily("dra_fleet_claims_pending_oldest_seconds", "Age of the oldest unallocated ResourceClaim by namespace and reason", labels=["namespace", "reason"])
-        nodes = GaugeMetricFamily("dra_fleet_node_slices", "1 per node running a driver, by the state of its slices (published, stale, missing)", labels=["node", "driver", "state"])
+        devices = GaugeMetricFamily(
+            "dra_fleet_devices",
+            "Devices per node, pool, driver and DeviceClass that selects them, by state (total, allocated, free, tainted)",
+            labels=["node", "pool", "driver", "device_class", "state"],
+        )
+        capacity = GaugeMetricFamily(
+            "dra_fleet_capacity",
+            "Consumable capacity of devices several claims may share, in the capacity's base unit (total, used, free)",
+            labels=["node", "driver", "device_class", "capacity", "state"],
+        )
+        pending = GaugeMetricFamily(
+            "dra_fleet_claims_pending",
+            "Unallocated ResourceClaims by namespace and the reason explain's engine gives",
+            labels=["namespace", "reason"],
+        )
+        oldest = GaugeMetricFamily(
+            "dra_fleet_claims_pending_oldest_seconds",
+            "Age of the oldest unallocated ResourceClaim by namespace and reason",
+            labels=["namespace", "reason"],
+        )
+        nodes = GaugeMetricFamily(
+            "dra_fleet_node_slices",
+            "1 per node running a driver, by the state of its slices (published, stale, missing)",
+            labels=["node", "driver", "state"],
+        )
         events = CounterMetricFamily("dra_fleet_watch_events", "Watch events applied, by resource", labels=["resource"])
         lists = CounterMetricFamily("dra_fleet_list_requests", "LIST requests sent (pages included), by resource", labels=["resource"])
         up = GaugeMetricFamily("dra_fleet_up", "1 while the exporter runs")

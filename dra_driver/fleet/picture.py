@@ -69,7 +69,10 @@ def _group_svg(group: GroupRow, devices: Sequence[DeviceRow], top: int) -> tuple
     top += LINE_HEIGHT
     for i, device in enumerate(devices):
         x, y = (i % PER_LINE) * CELL, top + (i // PER_LINE) * CELL
-        out.append(f'<rect x="{x}" y="{y}" width="{CELL - 2}" height="{CELL - 2}" fill="{COLOURS[device.state]}" data-state="{device.state}"><title>{_text(_device_title(device))}</title></rect>')
+        out.append(
+            f'<rect x="{x}" y="{y}" width="{CELL - 2}" height="{CELL - 2}" fill="{COLOURS[device.state]}" '
+            f'data-state="{device.state}"><title>{_text(_device_title(device))}</title></rect>'
+        )
     lines = max(1, -(-len(devices) // PER_LINE))
     out.append("</g>")
     return out, top + lines * CELL + 8

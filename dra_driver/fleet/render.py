@@ -87,16 +87,30 @@ def sections(view: FleetView, wide: bool = False) -> list[Section]:
     used = [c for c in view.counters if c.in_use]
     if used:
         rows = [[c.node, c.pool, c.counter_set, c.counter, c.total, c.used, c.left] for c in used]
-        parts.append(Section("Shared counters in use (-o json lists every counter):", ("NODE", "POOL", "COUNTER SET", "COUNTER", "TOTAL", "USED", "LEFT"), rows))
-    shared = [[d.node, d.driver, d.device, s.capacity, s.total, s.used, s.left, str(len(d.holders))] for d in view.devices if d.holders for s in d.shared]
+        parts.append(
+            Section(
+                "Shared counters in use (-o json lists every counter):", ("NODE", "POOL", "COUNTER SET", "COUNTER", "TOTAL", "USED", "LEFT"), rows
+            )
+        )
+    shared = [
+        [d.node, d.driver, d.device, s.capacity, s.total, s.used, s.left, str(len(d.holders))] for d in view.devices if d.holders for s in d.shared
+    ]
     if shared:
-        parts.append(Section("Shared devices in use (several claims each take part of a capacity):", ("NODE", "DRIVER", "DEVICE", "CAPACITY", "TOTAL", "USED", "LEFT", "CLAIMS"), shared))
+        parts.append(
+            Section(
+                "Shared devices in use (several claims each take part of a capacity):",
+                ("NODE", "DRIVER", "DEVICE", "CAPACITY", "TOTAL", "USED", "LEFT", "CLAIMS"),
+                shared,
+            )
+        )
     holders = _holder_rows(view)
     if holders:
         parts.append(Section("Held devices:", ("NODE", "DRIVER", "DEVICE", "CLAIM", "REQUEST", "PODS"), holders))
     if view.unpublished:
         rows = [[u.driver, u.pool, u.device, u.holder.label] for u in view.unpublished]
-        parts.append(Section("Allocations naming devices no slice publishes (removed devices or stale pools):", ("DRIVER", "POOL", "DEVICE", "CLAIM"), rows))
+        parts.append(
+            Section("Allocations naming devices no slice publishes (removed devices or stale pools):", ("DRIVER", "POOL", "DEVICE", "CLAIM"), rows)
+        )
     if view.device_class:
         free = _free_by_group(view.devices)
         heading = f"Free devices matching class {view.device_class}:" if free else f"No free device matches class {view.device_class}."
@@ -115,14 +129,27 @@ def to_table(view: FleetView, wide: bool = False) -> str:
 
 
 def _holder_json(holder: Holder) -> dict[str, Any]:
-    out: dict[str, Any] = {"namespace": holder.namespace, "claim": holder.claim, "request": holder.request, "pods": [{"name": p.name, **({"phase": p.phase} if p.phase else {})} for p in holder.pods]}
+    out: dict[str, Any] = {
+        "namespace": holder.namespace,
+        "claim": holder.claim,
+        "request": holder.request,
+        "pods": [{"name": p.name, **({"phase": p.phase} if p.phase else {})} for p in holder.pods],
+    }
     if holder.admin_access:
         out["adminAccess"] = True
     return out
 
 
 def _device_json(device: DeviceRow) -> dict[str, Any]:
-    out: dict[str, Any] = {"node": device.node, "driver": device.driver, "pool": device.pool, "device": device.device, "kind": device.kind, "vendor": device.vendor, "state": device.state}
+    out: dict[str, Any] = {
+        "node": device.node,
+        "driver": device.driver,
+        "pool": device.pool,
+        "device": device.device,
+        "kind": device.kind,
+        "vendor": device.vendor,
+        "state": device.state,
+    }
     if device.memory:
         out["memory"] = device.memory
     if device.holders:
@@ -143,7 +170,16 @@ def to_data(view: FleetView) -> dict[str, Any]:
         "deviceClass": view.device_class,
         "summary": [{"node": g.node, "driver": g.driver, "kind": g.kind, "total": g.total, **g.counts} for g in view.groups],
         "counters": [
-            {"node": c.node, "driver": c.driver, "pool": c.pool, "counterSet": c.counter_set, "counter": c.counter, "total": c.total, "used": c.used, "left": c.left}
+            {
+                "node": c.node,
+                "driver": c.driver,
+                "pool": c.pool,
+                "counterSet": c.counter_set,
+                "counter": c.counter,
+                "total": c.total,
+                "used": c.used,
+                "left": c.left,
+            }
             for c in view.counters
         ],
         "devices": [_device_json(d) for d in view.devices],

@@ -67,7 +67,12 @@ def _string_map_errors(value: Any, path: str, check_values: bool) -> list[FieldE
         elif not isinstance(item, str):
             out.append(FieldError(f"{path}[{key!r}]", f"value must be a string (quote it), not a {_type_name(item)}"))
         elif check_values and (len(item) > MAX_LABEL_VALUE_LENGTH or not _LABEL_VALUE.match(item)):
-            out.append(FieldError(f"{path}[{key!r}]", f"value must be at most {MAX_LABEL_VALUE_LENGTH} characters of [A-Za-z0-9-_.], starting and ending alphanumeric"))
+            out.append(
+                FieldError(
+                    f"{path}[{key!r}]",
+                    f"value must be at most {MAX_LABEL_VALUE_LENGTH} characters of [A-Za-z0-9-_.], starting and ending alphanumeric",
+                )
+            )
     if not check_values and not out:
         size = len(json.dumps(value))
         if size > MAX_ANNOTATIONS_BYTES:

@@ -80,7 +80,9 @@ def load_json(raw: bytes, name: str, limits: Limits) -> Any:
             "within its time and memory budget" + limits.refusal("--max-input-nodes", str(-(-estimate // JSON_NODES_FACTOR))),
         )
     if _deeper_than(raw, limits.max_depth):
-        raise InputError.at(name, f"nests deeper than {limits.max_depth} levels; no Kubernetes object needs that many", line=_first_deep_line(raw, limits.max_depth))
+        raise InputError.at(
+            name, f"nests deeper than {limits.max_depth} levels; no Kubernetes object needs that many", line=_first_deep_line(raw, limits.max_depth)
+        )
     try:
         return from_json(raw, allow_inf_nan=False)  # NaN and Infinity are not JSON (the API server refuses them)
     except ValueError as exc:

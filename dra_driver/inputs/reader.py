@@ -105,6 +105,6 @@ def read_bytes(source: str | Path, limits: Limits | None = None) -> bytes:
     os.set_blocking(fd, True)  # from here reads wait for the writer's data, up to its end
     try:
         with os.fdopen(fd, "rb", buffering=0) as handle:
-            return _read_limited(handle, name, limits)  # type: ignore[arg-type]
+            return _read_limited(handle, name, limits)
     except OSError as exc:
         raise _open_error(name, exc) from exc

@@ -240,7 +240,7 @@ def _build(data: bytes | str, builder: _Builder) -> list[Document]:
             if frame is not None and type(frame.container) is list:
                 frame.container.append(value)
             elif frame is not None and frame.key is not _NO_KEY and frame.key is not _MERGE_KEY:
-                frame.container[frame.key] = value  # type: ignore[call-overload]
+                frame.container[frame.key] = value
                 frame.key = _NO_KEY
             else:
                 builder.add(value, _line(event))
@@ -294,7 +294,8 @@ def build_documents(data: bytes | str, name: str, limits: Limits) -> list[Docume
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(part for part in (exc.context, exc.problem) if part)
         # libyaml marks the end of the stream one line past a last line without a newline.
-        last = max(1, data.count(b"\n" if isinstance(data, bytes) else "\n") + (0 if data[-1:] in (b"\n", "\n") else 1))
+        newlines = data.count(b"\n") if isinstance(data, bytes) else data.count("\n")
+        last = max(1, newlines + (0 if data[-1:] in (b"\n", "\n") else 1))
         line = min(mark.line + 1, last) if mark else None
         raise builder.fail(line, f"invalid YAML: {problem}{_tab_fix(data, line)}") from exc
     except yaml.YAMLError as exc:  # the reader's encoding errors carry a position, not a mark

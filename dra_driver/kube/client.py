@@ -25,6 +25,9 @@ __all__ = [
     "configuration_for_url", "load_configuration", "make_api_client", "server_label",
 ]  # fmt: skip
 
+# A request timeout as the kubernetes client takes it: seconds, or (connect, read) seconds; None: its default.
+Timeout = float | tuple[float, float] | None
+
 
 def configuration_for_url(base_url: str) -> client.Configuration:
     """A configuration for a plain base URL (the simulated API server, `kubectl proxy`)."""
@@ -58,7 +61,10 @@ def chosen_context(source: ApiSource) -> str | None:
     if source.context is not None:
         if source.context not in names:
             hint = suggest.did_you_mean(source.context, names)
-            raise KubeConfigError(f"--context {source.context}: no such context in {replace(source, context=None).describe()}; {hint or 'known: ' + (', '.join(names) or 'none')}")
+            raise KubeConfigError(
+                f"--context {source.context}: no such context in {replace(source, context=None).describe()}; "
+                f"{hint or 'known: ' + (', '.join(names) or 'none')}"
+            )
         return source.context
     current = next((str(data["current-context"]) for data in contents if data.get("current-context")), None)
     if current is None:
@@ -66,7 +72,9 @@ def chosen_context(source: ApiSource) -> str | None:
     return current
 
 
-def load_configuration(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None, source: ApiSource | None = None) -> client.Configuration:
+def load_configuration(
+    base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None, source: ApiSource | None = None
+) -> client.Configuration:
     """The client configuration of `source` (found from the other arguments as kubectl would when not given)."""
     source = source or api_source(base_url, kubeconfig, context)
     if source.kind == "url":
@@ -132,7 +140,7 @@ class JsonApi:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
 
-    def _send(self, method: str, path: str, query: Mapping[str, str] | None, body: Any, timeout: float | None = None) -> Any:
+    def _send(self, method: str, path: str, query: Mapping[str, str] | None, body: Any, timeout: Timeout = None) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -153,8 +161,9 @@ class JsonApi:
             text = response.data.decode("utf-8", "replace") if response.data else None
             raise ApiException.from_response(http_resp=response, body=text, data=None)
 
-    def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None, timeout: float | None = None) -> dict[str, Any]:
-        """One request (`timeout` in seconds, None: the client's default); the decoded JSON answer, or ApiException carrying the server's Status."""
+    def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None, timeout: Timeout = None) -> dict[str, Any]:
+        """One request (`timeout` in seconds, or (connect, read); None: the client's default); the decoded JSON answer,
+        or ApiException carrying the server's Status."""
         response = self._send(method, path, query, body, timeout)
         self._raise_for_status(response)
         response.read()

@@ -58,7 +58,9 @@ def check_dra_served(api_client: Any, server: str) -> None:
     from kubernetes.client.rest import ApiException
 
     def fetch(path: str) -> tuple[int, bytes]:
-        params = api_client.param_serialize(method="GET", resource_path=path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        params = api_client.param_serialize(
+            method="GET", resource_path=path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
         try:
             response = api_client.call_api(*params, _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
             response.read()
@@ -125,20 +127,27 @@ def check_with(fetch: Fetch, server: str) -> None:
     if status in (401, 403):
         raise ClusterError(server, "unauthorized", f"refused the credentials (HTTP {status}); check the kubeconfig user or the context")
     if status == 404:
-        raise ClusterError(server, "dra-not-enabled", f"does not serve the {GROUP} API: DRA is not enabled (Kubernetes 1.34+ serves {GROUP}/{VERSION} by default)")
+        raise ClusterError(
+            server, "dra-not-enabled", f"does not serve the {GROUP} API: DRA is not enabled (Kubernetes 1.34+ serves {GROUP}/{VERSION} by default)"
+        )
     if not 200 <= status <= 299:
         raise ClusterError(server, "unreachable", f"answered HTTP {status} to GET /apis/{GROUP}")
     versions = _served_versions(body)
     if VERSION not in versions:
         served = ", ".join(f"{GROUP}/{v}" for v in versions) or "no version"
-        raise ClusterError(server, "wrong-version", f"serves {served}, not {GROUP}/{VERSION}: dra-driver needs Kubernetes 1.34 or newer (1.35 recommended)")
+        raise ClusterError(
+            server, "wrong-version", f"serves {served}, not {GROUP}/{VERSION}: dra-driver needs Kubernetes 1.34 or newer (1.35 recommended)"
+        )
 
 
 def _cause(exc: BaseException) -> str:
     """The innermost reason of a connection error, without urllib3's pool and retry wrapping."""
     reason = getattr(exc, "reason", None)
-    while isinstance(reason, BaseException) and getattr(reason, "reason", None) is not None and reason is not reason.reason:
-        reason = reason.reason
+    while isinstance(reason, BaseException):
+        inner = getattr(reason, "reason", None)
+        if inner is None or inner is reason:
+            break
+        reason = inner
     text = str(reason or exc)
     if ": " in text and text.startswith("<"):  # '<urllib3.connection.HTTPConnection object at 0x..>: Failed to ...'
         text = text.split(": ", 1)[1]

@@ -158,7 +158,8 @@ def _karpenter(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str)
 
 def _volcano_queue(ctx: Context, obj: Mapping[str, Any], prefix: str, strategy: str) -> bool:
     """Reported only; never changed."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    given = obj.get("spec")
+    spec = given if isinstance(given, Mapping) else {}
     guarantee = spec.get("guarantee")
     maps = [(f"{prefix}spec.capability", spec.get("capability")), (f"{prefix}spec.deserved", spec.get("deserved")),
             (f"{prefix}spec.guarantee.resource", guarantee.get("resource") if isinstance(guarantee, Mapping) else None)]

@@ -96,7 +96,7 @@ def _containers(workload: Workload) -> list[tuple[str, str, tuple[Key, ...], Com
     found: list[tuple[str, str, tuple[Key, ...], CommentedMap]] = []
     for list_key in ("initContainers", "containers"):
         for index, container in enumerate(workload.pod_spec.get(list_key) or []):
-            if not isinstance(container, Mapping):
+            if not isinstance(container, CommentedMap):  # every map of a round-trip loaded document is one
                 continue
             if list_key == "containers":
                 role = "container"
@@ -113,8 +113,9 @@ def _scan_container(
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
         return []
-    limits = resources.get("limits") if isinstance(resources.get("limits"), Mapping) else {}
-    requests = resources.get("requests") if isinstance(resources.get("requests"), Mapping) else {}
+    given_limits, given_requests = resources.get("limits"), resources.get("requests")
+    limits = given_limits if isinstance(given_limits, Mapping) else {}
+    requests = given_requests if isinstance(given_requests, Mapping) else {}
     name = str(container.get("name", ""))
     found: list[ContainerDevices] = []
     resources_asked = [*limits, *(r for r in requests if r not in limits)]

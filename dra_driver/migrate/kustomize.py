@@ -21,7 +21,7 @@ patches) are reported with "render first".
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,8 @@ def _collect(kustomization: Path, tree: Tree, seen: set[Path], read: Reader) -> 
         if not isinstance(entry, Mapping) or not entry.get("path"):
             tree.skipped.append((kustomization, "patches", f"inline patch (no path): {RENDER_FIRST}"))
             continue
-        target = entry.get("target") if isinstance(entry.get("target"), Mapping) else {}
+        given = entry.get("target")
+        target = given if isinstance(given, Mapping) else {}
         patches.append(Patch(_entry_path(kustomization, entry["path"], "patches"), target.get("kind"), target.get("name")))
     for entry in spec.get("patchesStrategicMerge") or []:
         if isinstance(entry, str) and "\n" in entry:
@@ -156,8 +157,8 @@ def _device_entries(container: Mapping[str, Any]) -> dict[str, dict[Any, Any]]:
     return found
 
 
-def _containers(pod_spec: Mapping[str, Any]) -> list[tuple[str, CommentedMap]]:
-    return [(key, c) for key in ("initContainers", "containers") for c in pod_spec.get(key) or [] if isinstance(c, Mapping)]
+def _containers(pod_spec: Mapping[str, Any]) -> list[tuple[str, MutableMapping[str, Any]]]:
+    return [(key, c) for key in ("initContainers", "containers") for c in pod_spec.get(key) or [] if isinstance(c, MutableMapping)]
 
 
 def _at(node: Any, keys: tuple[str | int, ...]) -> Any:
@@ -173,7 +174,7 @@ def _merge_devices(base: CommentedMap, patch_pod: Workload) -> None:
         entries = _device_entries(container)
         if not entries:
             continue
-        targets = [c for c in spec.setdefault(list_key, []) if isinstance(c, Mapping) and c.get("name") == container.get("name")]
+        targets = [c for c in spec.setdefault(list_key, []) if isinstance(c, MutableMapping) and c.get("name") == container.get("name")]
         if not targets:
             spec[list_key].append(copy.deepcopy(container))
             continue
@@ -226,7 +227,7 @@ def _rewrite_patch(patch_pod: Workload, migrated: Mapping[str, Any], base: Any) 
         if not _device_entries(container):
             continue
         resources = container["resources"]
-        kept = (by_name.get(container.get("name")) or {}).get("resources") or {}
+        kept: Mapping[str, Any] = (by_name.get(container.get("name")) or {}).get("resources") or {}
         for part in ("limits", "requests"):
             values = resources.get(part)
             if isinstance(values, CommentedMap):

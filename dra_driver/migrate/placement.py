@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
+
+from ruamel.yaml.comments import CommentedMap
 
 from dra_driver.migrate.context import Context
 from dra_driver.migrate.edit import remove_key
@@ -23,7 +26,7 @@ AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringEx
 @dataclass
 class PlacementPlan:
     selectors: dict[str, list[str]] = field(default_factory=dict)  # resource -> CEL
-    removals: list[Callable[[], None]] = field(default_factory=list)
+    removals: list[Callable[[], object]] = field(default_factory=list)  # what each returns is not used
     cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def selectors_for(self, kind: DeviceKind) -> list[str]:
@@ -40,20 +43,16 @@ class PlacementPlan:
 class _Found:
     requirement: Requirement
     path: str
-    remove: Callable[[], None]
+    remove: Callable[[], object]  # takes the requirement off the pod spec (what it returns is not used)
 
 
 def _node_selector(ctx: Context, workload: Workload) -> tuple[list[_Found], Callable[[], None] | None]:
     spec = workload.pod_spec
     selector = spec.get("nodeSelector")
-    if not isinstance(selector, Mapping):
+    if not isinstance(selector, CommentedMap):  # every map of a round-trip loaded document is one
         return [], None
     found = [
-        _Found(
-            Requirement(str(label), "In", (str(value),)),
-            f"{workload.spec_path}.nodeSelector",
-            lambda label=label: remove_key(selector, label),
-        )
+        _Found(Requirement(str(label), "In", (str(value),)), f"{workload.spec_path}.nodeSelector", partial(remove_key, selector, label))
         for label, value in selector.items()
         if is_gpu_label(str(label))
     ]
@@ -96,7 +95,7 @@ def _required_affinity(ctx: Context, workload: Workload) -> tuple[list[_Found], 
     for _, i, expr in gpu_expressions:
         values = tuple(str(v) for v in expr.get("values") or [])
         requirement = Requirement(str(expr["key"]), str(expr.get("operator", "")), values)
-        found.append(_Found(requirement, f"{path}[0].matchExpressions[{i}]", lambda expr=expr: _drop_expression(terms[0], expr)))
+        found.append(_Found(requirement, f"{path}[0].matchExpressions[{i}]", partial(_drop_expression, terms, expr)))
 
     def cleanup() -> None:
         term = terms[0]
@@ -114,8 +113,8 @@ def _required_affinity(ctx: Context, workload: Workload) -> tuple[list[_Found], 
     return found, cleanup
 
 
-def _drop_expression(term: Any, expr: Any) -> None:
-    expressions = term["matchExpressions"]
+def _drop_expression(terms: list[Any], expr: Any) -> None:
+    expressions = terms[0]["matchExpressions"]
     for index, candidate in enumerate(expressions):
         if candidate is expr:
             del expressions[index]

@@ -100,6 +100,7 @@ _WHOLE_DEVICES: dict[str, DeviceKind] = {
 def _mig(resource: str, profile: str, per_profile_classes: frozenset[str]) -> DeviceKind:
     per_profile = f"mig-{profile}.nvidia.com"
     profile_selector = f"{attr(NVIDIA_DRIVER, 'profile')} == {cel_string(profile)}"
+    selectors: tuple[str, ...]
     if per_profile in per_profile_classes:
         device_class, selectors = per_profile, ()
     else:

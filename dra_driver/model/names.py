@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 MAX_DNS_LABEL = 63
 MAX_DNS_SUBDOMAIN = 253
@@ -31,7 +31,7 @@ _UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def is_dns_label(value: str) -> bool:
+def is_dns_label(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= MAX_DNS_LABEL and bool(_DNS_LABEL.fullmatch(value))
 
 
@@ -66,13 +66,18 @@ def _pattern_problem(value: Any, limit: int, pattern: re.Pattern[str], rule: str
 
 def dns_label_problem(value: Any) -> str | None:
     """Namespaces, request names, device names: a DNS label."""
-    return _pattern_problem(value, MAX_DNS_LABEL, _DNS_LABEL, "a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)")
+    return _pattern_problem(
+        value, MAX_DNS_LABEL, _DNS_LABEL, "a DNS label (lower-case letters, digits and '-', starting and ending with a letter or digit)"
+    )
 
 
 def dns_subdomain_problem(value: Any) -> str | None:
     """Object names (claims): a DNS subdomain."""
     return _pattern_problem(
-        value, MAX_DNS_SUBDOMAIN, _DNS_SUBDOMAIN, "a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)"
+        value,
+        MAX_DNS_SUBDOMAIN,
+        _DNS_SUBDOMAIN,
+        "a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)",
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from dra_driver.common.errors import FieldError, ValidationError
@@ -158,7 +159,7 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _generation(obj: dict[str, Any]) -> int:
+def _generation(obj: Mapping[str, Any]) -> int:
     generation = _as_dict(_as_dict(obj.get("spec")).get("pool")).get("generation", 0)
     return generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
 
@@ -196,7 +197,8 @@ def _attribute_member_problems(attribute: dict[str, Any]) -> list[tuple[str, str
         problems.append(("", f"must set exactly one of int, bool, string, version (found {members or 'none'})"))
         return problems
     kind = members[0]
-    return problems + list(_attribute_value_problems(kind, attribute[kind], type(attribute[kind])))
+    value_type: type = type(attribute[kind])  # annotated: mypy takes a bare type(x) for unhashable (lru_cache key)
+    return problems + list(_attribute_value_problems(kind, attribute[kind], value_type))
 
 
 @functools.lru_cache(maxsize=16384)
@@ -225,8 +227,9 @@ def _attribute_ok(attribute: Any) -> bool:
     ((kind, value),) = attribute.items()
     if kind not in _ATTRIBUTE_KINDS:
         return False
+    value_type: type = type(value)  # annotated for mypy, as above
     try:
-        return not _attribute_value_problems(kind, value, type(value))
+        return not _attribute_value_problems(kind, value, value_type)
     except TypeError:  # unhashable value: certainly a problem
         return False
 
@@ -239,8 +242,9 @@ def _check_attribute(out: _Collector, path: str, attribute: Any) -> None:
         # Fast path for well-formed unions: one cached lookup per distinct value.
         ((kind, value),) = attribute.items()
         if kind in _ATTRIBUTE_KINDS:
+            value_type: type = type(value)  # annotated for mypy, as above
             try:
-                problems = _attribute_value_problems(kind, value, type(value))
+                problems = _attribute_value_problems(kind, value, value_type)
             except TypeError:  # unhashable value (a list or dict where a scalar belongs)
                 problems = tuple(_attribute_value_problems.__wrapped__(kind, value, type(value)))
             for suffix, message in problems:
@@ -268,9 +272,11 @@ def _check_request_policy(out: _Collector, path: str, policy: Any, value: Any) -
         out.add(f"{path}.default", "must not exceed the capacity's value")
     if values is not None:
         amounts = [_policy_amount(out, f"{path}.validValues", v) for v in values] if isinstance(values, list) else [None]
-        if None in amounts:
+        known = [amount for amount in amounts if amount is not None]
+        if len(known) < len(amounts):
             return
-        if len(amounts) > 10 or amounts != sorted(set(amounts)) or amounts[-1] > value or default not in amounts:  # type: ignore[operator]
+        # An empty list lacks the default (it crashed on known[-1] before).
+        if len(known) > 10 or known != sorted(set(known)) or default not in known or known[-1] > value:
             out.add(f"{path}.validValues", "must be at most 10 ascending quantities, none above the value, one of them the default")
     elif isinstance(span, dict):
         low = _policy_amount(out, f"{path}.validRange.min", span.get("min"))
@@ -286,7 +292,7 @@ def _check_request_policy(out: _Collector, path: str, policy: Any, value: Any) -
         out.add(f"{path}.validRange", "must be an object with min, and optional max and step")
 
 
-def _policy_amount(out: _Collector, path: str, raw: Any) -> Any:
+def _policy_amount(out: _Collector, path: str, raw: Any) -> Decimal | None:
     """The amount, or None when absent or not a quantity (explain rules such a device out naming the field)."""
     if raw is None or not (isinstance(raw, (str, int)) and not isinstance(raw, bool) and _is_quantity(raw)):
         return None
@@ -441,10 +447,11 @@ def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
         counts = {_as_dict(o["spec"].get("pool")).get("resourceSliceCount") for _, o in current}
         if len(counts) > 1:
             out.add(ppath, f"slices of generation {top} disagree on resourceSliceCount ({sorted(map(str, counts))})")
-        elif counts and isinstance(next(iter(counts)), int) and len(current) > next(iter(counts)):
-            out.add(ppath, f"has {len(current)} slices at generation {top} but resourceSliceCount says {next(iter(counts))}")
-        counter_sets: dict[str, set[str]] = {}
-        device_names: dict[str, str] = {}
+        elif counts and isinstance(count := next(iter(counts)), int) and len(current) > count:
+            out.add(ppath, f"has {len(current)} slices at generation {top} but resourceSliceCount says {count}")
+        # keyed by the names as written (any JSON value: the per-slice rules report a name that is not a DNS label)
+        counter_sets: dict[Any, set[str]] = {}
+        device_names: dict[Any, str] = {}
         for index, obj in current:
             label = slice_label(obj, index)
             for counter_set in _as_list(obj["spec"].get("sharedCounters")):
@@ -459,7 +466,10 @@ def pool_errors(slices: Sequence[Mapping[str, Any]]) -> list[FieldError]:
                     continue
                 name = device.get("name")
                 if name in device_names:
-                    out.add(f"{label}.spec.devices({name})", f"device name {name!r} is also used in {device_names[name]}; names must be unique in {ppath}")
+                    out.add(
+                        f"{label}.spec.devices({name})",
+                        f"device name {name!r} is also used in {device_names[name]}; names must be unique in {ppath}",
+                    )
                 device_names.setdefault(name, label)
         for index, obj in current:
             label = slice_label(obj, index)

@@ -31,6 +31,8 @@ from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.settings import NO_SIMULATED_ROOT, DaemonSettings
 
 if TYPE_CHECKING:  # a real node never imports the simulation's modules
+    from kubernetes.client import ApiClient
+
     from dra_driver.simulation.node import SimulatedRoot
 
 log = logging.getLogger(__name__)
@@ -141,7 +143,13 @@ def build_daemon(config: DaemonSettings, simulated: SimulatedRoot | None = None,
         )
         guard, conflicts = DevicePluginGuard(coexistence_settings(config)), ConflictBoard()
         return Daemon(
-            opened.backends, None, settings, metrics_address=config.metrics_bind_address, connect=lambda: connect_api(config, guard, conflicts), guard=guard, conflicts=conflicts,
+            opened.backends,
+            None,
+            settings,
+            metrics_address=config.metrics_bind_address,
+            connect=lambda: connect_api(config, guard, conflicts),
+            guard=guard,
+            conflicts=conflicts,
             device_metrics_interval=config.device_metrics_interval,
         )
     except BaseException:  # no daemon owns the backends: close them here (a simulated one's scratch directory with them)
@@ -193,7 +201,9 @@ def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, 
     except DraError:
         raise
     except Exception as exc:  # a malformed kubeconfig or service-account file: a clear line, not a traceback
-        raise DraError(f"cannot load the API client configuration ({api_source(config.api_server, config.kubeconfig, config.context).kind}): {exc}") from exc
+        raise DraError(
+            f"cannot load the API client configuration ({api_source(config.api_server, config.kubeconfig, config.context).kind}): {exc}"
+        ) from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
     api_client = api_client_for(configuration)
     if guard is not None:
@@ -205,12 +215,12 @@ def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, 
     )
 
 
-def read_node(api_client: object, node_name: str) -> dict[str, object] | None:
+def read_node(api_client: ApiClient, node_name: str) -> dict[str, object] | None:
     """The Node (its allocatable names device-plugin resources); None when it cannot be read (logged)."""
     from dra_driver.kube.client import JsonApi
 
     try:
-        return JsonApi(api_client).request("GET", f"/api/v1/nodes/{node_name}")  # type: ignore[arg-type]
+        return JsonApi(api_client).request("GET", f"/api/v1/nodes/{node_name}")
     except Exception as exc:  # RBAC or a missing Node: the kubelet's own sources still count
         log.warning("cannot read the Node to find device-plugin resources", extra=fields(node=node_name, error=str(exc)))
         return None
@@ -221,16 +231,18 @@ def open_simulated_root(config: DaemonSettings) -> SimulatedRoot | None:
     so a simulated node is consistent on its own: without a root, its CDI specs would name device nodes no host has
     and the container runtime would refuse every pod after prepare succeeded. Its nodes for specs already there."""
     if config.profile and config.simulated_root is None:
-        raise UsageError(f"--profile {config.profile} needs --simulated-root: pass a host path mounted at the same path in the pod "
-                         "(--simulated-root /var/run/dra-driver-sim, as deploy/overlays/simulated does) for the device nodes its CDI "
-                         f"specs name, or --simulated-root {NO_SIMULATED_ROOT} where no container runtime reads the specs (tests, benchmarks)")  # fmt: skip
+        raise UsageError(
+            f"--profile {config.profile} needs --simulated-root: pass a host path mounted at the same path in the pod "
+            "(--simulated-root /var/run/dra-driver-sim, as deploy/overlays/simulated does) for the device nodes its CDI "
+            f"specs name, or --simulated-root {NO_SIMULATED_ROOT} where no container runtime reads the specs (tests, benchmarks)"
+        )
     if config.simulated_root is None or config.simulated_root == NO_SIMULATED_ROOT:
         return None
     if not config.profile:
         raise UsageError("--simulated-root needs --profile: it holds the device nodes and driver files of simulated hardware")
     from dra_driver.simulation.node import SimulatedRoot
 
-    simulated = SimulatedRoot(config.simulated_root)
+    simulated = SimulatedRoot(Path(config.simulated_root))
     try:
         simulated.make_nodes_of_specs(config.cdi_dir)
     except DraError:

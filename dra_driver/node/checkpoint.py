@@ -51,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from dra_driver.common import atomic_file, node_file
 from dra_driver.common.boot_id import DEFAULT_BOOT_ID_PATH, read_boot_id
@@ -65,12 +65,12 @@ log = logging.getLogger(__name__)
 MAX_RECORD_FILE_BYTES = 64 << 20
 
 FORMAT_VERSION = 2
-PREPARE_STARTED = "PrepareStarted"
-PREPARE_COMPLETED = "PrepareCompleted"
+PREPARE_STARTED: Final = "PrepareStarted"
+PREPARE_COMPLETED: Final = "PrepareCompleted"
 # Written before unprepare touches anything: a crash from then on finishes the unprepare
 # (at the next start, or before the claim is prepared again) instead of answering from a
 # record whose backend state or spec is already gone.
-UNPREPARE_STARTED = "UnprepareStarted"
+UNPREPARE_STARTED: Final = "UnprepareStarted"
 Phase = Literal["PrepareStarted", "PrepareCompleted", "UnprepareStarted"]
 _RECORD_SUFFIX = ".json"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
@@ -247,8 +247,8 @@ class Checkpoint:
             record = self._read_record(Path(entry.path))
             if record is _STALE:
                 stale_boot += 1
-            elif record is not None:
-                files[entry.name] = (stamp, record)  # type: ignore[assignment]
+            elif isinstance(record, ClaimRecord):
+                files[entry.name] = (stamp, record)
         if stale_boot:
             log.warning(
                 "checkpoint records from another boot are void; removed",
@@ -282,7 +282,8 @@ class Checkpoint:
         except FileNotFoundError:
             return None
         except (OSError, CheckpointCorrupt) as exc:  # a symlink, a directory, unreadable
-            return self._damaged(path, str(exc), [], None)
+            self._damaged(path, str(exc), [], None)
+            return None
         lines = [line for line in raw.split(b"\n") if line]
         if not lines:
             # Created but its first line never written (a crash before anything was done for the
@@ -297,7 +298,8 @@ class Checkpoint:
             # may have been answered long ago and the file truncated since. Recovery decides with
             # the claim's spec in hand; an earlier valid line goes along as evidence.
             torn = "" if raw.endswith(b"\n") else " (last line cut short)"
-            return self._damaged(path, f"{exc}{torn}", lines, self._last_valid_line(lines[:-1], path))
+            self._damaged(path, f"{exc}{torn}", lines, self._last_valid_line(lines[:-1], path))
+            return None
         if record is _STALE:
             _unlink(path)
         return record
@@ -318,7 +320,6 @@ class Checkpoint:
         uid = _uid_of_file_name(path.name) or (last_good.uid if last_good else None) or (salvaged.uid if salvaged else None)
         moved = _set_aside(path, reason, "its devices stay reserved while its CDI spec or backend records prove it prepared")
         self._report(DamagedRecord(path, reason, uid, moved, last_good, salvaged))
-        return None
 
     def _report(self, damage: DamagedRecord) -> None:
         with self._lock:

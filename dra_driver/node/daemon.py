@@ -89,8 +89,9 @@ class Daemon:
         """Either `claims` (and optionally a publisher factory and claim cache) ready now, or `connect`,
         called once every driver serves, which returns them (`claims` is then None).
 
-        Metrics (and /readyz, /livez) are served on `metrics_address` (None or port 0: off). Device readings are collected every `device_metrics_interval` seconds
-        while metrics are served (0: off; the daemon's state gauges stay)."""
+        Metrics (and /readyz, /livez) are served on `metrics_address` (None or port 0: off). Device readings are
+        collected every `device_metrics_interval` seconds while metrics are served (0: off; the daemon's state
+        gauges stay)."""
         if (claims is None) == (connect is None):
             raise ValueError("Daemon needs exactly one of claims and connect")
         self.backends = list(backends)
@@ -182,7 +183,9 @@ class Daemon:
         return DriverSource(driver, self.settings.node_name, plugin.backend, [device.name for device in devices], health, identity)
 
     def _registered(self) -> dict[str, bool]:
-        return {driver: plugin.registration.status is not None and plugin.registration.status.registered for driver, plugin in list(self.plugins.items())}
+        return {
+            driver: plugin.registration.status is not None and plugin.registration.status.registered for driver, plugin in list(self.plugins.items())
+        }
 
     def _ready_by_driver(self) -> dict[str, bool]:
         report = self.readiness.last
@@ -294,7 +297,10 @@ class Daemon:
             if not found.answered:
                 if found.socket not in self._stale_seen:  # once, not at every recheck
                     self._stale_seen.add(found.socket)
-                    log.warning("registration socket for this driver's name that nobody serves; the kubelet ignores it", extra=fields(driver=driver, socket=str(found.socket)))
+                    log.warning(
+                        "registration socket for this driver's name that nobody serves; the kubelet ignores it",
+                        extra=fields(driver=driver, socket=str(found.socket)),
+                    )
                 continue
             what = f"registration socket {found.socket} serving {found.endpoint or 'an unnamed endpoint'}"
             conflict = conflict or conflict_message(driver, self.settings.node_name, what)

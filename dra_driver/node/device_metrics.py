@@ -187,14 +187,26 @@ def _families() -> list[Any]:
     device = ("driver", "pool", "device")
     holder = (*device, "namespace", "claim")
     return [
-        gauge("dra_driver_device_info", "Every device the node publishes, value 1: its UUID and PCI bus ID for joins onto vendor exporters", (*device, "uuid", "pci_bus_id", "model")),
-        gauge("dra_driver_device_holder_info", "Held device and pod, value 1: UUID and PCI bus ID beside claim and pod (join onto DCGM_FI_DEV_*)", (*device, "uuid", "pci_bus_id", "namespace", "claim", "pod")),
+        gauge(
+            "dra_driver_device_info",
+            "Every device the node publishes, value 1: its UUID and PCI bus ID for joins onto vendor exporters",
+            (*device, "uuid", "pci_bus_id", "model"),
+        ),
+        gauge(
+            "dra_driver_device_holder_info",
+            "Held device and pod, value 1: UUID and PCI bus ID beside claim and pod (join onto DCGM_FI_DEV_*)",
+            (*device, "uuid", "pci_bus_id", "namespace", "claim", "pod"),
+        ),
         gauge("dra_driver_device_utilization_ratio", "Device utilization, 0..1 (per holder; namespace and claim empty without one)", holder),
         gauge("dra_driver_device_memory_used_bytes", "Device memory in use (per holder)", holder),
         gauge("dra_driver_device_memory_total_bytes", "Device memory", device),
         gauge("dra_driver_device_power_watts", "Power draw of the device (a partition reports its parent's)", holder),
         gauge("dra_driver_device_temperature_celsius", "Device temperature (a partition reports its parent's)", holder),
-        counter("dra_driver_device_errors", "Device error counters as the vendor library counts them (kind: ecc_corrected, ecc_uncorrected, xid, ...)", (*device, "kind")),
+        counter(
+            "dra_driver_device_errors",
+            "Device error counters as the vendor library counts them (kind: ecc_corrected, ecc_uncorrected, xid, ...)",
+            (*device, "kind"),
+        ),
         gauge("dra_driver_device_healthy", "1 while the device is healthy, 0 while its health source reports it unhealthy", device),
         gauge("dra_driver_device_sharing", "How the device is shared now, value 1 (mode: exclusive, mps, time-slicing)", (*device, "mode")),
         gauge("dra_driver_mps_daemon_up", "1 while the MPS control daemon of a claim on the device runs, 0 when it is gone", holder),
@@ -204,7 +216,11 @@ def _families() -> list[Any]:
         gauge("dra_driver_ready", "1 while the driver is ready (registered, DRA service answering, slices published)", ("driver",)),
         gauge("dra_driver_pool_slices", "ResourceSlices this node publishes for the pool", ("driver", "pool")),
         counter("dra_driver_publish_errors", "Slice publications that failed (retried with backoff)", ("driver",)),
-        gauge("dra_driver_device_plugin_overlap_devices", "Devices a device plugin on the node also hands out that the driver still offers (--offer-devices)", ("driver",)),
+        gauge(
+            "dra_driver_device_plugin_overlap_devices",
+            "Devices a device plugin on the node also hands out that the driver still offers (--offer-devices)",
+            ("driver",),
+        ),
     ]
 
 

@@ -191,7 +191,9 @@ class DeviceHolders:
         self._replace(self._pods, self._pod_series, key, dict.fromkeys(pod_labels, 1))
 
     @staticmethod
-    def _replace(gauge: Any, series: dict[tuple[str, str], dict[tuple[str, ...], int]], key: tuple[str, str], values: dict[tuple[str, ...], int]) -> None:
+    def _replace(
+        gauge: Any, series: dict[tuple[str, str], dict[tuple[str, ...], int]], key: tuple[str, str], values: dict[tuple[str, ...], int]
+    ) -> None:
         """Record the claim's series; with the gauge loaded (None before), publish the change too."""
         if gauge is not None:
             for gone in set(series.get(key, {})) - set(values):

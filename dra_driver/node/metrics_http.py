@@ -147,7 +147,7 @@ class HttpEndpoint:
                     if key.fileobj is self._listener:
                         self._accept(selector)
                     else:
-                        self._service(selector, key.fileobj, events)  # type: ignore[arg-type]
+                        self._service(selector, key.fileobj, events)  # type: ignore[arg-type]  # only sockets are registered
                 self._close_idle(selector, time.monotonic() - self._idle_timeout)
         except Exception as exc:  # the endpoint must never take the daemon down; metrics are not worth a crash
             log.error("metrics endpoint failed; it is off until the daemon restarts", extra=fields(address=str(self.address), error=repr(exc)))

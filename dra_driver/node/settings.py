@@ -15,10 +15,13 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.node.device_metrics import DEFAULT_INTERVAL_S as DEVICE_METRICS_INTERVAL_S, MIN_INTERVAL_S as DEVICE_METRICS_MIN_S
 from dra_driver.node.metrics_http import BindAddress
+
+if TYPE_CHECKING:  # annotation only: parsing the settings needs no backend (or pydantic) import
+    from dra_driver.backend.interface import Partitioning
 
 ENV_PREFIX = "DRA_DRIVER_"
 DEFAULT_KUBELET_DIR = Path("/var/lib/kubelet")
@@ -99,7 +102,7 @@ class DaemonSettings:
     api_server: str | None = _setting(None, "API server base URL without auth (tests, kubectl proxy)", "none")
     vendors: str | None = _setting(None, "comma-separated vendors", "every installed backend that finds hardware")
     profile: str | None = _setting(None, "simulate this hardware profile instead of the real hardware", "none")
-    partitioning: str = _setting(
+    partitioning: Partitioning = _setting(
         "static", "static: publish the GPUs and the partitions that exist (MIG devices, AMD partitions) as they are; dynamic: publish "
         "every MIG placement and AMD partition mode with shared counters, and create the partition a claim was given at prepare "
         "(needs the DRAPartitionableDevices gate)", parse=_one_of(_PARTITIONING), choices=_PARTITIONING,
@@ -216,5 +219,5 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str] | 
             continue
         parser.add_argument(
             flag(name), dest=name, default=default, help=help_text, metavar=item.metavar, choices=item.choices,
-            type=_named(name, item.parse) if item.parse is not None else None,
+            type=_named(name, item.parse) if item.parse is not None else str,  # str: as argparse without a type
         )  # fmt: skip

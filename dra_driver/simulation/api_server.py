@@ -46,6 +46,7 @@ and `requests` / `writes()` count requests by verb for benchmarks.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import random
@@ -185,7 +186,9 @@ def _not_found(rt: ResourceType, name: str) -> ApiError:
 
 
 def _conflict(rt: ResourceType, name: str, why: str) -> ApiError:
-    return ApiError(409, f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}', "Conflict", {"name": name, "group": rt.group, "kind": rt.plural})
+    return ApiError(
+        409, f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}', "Conflict", {"name": name, "group": rt.group, "kind": rt.plural}
+    )
 
 
 def _invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiError:
@@ -226,7 +229,7 @@ class FieldSelector:
                 raise ApiError(400, f"invalid field selector term {term!r}")
             name, op, value = match.groups()
             if name not in allowed:
-                raise ApiError(400, f'field label not supported: {name}')
+                raise ApiError(400, f"field label not supported: {name}")
             out.append((name, "!=" if op == "!=" else "=", value))
         return cls(tuple(out))
 
@@ -520,7 +523,12 @@ class ObjectStore:
         causes: list[tuple[str, str]] = []
         raw_name = obj["metadata"].get("name")
         if raw_name and not is_dns_subdomain(raw_name):
-            causes.append(("metadata.name", f"Invalid value: {raw_name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"))
+            causes.append(
+                (
+                    "metadata.name",
+                    f"Invalid value: {raw_name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
+                )
+            )
         if rt.plural == "resourceslices":
             causes.extend((e.path.removeprefix("ResourceSlice."), e.message) for e in slice_errors(obj))
         if old is not None:
@@ -555,7 +563,12 @@ class ObjectStore:
             self._validate(rt, obj, None)
             key = self._key(rt, namespace, meta["name"])
             if key in self._objects:
-                raise ApiError(409, f'{rt.qualified} "{meta["name"]}" already exists', "AlreadyExists", {"name": meta["name"], "group": rt.group, "kind": rt.plural})
+                raise ApiError(
+                    409,
+                    f'{rt.qualified} "{meta["name"]}" already exists',
+                    "AlreadyExists",
+                    {"name": meta["name"], "group": rt.group, "kind": rt.plural},
+                )
             if rt.status_subresource and rt.plural != "nodes":
                 obj.pop("status", None)  # status is written through /status only
             self._stamp_new(rt, obj)
@@ -644,7 +657,10 @@ class ObjectStore:
             rv = preconditions.get("resourceVersion")
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise _conflict(
-                    rt, name, f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {old['metadata']['resourceVersion']}"
+                    rt,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: "
+                    f"{old['metadata']['resourceVersion']}",
                 )
             del self._objects[self._key(rt, namespace, name)]
             gone = copy.deepcopy(old)
@@ -663,12 +679,13 @@ class ObjectStore:
         for (plural, namespace, name), _ in dependents:
             self.delete(RESOURCES[plural], namespace or None, name, None)
 
-    def delete_collection(self, rt: ResourceType, selection: Selection) -> list[JsonObject]:
+    # builtins.list: inside this class `list` names the method above.
+    def delete_collection(self, rt: ResourceType, selection: Selection) -> builtins.list[JsonObject]:
         with self.changed:
             victims = [o for (plural, _, _), o in sorted(self._objects.items()) if plural == rt.plural and selection.matches(o)]
             return [self.delete(rt, o["metadata"].get("namespace"), o["metadata"]["name"], None) for o in victims]
 
-    def events_after(self, rv: int) -> list[WatchEvent]:
+    def events_after(self, rv: int) -> builtins.list[WatchEvent]:
         """Events newer than rv; raises 410 Expired when history no longer reaches back that far."""
         if rv < self._compacted_rv:
             raise ApiError(410, f"too old resource version: {rv} ({self._compacted_rv + 1})", "Expired")
@@ -700,7 +717,9 @@ def _discovery(path: str, options: ServerOptions) -> JsonObject | None:
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": group_version,
-        "resources": [{"name": r.plural, "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "list", "watch", *WRITE_VERBS]} for r in resources],
+        "resources": [
+            {"name": r.plural, "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "list", "watch", *WRITE_VERBS]} for r in resources
+        ],
     }
 
 
@@ -1090,8 +1109,8 @@ class SimApiServer:
     which is how tests simulate an API server outage.
     """
 
-    def __init__(self, options: ServerOptions | None = None, port: int = 0, **gates: bool) -> None:
-        self.options = options or ServerOptions(**gates)
+    def __init__(self, options: ServerOptions | None = None, port: int = 0) -> None:
+        self.options = options or ServerOptions()
         self.store = ObjectStore(self.options)
         self.requests: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> requests received
         self._writes: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> successful writes
@@ -1225,7 +1244,9 @@ class SimApiServer:
         """
         if resource is not None:
             resource = resource_for(resource).plural
-        fault = Fault(verb, resource, code, count, retry_after, message or f"injected {code or 'connection drop'} for {verb or '*'} {resource or '*'}")
+        fault = Fault(
+            verb, resource, code, count, retry_after, message or f"injected {code or 'connection drop'} for {verb or '*'} {resource or '*'}"
+        )
         with self._lock:
             self._faults.append(fault)
         return fault

@@ -55,7 +55,9 @@ def check_root(path: Path) -> Path:
         raise SimulatedRootError(f"--simulated-root {path}: must be an absolute host path below / without '..' (mounted at the same path in the pod)")
     for real in {path, path.resolve()}:
         if any(real == forbidden or real.is_relative_to(forbidden) for forbidden in _FORBIDDEN):
-            raise SimulatedRootError(f"--simulated-root {path}: must not be under /dev, /proc or /sys (real devices live there); use e.g. /var/run/dra-driver-sim")
+            raise SimulatedRootError(
+                f"--simulated-root {path}: must not be under /dev, /proc or /sys (real devices live there); use e.g. /var/run/dra-driver-sim"
+            )
     return path
 
 
@@ -108,7 +110,9 @@ class SimulatedRoot:
             file_modes.make_dirs(self.path, file_modes.CDI_DIR)  # the host's: runtimes read the device nodes under it
             self._fd: int | None = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise SimulatedRootError(f"--simulated-root {path}: cannot create or open it ({exc.strerror or exc}); mount a writable host path there") from exc
+            raise SimulatedRootError(
+                f"--simulated-root {path}: cannot create or open it ({exc.strerror or exc}); mount a writable host path there"
+            ) from exc
         fcntl.flock(self._fd, fcntl.LOCK_SH)  # waits while a stopping daemon removes the contents
         self.dev_root.mkdir(mode=0o755, exist_ok=True)
 

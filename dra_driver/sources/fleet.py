@@ -127,7 +127,10 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
         elif kind == "Pod":
             fleet.pods.append(dict(doc))
         else:
-            raise FleetError(f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node, DeviceTaintRule or Pod)")
+            raise FleetError(
+                f"{source}: {kind!r} objects are not part of a fleet (expected ResourceSlice, DeviceClass, ResourceClaim, Node, DeviceTaintRule or "
+                "Pod)"
+            )
     return fleet
 
 
@@ -207,7 +210,7 @@ def simulated(profile_name: str, nodes: int, partitioning: str = "static", node_
         profile = load_profile(profile_name)
     except DraError as exc:
         raise FleetError(str(exc)) from exc
-    settings = BackendSettings(node_name="node-0", partitioning=partitioning, consumable_gpu_memory=consumable_gpu_memory)  # type: ignore[arg-type]
+    settings = BackendSettings(node_name="node-0", partitioning=partitioning, consumable_gpu_memory=consumable_gpu_memory)  # type: ignore[arg-type]  # str: the CLI's choices checked it
     opened = open_backends(settings, profile)
     try:
         if not opened.backends:
@@ -311,7 +314,10 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
     for item in listed(core.list_node, "Nodes"):
         _add_node(fleet, item)
     fleet.taint_rules = _taint_rules(client.ResourceV1alpha3Api(api_client), listed)
-    fleet.namespace_labels = {str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {}) for item in listed(core.list_namespace, "Namespaces")}
+    fleet.namespace_labels = {
+        str((item.get("metadata") or {}).get("name")): dict((item.get("metadata") or {}).get("labels") or {})
+        for item in listed(core.list_namespace, "Namespaces")
+    }
     if with_pods:
         fleet.pods = [{"kind": "Pod", **item} for item in listed(core.list_pod_for_all_namespaces, "Pods")]
     read.done(counts)
@@ -324,12 +330,11 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
 
 def _server_version(api_client: Any) -> str | None:
     """GET /version's gitVersion (what explain and template take the cluster's release from); None when unreadable."""
-    from kubernetes import client
+    from dra_driver.kube.client import JsonApi
 
     try:
         # raw JSON: the client's model refuses a /version that lacks fields it does not need
-        response = client.VersionApi(api_client).get_code(_preload_content=False, _request_timeout=LIST_TIMEOUT_S)
-        version = json.loads(response.data).get("gitVersion")
+        version = JsonApi(api_client).request("GET", "/version", timeout=LIST_TIMEOUT_S).get("gitVersion")
     except Exception:  # an old or odd server: the tools fall back to their default release and say so
         return None
     return version[:64] if isinstance(version, str) and version else None
@@ -338,7 +343,10 @@ def _server_version(api_client: Any) -> str | None:
 def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
     """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
     try:
-        return [{"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item} for item in listed(api.list_device_taint_rule, "DeviceTaintRules")]
+        return [
+            {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item}
+            for item in listed(api.list_device_taint_rule, "DeviceTaintRules")
+        ]
     except FleetError as exc:
         if " 404 " in str(exc):  # the API version is not served: no rules
             return []

@@ -37,14 +37,36 @@ class FleetSource:
 
 
 def load_fleet(source: FleetSource) -> fleets.Fleet:
-    chosen = [flag for flag, on in (("--fleet", bool(source.paths)), ("--profile", bool(source.profile)), ("--kubeconfig/--context", bool(source.kubeconfig or source.context))) if on]
+    chosen = [
+        flag
+        for flag, on in (
+            ("--fleet", bool(source.paths)),
+            ("--profile", bool(source.profile)),
+            ("--kubeconfig/--context", bool(source.kubeconfig or source.context)),
+        )
+        if on
+    ]
     if len(chosen) > 1:
         raise InputError([FieldError("arguments", f"give one of --fleet, --profile, --kubeconfig/--context (got {', '.join(chosen)})")])
     if source.consumable_gpu_memory and not source.profile:
-        raise InputError([FieldError("--consumable-gpu-memory", "simulates a node setting: give it with --profile (slices from files or a cluster show allowMultipleAllocations as published)")])
+        raise InputError(
+            [
+                FieldError(
+                    "--consumable-gpu-memory",
+                    "simulates a node setting: give it with --profile (slices from files or a cluster show allowMultipleAllocations as published)",
+                )
+            ]
+        )
     cluster = source.cluster()
     if not chosen and cluster is None:
-        raise InputError([FieldError("arguments", f"no fleet: pass --fleet FILE, --profile NAME, or --kubeconfig FILE [--context NAME] (no cluster configured: {searched()})")])
+        raise InputError(
+            [
+                FieldError(
+                    "arguments",
+                    f"no fleet: pass --fleet FILE, --profile NAME, or --kubeconfig FILE [--context NAME] (no cluster configured: {searched()})",
+                )
+            ]
+        )
     if source.profile:
         # Rendered by our own layout code, which keeps the API limits; checking
         # 10,000 generated devices again would cost seconds.

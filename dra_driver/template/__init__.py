@@ -23,7 +23,17 @@ from dra_driver.allocator import build_pools
 from dra_driver.allocator.report import node_summary
 from dra_driver.sources.fleet import Fleet
 from dra_driver.template.document import build_document, to_yaml
-from dra_driver.template.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_share_memory, parse_sharing, parse_want
+from dra_driver.template.intent import (
+    DeviceWant,
+    Intent,
+    Problems,
+    Sharing,
+    check_names,
+    parse_fallback,
+    parse_share_memory,
+    parse_sharing,
+    parse_want,
+)
 from dra_driver.template.known import KnownKind, known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
 from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
@@ -96,14 +106,17 @@ def _subject(document: dict[str, Any]) -> Subject:
     parsed = parse_object(document, label)
     if isinstance(parsed, list):  # our own output failed the schema: a bug, reported with the field paths
         raise InputError(parsed)
+    assert isinstance(parsed, (ResourceClaim, ResourceClaimTemplate))  # template writes only these two kinds
     namespace = document["metadata"].get("namespace") or "default"
     spec = parsed.spec.spec if isinstance(parsed, ResourceClaimTemplate) else parsed.spec
-    assert isinstance(parsed, (ResourceClaim, ResourceClaimTemplate))
     return Subject(claims=[ClaimInput(f"{label}.spec", spec, document["metadata"]["name"], namespace)])
 
 
 def _impossible(resolved: Resolved, profiles: int) -> TemplateError:
-    lines = [f"no known hardware could hold this claim (explained against the {profiles} shipped hardware profiles, static and dynamic partitioning); nearest known devices:"]
+    lines = [
+        f"no known hardware could hold this claim (explained against the {profiles} shipped hardware profiles, static and dynamic partitioning); "
+        "nearest known devices:"
+    ]
     kinds = known_kinds()
     for index, choice in enumerate(resolved.choices):
         lines.append(f"  choice {index + 1}, {choice.want.describe()}:")
@@ -134,8 +147,10 @@ def _unfit_choices(intent: Intent, resolved: Resolved, kinds: Sequence[KnownKind
         if explain_subject(known_fleet(), subject, gates=gates).explanation.allocatable:
             continue
         nearest_kinds = "; ".join(nearest(choice.want, kinds))
-        notes.append(f"choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
-                     f"partitioning), so it is never the one allocated there; nearest known devices: {nearest_kinds}")
+        notes.append(
+            f"choice {index + 1}, {choice.want.describe()}, fits no shipped hardware profile (static or dynamic "
+            f"partitioning), so it is never the one allocated there; nearest known devices: {nearest_kinds}"
+        )
     return notes
 
 

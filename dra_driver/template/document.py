@@ -59,7 +59,11 @@ def _request(intent: Intent, resolved: Resolved, depth: int) -> CommentedMap:
     entries = CommentedSeq()
     for index, choice in enumerate(resolved.choices):
         entries.append(_device_fields(choice, depth + 2, name=choice.name, share_memory=intent.share_memory))
-        entries.yaml_set_comment_before_after_key(index, before=f"choice {index + 1}: {choice.want.describe()}" + ("" if index == 0 else " (when the earlier ones cannot be allocated)"), indent=depth)
+        entries.yaml_set_comment_before_after_key(
+            index,
+            before=f"choice {index + 1}: {choice.want.describe()}" + ("" if index == 0 else " (when the earlier ones cannot be allocated)"),
+            indent=depth,
+        )
     request["firstAvailable"] = entries
     return request
 
@@ -78,7 +82,11 @@ def _devices(intent: Intent, resolved: Resolved, depth: int) -> CommentedMap:
         for index, (names, parameters) in enumerate(resolved.configs):
             configs.append(CommentedMap(requests=list(names), opaque=CommentedMap(driver=NVIDIA_DRIVER, parameters=parameters)))
             strategy = parameters["sharing"]["strategy"]
-            configs.yaml_set_comment_before_after_key(index, before=f"{'time-slicing' if strategy == 'TimeSlicing' else 'MPS'} sharing for {', '.join(names)} (NVIDIA {parameters['kind']})", indent=depth)
+            configs.yaml_set_comment_before_after_key(
+                index,
+                before=f"{'time-slicing' if strategy == 'TimeSlicing' else 'MPS'} sharing for {', '.join(names)} (NVIDIA {parameters['kind']})",
+                indent=depth,
+            )
         devices["config"] = configs
     return devices
 

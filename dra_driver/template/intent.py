@@ -121,14 +121,19 @@ def parse_want(values: dict[str, str], where: str, problems: Problems) -> Device
         want = replace(want, vendor=vendor)
     if "model" in values:
         if not _MODEL.match(values["model"]):
-            problems.add(f"{where} model", f"model {values['model']!r} may hold only letters, digits, spaces and ._+/()- (at most 64), such as H100 or MI300X")
+            problems.add(
+                f"{where} model", f"model {values['model']!r} may hold only letters, digits, spaces and ._+/()- (at most 64), such as H100 or MI300X"
+            )
         else:
             want = replace(want, model=values["model"])
     if "family" in values:
         families = tuple(sorted({f.strip().lower().replace(" ", "-") for f in values["family"].split("/") if f.strip()}))
         bad = [f for f in families if not _FAMILY.match(f)]
         if bad or not families:
-            problems.add(f"{where} family", f"family {values['family']!r} must be names like blackwell, hopper, ada-lovelace, cdna3, gaudi3 (several: blackwell/hopper)")
+            problems.add(
+                f"{where} family",
+                f"family {values['family']!r} must be names like blackwell, hopper, ada-lovelace, cdna3, gaudi3 (several: blackwell/hopper)",
+            )
         else:
             want = replace(want, families=families)
     if "memory" in values:
@@ -203,7 +208,9 @@ def parse_sharing(spec: str, problems: Problems) -> Sharing | None:
         elif key == "pinned-memory" and quantity.is_quantity(value) and quantity.parse(value) >= 1 << 20:
             pinned = value
         else:
-            problems.add("--sharing", f"MPS option {part!r}: use threads=<0..100> (active thread percentage) or pinned-memory=<quantity of at least 1Mi>")
+            problems.add(
+                "--sharing", f"MPS option {part!r}: use threads=<0..100> (active thread percentage) or pinned-memory=<quantity of at least 1Mi>"
+            )
     return Sharing("MPS", threads=threads, pinned_memory=pinned)
 
 

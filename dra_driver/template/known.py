@@ -97,8 +97,8 @@ def known_kinds() -> tuple[KnownKind, ...]:
             per_node[(pool.name, key)] += 1
             profiles.setdefault(key, set()).add(profile_of(pool.name))
     most: dict[tuple[str, ...], int] = {}
-    for (_node, key), count in per_node.items():
-        most[key] = max(most.get(key, 0), count)
+    for (_node, kind), count in per_node.items():
+        most[kind] = max(most.get(kind, 0), count)
     kinds = [
         KnownKind(vendor, driver, product, family, partition, quantity.parse(memory) if memory else None, most[key], tuple(sorted(profiles[key])))
         for key in most
@@ -124,7 +124,10 @@ def misses(want: DeviceWant, kind: KnownKind) -> list[str]:
         out.append("a partition, not a whole device")
     if want.memory and (kind.memory is None or kind.memory < quantity.parse(want.memory)):
         hint = near_miss(want.memory, kind.memory) if kind.memory is not None else ""
-        out.append(f"memory {quantity.from_bytes(int(kind.memory)) if kind.memory is not None else 'unknown'} < {want.memory}" + (f" ({hint})" if hint else ""))
+        out.append(
+            f"memory {quantity.from_bytes(int(kind.memory)) if kind.memory is not None else 'unknown'} < {want.memory}"
+            + (f" ({hint})" if hint else "")
+        )
     if want.count > kind.per_node:
         out.append(f"at most {kind.per_node} on one node, {want.count} wanted")
     return out
@@ -146,4 +149,6 @@ def nearest(want: DeviceWant, kinds: Sequence[KnownKind], limit: int = 3) -> lis
         return len(misses(want, kind)), other_shape, gap, kind.label()
 
     ranked = sorted(kinds, key=rank)[:limit]
-    return [f"{kind.label()}: " + ("; ".join(misses(want, kind)) or "one fits, but not with the other wishes together (--same, count)") for kind in ranked]
+    return [
+        f"{kind.label()}: " + ("; ".join(misses(want, kind)) or "one fits, but not with the other wishes together (--same, count)") for kind in ranked
+    ]

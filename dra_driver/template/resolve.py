@@ -16,7 +16,16 @@ from typing import Any
 from dra_driver.cel.literals import cel_string
 from dra_driver.template.intent import GROUPINGS, DeviceWant, Intent, Problems, Sharing
 from dra_driver.template.known import KnownKind
-from dra_driver.backend.vocabulary import AMD_DRIVER, AMD_PARTITION_CLASS, DOMAIN, MIG_CLASS, GAUDI_DRIVER, INTERCONNECT_DOMAIN, NVIDIA_DRIVER, PCIE_ROOT
+from dra_driver.backend.vocabulary import (
+    AMD_DRIVER,
+    AMD_PARTITION_CLASS,
+    DOMAIN,
+    MIG_CLASS,
+    GAUDI_DRIVER,
+    INTERCONNECT_DOMAIN,
+    NVIDIA_DRIVER,
+    PCIE_ROOT,
+)
 
 NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"  # upstream's opaque config group (dra-driver-nvidia-gpu api/nvidia.com/resource/v1beta1)
 
@@ -87,7 +96,11 @@ def _vendor_of(want: DeviceWant, where: str, problems: Problems, kinds: Sequence
     elsewhere = sorted({k.vendor for k in kinds if want.model.lower() in k.product.lower()} - {vendor})
     if implied and not found and elsewhere:  # --partition cpx --model H100: the model is right, the wish is not
         kind = "MIG profiles are NVIDIA-only" if want.mig else "partitions (cpx, dpx, qpx) are AMD-only"
-        problems.add(where, f"{kind}, and {want.model} is made by {'/'.join(elsewhere)}; drop {'--mig' if want.mig else '--partition'}, or ask for a model made by {implied}")
+        problems.add(
+            where,
+            f"{kind}, and {want.model} is made by {'/'.join(elsewhere)}; drop {'--mig' if want.mig else '--partition'}, or ask for a model made by "
+            f"{implied}",
+        )
         return vendor, want.model
     if len(found) > 1:
         problems.add(f"{where} model", f"{want.model!r} matches products of {', '.join(found)}; add the vendor")
@@ -98,7 +111,11 @@ def _vendor_of(want: DeviceWant, where: str, problems: Problems, kinds: Sequence
         return found[0], product[start : start + len(want.model)]  # the published spelling: h100 -> H100
     if checked:
         known = sorted({k.product for k in kinds if vendor in ("any", k.vendor)})
-        problems.add(f"{where} model", f"no known {'' if vendor == 'any' else vendor + ' '}product matches {want.model!r}; known: {', '.join(known)} (--no-hardware-check for hardware newer than the shipped profiles)")
+        problems.add(
+            f"{where} model",
+            f"no known {'' if vendor == 'any' else vendor + ' '}product matches {want.model!r}; known: {', '.join(known)} (--no-hardware-check for "
+            "hardware newer than the shipped profiles)",
+        )
     elif vendor == "any":
         problems.add(f"{where} model", f"{want.model!r} is not a known product, so its vendor is unknown; add the vendor")
     return vendor, want.model
@@ -213,12 +230,18 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
     configs: list[tuple[tuple[str, ...], dict[str, Any]]] = []
     if intent.sharing:
         if intent.sharing.interval not in (None, "Default") and all(choice.want.mig for choice in choices):
-            problems.add("--sharing", "a time-slice interval applies to whole GPUs and every choice is a MIG device (the driver "
-                                      "refuses it at prepare); use time-slicing without an interval, or mps")
+            problems.add(
+                "--sharing",
+                "a time-slice interval applies to whole GPUs and every choice is a MIG device (the driver "
+                "refuses it at prepare); use time-slicing without an interval, or mps",
+            )
         for choice in choices:
             if choice.vendor != "nvidia":
-                problems.add("--sharing", f"sharing is NVIDIA's GpuConfig ({NVIDIA_CONFIG_API}); {choice.name} is "
-                                          f"{'any vendor' if choice.vendor == 'any' else choice.vendor}: {NO_SHARING[choice.vendor]}")
+                problems.add(
+                    "--sharing",
+                    f"sharing is NVIDIA's GpuConfig ({NVIDIA_CONFIG_API}); {choice.name} is "
+                    f"{'any vendor' if choice.vendor == 'any' else choice.vendor}: {NO_SHARING[choice.vendor]}",
+                )
                 continue
             kind = "MigDeviceConfig" if choice.want.mig else "GpuConfig"
             requests = (f"{intent.request}/{choice.name}",) if prioritized else (intent.request,)
@@ -226,8 +249,11 @@ def resolve(intent: Intent, problems: Problems, kinds: Sequence[KnownKind], ship
     if intent.share_memory:
         for choice in choices:
             if choice.vendor != "nvidia" or choice.want.mig:
-                problems.add("--share-memory", f"{choice.name}: a share of GPU memory is taken of a whole NVIDIA GPU published for "
-                                               "several claims (--consumable-gpu-memory); add --vendor nvidia or an NVIDIA model, without --mig")
+                problems.add(
+                    "--share-memory",
+                    f"{choice.name}: a share of GPU memory is taken of a whole NVIDIA GPU published for "
+                    "several claims (--consumable-gpu-memory); add --vendor nvidia or an NVIDIA model, without --mig",
+                )
         if intent.admin_access:
             problems.add("--share-memory", "admin access takes no share; drop one of the two")
     if intent.admin_access and prioritized:
@@ -246,7 +272,9 @@ def _constraint(intent: Intent, choices: Sequence[Choice], prioritized: bool, pr
     # MIG devices publish no interconnect domain (MIG does no NVLink peer traffic): a constraint on them never holds.
     grouped = [c for c in choices if not (intent.same == "interconnect" and c.want.mig)]
     if not grouped:
-        problems.add("--same", "interconnect: MIG devices publish no interconnect domain (they do no NVLink peer traffic); use --same pcie-root, or whole GPUs")
+        problems.add(
+            "--same", "interconnect: MIG devices publish no interconnect domain (they do no NVLink peer traffic); use --same pcie-root, or whole GPUs"
+        )
         return None
     if not prioritized:
         requests: tuple[str, ...] = (intent.request,)

@@ -48,7 +48,12 @@ def resource_slice(
         spec["sharedCounters"] = counters
     else:
         spec["devices"] = devices or []
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name or f"{pool or node}-{driver}-{generation}-{len(spec.get('devices', []))}"}, "spec": spec}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{pool or node}-{driver}-{generation}-{len(spec.get('devices', []))}"},
+        "spec": spec,
+    }
 
 
 def exact(name: str, device_class: str = GPU_CLASS, count: int | None = None, selectors: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
@@ -67,17 +72,29 @@ def sub(name: str, device_class: str, count: int | None = None, selectors: tuple
     return entry
 
 
-def claim_doc(requests: list[dict[str, Any]], constraints: list[dict[str, Any]] | None = None, name: str = "claim", config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def claim_doc(
+    requests: list[dict[str, Any]], constraints: list[dict[str, Any]] | None = None, name: str = "claim", config: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     devices: dict[str, Any] = {"requests": requests}
     if constraints:
         devices["constraints"] = constraints
     if config:
         devices["config"] = config
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "default"}, "spec": {"devices": devices}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": devices},
+    }
 
 
 def class_doc(name: str, selectors: list[str]) -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]},
+    }
 
 
 def classes(extra: dict[str, list[str]] | None = None) -> dict[str, DeviceClassSpec]:

@@ -30,13 +30,17 @@ def test_count_defaults_to_one_and_too_many_is_not_allocatable() -> None:
 
 def test_all_mode_takes_every_matching_device() -> None:
     devices = [b.device("gpu-0"), b.device("mig-0", type_="mig"), b.device("gpu-1")]
-    ex = b.allocate([b.resource_slice("node-a", devices)], [b.claim_doc([{"name": "all", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "All"}}])])
+    ex = b.allocate(
+        [b.resource_slice("node-a", devices)], [b.claim_doc([{"name": "all", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "All"}}])]
+    )
     assert b.chosen_devices(ex) == [("all", "node-a/gpu-0"), ("all", "node-a/gpu-1")]
 
 
 def test_all_mode_fails_when_one_matching_device_is_taken() -> None:
     held = {DeviceID(NV, "node-a", "gpu-1"): "default/other"}
-    ex = b.allocate([four_gpus()], [b.claim_doc([{"name": "all", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "All"}}])], allocated=held)
+    ex = b.allocate(
+        [four_gpus()], [b.claim_doc([{"name": "all", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "All"}}])], allocated=held
+    )
     assert not ex.allocatable
 
 
@@ -89,7 +93,9 @@ def test_class_selector_then_request_selector_reasons() -> None:
 def test_selectors_stop_at_first_false() -> None:
     # Selector #1 would fail at runtime on every device, but #0 is false first.
     devices = [b.device("gpu-0")]
-    ex = b.allocate([b.resource_slice("node-a", devices)], [b.claim_doc([b.exact("gpu", selectors=("false", f'device.attributes["{NV}"].nosuch == 1'))])])
+    ex = b.allocate(
+        [b.resource_slice("node-a", devices)], [b.claim_doc([b.exact("gpu", selectors=("false", f'device.attributes["{NV}"].nosuch == 1'))])]
+    )
     assert ex.error is None
     assert "request selector #0" in b.rejection(ex, "gpu", "node-a", "gpu-0").summary
 
@@ -135,7 +141,9 @@ def test_match_attribute_on_nvlink_domain() -> None:
 def test_match_attribute_across_two_requests_and_types_must_agree() -> None:
     devices = [b.device("gpu-0", clique=1), b.device("gpu-1", clique="1"), b.device("gpu-2", clique=1)]
     requests = [b.exact("first"), b.exact("second")]
-    ex = b.allocate([b.resource_slice("node-a", devices)], [b.claim_doc(requests, [{"requests": ["first", "second"], "matchAttribute": f"{NV}/clique"}])])
+    ex = b.allocate(
+        [b.resource_slice("node-a", devices)], [b.claim_doc(requests, [{"requests": ["first", "second"], "matchAttribute": f"{NV}/clique"}])]
+    )
     # gpu-1 has the string "1", not the int 1: different type, so it cannot join gpu-0.
     assert b.chosen_devices(ex) == [("first", "node-a/gpu-0"), ("second", "node-a/gpu-2")]
 
@@ -143,9 +151,17 @@ def test_match_attribute_across_two_requests_and_types_must_agree() -> None:
 def counter_fleet() -> list[dict]:
     counters = [{"name": "gpu-0-counter-set", "counters": {"memory-slice": {"value": "8"}}}]
     devices = [
-        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}, "consumesCounters": [{"counterSet": "gpu-0-counter-set", "counters": {"memory-slice": {"value": "8"}}}]},
+        {
+            "name": "gpu-0",
+            "attributes": {"type": {"string": "gpu"}},
+            "consumesCounters": [{"counterSet": "gpu-0-counter-set", "counters": {"memory-slice": {"value": "8"}}}],
+        },
     ] + [
-        {"name": f"gpu-0-mig-4g-{i}", "attributes": {"type": {"string": "mig"}}, "consumesCounters": [{"counterSet": "gpu-0-counter-set", "counters": {"memory-slice": {"value": "4"}}}]}
+        {
+            "name": f"gpu-0-mig-4g-{i}",
+            "attributes": {"type": {"string": "mig"}},
+            "consumesCounters": [{"counterSet": "gpu-0-counter-set", "counters": {"memory-slice": {"value": "4"}}}],
+        }
         for i in range(3)
     ]
     return [
@@ -245,7 +261,9 @@ def test_allocation_config_lists_class_configs_before_claim_configs() -> None:
     opaque = {"driver": NV, "parameters": {"apiVersion": "x/v1", "kind": "GpuConfig"}}
     doc = b.claim_doc([b.exact("gpu")], config=[{"requests": ["gpu"], "opaque": opaque}])
     spec = to_claim(ResourceClaim.model_validate(doc).spec, "claim", "default")
-    known = {b.GPU_CLASS: DeviceClassSpec(b.GPU_CLASS, tuple(b.CLASS_SELECTORS[b.GPU_CLASS]), ({"driver": NV, "parameters": {"kind": "ClassConfig"}},))}
+    known = {
+        b.GPU_CLASS: DeviceClassSpec(b.GPU_CLASS, tuple(b.CLASS_SELECTORS[b.GPU_CLASS]), ({"driver": NV, "parameters": {"kind": "ClassConfig"}},))
+    }
     ex = Allocator(build_pools([four_gpus()]), known, CelMatcher()).explain([spec], [Node("node-a")])
     config = ex.chosen.allocations["default/claim"]["devices"]["config"]
     assert [c["source"] for c in config] == ["FromClass", "FromClaim"]

@@ -18,7 +18,10 @@ def test_accepts_upstream_config(open_backend):
     ("parameters", "message"),
     [
         ({"kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}, r"sharing: unknown field"),
-        ({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}, r"apiVersion: 'resource.nvidia.com/v1beta1' is not supported; use 'gpu.resource.amd.com/v1alpha1'"),
+        (
+            {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"},
+            r"apiVersion: 'resource.nvidia.com/v1beta1' is not supported; use 'gpu.resource.amd.com/v1alpha1'",
+        ),
         ({"apiVersion": "gpu.resource.amd.com/v1alpha1", "kind": "MigDeviceConfig"}, r"kind: 'MigDeviceConfig' is not supported"),
         (["not", "a", "mapping"], r"must be an object"),
     ],

@@ -154,5 +154,8 @@ def test_looking_up_one_gpu_reads_only_its_partitions(open_backend, monkeypatch)
         return partition
 
     monkeypatch.setattr(discovery, "read_partition", counting)
-    assert backend._partitioner.current(gpu) == (backend.smi.compute_partition(everything[gpu][0].handle), backend.smi.memory_partition(everything[gpu][0].handle))
+    assert backend._partitioner.current(gpu) == (
+        backend.smi.compute_partition(everything[gpu][0].handle),
+        backend.smi.memory_partition(everything[gpu][0].handle),
+    )
     assert set(reads) == {gpu} and len(reads) == len(everything[gpu])

@@ -46,7 +46,10 @@ def test_dra_identity_both_versions():
         assert fields_of(module.Claim) == {"namespace": 1, "uid": 2, "name": 3}
         assert fields_of(module.NodePrepareResourceResponse) == {"devices": 1, "error": 2}
         assert fields_of(module.NodeUnprepareResourceResponse) == {"error": 1}
-        for response, value in (("NodePrepareResourcesResponse", "NodePrepareResourceResponse"), ("NodeUnprepareResourcesResponse", "NodeUnprepareResourceResponse")):
+        for response, value in (
+            ("NodePrepareResourcesResponse", "NodePrepareResourceResponse"),
+            ("NodeUnprepareResourcesResponse", "NodeUnprepareResourceResponse"),
+        ):
             claims = getattr(module, response).DESCRIPTOR.fields_by_name["claims"]
             assert claims.number == 1 and claims.message_type.GetOptions().map_entry
             key, val = claims.message_type.fields_by_name["key"], claims.message_type.fields_by_name["value"]

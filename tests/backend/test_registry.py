@@ -87,7 +87,13 @@ def test_profile_mode_simulates_only_described_vendors(fake_entry_points: None, 
 
 @pytest.mark.parametrize(
     "text, fragment",
-    [("- a\n", "must be a YAML mapping"), ("name: x\n", "describes no vendor"), ("name: x\nacme: 3\n", "must be mappings"), ("a: [", r"bad.yaml:1: document 1: invalid YAML"), ("a: 1\na: 2\n", "duplicate key 'a'")],
+    [
+        ("- a\n", "must be a YAML mapping"),
+        ("name: x\n", "describes no vendor"),
+        ("name: x\nacme: 3\n", "must be mappings"),
+        ("a: [", r"bad.yaml:1: document 1: invalid YAML"),
+        ("a: 1\na: 2\n", "duplicate key 'a'"),
+    ],
 )
 def test_bad_profile_files(tmp_path: Path, text: str, fragment: str) -> None:
     path = tmp_path / "bad.yaml"

@@ -116,8 +116,24 @@ def test_output_is_identical_across_processes_and_hash_seeds() -> None:
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         result = subprocess.run(
-            [sys.executable, "-m", "dra_driver.cli.main", "discover", "--profile", "mixed-node", "--partitioning", "dynamic", "--node-name", "n", "-o", "json"],
-            capture_output=True, text=True, env=env, check=True,
+            [
+                sys.executable,
+                "-m",
+                "dra_driver.cli.main",
+                "discover",
+                "--profile",
+                "mixed-node",
+                "--partitioning",
+                "dynamic",
+                "--node-name",
+                "n",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
         )
         outputs.append(result.stdout)
     assert outputs[0] == outputs[1] and '"sharedCounters"' in outputs[0]
@@ -130,8 +146,7 @@ def test_discover_lays_out_like_the_publisher(capsys: pytest.CaptureFixture[str]
     base = _yaml.safe_load(open(__import__("dra_driver_nvidia").__path__[0] + "/profiles/t4.yaml"))
     gpu = base["nvidia"]["gpus"][0]
     base["nvidia"]["gpus"] = [
-        dict(gpu, uuid=f"GPU-00000000-0000-0000-0000-{i:012d}", minor=i, pciBusId=f"00000000:{i + 1:02X}:00.0")
-        for i in range(70)
+        dict(gpu, uuid=f"GPU-00000000-0000-0000-0000-{i:012d}", minor=i, pciBusId=f"00000000:{i + 1:02X}:00.0") for i in range(70)
     ]
     path = tmp_path / "t4x70.yaml"
     path.write_text(_yaml.safe_dump(base))

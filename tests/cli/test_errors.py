@@ -44,10 +44,20 @@ def test_a_global_flag_after_the_command_says_to_move_it(command: str, capsys: p
     [["discover", "--profile", "dgx-h10"], ["demo", "--profile", "dgx-h10"], ["explain", "claim.yaml", "--profile", "dgx-h10"],
      ["fleet", "--profile", "dgx-h10"], ["template", "--profile", "dgx-h10"]],
 )  # fmt: skip
-def test_an_unknown_profile_exits_2_everywhere_with_a_suggestion(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unknown_profile_exits_2_everywhere_with_a_suggestion(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "claim.yaml").write_text(yaml.safe_dump({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
-                                                         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}))  # fmt: skip
+    (tmp_path / "claim.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c"},
+                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+            }
+        )
+    )
     code, err = outcome(capsys, argv)
     lines = error_lines(err, argv[0])
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"dra-driver {argv[0]}: error: "), err
@@ -70,19 +80,27 @@ def no_dra_kubeconfig(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("command", ["explain", "fleet", "template", "run"])
-def test_a_cluster_without_resource_v1_exits_3_with_one_line(command: str, no_dra_kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_cluster_without_resource_v1_exits_3_with_one_line(
+    command: str, no_dra_kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     claim = tmp_path / "claim.yaml"
     claim.write_text("{}")
     extra = {"explain": [str(claim)], "run": ["--profile", "l4", "--simulated-root", "none", "--node-name", "n", "--kubelet-dir", str(tmp_path / "k"),
                                               "--state-dir", str(tmp_path / "s"), "--cdi-dir", str(tmp_path / "c")]}.get(command, [])  # fmt: skip
     code, err = outcome(capsys, [command, *extra, "--kubeconfig", str(no_dra_kubeconfig)])
     (line,) = error_lines(err, command)
-    assert code == 3 and line.startswith(f"dra-driver {command}: error: API server http://127.0.0.1:") and "serves resource.k8s.io/v1beta1, not resource.k8s.io/v1" in line
+    assert (
+        code == 3
+        and line.startswith(f"dra-driver {command}: error: API server http://127.0.0.1:")
+        and "serves resource.k8s.io/v1beta1, not resource.k8s.io/v1" in line
+    )
     if command == "run":  # checked before anything was created
         assert not any((tmp_path / name).exists() for name in ("k", "s", "c"))
 
 
-def test_kubeconfig_env_is_read_when_no_fleet_is_named(no_dra_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kubeconfig_env_is_read_when_no_fleet_is_named(
+    no_dra_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("KUBECONFIG", f"{no_dra_kubeconfig.parent / 'missing'}:{no_dra_kubeconfig}")
     code, err = outcome(capsys, ["fleet"])
     assert code == 3 and "kubeconfig $KUBECONFIG" in err
@@ -99,7 +117,9 @@ def test_no_fleet_and_no_cluster_says_what_to_pass(capsys: pytest.CaptureFixture
 def test_every_help_documents_the_exit_codes(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main([command, "--help"])
-    assert "exit codes: 0 done; 1 the answer is no or a run-time failure; 2 usage or invalid input; 3 the cluster" in " ".join(capsys.readouterr().out.split())
+    assert "exit codes: 0 done; 1 the answer is no or a run-time failure; 2 usage or invalid input; 3 the cluster" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 def test_migrate_summary_names_the_command_as_every_line_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,17 +131,24 @@ def test_migrate_summary_names_the_command_as_every_line_does(tmp_path: Path, ca
     assert err.splitlines()[-1].startswith("dra-driver migrate: 1 converted")
 
 
-def test_input_errors_read_the_same_from_the_input_layer_and_from_a_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_input_errors_read_the_same_from_the_input_layer_and_from_a_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """One InputError: a file the input layer refuses is one line naming file and line; the field problems a command
     finds are one line each; both exit 2."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.yaml").write_text("a: 1\nb: [\n")
     code, err = outcome(capsys, ["explain", "bad.yaml", "--profile", "dgx-h100"])
-    assert (code, error_lines(err, "explain")) == (2, ["dra-driver explain: error: bad.yaml:2: document 1: invalid YAML: while parsing a flow node did not find expected node content"])
-    (tmp_path / "claim.yaml").write_text(yaml.safe_dump({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
-                                                         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}))  # fmt: skip
+    assert (code, error_lines(err, "explain")) == (
+        2,
+        ["dra-driver explain: error: bad.yaml:2: document 1: invalid YAML: while parsing a flow node did not find expected node content"],
+    )
+    request = {"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"}, "spec": {"devices": {"requests": [request]}}}
+    (tmp_path / "claim.yaml").write_text(yaml.safe_dump(claim))
     code, err = outcome(capsys, ["explain", "claim.yaml", "--profile", "dgx-h100", "--feature-gates", "DRAAdminAcess=true,Frob=maybe"])
     assert (code, error_lines(err, "explain")) == (2, [
-        "dra-driver explain: error: --feature-gates: unknown feature gate 'DRAAdminAcess': Kubernetes 1.35 has no gate of that name; did you mean 'DRAAdminAccess'?",
+        "dra-driver explain: error: --feature-gates: unknown feature gate 'DRAAdminAcess': "
+        "Kubernetes 1.35 has no gate of that name; did you mean 'DRAAdminAccess'?",
         "dra-driver explain: error: --feature-gates: 'Frob=maybe': write Frob=true or Frob=false",
     ])  # fmt: skip

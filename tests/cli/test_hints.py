@@ -61,7 +61,9 @@ def test_template_and_explain_explain_the_80gi_surprise(tmp_path: Path, capsys: 
 
 
 def test_a_cel_attribute_typo_names_the_attribute(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = outcome(capsys, ["explain", str(claim(tmp_path, 'device.attributes["gpu.nvidia.com"].productname == "x"')), "--profile", "l4", "-o", "json"])
+    code, out, _ = outcome(
+        capsys, ["explain", str(claim(tmp_path, 'device.attributes["gpu.nvidia.com"].productname == "x"')), "--profile", "l4", "-o", "json"]
+    )
     assert code == 1 and "no such key: productname; did you mean 'productName'?" in out
 
 
@@ -90,7 +92,8 @@ def test_partitions_of_the_other_vendor_are_named(flags: list[str], says: str, c
 
 
 @pytest.mark.parametrize(("flags", "says"), [
-    (["--vendor", "intel"], "--vendor intel: profile dgx-h100 has no gaudi devices (it has nvidia); drop --vendor, or pick a profile with gaudi devices"),
+    (["--vendor", "intel"],
+     "--vendor intel: profile dgx-h100 has no gaudi devices (it has nvidia); drop --vendor, or pick a profile with gaudi devices"),
     (["--profile", "mi300x", "--vendor", "nvidia"], "profile mi300x has no nvidia devices (it has amd)"),
     (["--vendor", "nvdia"], "unknown vendor 'nvdia'; did you mean 'nvidia'?"),
 ])  # fmt: skip

@@ -53,7 +53,8 @@ def test_help_and_version_import_no_command_library(argv: list[str]) -> None:
     CEL layer come with (docs/performance.md has the CPU figure)."""
     code = (
         "import sys\nfrom dra_driver.cli.main import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-        "heavy = ('grpc', 'kubernetes', 'pydantic', 'yaml', 'ruamel.yaml', 'celpy', 'dra_driver.cli.run', 'dra_driver.cli.explain', 'dra_driver.node.daemon')\n"
+        "heavy = ('grpc', 'kubernetes', 'pydantic', 'yaml', 'ruamel.yaml', 'celpy', 'dra_driver.cli.run', 'dra_driver.cli.explain', "
+        "'dra_driver.node.daemon')\n"
         "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)"
     ) % (argv,)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

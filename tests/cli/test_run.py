@@ -38,7 +38,17 @@ def test_a_file_where_a_directory_belongs_is_refused_with_the_flag(tmp_path: Pat
     blocker.write_text("")
     dirs = {"--state-dir": str(tmp_path / "state"), "--cdi-dir": str(tmp_path / "c")}
     dirs[flag] = str(blocker)
-    args = parse("--profile", "dgx-h100", "--node-name", "n", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), *[x for kv in dirs.items() for x in kv])
+    args = parse(
+        "--profile",
+        "dgx-h100",
+        "--node-name",
+        "n",
+        "--api-server",
+        "http://127.0.0.1:1",
+        "--kubelet-dir",
+        str(tmp_path / "k"),
+        *[x for kv in dirs.items() for x in kv],
+    )
     assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     err = capsys.readouterr().err
     assert f"{flag} {blocker}: exists and is not a directory" in err and f"point {flag} at a writable directory" in err
@@ -67,9 +77,21 @@ def test_missing_directories_are_created_with_their_mode_whatever_the_umask(tmp_
         (("--node-name", "n", "--pod-uid", "a\x00b"), "--pod-uid"),
     ],
 )
-def test_node_name_and_pod_uid_follow_the_kubernetes_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], named: str) -> None:
+def test_node_name_and_pod_uid_follow_the_kubernetes_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], named: str
+) -> None:
     """The node name is the pool claims must match and the pod UID goes into socket file names: refused before use."""
-    args = parse("--profile", "dgx-h100", "--api-server", "http://127.0.0.1:1", "--kubelet-dir", str(tmp_path / "k"), "--state-dir", str(tmp_path / "s"), *flags)
+    args = parse(
+        "--profile",
+        "dgx-h100",
+        "--api-server",
+        "http://127.0.0.1:1",
+        "--kubelet-dir",
+        str(tmp_path / "k"),
+        "--state-dir",
+        str(tmp_path / "s"),
+        *flags,
+    )
     assert run(args) == 2  # usage: the flag names the fix (docs/cli.md)
     err = capsys.readouterr().err
     assert named in err and "downward API" in err
@@ -179,10 +201,33 @@ def test_run_says_what_it_serves(short_tmp: Path) -> None:
 
     with SimApiServer() as server:
         node_dirs(short_tmp)
-        command = [sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", "l4", "--simulated-root", "none", "--node-name", "node-a",
-                   "--api-server", server.url, "--kubelet-dir", str(short_tmp / "k"), "--state-dir", str(short_tmp / "s"), "--cdi-dir", str(short_tmp / "c")]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "dra_driver.cli.main",
+            "run",
+            "--profile",
+            "l4",
+            "--simulated-root",
+            "none",
+            "--node-name",
+            "node-a",
+            "--api-server",
+            server.url,
+            "--kubelet-dir",
+            str(short_tmp / "k"),
+            "--state-dir",
+            str(short_tmp / "s"),
+            "--cdi-dir",
+            str(short_tmp / "c"),
+        ]
         daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        eventually(lambda: list((short_tmp / "k" / "plugins_registry").glob("*.sock")) or daemon.poll() is not None, "a registration socket or the daemon's exit", 60, step=0.01)
+        eventually(
+            lambda: list((short_tmp / "k" / "plugins_registry").glob("*.sock")) or daemon.poll() is not None,
+            "a registration socket or the daemon's exit",
+            60,
+            step=0.01,
+        )
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=60)
     assert f"dra-driver run: serving gpu.nvidia.com on node node-a, simulating profile l4; sockets under {short_tmp / 'k'}" in err

@@ -40,9 +40,25 @@ def spawn(server: SimApiServer, work: Path, profile: Path) -> subprocess.Popen[s
     for owned_by_others in ("k/plugins_registry", "k/plugins", "c"):  # the kubelet's and the runtime's: run creates none
         (work / owned_by_others).mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", str(profile), "--simulated-root", "none", "--node-name", "n", "--api-server", server.url,
-        "--kubelet-dir", str(work / "k"), "--state-dir", str(work / "s"), "--cdi-dir", str(work / "c"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "dra_driver.cli.main",
+        "run",
+        "--profile",
+        str(profile),
+        "--simulated-root",
+        "none",
+        "--node-name",
+        "n",
+        "--api-server",
+        server.url,
+        "--kubelet-dir",
+        str(work / "k"),
+        "--state-dir",
+        str(work / "s"),
+        "--cdi-dir",
+        str(work / "c"),
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # $TMPDIR: empty_tmpdir
 
 
@@ -100,7 +116,9 @@ def test_sigterm_while_the_backends_open_stops_before_serving_and_leaves_nothing
 
 @pytest.mark.parametrize("after_s", [0.0, 1.0])  # while its backends open; while its daemon serves (gRPC threads)
 def test_sigterm_to_a_one_shot_command_removes_its_scratch_dirs(empty_tmpdir: Path, profile: Path, after_s: float) -> None:
-    demo = subprocess.Popen([sys.executable, "-m", "dra_driver.cli.main", "demo", "--profile", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "dra_driver.cli.main", "demo", "--profile", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     wait_for(lambda: bool(scratch_pids(empty_tmpdir)), demo)
     time.sleep(after_s)
     demo.send_signal(signal.SIGTERM)

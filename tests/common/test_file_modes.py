@@ -64,5 +64,8 @@ def test_a_shared_directory_loses_write_for_others_only(tmp_path: Path, umask_00
 def test_check_names_a_wrong_mode_and_the_fix(tmp_path: Path) -> None:
     (tmp_path / "s").mkdir(mode=0o700)
     (tmp_path / "s").chmod(0o755)
-    assert file_modes.check(Expectation(tmp_path / "s", 0o700, "state dir")) == f"state dir {tmp_path / 's'}: mode 0755, expected 0700; chmod 0700 {tmp_path / 's'}"
+    assert (
+        file_modes.check(Expectation(tmp_path / "s", 0o700, "state dir"))
+        == f"state dir {tmp_path / 's'}: mode 0755, expected 0700; chmod 0700 {tmp_path / 's'}"
+    )
     assert file_modes.check(Expectation(tmp_path / "missing", 0o700, "state dir")) is None

@@ -20,7 +20,9 @@ def test_a_pipe_or_a_link_to_dev_zero_is_refused_at_once(tmp_path: Path, kind: s
     with pytest.raises(node_file.NodeFileError) as refused:
         returns_within(lambda: node_file.read_regular(path, 1024), path)
     what = "a named pipe, not a regular file" if kind == "fifo" else "a symlink, which is never followed here"
-    assert str(refused.value) == f"{path}: is {what}; remove it" + ("; only a regular file is read here" if kind == "fifo" else "; the driver writes this file itself")
+    assert str(refused.value) == f"{path}: is {what}; remove it" + (
+        "; only a regular file is read here" if kind == "fifo" else "; the driver writes this file itself"
+    )
     assert isinstance(refused.value, OSError)  # readers that treat an unreadable file as damage keep doing so
 
 

@@ -59,7 +59,9 @@ class Host:
             "--node-name", NODE, "--pod-uid", pod_uid, "--api-server", self.server.url, "--kubelet-dir", str(self.root / "kubelet"),
             "--cdi-dir", str(self.cdi_dir), "--state-dir", str(self.root / "state"),
         ]  # fmt: skip
-        process = subprocess.Popen(command, env={**os.environ, "TMPDIR": str(private_tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            command, env={**os.environ, "TMPDIR": str(private_tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         pod = DriverPod(process, private_tmp, PluginPaths(self.root / "kubelet", driver, pod_uid))
         pod.wait_serving()
         return pod
@@ -121,7 +123,9 @@ def host() -> Iterator[Host]:
 def host_paths(spec_file: Path) -> set[str]:
     spec = json.loads(spec_file.read_text())
     edits = [d["containerEdits"] for d in spec["devices"]] + [spec.get("containerEdits") or {}]
-    return {n.get("hostPath") or n["path"] for e in edits for n in e.get("deviceNodes", [])} | {m["hostPath"] for e in edits for m in e.get("mounts", [])}
+    return {n.get("hostPath") or n["path"] for e in edits for n in e.get("deviceNodes", [])} | {
+        m["hostPath"] for e in edits for m in e.get("mounts", [])
+    }
 
 
 def run_in_container(podman: Podman, host: Host, cdi_ids: list[str], script: str = SCRIPT) -> tuple[set[str], str]:
@@ -173,7 +177,8 @@ def test_the_root_stays_while_a_claim_is_prepared_and_no_driver_runs(podman: Pod
 @pytest.mark.parametrize(("profile", "driver", "expected"), [("mi300x", "gpu.amd.com", "/dev/kfd"), ("gaudi3-hls", "gaudi.intel.com", "/dev/accel/")])
 def test_other_vendors_device_nodes_live_on_the_simulated_root(podman: Podman, host: Host, profile: str, driver: str, expected: str) -> None:
     pod = host.driver_pod("pod-1", profile, driver)
-    published = eventually(lambda: [d["name"] for o in host.server.store.list("resourceslices") if o["spec"]["driver"] == driver for d in o["spec"]["devices"]],
+    slices = host.server.store.list
+    published = eventually(lambda: [d["name"] for o in slices("resourceslices") if o["spec"]["driver"] == driver for d in o["spec"]["devices"]],
                            f"a slice of {driver}", 60, step=0.05)  # fmt: skip
     ids = pod.prepare(host.claim("job", {"dev": [published[0]]}, driver))
     pod.delete()

@@ -299,7 +299,9 @@ def test_config_map_knobs_are_what_the_cli_reads(overlay: str) -> None:
     (config,) = [o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"] == ref]
     assert set(config["data"]) - {"DRA_DRIVER_PROFILE"} == {LOG_LEVEL_ENV, METRICS_ENV}
     assert env_verbosity(config["data"][LOG_LEVEL_ENV]) == 0
-    assert BindAddress.parse(config["data"][METRICS_ENV]).port == int(by_kind(objs, "DaemonSet")[0]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"])
+    assert BindAddress.parse(config["data"][METRICS_ENV]).port == int(
+        by_kind(objs, "DaemonSet")[0]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"]
+    )
     assert not any(arg.startswith(("--metrics", "-v")) for arg in plugin["args"]), "a flag would override the ConfigMap"
 
 

@@ -32,13 +32,20 @@ def _slice(name: str, pool: str) -> dict[str, object]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": name},
-        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "old-0"}]},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": NODE,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "old-0"}],
+        },
     }
 
 
 def make_daemon(root: Path, server: SimApiServer, backends: list[ToyBackend], claim_cache: ClaimCache) -> Daemon:
     (root / "boot_id").write_text("boot-1\n")
-    settings = PluginSettings(node_name=NODE, kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8)
+    settings = PluginSettings(
+        node_name=NODE, kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8
+    )
     api = make_api_client(server.url)
     return Daemon(backends, ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE, FAST), claim_cache=claim_cache)
 

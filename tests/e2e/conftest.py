@@ -154,7 +154,9 @@ class HostDriver:
         slices = eventually(published, f"{driver} slices of node-1", timeout, step=0.25)
         # Slices can be out before the kubelet's plugin watcher (1 s period) has registered the new instance;
         # a pod scheduled in that second fails its first prepare ("not registered") and waits for the retry.
-        eventually(lambda: self.registrations(driver) > self.registered_before.get(driver, 0), f"the kubelet to register {driver}", timeout, step=0.25)
+        eventually(
+            lambda: self.registrations(driver) > self.registered_before.get(driver, 0), f"the kubelet to register {driver}", timeout, step=0.25
+        )
         return slices
 
     def kill9(self) -> None:

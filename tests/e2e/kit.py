@@ -110,7 +110,12 @@ class Kit:
         "failed to download openapi". The API server still validates each object itself."""
         validate = ("--validate=false",) if self.openapi_broken else ()
         done = self.kubectl("apply", *validate, *args, stdin=stdin, check=False)
-        if done.returncode != 0 and not validate and "error validating" in done.stderr and ("openapi" in done.stderr or "unable to handle the request" in done.stderr):
+        if (
+            done.returncode != 0
+            and not validate
+            and "error validating" in done.stderr
+            and ("openapi" in done.stderr or "unable to handle the request" in done.stderr)
+        ):
             self.openapi_broken = True
             done = self.kubectl("apply", "--validate=false", *args, stdin=stdin, check=False)
         if done.returncode != 0:

@@ -54,12 +54,19 @@ def device_plugin_dir(node1: Kit) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def plugin_and_driver(node1: Kit, device_plugin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandInDevicePlugin, HostDriver]]:
+def plugin_and_driver(
+    node1: Kit, device_plugin_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[StandInDevicePlugin, HostDriver]]:
     uuids = _uuids()
     plugin = StandInDevicePlugin(device_plugin_dir, "nvidia.com/gpu", [uuids["gpu-0"], uuids["gpu-1"]])
     plugin.start()
     try:
-        eventually(lambda: node1.get("node", "node-1")["status"].get("allocatable", {}).get("nvidia.com/gpu") == "2", "nvidia.com/gpu in node-1's allocatable", 60, step=0.25)
+        eventually(
+            lambda: node1.get("node", "node-1")["status"].get("allocatable", {}).get("nvidia.com/gpu") == "2",
+            "nvidia.com/gpu in node-1's allocatable",
+            60,
+            step=0.25,
+        )
         driver = start_host_driver(node1, PROFILE, Path(tmp_path_factory.mktemp("coexistence")), (DRIVER,))
         try:
             yield plugin, driver
@@ -82,7 +89,9 @@ def test_the_driver_withholds_what_the_device_plugin_offers_and_says_so(node1: K
     assert re.search(r"^gpu-0: ", text, re.M) and re.search(r"^gpu-1: ", text, re.M), text
 
     command = driver.command()
-    doctor = subprocess.run([*command[:3], "doctor", *command[command.index("run") + 1 :], "-o", "json"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    doctor = subprocess.run(
+        [*command[:3], "doctor", *command[command.index("run") + 1 :], "-o", "json"], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     report = json.loads(doctor.stdout)
     plugin_checks = [c for c in _checks(report) if c.get("name") == "device-plugins"]
     assert plugin_checks, f"doctor has no device-plugins check: {doctor.stdout[:2000]}"

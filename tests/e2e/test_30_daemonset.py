@@ -97,10 +97,17 @@ def test_rolling_update_keeps_a_registered_plugin_and_prepares_a_claim_created_d
     t0 = time.monotonic()
     kit.kubectl("-n", DS_NAMESPACE, "rollout", "restart", f"daemonset/{DS_NAME}")
     # a claim pod created while the update runs: it must be prepared by whichever instance is registered
-    eventually(lambda: {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]} - old_pods, "the new driver pod created", 60, step=0.25)
+    eventually(
+        lambda: {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]} - old_pods, "the new driver pod created", 60, step=0.25
+    )
     kit.apply([claim_template("t-roll", "gpu.nvidia.com", 1), claim_pod("during-update", "t-roll", node="node-2")])
     kit.wait_pod_running(NAMESPACE, "during-update", timeout=180)
-    eventually(lambda: ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]}, "the rolling update done", 240, step=1)
+    eventually(
+        lambda: ds_settled(kit) and not old_pods & {p["metadata"]["uid"] for p in kit.get("-n", DS_NAMESPACE, "pods")["items"]},
+        "the rolling update done",
+        240,
+        step=1,
+    )
     time.sleep(2)  # two more watcher periods of the kubelet after the old pod went
     sampler.stop.set()
     thread.join(5)

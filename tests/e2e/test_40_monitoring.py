@@ -136,7 +136,13 @@ def fleet_devices(fleet: Samples, state: str) -> dict[str, float]:
     found: dict[str, float] = {}
     for (name, labels), value in fleet.items():
         label = dict(labels)
-        if name == "dra_fleet_devices" and label["node"] == "node-2" and label["driver"] == DRIVER and label["device_class"] == DEVICE_CLASS and label["state"] == state:
+        if (
+            name == "dra_fleet_devices"
+            and label["node"] == "node-2"
+            and label["driver"] == DRIVER
+            and label["device_class"] == DEVICE_CLASS
+            and label["state"] == state
+        ):
             found[label["pool"]] = found.get(label["pool"], 0) + value
     return found
 
@@ -144,13 +150,19 @@ def fleet_devices(fleet: Samples, state: str) -> dict[str, float]:
 def test_fleet_and_node_metrics_name_the_claim_and_its_device(scene: Scene) -> None:
     published = sum(len(s["spec"].get("devices") or []) for s in scene.kit.slices("node-2", DRIVER))
     # The exporter learns of the allocation through its watch: wait for it, then read one scrape.
-    eventually(lambda: sum(fleet_devices(samples(scene.fleet_port), "allocated").values()) == 1, "the fleet exporter to count the claim's device", 60, step=1)
+    eventually(
+        lambda: sum(fleet_devices(samples(scene.fleet_port), "allocated").values()) == 1, "the fleet exporter to count the claim's device", 60, step=1
+    )
     fleet = samples(scene.fleet_port)
     total, allocated, free = (fleet_devices(fleet, state) for state in ("total", "allocated", "free"))
     assert allocated == {scene.pool: 1}, allocated
     assert 1 <= sum(total.values()) <= published, (total, published)
     assert sum(free.values()) == sum(total.values()) - 1, (free, total)
-    pending = {dict(labels)["reason"]: value for (name, labels), value in fleet.items() if name == "dra_fleet_claims_pending" and dict(labels)["namespace"] == NAMESPACE}
+    pending = {
+        dict(labels)["reason"]: value
+        for (name, labels), value in fleet.items()
+        if name == "dra_fleet_claims_pending" and dict(labels)["namespace"] == NAMESPACE
+    }
     assert sum(pending.values()) >= 1, f"the claim for 9 GPUs (of 8) is not counted pending: {pending}"
     assert fleet[("dra_fleet_up", ())] == 1
 
@@ -160,7 +172,9 @@ def test_fleet_and_node_metrics_name_the_claim_and_its_device(scene: Scene) -> N
     assert len(mine) == 1, holders
     assert (mine[0]["driver"], mine[0]["pool"], mine[0]["device"], mine[0]["pod"]) == (DRIVER, scene.pool, scene.device, "mon-pod")
     assert mine[0]["uuid"], mine[0]
-    infos = {dict(labels)["device"] for (name, labels), value in node.items() if name == "dra_driver_device_info" and dict(labels)["driver"] == DRIVER}
+    infos = {
+        dict(labels)["device"] for (name, labels), value in node.items() if name == "dra_driver_device_info" and dict(labels)["driver"] == DRIVER
+    }
     assert scene.device in infos and len(infos) == published, (sorted(infos), published)
     print(f"fleet: total {total}, allocated {allocated}, free {free}, pending {pending}; holder {mine[0]}")
 

@@ -148,7 +148,9 @@ def test_doc_command_exits_as_the_doc_says(command: str, tmp_path: Path, monkeyp
 
 
 @pytest.mark.parametrize("command", _help_commands())
-def test_template_help_examples_work_without_notes(command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_template_help_examples_work_without_notes(
+    command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     code, output = _run(command, tmp_path, capsys)
     assert code == 0, output

@@ -28,7 +28,9 @@ def _request(name: str, memory: str | None) -> dict[str, Any]:
     return b.exact(name, capacity={"requests": {"memory": memory}}) if memory else b.exact(name)
 
 
-def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: dict[str, Any] | None, *memory: str | None, gates: tuple[str, ...] = GATES) -> tuple[int, Any]:
+def _run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: dict[str, Any] | None, *memory: str | None, gates: tuple[str, ...] = GATES
+) -> tuple[int, Any]:
     requests = [_request(f"r{i}", amount) for i, amount in enumerate(memory)]
     claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc(requests)])
     code, out, _ = explain(capsys, claim, "--fleet", _fleet(tmp_path, policy), *gates, "-o", "json")

@@ -45,13 +45,26 @@ def test_bad_feature_gates_are_invalid_input(tmp_path: Path, capsys: pytest.Capt
     ("selector", "message"),
     [
         ('quantity("1Gi") < quantity("2Gi")', "found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'"),
-        ('device.capacity["gpu.nvidia.com"].memory < quantity("80Gi")', "found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'"),
-        ('"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"', "error during formatting: decimal clause can only be used on integers, was given kubernetes.Quantity"),
+        (
+            'device.capacity["gpu.nvidia.com"].memory < quantity("80Gi")',
+            "found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'",
+        ),
+        (
+            '"%d".format([device.capacity["gpu.nvidia.com"].memory]) == "1"',
+            "error during formatting: decimal clause can only be used on integers, was given kubernetes.Quantity",
+        ),
         ('"%s-%d".format(["a", "b"]) == "a-b"', "error during formatting: decimal clause can only be used on integers, was given string"),
         # cel-go's stringFormatValidator (ext/formatting.go): %s refuses the Kubernetes object types, in list literals too
-        ('"%s-%d".format([device.capacity["gpu.nvidia.com"].memory, 0]) != ""',
-         "error during formatting: string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given kubernetes.Quantity"),
-        ('"%s".format([[semver("1.0.0")]]) != ""', "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given kubernetes.Semver"),
+        (
+            '"%s-%d".format([device.capacity["gpu.nvidia.com"].memory, 0]) != ""',
+            "error during formatting: string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and "
+            "timestamps, was given kubernetes.Quantity",
+        ),
+        (
+            '"%s".format([[semver("1.0.0")]]) != ""',
+            "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given "
+            "kubernetes.Semver",
+        ),
         ('"%.1f".format([1]) != ""', "error during formatting: fixed-point clause can only be used on doubles, was given int"),
         ('"%s".format(["a", "b"]) != ""', "too many arguments supplied to string.format (expected 1, got 2)"),
     ],

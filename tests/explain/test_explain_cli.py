@@ -37,7 +37,9 @@ def test_not_allocatable_exits_1_with_reason(tmp_path: Path, capsys: pytest.Capt
 
 def test_cel_runtime_error_exits_1_and_shows_the_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     selector = f'device.attributes["{NV}"].missing == "x"'
-    code, out, _ = explain(capsys, claim_file(tmp_path, [b.exact("gpu", selectors=(selector,))]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
+    code, out, _ = explain(
+        capsys, claim_file(tmp_path, [b.exact("gpu", selectors=(selector,))]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json"
+    )
     assert code == 1
     report = json.loads(out)
     assert not report["allocatable"] and "CEL runtime error" in report["error"] and "selector #0" in report["error"]
@@ -48,9 +50,19 @@ def test_cel_runtime_error_exits_1_and_shows_the_error(tmp_path: Path, capsys: p
     [
         (b.exact("gpu", count=0), None, "requests[0].exactly.count", "greater than zero"),
         ({"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "All", "count": 2}}, None, "requests[0].exactly.count", "All"),
-        ({"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "Some"}}, None, "requests[0].exactly.allocationMode", "ExactCount or All"),
+        (
+            {"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "allocationMode": "Some"}},
+            None,
+            "requests[0].exactly.allocationMode",
+            "ExactCount or All",
+        ),
         (b.exact("gpu", device_class="nope.example.com"), None, "requests[0].exactly.deviceClassName", "does not exist"),
-        (b.exact("gpu", selectors=("device.attributes[",)), None, "requests[0].exactly.selectors[0].cel.expression", 'Invalid value: "device.attributes[": Syntax error'),
+        (
+            b.exact("gpu", selectors=("device.attributes[",)),
+            None,
+            "requests[0].exactly.selectors[0].cel.expression",
+            'Invalid value: "device.attributes[": Syntax error',
+        ),
         (b.exact("gpu", selectors=("true || " * 1300 + "true",)), None, "requests[0].exactly.selectors[0].cel.expression", "10240"),
         (b.exact("GPU"), None, "requests[0].name", "DNS label"),
         ({"name": "gpu"}, None, "requests[0]", "exactly one of exactly or firstAvailable"),
@@ -60,7 +72,9 @@ def test_cel_runtime_error_exits_1_and_shows_the_error(tmp_path: Path, capsys: p
         ({"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "colour": "red"}}, None, "requests[0].exactly.colour", "unknown field"),
     ],
 )
-def test_invalid_claims_exit_2_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], request_body: dict, constraints: list | None, field: str, words: str) -> None:
+def test_invalid_claims_exit_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], request_body: dict, constraints: list | None, field: str, words: str
+) -> None:
     code, _, err = explain(capsys, claim_file(tmp_path, [request_body], constraints), "--fleet", fleet_list(tmp_path, nodes()))
     assert code == 2
     assert field in err and words in err
@@ -80,8 +94,21 @@ def test_limits_on_counts_and_opaque_size(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_pod_with_templates_allocates_all_its_claims_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu", "namespace": "ml"}, "spec": {"spec": {"devices": {"requests": [b.exact("gpu")]}}}}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "ml"}, "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": "a", "resourceClaimTemplateName": "one-gpu"}, {"name": "b", "resourceClaimTemplateName": "one-gpu"}]}}
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": [b.exact("gpu")]}}},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "resourceClaims": [{"name": "a", "resourceClaimTemplateName": "one-gpu"}, {"name": "b", "resourceClaimTemplateName": "one-gpu"}],
+        },
+    }
     path = write_yaml(tmp_path / "pod.yaml", class_docs() + [template, pod])
     code, out, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(per_node=2)), "-o", "json")
     assert code == 0
@@ -154,7 +181,9 @@ def test_output_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert first == second
 
 
-def test_the_loaded_fleet_is_frozen_during_the_command_and_unfrozen_after(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_loaded_fleet_is_frozen_during_the_command_and_unfrozen_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gc
 
     from dra_driver.sources import fleet as fleets

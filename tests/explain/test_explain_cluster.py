@@ -55,7 +55,12 @@ def test_cluster_device_taint_rules(cluster: tuple[SimApiServer, Path], tmp_path
     server, kubeconfig = cluster
     server.store.put(b.resource_slice("node-0", [b.device("gpu-0")]))
     server.store.put(b.class_doc("any-gpu.example.com", [f'device.driver == "{b.NV}"']))
-    rule = {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": "drain"}, "spec": {"deviceSelector": {"pool": "node-0"}, "taint": {"key": "drain", "effect": "NoExecute"}}}
+    rule = {
+        "apiVersion": "resource.k8s.io/v1alpha3",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "drain"},
+        "spec": {"deviceSelector": {"pool": "node-0"}, "taint": {"key": "drain", "effect": "NoExecute"}},
+    }
     server.store.put(rule)
     claim = tmp_path / "claim.yaml"
     claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "any-gpu.example.com")])))
@@ -72,17 +77,25 @@ def test_cluster_namespace_labels_decide_admin_access(cluster: tuple[SimApiServe
     claim.write_text(yaml.safe_dump(b.claim_doc([b.exact("gpu", "any-gpu.example.com", adminAccess=True)])))
     assert main(["explain", str(claim), "--kubeconfig", str(kubeconfig)]) == 2
     assert "resource.kubernetes.io/admin-access" in capsys.readouterr().err
-    server.store.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"resource.kubernetes.io/admin-access": "true"}}})
+    server.store.put(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"resource.kubernetes.io/admin-access": "true"}}}
+    )
     assert main(["explain", str(claim), "--kubeconfig", str(kubeconfig)]) == 0
 
 
-def test_cluster_without_an_extended_resource_class_says_insufficient(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cluster_without_an_extended_resource_class_says_insufficient(
+    cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The cluster has no DeviceClass with extendedResourceName nvidia.com/gpu (the shipped one is not installed there)."""
     server, kubeconfig = cluster
     server.store.put(b.resource_slice("node-0", [b.device("gpu-0"), b.device("gpu-1")]))
     server.store.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"}, "status": {"allocatable": {"cpu": "8"}}})
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+    }
     path = tmp_path / "pod.yaml"
     path.write_text(yaml.safe_dump(pod))
     argv = ["explain", str(path), "--kubeconfig", str(kubeconfig), "--feature-gates", "DRAExtendedResource=true"]
@@ -102,8 +115,12 @@ def test_a_dump_with_the_clusters_classes_is_read_like_the_cluster(tmp_path: Pat
     own = b.class_doc("any-gpu.example.com", [f'device.driver == "{b.NV}"'])
     dump = tmp_path / "dump.yaml"
     dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [*slices, own, node]}))
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+    }
     path = tmp_path / "pod.yaml"
     path.write_text(yaml.safe_dump(pod))
     assert main(["explain", str(path), "--fleet", str(dump), "--feature-gates", "DRAExtendedResource=true"]) == 1
@@ -126,7 +143,9 @@ def test_fleet_files_without_classes_say_the_shipped_ones_are_assumed(tmp_path: 
     assert "shipped ones" not in capsys.readouterr().out  # a simulated node runs this driver, with its classes
 
 
-def test_a_cluster_without_the_shipped_classes_does_not_get_them(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_cluster_without_the_shipped_classes_does_not_get_them(
+    cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server, kubeconfig = cluster
     server.store.put(b.resource_slice("node-0", [b.device("gpu-0")]))
     claim = tmp_path / "claim.yaml"

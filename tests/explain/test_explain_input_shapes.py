@@ -37,7 +37,9 @@ def test_v1beta1_request_fields_say_move_under_exactly_at_their_own_lines(tmp_pa
     assert all("move it under `exactly:`" in line and "remove it" not in line for line in lines)
 
 
-def test_v1beta1_fields_in_a_list_item_name_their_line_and_other_unknown_fields_say_remove(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_v1beta1_fields_in_a_list_item_name_their_line_and_other_unknown_fields_say_remove(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = (
         "apiVersion: v1\nkind: List\nitems:\n"
         "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: settings\n"
@@ -61,7 +63,11 @@ NIM_SERVICE = {
     "apiVersion": "apps.nvidia.com/v1alpha1",
     "kind": "NIMService",
     "metadata": {"name": "llama", "namespace": "nim"},
-    "spec": {"image": {"repository": "nvcr.io/nim/meta/llama3-8b-instruct", "tag": "1.0.0"}, "replicas": 2, "resources": {"limits": {"nvidia.com/gpu": 2}}},
+    "spec": {
+        "image": {"repository": "nvcr.io/nim/meta/llama3-8b-instruct", "tag": "1.0.0"},
+        "replicas": 2,
+        "resources": {"limits": {"nvidia.com/gpu": 2}},
+    },
 }
 
 
@@ -75,7 +81,10 @@ def test_migrated_nimservice_pods_get_the_claims_of_dra_resources(tmp_path: Path
     code, out, err = explain(capsys, migrated, "--profile", "dgx-h100", "-o", "json")
     assert code == 0, err
     report = json.loads(out)
-    assert [pod["pod"] for pod in report["pods"]] == ["Pod nim/llama-0 (NIMService nim/llama, replica 1 of 2)", "Pod nim/llama-1 (NIMService nim/llama, replica 2 of 2)"]
+    assert [pod["pod"] for pod in report["pods"]] == [
+        "Pod nim/llama-0 (NIMService nim/llama, replica 1 of 2)",
+        "Pod nim/llama-1 (NIMService nim/llama, replica 2 of 2)",
+    ]
     devices = [r["device"] for pod in report["pods"] for allocation in pod["allocations"].values() for r in allocation["devices"]["results"]]
     assert len(devices) == 4 and len(set(devices)) == 4  # 2 replicas x 2 GPUs, none given twice
     assert not any("ask for no devices" in note for note in report["notes"])
@@ -120,7 +129,9 @@ spec:
 """
 
 
-def test_custom_kinds_are_skipped_with_one_note_per_kind_and_typos_of_explains_kinds_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_custom_kinds_are_skipped_with_one_note_per_kind_and_typos_of_explains_kinds_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "sample.yaml"
     path.write_text(COMPUTE_DOMAIN + "---\n" + COMPUTE_DOMAIN.split("---")[0].replace("name: imex\n", "name: imex-2\n"))
     code, out, err = explain(capsys, path, "--profile", "dgx-h100")
@@ -160,7 +171,9 @@ def test_a_mig_claim_on_a_static_profile_hints_at_dynamic_partitioning(tmp_path:
     assert "56 devices of profile dgx-h100 match and it is allocatable" in out
     code, out, _ = explain(capsys, claim, "--profile", "dgx-h100", "--partitioning", "dynamic")
     assert code == 0 and "--partitioning dynamic (nodes" not in out
-    code, out, _ = explain(capsys, _write(tmp_path, "big.yaml", MIG_CLAIM.replace("mig-1g.10gb.nvidia.com", "gpu.nvidia.com\n        count: 9")), "--profile", "dgx-h100")
+    code, out, _ = explain(
+        capsys, _write(tmp_path, "big.yaml", MIG_CLAIM.replace("mig-1g.10gb.nvidia.com", "gpu.nvidia.com\n        count: 9")), "--profile", "dgx-h100"
+    )
     assert code == 1 and "--partitioning dynamic (nodes" not in out  # no better there: no hint
 
 
@@ -169,7 +182,10 @@ def test_a_constraint_on_an_attribute_no_device_has_gets_one_note_with_a_did_you
     code, out, _ = explain(capsys, _write(tmp_path, "c.yaml", text.format("dra-driver.io/interconectDomain")), "--profile", "dgx-h100")
     assert code == 1
     (note,) = [line for line in out.splitlines() if line.startswith("Note:")]
-    assert "constraints[0].matchAttribute: no device of this fleet has dra-driver.io/interconectDomain; did you mean 'dra-driver.io/interconnectDomain'?" in note
+    assert (
+        "constraints[0].matchAttribute: no device of this fleet has dra-driver.io/interconectDomain; did you mean 'dra-driver.io/interconnectDomain'?"
+        in note
+    )
     code, out, _ = explain(capsys, _write(tmp_path, "c.yaml", text.format("gpu.nvidia.com/nvlinkDomain")), "--profile", "dgx-h100")
     (note,) = [line for line in out.splitlines() if line.startswith("Note:")]
     assert "no device of this fleet has gpu.nvidia.com/nvlinkDomain" in note and "kept together by dra-driver.io/interconnectDomain" in note

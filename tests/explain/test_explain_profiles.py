@@ -41,7 +41,13 @@ def results(report: dict[str, Any]) -> list[tuple[str, str]]:
 @needs_nvidia
 def test_shipped_classes_and_first_available_falls_back_to_mig(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Static MIG on a DGX A100: gpu-4..7 are whole GPUs, gpu-0..2 carry MIG devices.
-    request = {"name": "accel", "firstAvailable": [b.sub("whole", "gpu.nvidia.com", count=5), b.sub("slice", "mig.nvidia.com", selectors=(f'device.attributes["{NV}"].profile == "3g.20gb"',))]}
+    request = {
+        "name": "accel",
+        "firstAvailable": [
+            b.sub("whole", "gpu.nvidia.com", count=5),
+            b.sub("slice", "mig.nvidia.com", selectors=(f'device.attributes["{NV}"].profile == "3g.20gb"',)),
+        ],
+    }
     code, report = run(tmp_path, capsys, [b.claim_doc([request])], "--profile", "dgx-a100-mig")
     assert code == 0
     assert results(report) == [("accel/slice", "gpu-1-mig-3g20gb-9-0")]

@@ -12,17 +12,29 @@ from explain_testlib import NV, class_docs, explain, fleet_list, nodes, write_ya
 
 
 def _pod(claims: list[dict[str, str]], namespace: str = "ml") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": namespace}, "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": claims}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": claims},
+    }
 
 
-TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu", "namespace": "ml"}, "spec": {"spec": {"devices": {"requests": [b.exact("gpu")]}}}}
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "one-gpu", "namespace": "ml"},
+    "spec": {"spec": {"devices": {"requests": [b.exact("gpu")]}}},
+}
 
 
 def _allocated_claim(node: str) -> dict[str, Any]:
     claim = b.claim_doc([b.exact("gpu")], name="shared")
     claim["metadata"]["namespace"] = "ml"
     selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
-    claim["status"] = {"allocation": {"devices": {"results": [{"request": "gpu", "driver": NV, "pool": node, "device": "gpu-0"}]}, "nodeSelector": selector}}
+    claim["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", "driver": NV, "pool": node, "device": "gpu-0"}]}, "nodeSelector": selector}
+    }
     return claim
 
 
@@ -96,9 +108,16 @@ def test_bad_namespace_labels_are_invalid_input(tmp_path: Path, capsys: pytest.C
     assert code == 2 and "--namespace-labels" in err and repr(entry) in err
 
 
-def _mig_claim(tmp_path: Path, count: int, device_class: str = "mig.nvidia.com", selector: str = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"') -> Path:
+def _mig_claim(
+    tmp_path: Path, count: int, device_class: str = "mig.nvidia.com", selector: str = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'
+) -> Path:
     request = {"name": "slices", "exactly": {"deviceClassName": device_class, "count": count, "selectors": [{"cel": {"expression": selector}}]}}
-    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "big", "namespace": "default"}, "spec": {"devices": {"requests": [request]}}}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "big", "namespace": "default"},
+        "spec": {"devices": {"requests": [request]}},
+    }
     return write_yaml(tmp_path / "claim.yaml", [claim])
 
 
@@ -142,7 +161,12 @@ def test_extended_resource_is_allocated_through_its_device_class(tmp_path: Path,
 
 
 def _node_doc(name: str, fpgas: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "status": {"allocatable": {"cpu": "8", "example.com/fpga": str(fpgas)}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"cpu": "8", "example.com/fpga": str(fpgas)}},
+    }
 
 
 def test_extended_resource_no_class_maps_is_insufficient_like_the_scheduler(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,7 +209,9 @@ def test_other_device_plugin_resources_are_not_judged_without_node_objects(tmp_p
 
 def test_extended_resource_beside_a_claim_shares_the_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pod = _extended_pod(2, [{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
-    path = write_yaml(tmp_path / "pod.yaml", [_gpu_class_with_extended_resource(), b.class_doc(b.MIG_CLASS, b.CLASS_SELECTORS[b.MIG_CLASS]), TEMPLATE, pod])
+    path = write_yaml(
+        tmp_path / "pod.yaml", [_gpu_class_with_extended_resource(), b.class_doc(b.MIG_CLASS, b.CLASS_SELECTORS[b.MIG_CLASS]), TEMPLATE, pod]
+    )
     gates = ("--feature-gates", "DRAExtendedResource=true")
     code, _, _ = explain(capsys, path, "--fleet", fleet_list(tmp_path, nodes(count=2, per_node=2)), *gates)
     assert code == 1  # three GPUs on one node: no node has them
@@ -247,7 +273,15 @@ def test_consumable_capacity_shares_one_device_between_requests(tmp_path: Path, 
 
 def test_consumable_capacity_counts_other_claims_shares(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = b.claim_doc([_memory_request("a", "60Gi")], name="other")
-    other["status"] = {"allocation": {"devices": {"results": [{"request": "a", "driver": NV, "pool": "node-0", "device": "gpu-0", "shareID": "s1", "consumedCapacity": {"memory": "60Gi"}}]}}}
+    other["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "a", "driver": NV, "pool": "node-0", "device": "gpu-0", "shareID": "s1", "consumedCapacity": {"memory": "60Gi"}}
+                ]
+            }
+        }
+    }
     claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([_memory_request("a", "40Gi")])])
     code, out, _ = explain(capsys, claim, "--fleet", _shared_gpu_fleet(tmp_path, [other]), "--feature-gates", "DRAConsumableCapacity=true")
     assert code == 1 and "capacity gpu.nvidia.com/memory" in out
@@ -258,19 +292,32 @@ def test_consumable_capacity_counts_other_claims_shares(tmp_path: Path, capsys: 
 
 def test_capacity_request_larger_than_any_device_rules_it_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     claim = write_yaml(tmp_path / "claim.yaml", class_docs() + [b.claim_doc([_memory_request("a", "100Gi")])])
-    code, out, _ = explain(capsys, claim, "--fleet", fleet_list(tmp_path, nodes(count=1, per_node=1)), "--feature-gates", "DRAConsumableCapacity=true")
+    code, out, _ = explain(
+        capsys, claim, "--fleet", fleet_list(tmp_path, nodes(count=1, per_node=1)), "--feature-gates", "DRAConsumableCapacity=true"
+    )
     assert code == 1 and "requested capacity does not fit" in out
 
 
 def _zoned_nodes() -> list[dict[str, Any]]:
-    return [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{n}", "labels": {"kubernetes.io/hostname": f"node-{n}", "zone": zone}}} for n, zone in enumerate("ab")]
+    return [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{n}", "labels": {"kubernetes.io/hostname": f"node-{n}", "zone": zone}}}
+        for n, zone in enumerate("ab")
+    ]
 
 
 @pytest.mark.parametrize(
     "constraint",
     [
         {"nodeSelector": {"zone": "b"}},
-        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}]}}}},
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}]
+                    }
+                }
+            }
+        },
         {"nodeName": "node-1"},
     ],
     ids=["nodeSelector", "required-affinity", "nodeName"],
@@ -283,7 +330,9 @@ def test_pods_own_node_constraints_filter_nodes(tmp_path: Path, capsys: pytest.C
     report = json.loads(out)
     assert code == 0 and report["node"] == "node-1"
     (node_0,) = [n for n in report["nodes"] if n["node"] == "node-0"]
-    assert node_0["reasons"] == ["node(s) didn't match the requested node name" if "nodeName" in constraint else "node(s) didn't match Pod's node affinity/selector"]
+    assert node_0["reasons"] == [
+        "node(s) didn't match the requested node name" if "nodeName" in constraint else "node(s) didn't match Pod's node affinity/selector"
+    ]
 
 
 def test_pod_node_constraints_need_known_node_labels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -310,7 +359,9 @@ def test_pods_use_templates_of_their_own_namespace(tmp_path: Path, capsys: pytes
     other = {**TEMPLATE, "metadata": {"name": "one-gpu", "namespace": "other"}}
     two = {**TEMPLATE, "spec": {"spec": {"devices": {"requests": [b.exact("gpu", count=2)]}}}}
     pod = _pod([{"name": "fresh", "resourceClaimTemplateName": "one-gpu"}])
-    code, out, _ = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [two, other, pod]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json")
+    code, out, _ = explain(
+        capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [two, other, pod]), "--fleet", fleet_list(tmp_path, nodes()), "-o", "json"
+    )
     assert code == 0 and len(json.loads(out)["allocations"]["ml/trainer-fresh"]["devices"]["results"]) == 2
     code, _, err = explain(capsys, write_yaml(tmp_path / "pod.yaml", class_docs() + [other, pod]), "--fleet", fleet_list(tmp_path, nodes()))
     assert code == 2 and "ResourceClaimTemplate 'one-gpu' of namespace 'ml' is not in the file" in err

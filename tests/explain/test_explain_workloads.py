@@ -23,10 +23,15 @@ def _container(gpus: int, name: str = "main") -> dict[str, Any]:
 
 def _deployment(replica_count: int, gpus: int) -> dict[str, Any]:
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": "serving"},
-        "spec": {"replicas": replica_count, "selector": {"matchLabels": {"app": "llm"}},
-                 "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {"containers": [_container(gpus), {"name": "sidecar", "image": "envoy:1"}]}}},
-    }  # fmt: skip
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "llm", "namespace": "serving"},
+        "spec": {
+            "replicas": replica_count,
+            "selector": {"matchLabels": {"app": "llm"}},
+            "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {"containers": [_container(gpus), {"name": "sidecar", "image": "envoy:1"}]}},
+        },
+    }
 
 
 def _pytorch_job(workers: int, gpus: int) -> dict[str, Any]:
@@ -110,13 +115,51 @@ def _migrated(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:
 @pytest.mark.parametrize(
     ("workload", "pods"),
     [
-        ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"parallelism": 3, "template": {"spec": {"containers": [_container(1)]}}}}, 3),
-        ({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
-          "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {"containers": [_container(1)]}}}}}}, 1),
-        ({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "s"},
-          "spec": {"replicas": 2, "serviceName": "s", "selector": {}, "template": {"spec": {"containers": [_container(1)]}}}}, 2),
-        ({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d"}, "spec": {"selector": {}, "template": {"spec": {"containers": [_container(1)]}}}}, 1),
-        ({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "zero"}, "spec": {"replicas": 0, "template": {"spec": {"containers": [_container(1)]}}}}, 0),
+        (
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "j"},
+                "spec": {"parallelism": 3, "template": {"spec": {"containers": [_container(1)]}}},
+            },
+            3,
+        ),
+        (
+            {
+                "apiVersion": "batch/v1",
+                "kind": "CronJob",
+                "metadata": {"name": "c"},
+                "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {"containers": [_container(1)]}}}}},
+            },
+            1,
+        ),
+        (
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "s"},
+                "spec": {"replicas": 2, "serviceName": "s", "selector": {}, "template": {"spec": {"containers": [_container(1)]}}},
+            },
+            2,
+        ),
+        (
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "d"},
+                "spec": {"selector": {}, "template": {"spec": {"containers": [_container(1)]}}},
+            },
+            1,
+        ),
+        (
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "zero"},
+                "spec": {"replicas": 0, "template": {"spec": {"containers": [_container(1)]}}},
+            },
+            0,
+        ),
     ],
     ids=["job-parallelism", "cronjob", "statefulset", "daemonset", "zero-replicas"],
 )
@@ -133,7 +176,12 @@ def test_core_workloads_become_one_pod_per_replica(tmp_path: Path, capsys: pytes
 
 
 def test_a_workload_with_generate_name_names_its_pods_after_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "eval-"}, "spec": {"template": {"spec": {"containers": [_container(1)]}}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"generateName": "eval-"},
+        "spec": {"template": {"spec": {"containers": [_container(1)]}}},
+    }
     code, out, err = explain(capsys, _migrated(tmp_path, [job]), "--profile", "dgx-h100", "-o", "json")
     assert code == 0, err
     assert json.loads(out)["pods"][0]["pod"] == "Pod default/eval-* (Job default/eval-*)"  # generateName, as migrate reports it
@@ -203,7 +251,9 @@ def test_a_huge_replica_count_is_not_expanded(tmp_path: Path, capsys: pytest.Cap
 def test_odd_pod_specs_are_read_without_crashing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     odd = _deployment(1, 1)
     odd["spec"]["template"]["spec"]["containers"] = ["not-a-container", {"name": "c", "resources": {"limits": ["x"]}}, _container(1)]
-    code, out, err = explain(capsys, write_yaml(tmp_path / "app.yaml", [odd]), "--profile", "dgx-h100", "--feature-gates", "DRAExtendedResource=true", "-o", "json")
+    code, out, err = explain(
+        capsys, write_yaml(tmp_path / "app.yaml", [odd]), "--profile", "dgx-h100", "--feature-gates", "DRAExtendedResource=true", "-o", "json"
+    )
     assert code == 0, err
     assert len(json.loads(out)["pods"]) == 1
 

@@ -32,7 +32,16 @@ def test_every_dra_gate_of_the_version_is_known() -> None:
 # client-go, component-base logging, and the two whose string differs from their Go constant.
 @pytest.mark.parametrize(
     "name",
-    ["InPlacePodVerticalScaling", "SchedulerAsyncAPICalls", "MutatingAdmissionPolicy", "WatchListClient", "ContextualLogging", "CustomCPUCFSQuotaPeriod", "RuntimeClassInImageCriApi", "AllAlpha"],
+    [
+        "InPlacePodVerticalScaling",
+        "SchedulerAsyncAPICalls",
+        "MutatingAdmissionPolicy",
+        "WatchListClient",
+        "ContextualLogging",
+        "CustomCPUCFSQuotaPeriod",
+        "RuntimeClassInImageCriApi",
+        "AllAlpha",
+    ],
 )
 def test_real_gates_that_do_not_change_the_answer_are_accepted_and_named(name: str) -> None:
     gates = parse_gates(f"{name}=true")
@@ -41,11 +50,15 @@ def test_real_gates_that_do_not_change_the_answer_are_accepted_and_named(name: s
 
 
 def test_a_misspelt_modelled_gate_is_refused_with_its_likely_meaning() -> None:
-    with pytest.raises(InputError, match=r"unknown feature gate 'DRAAdminAcess': Kubernetes 1\.35 has no gate of that name; did you mean 'DRAAdminAccess'\?"):
+    with pytest.raises(
+        InputError, match=r"unknown feature gate 'DRAAdminAcess': Kubernetes 1\.35 has no gate of that name; did you mean 'DRAAdminAccess'\?"
+    ):
         parse_gates("DRAAdminAcess=false")  # applying nothing silently would give a wrong answer
 
 
-@pytest.mark.parametrize(("text", "meant"), [("InPlacePodVerticalScalling=true", "InPlacePodVerticalScaling"), ("dra-consumable-capacity=true", "DRAConsumableCapacity")])
+@pytest.mark.parametrize(
+    ("text", "meant"), [("InPlacePodVerticalScalling=true", "InPlacePodVerticalScaling"), ("dra-consumable-capacity=true", "DRAConsumableCapacity")]
+)
 def test_an_unknown_gate_suggests_the_known_one(text: str, meant: str) -> None:
     with pytest.raises(InputError, match=f"did you mean '{meant}'"):
         parse_gates(text)

@@ -46,7 +46,14 @@ def test_an_unknown_release_is_refused_naming_the_known_ones() -> None:
 
 @pytest.mark.parametrize(
     ("git_version", "release", "noted"),
-    [("v1.36.2", "1.36", False), ("v1.35.6", "1.35", False), ("v1.38.0", "1.37", True), ("v1.34.3", "1.35", True), ("weird", "1.35", True), (None, "1.35", True)],
+    [
+        ("v1.36.2", "1.36", False),
+        ("v1.35.6", "1.35", False),
+        ("v1.38.0", "1.37", True),
+        ("v1.34.3", "1.35", True),
+        ("weird", "1.35", True),
+        (None, "1.35", True),
+    ],
 )
 def test_the_release_of_a_server(git_version: str | None, release: str, noted: bool) -> None:
     chosen, note = release_of(git_version)

@@ -24,7 +24,12 @@ def claim(name: str, namespace: str, device_class: str, count: int, same: str | 
     spec: dict[str, Any] = {"requests": [{"name": "accel", "exactly": {"deviceClassName": device_class, "count": count}}]}
     if same:
         spec["constraints"] = [{"matchAttribute": same}]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace}, "spec": {"devices": spec}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": spec},
+    }
 
 
 def schedule(server: SimApiServer, kubeconfig: Path, tmp: Path, doc: dict[str, Any], pods: list[str]) -> dict[str, Any]:
@@ -49,7 +54,9 @@ def cluster(tmp_path: Path) -> Iterator[tuple[SimApiServer, Path]]:
             server.store.put(device_class)
         schedule(server, kubeconfig, tmp_path, claim("train", "team-a", "gpu.nvidia.com", 2, "dra-driver.io/interconnectDomain"), ["trainer-0"])
         schedule(server, kubeconfig, tmp_path, claim("infer", "team-b", "gpu.amd.com", 1), ["infer-7", "infer-8"])
-        server.store.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0", "namespace": "team-a"}, "status": {"phase": "Running"}})
+        server.store.put(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0", "namespace": "team-a"}, "status": {"phase": "Running"}}
+        )
         server.store.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer-7", "namespace": "team-b"}, "status": {"phase": "Pending"}})
         yield server, kubeconfig
 
@@ -66,7 +73,9 @@ def test_table_matches_the_golden_output(cluster: tuple[SimApiServer, Path], cap
     assert out == GOLDEN.read_text().replace("SOURCE", f"cluster {cluster[0].url} (kubeconfig {cluster[1]})")
 
 
-def test_every_resource_is_listed_once_per_page_read_only(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_resource_is_listed_once_per_page_read_only(
+    cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     server, kubeconfig = cluster
     monkeypatch.setattr(fleets, "LIST_PAGE", 3)  # 4 slices, 2 claims, the shipped classes: slices come in two pages
     server.requests.clear()
@@ -84,7 +93,14 @@ def test_json_names_claim_pods_and_their_phases(cluster: tuple[SimApiServer, Pat
     assert code == 0
     (held,) = view["devices"]
     assert held["state"] == "allocated" and held["node"] == "node-0" and held["vendor"] == "amd"
-    assert held["holders"] == [{"namespace": "team-b", "claim": "infer", "request": "accel", "pods": [{"name": "infer-7", "phase": "Pending"}, {"name": "infer-8", "phase": "Missing"}]}]
+    assert held["holders"] == [
+        {
+            "namespace": "team-b",
+            "claim": "infer",
+            "request": "accel",
+            "pods": [{"name": "infer-7", "phase": "Pending"}, {"name": "infer-8", "phase": "Missing"}],
+        }
+    ]
 
 
 @pytest.mark.parametrize(
@@ -96,7 +112,9 @@ def test_json_names_claim_pods_and_their_phases(cluster: tuple[SimApiServer, Pat
         (["hopper-or-cdna3.dra-driver.io", "--node", "node-1"], {("node-1", "free"): 4}),
     ],
 )
-def test_filters(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], args: list[str], expected: dict[tuple[str, str], int]) -> None:
+def test_filters(
+    cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], args: list[str], expected: dict[tuple[str, str], int]
+) -> None:
     code, out, _ = run(capsys, "--kubeconfig", str(cluster[1]), "-o", "yaml", *args)
     counts: dict[tuple[str, str], int] = {}
     for device in yaml.safe_load(out)["devices"]:
@@ -121,7 +139,9 @@ def test_unknown_class_and_vendor_are_clear_errors(cluster: tuple[SimApiServer, 
     assert code == 2 and "--vendor" in err and "gaudi" in err
 
 
-def test_a_slow_read_says_on_stderr_how_far_it_got(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_read_says_on_stderr_how_far_it_got(
+    cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(fleets, "LIST_PAGE", 3)  # 4 slices: two pages, the first one "so far"
     monkeypatch.setattr(fleets, "PROGRESS_AFTER_S", 0.0)  # every read counts as slow
     monkeypatch.setattr(fleets, "_clock", iter(range(0, 1000, 2)).__next__)  # 2 s between looks: every page is reported
@@ -133,7 +153,9 @@ def test_a_slow_read_says_on_stderr_how_far_it_got(cluster: tuple[SimApiServer, 
     assert lines[-1].startswith(f"read {cluster[0].url}") and "4 ResourceSlices, " in lines[-1] and "2 ResourceClaims" in lines[-1]
 
 
-def test_a_quick_read_prints_no_progress(cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_quick_read_prints_no_progress(
+    cluster: tuple[SimApiServer, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(fleets, "_clock", lambda: 100.0)  # no time passes
     code, _, err = run(capsys, "--kubeconfig", str(cluster[1]), "-o", "json")
     assert code == 0 and err == ""

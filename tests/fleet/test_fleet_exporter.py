@@ -138,7 +138,11 @@ def test_a_broken_device_class_costs_only_itself(server: SimApiServer, exporter:
 
 def test_node_slices_published_stale_and_missing(server: SimApiServer, exporter: FleetExporter) -> None:
     def states() -> dict[tuple[str, str], str]:
-        return {(dict(labels)["node"], dict(labels)["state"]): dict(labels)["driver"] for (name, labels), v in scrape(exporter).items() if name == "dra_fleet_node_slices" and v == 1}
+        return {
+            (dict(labels)["node"], dict(labels)["state"]): dict(labels)["driver"]
+            for (name, labels), v in scrape(exporter).items()
+            if name == "dra_fleet_node_slices" and v == 1
+        }
 
     assert states() == {("node-0", "published"): DRIVER, ("node-1", "published"): DRIVER}
     slice_of = {s["spec"]["pool"]["name"]: s["metadata"]["name"] for s in server.objects("ResourceSlice")}

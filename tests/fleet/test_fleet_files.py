@@ -30,7 +30,12 @@ def allocated(fleet_file: Path, tmp: Path, doc: dict[str, Any]) -> dict[str, Any
 
 def mig_claim(profile: str) -> dict[str, Any]:
     request = {"name": "mig", "exactly": {"deviceClassName": f"mig-{profile}.nvidia.com"}}
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "slice", "namespace": "ml"}, "spec": {"devices": {"requests": [request]}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "slice", "namespace": "ml"},
+        "spec": {"devices": {"requests": [request]}},
+    }
 
 
 def test_a_partition_in_use_blocks_its_whole_gpu_and_uses_counters(tmp_path: Path) -> None:
@@ -59,7 +64,9 @@ def test_taints_admin_access_and_devices_no_slice_publishes(tmp_path: Path) -> N
         {"request": "probe", "driver": NV, "pool": "node-0", "device": devices[2]["name"], "adminAccess": True},
         {"request": "gone", "driver": NV, "pool": "node-0", "device": "gpu-99"},
     ]
-    fleet.claims = [{"kind": "ResourceClaim", "metadata": {"name": "monitor", "namespace": "ops"}, "status": {"allocation": {"devices": {"results": results}}}}]
+    fleet.claims = [
+        {"kind": "ResourceClaim", "metadata": {"name": "monitor", "namespace": "ops"}, "status": {"allocation": {"devices": {"results": results}}}}
+    ]
     view = build_view(fleet, Filters())
     states = {d.device: d.state for d in view.devices}
     assert states[devices[0]["name"]] == "tainted" and states[devices[1]["name"]] == "free"
@@ -72,7 +79,13 @@ def test_taints_admin_access_and_devices_no_slice_publishes(tmp_path: Path) -> N
     "claims",
     [
         [{"kind": "ResourceClaim"}],  # no metadata
-        [{"kind": "ResourceClaim", "metadata": {"name": "x"}, "status": {"allocation": {"devices": {"results": [{"driver": NV, "pool": 3}, "junk"]}}}}],
+        [
+            {
+                "kind": "ResourceClaim",
+                "metadata": {"name": "x"},
+                "status": {"allocation": {"devices": {"results": [{"driver": NV, "pool": 3}, "junk"]}}},
+            }
+        ],
         [{"kind": "ResourceClaim", "metadata": {"name": "y"}, "status": {"allocation": "junk", "reservedFor": "junk"}}],
     ],
 )
@@ -87,7 +100,11 @@ def test_malformed_claims_are_skipped_and_counted_not_fatal(claims: list[dict[st
 def test_cli_reads_fleet_files_with_claims_and_pods(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fleet = fleets.simulated("l4", 2)
     result = {"request": "gpu", "driver": NV, "pool": "node-1", "device": "gpu-0"}
-    claim = {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "web"}, "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"resource": "pods", "name": "web-0", "uid": "u"}]}}
+    claim = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "web"},
+        "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"resource": "pods", "name": "web-0", "uid": "u"}]},
+    }
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "web"}, "status": {"phase": "Running"}}
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump_all([*fleet.slices, claim, pod]))
@@ -104,7 +121,11 @@ def test_wide_lists_every_device_with_pool_memory_holders_pods_and_why(tmp_path:
     fleet = fleets.simulated("l4", 2)
     fleet.slices[0]["spec"]["devices"][0]["taints"] = [{"key": f"{NV}/xid", "value": "79", "effect": "NoSchedule"}]
     result = {"request": "gpu", "driver": NV, "pool": "node-1", "device": "gpu-0"}
-    claim = {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "web"}, "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"resource": "pods", "name": "web-0", "uid": "u"}]}}
+    claim = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "web"},
+        "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"resource": "pods", "name": "web-0", "uid": "u"}]},
+    }
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "web"}, "status": {"phase": "Pending"}}
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump_all([*fleet.slices, claim, pod]))
@@ -126,7 +147,12 @@ def test_wide_lists_every_device_with_pool_memory_holders_pods_and_why(tmp_path:
 
 def test_class_from_the_fleet_whose_selector_fails_matches_nothing_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fleet = fleets.simulated("l4", 1)
-    broken = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "broken.example.com"}, "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{NV}"].noSuchAttribute == "x"'}}]}}
+    broken = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "broken.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{NV}"].noSuchAttribute == "x"'}}]},
+    }
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump_all([*fleet.slices, broken]))
     assert main(["fleet", "broken.example.com", "--fleet", str(path), "-o", "json"]) == 0

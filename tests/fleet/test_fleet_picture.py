@@ -27,7 +27,11 @@ def held_fleet(tmp_path: Path, pod: str = "web-0", namespace: str = "web") -> Pa
     fleet = fleets.simulated("l4", 2)
     fleet.slices[0]["spec"]["devices"][0]["taints"] = [{"key": f"{NV}/xid", "value": "79", "effect": "NoSchedule"}]
     result = {"request": "gpu", "driver": NV, "pool": "node-1", "device": "gpu-0"}
-    claim = {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": namespace}, "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"resource": "pods", "name": pod, "uid": "u"}]}}
+    claim = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": namespace},
+        "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"resource": "pods", "name": pod, "uid": "u"}]},
+    }
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump_all([*fleet.slices, claim]))
     return path
@@ -77,7 +81,13 @@ def test_names_from_the_cluster_are_escaped_never_markup() -> None:
     device["name"] = HOSTILE
     result = {"request": "gpu", "driver": NV, "pool": "node-0", "device": HOSTILE}
     reserved = [{"resource": "pods", "name": "<img src=x onerror=alert(1)>", "uid": "u"}]
-    fleet.claims = [{"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": 'ns"><b>'}, "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved}}]
+    fleet.claims = [
+        {
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": 'ns"><b>'},
+            "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved},
+        }
+    ]
     view = build_view(fleet, Filters())
     assert [d.device for d in view.devices if d.state == "allocated"] == [HOSTILE]
     for out in (to_svg(view), to_html(view)):

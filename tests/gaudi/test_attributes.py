@@ -134,7 +134,14 @@ def test_no_pcie_root_when_the_path_has_none(host_tree):
 
 @pytest.mark.parametrize(
     ("device_id", "model", "family"),
-    [("0x1000", "Gaudi", "gaudi"), ("0x1020", "Gaudi2", "gaudi2"), ("0x1030", "Gaudi2", "gaudi2"), ("0x1060", "Gaudi3", "gaudi3"), ("0x1063", "Gaudi3", "gaudi3"), ("0x0001", "Unknown", "unknown")],
+    [
+        ("0x1000", "Gaudi", "gaudi"),
+        ("0x1020", "Gaudi2", "gaudi2"),
+        ("0x1030", "Gaudi2", "gaudi2"),
+        ("0x1060", "Gaudi3", "gaudi3"),
+        ("0x1063", "Gaudi3", "gaudi3"),
+        ("0x0001", "Unknown", "unknown"),
+    ],
 )
 def test_pci_id_map(device_id, model, family):
     assert (model_for(device_id).name, model_for(device_id).family) == (model, family)
@@ -181,7 +188,9 @@ def test_documented_cross_vendor_selectors_skip_a_device_without_memory(open_pro
 
     expressions = _common_vocabulary_selectors()
     assert any("memory" in e for e in expressions)
-    inventory = open_profile({"devices": [one_device(device_id="0x10ff"), one_device(bdf="0000:1a:00.0", device_id="0x1060", accel_index=3, module_id=7, uverbs=5)]}).discover()
+    inventory = open_profile(
+        {"devices": [one_device(device_id="0x10ff"), one_device(bdf="0000:1a:00.0", device_id="0x1060", accel_index=3, module_id=7, uverbs=5)]}
+    ).discover()
     [slice_] = render_pool(inventory, NODE)
     for device in slice_["spec"]["devices"]:
         for expression in expressions:

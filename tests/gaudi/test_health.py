@@ -80,7 +80,14 @@ def test_hlml_critical_error_until_reset(open_profile, stop):
 
 @pytest.mark.parametrize(
     ("status", "healthy", "value"),
-    [(None, True, ""), ("Operational", True, ""), ("operational", True, ""), ("Disabled", False, "Disabled"), ("In reset after device release", False, "InResetAfterDeviceRelease"), ("in device creation", False, "InDeviceCreation")],
+    [
+        (None, True, ""),
+        ("Operational", True, ""),
+        ("operational", True, ""),
+        ("Disabled", False, "Disabled"),
+        ("In reset after device release", False, "InResetAfterDeviceRelease"),
+        ("in device creation", False, "InDeviceCreation"),
+    ],
 )
 def test_status_verdicts(status, healthy, value):
     verdict = status_verdict(status)

@@ -81,7 +81,9 @@ def test_hook_and_gaudinet_when_present_on_host(open_profile, tmp_path, hook):
     assert isinstance(created, Hook)
     assert (created.hook_name, created.path, created.args) == ("createRuntime", f"/{hook}", ("habana-container-hook", "createRuntime"))
     assert any(item.startswith("PATH=") for item in created.env)
-    assert edits.mounts == [Mount(host_path="/etc/habanalabs/gaudinet.json", container_path="/etc/habanalabs/gaudinet.json", options=("ro", "nosuid", "nodev", "bind"))]
+    assert edits.mounts == [
+        Mount(host_path="/etc/habanalabs/gaudinet.json", container_path="/etc/habanalabs/gaudinet.json", options=("ro", "nosuid", "nodev", "bind"))
+    ]
 
 
 def test_unknown_device_fails_with_device_error(open_profile):

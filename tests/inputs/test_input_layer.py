@@ -260,7 +260,10 @@ def test_envelope_rules_name_the_field(obj: dict[str, object], field: str, words
 
 def test_envelope_accepts_ordinary_objects() -> None:
     assert envelope_errors({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:controller:x"}}) == []
-    assert envelope_errors({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "labels": {"app.kubernetes.io/name": "x"}}}) == []
+    assert (
+        envelope_errors({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "labels": {"app.kubernetes.io/name": "x"}}})
+        == []
+    )
 
 
 def test_read_objects_expands_lists_and_names_the_item(tmp_path: Path) -> None:

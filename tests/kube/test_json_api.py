@@ -19,7 +19,12 @@ def body(node: str = "node-a") -> dict[str, object]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"generateName": f"{node}-"},
-        "spec": {"driver": "gpu.example.com", "nodeName": node, "pool": {"name": node, "generation": 0, "resourceSliceCount": 1}, "devices": [{"name": "gpu-0"}]},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
     }
 
 

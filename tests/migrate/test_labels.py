@@ -56,7 +56,9 @@ def test_product_label_matches_exactly_the_named_gpu(label: str, name: str) -> N
     assert not selector.evaluate(_nvidia("NVIDIA L4"))
 
 
-@pytest.mark.parametrize(("label", "name"), [("NVIDIA-H200-NVL", "NVIDIA H200 NVL"), ("NVIDIA-GB200", "NVIDIA GB200"), ("NVIDIA-B200", "NVIDIA B200")])
+@pytest.mark.parametrize(
+    ("label", "name"), [("NVIDIA-H200-NVL", "NVIDIA H200 NVL"), ("NVIDIA-GB200", "NVIDIA GB200"), ("NVIDIA-B200", "NVIDIA B200")]
+)
 def test_shipped_hopper_and_blackwell_products_are_exact_names(label: str, name: str) -> None:
     translation = translate(Requirement("nvidia.com/gpu.product", "In", (label,)), _kind("nvidia.com/gpu"))
     assert translation.selector is not None and ".matches(" not in translation.selector  # the table, not the dash rule

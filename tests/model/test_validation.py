@@ -87,6 +87,12 @@ def test_capacity_must_be_quantity() -> None:
     assert any("not a quantity" in e for e in messages(one_slice(capacity={"memory": {"value": "lots"}})))
 
 
+def test_empty_valid_values_is_an_error_not_a_crash() -> None:
+    policy = {"default": "1Gi", "validValues": []}
+    errors = messages(one_slice(allowMultipleAllocations=True, capacity={"memory": {"value": "8Gi", "requestPolicy": policy}}))
+    assert any("requestPolicy.validValues" in e and "one of them the default" in e for e in errors), errors
+
+
 def test_devices_and_counters_not_both() -> None:
     obj = one_slice()
     obj["spec"]["sharedCounters"] = [{"name": "cs", "counters": {"c": {"value": "1"}}}]

@@ -69,7 +69,10 @@ def prometheus_config(work: Path, plugin_port: int, fleet_port: int, node: str) 
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(write_rules(work))],
         "scrape_configs": [
-            {"job_name": PLUGIN_JOB, "static_configs": [{"targets": [f"127.0.0.1:{plugin_port}"], "labels": {"node": node, "kubernetes_pod": "plugin-0"}}]},
+            {
+                "job_name": PLUGIN_JOB,
+                "static_configs": [{"targets": [f"127.0.0.1:{plugin_port}"], "labels": {"node": node, "kubernetes_pod": "plugin-0"}}],
+            },
             {"job_name": FLEET_JOB, "static_configs": [{"targets": [f"127.0.0.1:{fleet_port}"], "labels": {"kubernetes_pod": "fleet-exporter-0"}}]},
         ],
     }

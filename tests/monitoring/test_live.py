@@ -54,7 +54,16 @@ def plugin_command(server: SimApiServer, work: Path, port: int) -> list[str]:
 
 
 def fleet_exporter_command(kubeconfig: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "dra_driver.cli.main", "fleet-exporter", "--kubeconfig", str(kubeconfig), "--metrics-bind-address", f"127.0.0.1:{port}"]
+    return [
+        sys.executable,
+        "-m",
+        "dra_driver.cli.main",
+        "fleet-exporter",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--metrics-bind-address",
+        f"127.0.0.1:{port}",
+    ]
 
 
 @pytest.fixture
@@ -66,7 +75,16 @@ def scene(short_tmp: Path) -> Iterator[tuple[int, list[Path]]]:
     with ExitStack() as stack:
         server = stack.enter_context(SimApiServer())
         kubeconfig = server.write_kubeconfig(short_tmp / "kubeconfig")
-        held = server.store.put(allocated_claim_object("train", "ml", DRIVER, NODE, {"gpu": ["gpu-0"]}, config=[{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": MPS}}]))
+        held = server.store.put(
+            allocated_claim_object(
+                "train",
+                "ml",
+                DRIVER,
+                NODE,
+                {"gpu": ["gpu-0"]},
+                config=[{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": MPS}}],
+            )
+        )
         held["status"]["reservedFor"] = [{"resource": "pods", "name": "trainer-0", "uid": "uid-trainer-0"}]
         held = server.store.put(held)
         pending = allocated_claim_object("waiting", "ml", DRIVER, NODE, {"gpu": ["gpu-1"]})

@@ -34,7 +34,11 @@ def test_every_alert_is_unit_tested_firing_and_not_firing() -> None:
 
 
 def test_every_alert_has_severity_summary_description_and_a_runbook_section() -> None:
-    headings = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-") for line in DOC.read_text().splitlines() if line.startswith("#")}
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in DOC.read_text().splitlines()
+        if line.startswith("#")
+    }
     for alert in alerts():
         assert alert["labels"]["severity"] in ("critical", "warning"), alert["alert"]
         annotations = alert["annotations"]

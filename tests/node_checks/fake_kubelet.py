@@ -57,7 +57,13 @@ def node_settings(root: Path) -> PluginSettings:
     """A daemon laid out as deployed, under `root`: kubelet dir, CDI dir, state dir, boot ID."""
     (root / "boot_id").write_text("boot-1\n")
     return PluginSettings(
-        node_name="node-a", kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", state_dir=root / "run", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8
+        node_name="node-a",
+        kubelet_dir=root / "kubelet",
+        cdi_dir=root / "cdi",
+        state_dir=root / "run",
+        boot_id_path=root / "boot_id",
+        prepare_workers=2,
+        grpc_workers=8,
     )
 
 

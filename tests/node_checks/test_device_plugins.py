@@ -196,7 +196,10 @@ def test_pod_resources_wire_identity():
 
     service = pr.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert pr.DESCRIPTOR.package == "v1"
-    assert {f"/{service.full_name}/{m.name}" for m in service.methods} == {"/v1.PodResourcesLister/List", "/v1.PodResourcesLister/GetAllocatableResources"}
+    assert {f"/{service.full_name}/{m.name}" for m in service.methods} == {
+        "/v1.PodResourcesLister/List",
+        "/v1.PodResourcesLister/GetAllocatableResources",
+    }
     assert numbers(pr.ListPodResourcesResponse) == {"pod_resources": 1}
     assert numbers(pr.PodResources) == {"name": 1, "namespace": 2, "containers": 3}
     assert numbers(pr.ContainerResources) == {"name": 1, "devices": 2}

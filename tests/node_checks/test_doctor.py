@@ -74,8 +74,25 @@ def test_a_healthy_node_passes_every_check(tree: Path):
 
 def test_text_output_names_each_problem_and_its_fix(tree: Path, capsys: pytest.CaptureFixture[str]):
     (tree / "cdi").rmdir()
-    code = main(["doctor", "--node-name", "node-a", "--profile", "dgx-h100", "--kubelet-dir", str(tree / "kubelet"), "--cdi-dir", str(tree / "cdi"),
-                 "--state-dir", str(tree / "run"), "--containerd-config", str(tree / "etc" / "config.toml"), "--crio-config", str(tree / "nope")])  # fmt: skip
+    code = main(
+        [
+            "doctor",
+            "--node-name",
+            "node-a",
+            "--profile",
+            "dgx-h100",
+            "--kubelet-dir",
+            str(tree / "kubelet"),
+            "--cdi-dir",
+            str(tree / "cdi"),
+            "--state-dir",
+            str(tree / "run"),
+            "--containerd-config",
+            str(tree / "etc" / "config.toml"),
+            "--crio-config",
+            str(tree / "nope"),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 1
     assert "FAIL  cdi-dir" in text and f"{tree / 'cdi'} is not a directory" in text and "fix: mount the host's" in text
@@ -193,14 +210,32 @@ def test_in_the_pod_the_doctor_checks_the_node_as_the_running_daemon_runs_it(tre
         code = main(["doctor", "--state-dir", str(tree / "run"), "--containerd-config", str(tree / "etc" / "config.toml"),
                      "--crio-config", str(tree / "etc" / "crio.conf"), "--kubeconfig", str(tree / "etc" / "missing")])  # fmt: skip
         text = capsys.readouterr().out
-        ignored = main(["doctor", "-o", "json", "--ignore-daemon", "--state-dir", str(tree / "run"), "--kubelet-dir", str(tree / "kubelet"),
-                        "--cdi-dir", str(tree / "cdi"), "--driver-root", str(tree / "etc"), "--kubeconfig", str(tree / "etc" / "missing")])  # fmt: skip
+        ignored = main(
+            [
+                "doctor",
+                "-o",
+                "json",
+                "--ignore-daemon",
+                "--state-dir",
+                str(tree / "run"),
+                "--kubelet-dir",
+                str(tree / "kubelet"),
+                "--cdi-dir",
+                str(tree / "cdi"),
+                "--driver-root",
+                str(tree / "etc"),
+                "--kubeconfig",
+                str(tree / "etc" / "missing"),
+            ]
+        )
         without = by_name(json.loads(capsys.readouterr().out))
     assert code == 0, text
     assert "as the running daemon sees it (pid" in text and "--profile=dgx-h100" in text
     lines = {" ".join(line.split()) for line in text.splitlines()}  # the name column's width follows the longest check name
     assert any(line.startswith("PASS vendor-libraries nvidia: 8 devices") for line in lines), text
-    assert f"PASS device-nodes simulated hardware (--profile dgx-h100): device nodes and driver files under --simulated-root {simulated_root}" in lines
+    assert (
+        f"PASS device-nodes simulated hardware (--profile dgx-h100): device nodes and driver files under --simulated-root {simulated_root}" in lines
+    )
     assert any(line.startswith(f"PASS kubelet-dirs {tree / 'kubelet'}/plugins_registry") for line in lines)  # the daemon's --kubelet-dir
     assert ignored == 1 and without["vendor-libraries"]["status"] == "fail"  # what the doctor said before it read the daemon's flags
 
@@ -253,7 +288,9 @@ EXTENDED_CLASS = {
     ("server_version", "kubelet_version", "status"),
     [("v1.36.2", "v1.35.6", "warn"), ("v1.36.2", "v1.36.2", "pass"), ("v1.35.6", "v1.35.6", "pass")],
 )
-def test_a_1_35_kubelet_under_a_1_36_control_plane_is_warned_about_extended_resources(tree: Path, server_version: str, kubelet_version: str, status: str):
+def test_a_1_35_kubelet_under_a_1_36_control_plane_is_warned_about_extended_resources(
+    tree: Path, server_version: str, kubelet_version: str, status: str
+):
     """Measured on the kit (docs/e2e.md): the 1.36 scheduler allocates a claim for nvidia.com/gpu, the 1.35 kubelet
     ignores it and starts the container without the GPU."""
     with sim_apiserver.SimApiServer(sim_apiserver.ServerOptions(git_version=server_version)) as server:

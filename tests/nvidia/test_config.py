@@ -14,7 +14,9 @@ API = "resource.nvidia.com/v1beta1"
 
 
 def test_upstream_gpu_config_with_time_slicing() -> None:
-    config = validate_config({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}})
+    config = validate_config(
+        {"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}
+    )
     assert isinstance(config, GpuConfig)
     assert config.sharing is not None and config.sharing.timeSlicingConfig is not None
     assert config.sharing.timeSlicingConfig.interval == "Long"
@@ -40,9 +42,22 @@ def test_upstream_mig_config_with_mps() -> None:
         ({"apiVersion": API, "kind": "VfioDeviceConfig"}, "kind"),
         ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "SpacePartitioning"}}, "sharing.strategy"),
         ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Forever"}}}, "interval"),
-        ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 101}}}, "defaultActiveThreadPercentage"),
-        ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "512Ki"}}}, "1Mi minimum"),
-        ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": {"0": "lots"}}}}, "not a quantity"),
+        (
+            {"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 101}}},
+            "defaultActiveThreadPercentage",
+        ),
+        (
+            {"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "512Ki"}}},
+            "1Mi minimum",
+        ),
+        (
+            {
+                "apiVersion": API,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPerDevicePinnedMemoryLimit": {"0": "lots"}}},
+            },
+            "not a quantity",
+        ),
         ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "mpsConfig": {}}}, "remove mpsConfig"),
     ],
 )
@@ -59,7 +74,11 @@ def _prepare_env(open_backend: OpenBackend, config: object) -> list[str]:
 
 def test_mps_environment(open_backend: OpenBackend) -> None:
     config = validate_config(
-        {"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 25, "defaultPinnedDeviceMemoryLimit": "2Gi"}}}
+        {
+            "apiVersion": API,
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 25, "defaultPinnedDeviceMemoryLimit": "2Gi"}},
+        }
     )
     backend = open_backend("dgx-h100")
     prepared = backend.prepare(ClaimRef("ns", "c", "u"), [AllocatedDevice(request="gpu", pool="node-a", device="gpu-0", config=config)])
@@ -72,7 +91,9 @@ def test_mps_environment(open_backend: OpenBackend) -> None:
 
 
 def test_time_slicing_environment(open_backend: OpenBackend) -> None:
-    config = validate_config({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Medium"}}})
+    config = validate_config(
+        {"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Medium"}}}
+    )
     env = _prepare_env(open_backend, config)
     assert "NVIDIA_DRA_SHARING_STRATEGY=TimeSlicing" in env
     assert "NVIDIA_DRA_TIMESLICE_INTERVAL=2" in env

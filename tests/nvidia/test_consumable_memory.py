@@ -65,8 +65,12 @@ def _claim(name: str, amount: str) -> dict[str, Any]:
 
 
 def _pod(claims: list[str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
-            "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": c, "resourceClaimName": c} for c in claims]}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": c, "resourceClaimName": c} for c in claims]},
+    }
 
 
 def test_explain_puts_several_claims_on_one_gpu(shared: NvidiaBackend, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,7 +121,9 @@ def test_a_share_with_an_explicit_lower_mps_limit_keeps_the_lower_one(shared: Nv
     device = AllocatedDevice(request="gpu", pool="node-a", device="gpu-1", share_id="a1b2c3d4", consumed_capacity=(("memory", "40Gi"),),
                              config=mps(defaultPinnedDeviceMemoryLimit="10Gi", defaultActiveThreadPercentage=20))  # fmt: skip
     prepared = shared.prepare(ClaimRef("ml", "a", "uid-a"), [device])
-    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M" in prepared.claim_edits.env and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20" in prepared.claim_edits.env
+    assert (
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M" in prepared.claim_edits.env and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20" in prepared.claim_edits.env
+    )
     shared.unprepare(ClaimRef("ml", "a", "uid-a"), prepared.state)
 
 
@@ -167,6 +173,9 @@ def test_fleet_shows_shared_gpus_with_what_is_left(shared: NvidiaBackend, capsys
     assert rows["gpu-2"].state == "free" and rows["gpu-2"].shared[0].used == "0"
     table = to_table(view)
     assert "Shared devices in use" in table
-    assert any(line.split() == ["node-a", "gpu.nvidia.com", "gpu-0", "gpu.nvidia.com/memory", "81559Mi", "50Gi", "30359Mi", "2"] for line in table.splitlines())
+    assert any(
+        line.split() == ["node-a", "gpu.nvidia.com", "gpu-0", "gpu.nvidia.com/memory", "81559Mi", "50Gi", "30359Mi", "2"]
+        for line in table.splitlines()
+    )
     device = next(d for d in to_data(view)["devices"] if d["device"] == "gpu-0")
     assert device["shared"] == [{"capacity": "gpu.nvidia.com/memory", "total": "81559Mi", "used": "50Gi", "left": "30359Mi"}]

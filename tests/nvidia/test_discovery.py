@@ -11,7 +11,17 @@ from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import Version, render_pool, validate_slices
 from dra_driver.backend.registry import open_backends
 from dra_driver.backend.interface import BackendSettings
-from dra_driver.backend.vocabulary import FAMILY, INTERCONNECT, INTERCONNECT_DOMAIN, INTERCONNECT_LINKS, NUMA_NODE, PARTITION, PCI_BUS_ID, PCIE_ROOT, VENDOR
+from dra_driver.backend.vocabulary import (
+    FAMILY,
+    INTERCONNECT,
+    INTERCONNECT_DOMAIN,
+    INTERCONNECT_LINKS,
+    NUMA_NODE,
+    PARTITION,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    VENDOR,
+)
 from dra_driver_nvidia.simulated import fake_nvml
 from dra_driver_nvidia.attributes import semver
 from dra_driver_nvidia.backend import NvidiaBackend
@@ -43,7 +53,12 @@ def test_dgx_h100_publishes_eight_gpus_with_upstream_attributes(open_backend: Op
         assert device.capacity["memory"] == "81559Mi"
         assert device.capacity["multiprocessors"] == "132"
         # Engine counts of the full GPU come from its full-size MIG profile (7g.80gb).
-        assert (device.capacity["copyEngines"], device.capacity["decoders"], device.capacity["jpegEngines"], device.capacity["ofaEngines"]) == ("8", "7", "7", "1")
+        assert (device.capacity["copyEngines"], device.capacity["decoders"], device.capacity["jpegEngines"], device.capacity["ofaEngines"]) == (
+            "8",
+            "7",
+            "7",
+            "1",
+        )
 
 
 def test_common_vocabulary_for_nvlink_gpus(open_backend: OpenBackend) -> None:
@@ -67,7 +82,9 @@ def test_common_vocabulary_for_nvlink_gpus(open_backend: OpenBackend) -> None:
         ("gb200", "NVIDIA GB200", "blackwell", "10.0.0", "189471Mi", None, "580.126.9"),
     ],
 )
-def test_other_profiles(open_backend: OpenBackend, profile: str, product: str, family: str, cc: str, memory: str, sms: str | None, driver: str) -> None:
+def test_other_profiles(
+    open_backend: OpenBackend, profile: str, product: str, family: str, cc: str, memory: str, sms: str | None, driver: str
+) -> None:
     device = open_backend(profile).discover().devices[0]
     assert device.attributes["productName"] == product
     assert device.attributes[FAMILY] == family
@@ -112,7 +129,9 @@ def test_fabric_clique_becomes_the_interconnect_domain(open_backend: OpenBackend
 def test_blackwell_boards_publish_nvlink_5_and_the_tray_clique(open_backend: OpenBackend) -> None:
     """NVML_NVLINK_VERSION_5_0 (7) reads as NVLink 5.0; a GB200 tray's four GPUs share one clique."""
     b200 = open_backend("b200").discover().devices
-    assert {(d.attributes["nvlinkVersion"], d.attributes["nvlinkLinks"], d.attributes["architecture"]) for d in b200} == {(Version("5.0.0"), 18, "Blackwell")}
+    assert {(d.attributes["nvlinkVersion"], d.attributes["nvlinkLinks"], d.attributes["architecture"]) for d in b200} == {
+        (Version("5.0.0"), 18, "Blackwell")
+    }
     gb200 = open_backend("gb200").discover().devices
     assert len(gb200) == 4 and len({d.attributes[INTERCONNECT_DOMAIN] for d in gb200}) == 1
     assert all("nvlinkClique" in d.attributes and d.attributes["nvlinkVersion"] == Version("5.0.0") for d in gb200)

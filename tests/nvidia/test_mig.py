@@ -46,7 +46,15 @@ def test_static_mig_devices_of_dgx_a100(open_backend: OpenBackend) -> None:
 def test_static_mig_capacities_match_the_profile(open_backend: OpenBackend) -> None:
     devices = {d.name: d for d in open_backend("dgx-a100-mig").discover().devices}
     small, large = devices["gpu-0-mig-1g5gb-19-0"], devices["gpu-1-mig-3g20gb-9-4"]
-    assert small.capacity == {"memory": "4864Mi", "multiprocessors": "14", "copyEngines": "1", "decoders": "0", "encoders": "0", "jpegEngines": "0", "ofaEngines": "0"}
+    assert small.capacity == {
+        "memory": "4864Mi",
+        "multiprocessors": "14",
+        "copyEngines": "1",
+        "decoders": "0",
+        "encoders": "0",
+        "jpegEngines": "0",
+        "ofaEngines": "0",
+    }
     assert large.capacity["memory"] == "19968Mi"
     assert large.capacity["multiprocessors"] == "42"
     assert large.capacity["decoders"] == "2"
@@ -190,9 +198,19 @@ def test_profile_mig_table_matches_the_real_gpu(profile: str, recording_name: st
     assert section["models"][section["gpus"][0]["model"]]["name"] == recording["device"]["name"]
     assert section["driverVersion"] == recording["driverVersion"]
     rows = {row["profile"]: row for row in section["models"][section["gpus"][0]["model"]]["mig"]["gpuInstanceProfiles"]}
-    fields = {"id": "id", "name": "name", "sliceCount": "sliceCount", "instanceCount": "instanceCount", "memorySizeMB": "memoryMB",
-              "multiprocessorCount": "multiprocessors", "copyEngineCount": "copyEngines", "decoderCount": "decoders",
-              "encoderCount": "encoders", "jpegCount": "jpegEngines", "ofaCount": "ofaEngines"}
+    fields = {
+        "id": "id",
+        "name": "name",
+        "sliceCount": "sliceCount",
+        "instanceCount": "instanceCount",
+        "memorySizeMB": "memoryMB",
+        "multiprocessorCount": "multiprocessors",
+        "copyEngineCount": "copyEngines",
+        "decoderCount": "decoders",
+        "encoderCount": "encoders",
+        "jpegCount": "jpegEngines",
+        "ofaCount": "ofaEngines",
+    }
     real = [entry for entry in recording["device"]["giProfiles"] if isinstance(entry.get("info"), dict)]
     assert {entry["profile"] for entry in real} == set(rows)
     for entry in real:

@@ -95,5 +95,7 @@ def test_no_import_cycles() -> None:
 
 
 def test_library_code_never_imports_the_cli() -> None:
-    offenders = {name: sorted(d for d in deps if d.startswith("dra_driver.cli")) for name, deps in _graph().items() if not name.startswith("dra_driver.cli")}
+    offenders = {
+        name: sorted(d for d in deps if d.startswith("dra_driver.cli")) for name, deps in _graph().items() if not name.startswith("dra_driver.cli")
+    }
     assert {name: deps for name, deps in offenders.items() if deps} == {}

@@ -76,11 +76,15 @@ class ExampleBackend(VendorBackend):
         for dev in devices:
             if isinstance(dev.config, ExampleConfig) and dev.config.fail:
                 raise DeviceError(dev.device, "asked to fail by its config")
-        self._record("prepare", {"uid": claim.uid, "devices": [d.device for d in devices], "modes": [getattr(d.config, "mode", None) for d in devices]})
+        self._record(
+            "prepare", {"uid": claim.uid, "devices": [d.device for d in devices], "modes": [getattr(d.config, "mode", None) for d in devices]}
+        )
         prepared = [
             PreparedDevice(
                 device=d.device,
-                edits=ContainerEdits(device_nodes=[DeviceNode(path=f"/dev/example{d.device.split('-')[-1]}", type="c", major=195, minor=int(d.device.split("-")[-1]))]),
+                edits=ContainerEdits(
+                    device_nodes=[DeviceNode(path=f"/dev/example{d.device.split('-')[-1]}", type="c", major=195, minor=int(d.device.split("-")[-1]))]
+                ),
             )
             for d in devices
         ]

@@ -12,7 +12,13 @@ from dra_driver.backend.interface import ClaimRef
 
 def _put_claim(node: Node, name: str, status: dict, namespace: str = "default") -> ClaimRef:
     stored = node.server.store.put(
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace}, "spec": {"devices": {"requests": []}}, "status": status}
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": []}},
+            "status": status,
+        }
     )
     return ClaimRef(namespace, name, stored["metadata"]["uid"])
 
@@ -44,18 +50,24 @@ def test_each_bad_claim_fails_alone(node: Node):
 
 
 def test_wrong_type_in_config_names_field(node: Node):
-    ref = node.add_claim("wrongtype", {"gpu": ["gpu-0"]}, config=[{"source": "FromClass", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"fail": "yes"}}}])
+    ref = node.add_claim(
+        "wrongtype", {"gpu": ["gpu-0"]}, config=[{"source": "FromClass", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"fail": "yes"}}}]
+    )
     error = node.connect().prepare([ref]).claims[ref.uid].error
     assert "'fail'" in error and "FromClass" in error
 
 
 def test_parameters_must_be_an_object(node: Node):
-    ref = node.add_claim("notobj", {"gpu": ["gpu-0"]}, config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": ["x"]}}])
+    ref = node.add_claim(
+        "notobj", {"gpu": ["gpu-0"]}, config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": ["x"]}}]
+    )
     assert "must be a JSON object" in node.connect().prepare([ref]).claims[ref.uid].error
 
 
 def test_backend_failure_is_claim_error_and_rolled_back(node: Node):
-    ref = node.add_claim("boom", {"gpu": ["gpu-0"]}, config=[{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": {"fail": True}}}])
+    ref = node.add_claim(
+        "boom", {"gpu": ["gpu-0"]}, config=[{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": {"fail": True}}}]
+    )
     error = node.connect().prepare([ref]).claims[ref.uid].error
     assert "gpu-0" in error and "asked to fail" in error
     assert not any(node.cdi_dir.iterdir()) if node.cdi_dir.exists() else True
@@ -85,7 +97,9 @@ def test_other_drivers_results_and_configs_are_ignored(node: Node):
 
 
 def test_claim_without_our_results_prepares_nothing(node: Node):
-    ref = _put_claim(node, "foreign", {"allocation": {"devices": {"results": [{"request": "nic", "driver": "nic.other.com", "pool": "p", "device": "eth0"}]}}})
+    ref = _put_claim(
+        node, "foreign", {"allocation": {"devices": {"results": [{"request": "nic", "driver": "nic.other.com", "pool": "p", "device": "eth0"}]}}}
+    )
     entry = node.connect().prepare([ref]).claims[ref.uid]
     assert entry.error == "" and len(entry.devices) == 0
 

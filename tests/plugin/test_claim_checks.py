@@ -91,7 +91,16 @@ def test_valid_references_pass(ref: ClaimRef):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("namespace", "Default"), ("namespace", "a.b"), ("namespace", "n" * 64), ("name", "Train"), ("name", "a_b"), ("uid", "u" * 129), ("uid", "a.b"), ("uid", "a_b")],
+    [
+        ("namespace", "Default"),
+        ("namespace", "a.b"),
+        ("namespace", "n" * 64),
+        ("name", "Train"),
+        ("name", "a_b"),
+        ("uid", "u" * 129),
+        ("uid", "a.b"),
+        ("uid", "a_b"),
+    ],
 )
 def test_kubernetes_rules_beyond_traversal(field: str, value: str):
     with pytest.raises(ClaimError, match=f"claim {field} "):

@@ -69,7 +69,11 @@ def test_admin_access_may_share_a_device(node: Node):
             "kind": "ResourceClaim",
             "metadata": {"name": "monitor", "namespace": "ops"},
             "spec": {"devices": {"requests": []}},
-            "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-3", "adminAccess": True}]}}},
+            "status": {
+                "allocation": {
+                    "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-3", "adminAccess": True}]}
+                }
+            },
         }
     )
     from dra_driver.backend.interface import ClaimRef

@@ -130,7 +130,9 @@ def test_share_id_is_returned_on_v1_only(node: Node):
             "kind": "ResourceClaim",
             "metadata": {"name": "shared", "namespace": "default"},
             "spec": {"devices": {"requests": []}},
-            "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-6", "shareID": share}]}}},
+            "status": {
+                "allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-6", "shareID": share}]}}
+            },
         }
     )
     uid = stored["metadata"]["uid"]

@@ -326,7 +326,9 @@ def test_holders_under_a_state_dir_by_driver(short_tmp, apiserver, daemons):
 
 
 def test_of_two_plain_instances_started_at_the_same_moment_one_serves(short_tmp, apiserver, daemons):
-    made = [Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp)) for _ in range(2)]
+    made = [
+        Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp)) for _ in range(2)
+    ]
     daemons.extend(made)
     barrier = threading.Barrier(2)
 
@@ -495,7 +497,10 @@ def test_the_loser_of_a_start_race_leaves_the_winner_s_readiness_and_metrics_alo
         free.bind(("127.0.0.1", 0))
         address = BindAddress("127.0.0.1", free.getsockname()[1])
     settings = make_settings(short_tmp)
-    made = [Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=address) for _ in range(2)]
+    made = [
+        Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=address)
+        for _ in range(2)
+    ]
     daemons.extend(made)
     winner, loser = made
     winner.start()

@@ -30,7 +30,9 @@ def bench_module() -> ModuleType:
 
 
 def test_a_short_kill_loop_holds_every_invariant(empty_tmpdir: Path) -> None:
-    done = subprocess.run([sys.executable, str(BENCH), "--rounds", "2", "--seed", "7", "--concurrency", "4"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--rounds", "2", "--seed", "7", "--concurrency", "4"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all invariants held" in done.stdout
     # Each restarted daemon reaped the simulated scratch dir of the one killed before it; the last one was stopped cleanly.
@@ -41,13 +43,17 @@ def write_spec(cdi_dir: Path, uid: str, devices: list[str]) -> list[str]:
     names = [cdi.cdi_device_name(uid, "kill-node", d) for d in devices]
     ids = [cdi.qualified_id("gpu.nvidia.com", n) for n in names]
     record = ClaimRecord(uid, "kill", uid, PREPARE_COMPLETED, [CheckpointDevice("gpu", "kill-node", d, cdi_ids=[i]) for d, i in zip(devices, ids)])
-    spec = cdi.build_claim_spec("gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits())
+    spec = cdi.build_claim_spec(
+        "gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits()
+    )
     cdi.write_spec_atomic(cdi.spec_path(cdi_dir, "gpu.nvidia.com", uid), spec)
     cdi.write_claim_file(cdi.claim_file_path(cdi_dir, "gpu.nvidia.com", uid), claim_file_data("b", record))
     return ids
 
 
-@pytest.mark.parametrize("violation", ["spec-of-free-claim", "device-in-two-specs", "prepared-without-spec", "answer-not-in-spec", "spec-without-claim-file"])
+@pytest.mark.parametrize(
+    "violation", ["spec-of-free-claim", "device-in-two-specs", "prepared-without-spec", "answer-not-in-spec", "spec-without-claim-file"]
+)
 def test_check_node_catches(tmp_path: Path, violation: str) -> None:
     bench = bench_module()
     node = SimpleNamespace(cdi_dir=tmp_path)

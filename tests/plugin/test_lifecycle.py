@@ -137,7 +137,9 @@ def test_second_daemon_publishes_once_the_first_stops(short_tmp: Path, apiserver
     daemons = []
     for pod in ("pod-old", "pod-new"):
         settings = make_settings(short_tmp, pod_uid=pod)
-        daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a"))
+        daemon = Daemon(
+            [ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a")
+        )
         assert daemon.start().running == [DRIVER]
         daemons.append(daemon)
     old, new = (d.plugins[DRIVER].publisher for d in daemons)

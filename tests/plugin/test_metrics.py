@@ -34,17 +34,35 @@ def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: Path, apiserver):
     port = free_port()
     settings = make_settings(short_tmp)
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
+    daemon = Daemon(
+        [ExampleBackend(BackendSettings(node_name="node-a"))],
+        ClaimReader(apiserver.api_client()),
+        settings,
+        metrics_address=BindAddress("127.0.0.1", port),
+    )
     assert daemon.start().running == [DRIVER]
     try:
         good = apiserver.store.put(allocated_claim_object("good", "default", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]}))
-        bad = apiserver.store.put(allocated_claim_object("bad", "default", DRIVER, "node-a", {"gpu": ["gpu-2"]}, config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"fail": True}}}]))
+        bad = apiserver.store.put(
+            allocated_claim_object(
+                "bad",
+                "default",
+                DRIVER,
+                "node-a",
+                {"gpu": ["gpu-2"]},
+                config=[{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"fail": True}}}],
+            )
+        )
         refs = [ClaimRef("default", o["metadata"]["name"], o["metadata"]["uid"]) for o in (good, bad)]
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
         response = conn.prepare(refs)
         assert response.claims[refs[0].uid].error == "" and response.claims[refs[1].uid].error != ""
         got = samples(port)
-        method = next(labels for (name, labels) in got if name == "dra_driver_requests_total" and ("driver", DRIVER) in labels and any(k == "method" and "Prepare" in v for k, v in labels))
+        method = next(
+            labels
+            for (name, labels) in got
+            if name == "dra_driver_requests_total" and ("driver", DRIVER) in labels and any(k == "method" and "Prepare" in v for k, v in labels)
+        )
         assert got[("dra_driver_requests_total", method)] == 1
         assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", "prepare"), ("result", "ok")))] == 1
         assert got[("dra_driver_claims_total", (("driver", DRIVER), ("operation", "prepare"), ("result", "error")))] == 1
@@ -114,26 +132,46 @@ def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, ap
     port = free_port()
     settings = make_settings(short_tmp)
     train = allocated_claim_object("train", "team-a", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]})
-    train["status"]["reservedFor"] = [{"resource": "pods", "name": "trainer-0", "uid": "p0"}, {"resource": "things", "apiGroup": "x.io", "name": "not-a-pod", "uid": "t"}]
+    train["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "trainer-0", "uid": "p0"},
+        {"resource": "things", "apiGroup": "x.io", "name": "not-a-pod", "uid": "t"},
+    ]
     train = apiserver.store.put(train)
     infer = apiserver.store.put(allocated_claim_object("infer", "team-b", DRIVER, "node-a", {"gpu": ["gpu-2"]}))
     refs = [ClaimRef(o["metadata"]["namespace"], o["metadata"]["name"], o["metadata"]["uid"]) for o in (train, infer)]
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
+    daemon = Daemon(
+        [ExampleBackend(BackendSettings(node_name="node-a"))],
+        ClaimReader(apiserver.api_client()),
+        settings,
+        metrics_address=BindAddress("127.0.0.1", port),
+    )
     daemon.start()
     try:
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
         assert all(not c.error for c in conn.prepare(refs).claims.values())
         devices, pods = holder_series(port)
-        assert devices == {("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a"), ("infer", "gpu-2", DRIVER, "team-b", "node-a")}
+        assert devices == {
+            ("train", "gpu-0", DRIVER, "team-a", "node-a"),
+            ("train", "gpu-1", DRIVER, "team-a", "node-a"),
+            ("infer", "gpu-2", DRIVER, "team-b", "node-a"),
+        }
         assert pods == {("train", DRIVER, "team-a", "trainer-0")}
         conn.unprepare(refs[1:])
-        assert holder_series(port) == ({("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a")}, {("train", DRIVER, "team-a", "trainer-0")})
+        assert holder_series(port) == (
+            {("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a")},
+            {("train", DRIVER, "team-a", "trainer-0")},
+        )
         conn.close()
     finally:
         daemon.stop()
     # A restarted daemon republishes what the checkpoint holds (pods are unknown until the next claim read).
     port = free_port()
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
+    daemon = Daemon(
+        [ExampleBackend(BackendSettings(node_name="node-a"))],
+        ClaimReader(apiserver.api_client()),
+        settings,
+        metrics_address=BindAddress("127.0.0.1", port),
+    )
     daemon.start()
     try:
         assert holder_series(port) == ({("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a")}, set())
@@ -151,7 +189,12 @@ def test_failed_prepare_leaves_no_holder_series(short_tmp: Path, apiserver):
     held = apiserver.store.put(allocated_claim_object("held", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     thief = apiserver.store.put(allocated_claim_object("thief", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     thief["status"]["reservedFor"] = "garbage"  # odd status from the server must not fail the claim for metrics' sake
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port))
+    daemon = Daemon(
+        [ExampleBackend(BackendSettings(node_name="node-a"))],
+        ClaimReader(apiserver.api_client()),
+        settings,
+        metrics_address=BindAddress("127.0.0.1", port),
+    )
     daemon.start()
     try:
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)

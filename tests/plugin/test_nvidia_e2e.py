@@ -119,7 +119,12 @@ def test_demo_shows_the_users_side_first_and_folds_the_driver_files(short_tmp):
     from dra_driver.cli.demo import SHOWN_MOUNTS, run_demo
 
     out = io.StringIO()
-    assert run_demo(argparse.Namespace(profile="dgx-h100", vendor=None, count=2, partitioning="static", device_class=None, work_dir=short_tmp / "w"), out) == 0
+    assert (
+        run_demo(
+            argparse.Namespace(profile="dgx-h100", vendor=None, count=2, partitioning="static", device_class=None, work_dir=short_tmp / "w"), out
+        )
+        == 0
+    )
     text = out.getvalue()
     first = text.split("\n== ", 2)[0]
     assert first.startswith("== What you write") and "kind: ResourceClaimTemplate" in first and "resourceClaimTemplateName: gpus" in first
@@ -150,7 +155,10 @@ def test_shares_never_add_up_to_more_than_a_gpus_memory(short_tmp, apiserver):
         assert daemon.start().running == ["gpu.nvidia.com"]
         return daemon, backend
 
-    a, b, c = (_share_claim(apiserver, n, f"4f1c2d3e-0000-4000-8000-00000000000{i}", m) for i, (n, m) in enumerate([("a", "30Gi"), ("b", "40Gi"), ("c", "20Gi")]))
+    a, b, c = (
+        _share_claim(apiserver, n, f"4f1c2d3e-0000-4000-8000-00000000000{i}", m)
+        for i, (n, m) in enumerate([("a", "30Gi"), ("b", "40Gi"), ("c", "20Gi")])
+    )
     daemon, backend = start()
     try:
         conn = register(daemon.plugins["gpu.nvidia.com"].paths.registration_socket)

@@ -82,7 +82,15 @@ def test_nothing_the_daemon_creates_under_umask_000_lets_another_user_in(apiserv
         assert conn.prepare([ref]).claims[ref.uid].error == ""
         conn.close()
 
-        directories = [root / "kubelet" / "plugins", paths.plugin_dir, paths.registry_dir, root / "cdi", root / "run", paths.state_root, paths.checkpoint]
+        directories = [
+            root / "kubelet" / "plugins",
+            paths.plugin_dir,
+            paths.registry_dir,
+            root / "cdi",
+            root / "run",
+            paths.state_root,
+            paths.checkpoint,
+        ]
         outcome = as_nobody(probes(list(paths.sockets), directories))
         assert outcome == {str(p): "Permission denied" for p in [*paths.sockets, *directories]}
 
@@ -113,7 +121,17 @@ SHARING_API = "resource.nvidia.com/v1beta1"
 
 
 def _nvidia_claim(apiserver, name: str, device: str, sharing: dict | None = None, share: tuple[str, str] | None = None) -> ClaimRef:
-    config = [{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": NVIDIA, "parameters": {"apiVersion": SHARING_API, "kind": "GpuConfig", "sharing": sharing}}}] if sharing else None
+    config = (
+        [
+            {
+                "source": "FromClaim",
+                "requests": ["gpu"],
+                "opaque": {"driver": NVIDIA, "parameters": {"apiVersion": SHARING_API, "kind": "GpuConfig", "sharing": sharing}},
+            }
+        ]
+        if sharing
+        else None
+    )
     obj = allocated_claim_object(name, "default", NVIDIA, "node-a", {"gpu": [device]}, device_class=NVIDIA, config=config)
     if share is not None:
         obj["status"]["allocation"]["devices"]["results"][0].update({"shareID": share[0], "consumedCapacity": {"memory": share[1]}})
@@ -154,10 +172,20 @@ def test_no_path_the_daemon_creates_under_umask_000_is_writable_by_others_with_s
         eventually(lambda: any((root / "run" / "ready").glob("*.json")), timeout=60)
         writable = {
             str(path): oct(stat.S_IMODE(info.st_mode))
-            for path in [root / "kubelet", root / "run", root / "cdi", root / "sim", *(root / "kubelet").rglob("*"), *(root / "run").rglob("*"),
-                         *(root / "cdi").rglob("*"), *(root / "sim").rglob("*")]
-            if not stat.S_ISLNK((info := os.lstat(path)).st_mode) and stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
-            and not _mps_client_socket(path, info) and not stat.S_ISCHR(info.st_mode)  # device nodes are 0666, as /dev/nvidia*
+            for path in [
+                root / "kubelet",
+                root / "run",
+                root / "cdi",
+                root / "sim",
+                *(root / "kubelet").rglob("*"),
+                *(root / "run").rglob("*"),
+                *(root / "cdi").rglob("*"),
+                *(root / "sim").rglob("*"),
+            ]
+            if not stat.S_ISLNK((info := os.lstat(path)).st_mode)
+            and stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
+            and not _mps_client_socket(path, info)
+            and not stat.S_ISCHR(info.st_mode)  # device nodes are 0666, as /dev/nvidia*
         }
         assert writable == {}, "writable by group or others:\n" + "\n".join(f"{mode} {path}" for path, mode in sorted(writable.items()))
         assert all(e.error == "" for e in conn.unprepare(claims).claims.values())

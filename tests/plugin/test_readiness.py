@@ -120,7 +120,9 @@ def test_kubelet_refusing_the_registration_makes_it_unready(ready_daemon: Daemon
     socket_path = ready_daemon.plugins[DRIVER].paths.registration_socket
     with grpc.insecure_channel(f"unix://{socket_path}") as channel:
         with pytest.raises(grpc.RpcError):  # the plugin answers a refusal with an error, as the reference helper does
-            reg_grpc.RegistrationStub(channel).NotifyRegistrationStatus(reg_pb2.RegistrationStatus(plugin_registered=False, error="version skew"), timeout=5)
+            reg_grpc.RegistrationStub(channel).NotifyRegistrationStatus(
+                reg_pb2.RegistrationStatus(plugin_registered=False, error="version skew"), timeout=5
+            )
     assert any("refused the registration: version skew" in p for p in problems(ready_daemon))
     register(socket_path).close()  # the kubelet retries, and succeeds
     assert ready_daemon.readiness.check().ready
@@ -273,7 +275,9 @@ def test_rolling_update_two_daemons_on_one_node(short_tmp: Path, cluster: SimApi
     try:
         assert old_paths.registration_socket.exists() is False and new_paths.registration_socket.is_socket()
         assert new.metrics_endpoint.wait_bound(5), "the new pod never took the metrics port over"
-        ref = ClaimRef("default", "c", cluster.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-1"]}))["metadata"]["uid"])
+        ref = ClaimRef(
+            "default", "c", cluster.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-1"]}))["metadata"]["uid"]
+        )
         assert conn.prepare([ref]).claims[ref.uid].error == ""
         lease = new.plugins[DRIVER].publisher
         assert lease is not None

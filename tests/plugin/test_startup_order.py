@@ -168,7 +168,8 @@ def test_serving_the_sockets_imports_neither_the_kubernetes_client_nor_prometheu
     code = (
         "import sys\n"
         "import dra_driver.cli.run, dra_driver.node.assembly, dra_driver.node.daemon, dra_driver.node.plugin.driver, dra_driver.node.plugin.prepare\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'prometheus_client', 'urllib3') or m == 'dra_driver.kube.claims')\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'prometheus_client', 'urllib3') or m == "
+        "'dra_driver.kube.claims')\n"
         "print(heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -269,7 +269,9 @@ def test_unprepare_of_a_claim_without_a_record_undoes_what_its_spec_records(node
     node.stop()
     node.record_file(a).unlink()
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
-    service = PrepareService(backend, ClaimReader(node.apiserver.api_client()), Checkpoint(node.paths.checkpoint, node.settings.boot_id_path), node.settings.cdi_dir)
+    service = PrepareService(
+        backend, ClaimReader(node.apiserver.api_client()), Checkpoint(node.paths.checkpoint, node.settings.boot_id_path), node.settings.cdi_dir
+    )
     try:
         assert service.unprepare([a]) == {a.uid: ""}
     finally:

@@ -28,7 +28,13 @@ GAUDI = "gaudi.intel.com"
 
 def start_daemon(short_tmp: Path, apiserver: Any, backend: VendorBackend) -> tuple[Daemon, int]:
     port = free_port()
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), make_settings(short_tmp), metrics_address=BindAddress("127.0.0.1", port), device_metrics_interval=3600)
+    daemon = Daemon(
+        [backend],
+        ClaimReader(apiserver.api_client()),
+        make_settings(short_tmp),
+        metrics_address=BindAddress("127.0.0.1", port),
+        device_metrics_interval=3600,
+    )
     assert daemon.start().running == [backend.driver_name]
     return daemon, port
 
@@ -96,7 +102,9 @@ def test_amd_held_gpu_carries_its_claim_and_reads_busier_than_idle_ones(amd_daem
             assert one(got, "dra_driver_device_errors_total", device="gpu-8-136", kind=kind) == 0
         # the join labels: the UUID amdsmi gives and the GPU's bus ID, as the AMD exporter labels its series
         assert one(got, "dra_driver_device_holder_info", device="gpu-8-136", pci_bus_id="0000:26:00.0", pod="trainer-0", claim="train") == 1
-        assert one(got, "dra_driver_device_info", device="gpu-8-136", uuid="00ff74a1-0000-1000-8001-2a4b60001111", model="AMD_Instinct_MI300X_OAM") == 1
+        assert (
+            one(got, "dra_driver_device_info", device="gpu-8-136", uuid="00ff74a1-0000-1000-8001-2a4b60001111", model="AMD_Instinct_MI300X_OAM") == 1
+        )
         assert len(series(got, "dra_driver_device_info")) == 8
     finally:
         assert conn.unprepare([ref]).claims[ref.uid].error == ""

@@ -31,7 +31,12 @@ def make_inventory(count: int, driver: str = DRIVER, partitioning: Partitioning 
     for i, device in enumerate(devices):
         device.consumes_counters = [CounterConsumption(f"gpu-{i}-counters", {"memory": "80Gi"})]
     partitions = [
-        Device(name=f"gpu-{i}-mig-1g", attributes={"index": i}, capacity={"memory": "10Gi"}, consumes_counters=[CounterConsumption(f"gpu-{i}-counters", {"memory": "10Gi"})])
+        Device(
+            name=f"gpu-{i}-mig-1g",
+            attributes={"index": i},
+            capacity={"memory": "10Gi"},
+            consumes_counters=[CounterConsumption(f"gpu-{i}-counters", {"memory": "10Gi"})],
+        )
         for i in range(count)
     ]
     return Inventory(driver=driver, devices=devices + partitions, counter_sets=counter_sets)
@@ -67,7 +72,9 @@ def api_client(server: SimApiServer) -> client.ApiClient:
 def make_publisher(api_client: client.ApiClient) -> Iterator[Callable[..., SlicePublisher]]:
     started: list[SlicePublisher] = []
 
-    def build(source: Any, options: PublisherOptions = FAST, node: str = NODE, driver: str = DRIVER, api: client.ApiClient | None = None) -> SlicePublisher:
+    def build(
+        source: Any, options: PublisherOptions = FAST, node: str = NODE, driver: str = DRIVER, api: client.ApiClient | None = None
+    ) -> SlicePublisher:
         publisher = SlicePublisher(api or api_client, node, driver, source, options)
         started.append(publisher)
         return publisher

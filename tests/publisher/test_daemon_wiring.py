@@ -66,7 +66,9 @@ class ToyBackend(VendorBackend):
 
 def make_daemon(root: Path, server: SimApiServer, backends: list[VendorBackend]) -> Daemon:
     (root / "boot_id").write_text("boot-1\n")
-    settings = PluginSettings(node_name=NODE, kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8)
+    settings = PluginSettings(
+        node_name=NODE, kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8
+    )
     api = make_api_client(server.url)
     return Daemon(backends, ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE, FAST))
 

@@ -12,7 +12,12 @@ POOL = "node-a"
 
 
 def spec(*names: str) -> dict[str, Any]:
-    return {"driver": "gpu.example.com", "nodeName": POOL, "pool": {"name": POOL, "generation": 0, "resourceSliceCount": 1}, "devices": [{"name": n} for n in names]}
+    return {
+        "driver": "gpu.example.com",
+        "nodeName": POOL,
+        "pool": {"name": POOL, "generation": 0, "resourceSliceCount": 1},
+        "devices": [{"name": n} for n in names],
+    }
 
 
 def stored(name: str, spec_: dict[str, Any], generation: int, count: int) -> dict[str, Any]:

@@ -302,5 +302,7 @@ def test_an_unverified_tls_server_is_said_once_without_urllib3s_warning(caplog: 
         api_client_for(configuration)
         api_client_for(configuration)
         warnings.warn("insecure", urllib3.exceptions.InsecureRequestWarning)  # what urllib3 does on each request
-    assert [r.getMessage() for r in caplog.records].count("the API server's TLS certificate is not verified (insecure-skip-tls-verify in the kubeconfig)") == 1
+    assert [r.getMessage() for r in caplog.records].count(
+        "the API server's TLS certificate is not verified (insecure-skip-tls-verify in the kubeconfig)"
+    ) == 1
     assert not [w for w in shown if issubclass(w.category, urllib3.exceptions.InsecureRequestWarning)]

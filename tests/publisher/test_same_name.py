@@ -23,7 +23,12 @@ def other_drivers_slice(name: str = "node-a-gpu.example.com-theirs", manager: st
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": name, "managedFields": [{"manager": manager, "operation": "Update", "apiVersion": "resource.k8s.io/v1"}]},
-        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": 7, "resourceSliceCount": 1}, "devices": [{"name": "gpu-0"}]},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 7, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
     }
 
 
@@ -45,7 +50,9 @@ def test_ownership_rules() -> None:
     assert not written_by_other(labelled)
 
 
-def test_stands_down_instead_of_deleting_the_other_drivers_slice(server: SimApiServer, make_publisher: Build, caplog: pytest.LogCaptureFixture) -> None:
+def test_stands_down_instead_of_deleting_the_other_drivers_slice(
+    server: SimApiServer, make_publisher: Build, caplog: pytest.LogCaptureFixture
+) -> None:
     publisher = make_publisher(Source(3))
     publisher.sync_once()
     assert len(slices(server)) == 1

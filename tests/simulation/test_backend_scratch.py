@@ -33,7 +33,9 @@ def test_an_open_backend_holds_one_named_dir_and_close_removes_it(empty_tmpdir: 
     backend.close()  # a second close is harmless
 
 
-def test_nvidia_failing_after_its_dir_exists_removes_it_and_uninstalls_the_simulated_library(empty_tmpdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvidia_failing_after_its_dir_exists_removes_it_and_uninstalls_the_simulated_library(
+    empty_tmpdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dra_driver_nvidia import backend as nvidia_backend
     from dra_driver_nvidia.simulated import fake_driver_root, fake_nvml
 

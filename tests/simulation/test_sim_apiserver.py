@@ -115,11 +115,15 @@ def test_delete_preconditions(api: client.ResourceV1Api, server: SimApiServer) -
     assert caught.value.status == 409
     server.modify_as_other("ResourceSlice", name, lambda o: o["metadata"].setdefault("labels", {}).update(x="y"))
     with pytest.raises(ApiException) as caught:
-        api.delete_resource_slice(name, body={"preconditions": {"uid": obj["metadata"]["uid"], "resourceVersion": obj["metadata"]["resourceVersion"]}})
+        api.delete_resource_slice(
+            name, body={"preconditions": {"uid": obj["metadata"]["uid"], "resourceVersion": obj["metadata"]["resourceVersion"]}}
+        )
     assert caught.value.status == 409
     current = server.store.get("ResourceSlice", name)
     assert current is not None
-    api.delete_resource_slice(name, body={"preconditions": {"uid": current["metadata"]["uid"], "resourceVersion": current["metadata"]["resourceVersion"]}})
+    api.delete_resource_slice(
+        name, body={"preconditions": {"uid": current["metadata"]["uid"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+    )
     assert server.objects("ResourceSlice") == []
 
 
@@ -252,7 +256,13 @@ def test_connection_drop_fault_and_restart_keep_the_store(api: client.ResourceV1
 
 
 def test_feature_gates_drop_fields_like_the_apiserver() -> None:
-    devices = [{"name": "gpu-0", "taints": [{"key": "example.com/unhealthy", "effect": "NoSchedule"}], "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "1Gi"}}}]}]
+    devices = [
+        {
+            "name": "gpu-0",
+            "taints": [{"key": "example.com/unhealthy", "effect": "NoSchedule"}],
+            "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "1Gi"}}}],
+        }
+    ]
     with SimApiServer(ServerOptions(partitionable_devices=False, taints=False)) as server:
         api = client.ResourceV1Api(make_api_client(server.url))
         stored = json.loads(api.create_resource_slice(slice_body(devices=devices), _preload_content=False).data)
@@ -269,7 +279,11 @@ def test_feature_gates_drop_fields_like_the_apiserver() -> None:
 
 
 def test_resource_claims_are_namespaced_with_a_status_subresource(api: client.ResourceV1Api, server: SimApiServer) -> None:
-    claim = {"metadata": {"name": "c1"}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}, "status": {"allocation": {}}}
+    claim = {
+        "metadata": {"name": "c1"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+        "status": {"allocation": {}},
+    }
     created = api.create_namespaced_resource_claim("team-a", claim)
     assert created.status is None  # status is written only through /status
     with pytest.raises(ApiException) as caught:
@@ -282,7 +296,9 @@ def test_resource_claims_are_namespaced_with_a_status_subresource(api: client.Re
     read = api.read_namespaced_resource_claim("c1", "team-a")
     assert read.status.allocation.devices.results[0].device == "gpu-0"
     # Seeding directly (what the plugin tests do) is served the same way.
-    seeded = server.store.put({**claim, "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c2", "namespace": "team-a"}})
+    seeded = server.store.put(
+        {**claim, "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c2", "namespace": "team-a"}}
+    )
     assert api.read_namespaced_resource_claim("c2", "team-a").metadata.uid == seeded["metadata"]["uid"]
     assert [c.metadata.name for c in api.list_resource_claim_for_all_namespaces().items] == ["c1", "c2"]
 

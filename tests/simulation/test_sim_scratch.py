@@ -70,7 +70,10 @@ def test_a_process_that_never_closes_leaves_nothing_at_exit_and_says_so(empty_tm
 
 
 def test_a_killed_process_dir_is_reaped_by_the_next_simulated_backend(empty_tmpdir: Path) -> None:
-    code = "import os, signal\nfrom dra_driver.simulation import scratch as sim_scratch\nheld = sim_scratch.create('nvidia')\nprint(held.path, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    code = (
+        "import os, signal\nfrom dra_driver.simulation import scratch as sim_scratch\n"
+        "held = sim_scratch.create('nvidia')\nprint(held.path, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     child = _python(code)
     out, _ = child.communicate(timeout=60)
     left = Path(out.strip())
@@ -81,7 +84,10 @@ def test_a_killed_process_dir_is_reaped_by_the_next_simulated_backend(empty_tmpd
 
 
 def test_a_live_process_dir_is_never_reaped(empty_tmpdir: Path) -> None:
-    code = "import sys\nfrom dra_driver.simulation import scratch as sim_scratch\nheld = sim_scratch.create('gaudi')\nprint(held.path, flush=True)\nsys.stdin.read()\n"
+    code = (
+        "import sys\nfrom dra_driver.simulation import scratch as sim_scratch\n"
+        "held = sim_scratch.create('gaudi')\nprint(held.path, flush=True)\nsys.stdin.read()\n"
+    )
     child = _python(code, stdin=subprocess.PIPE)
     try:
         assert child.stdout is not None

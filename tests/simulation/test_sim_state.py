@@ -144,7 +144,15 @@ def _document(lib_section: dict[str, Any], hardware: Any, boot: str = "boot-1") 
         {"gpus": ["not", "a", "map"]},
         {"gpus": {"GPU-x": {"migMode": "on", "migPending": 1, "instances": []}}},
         {"gpus": {"GPU-x": {"migMode": 1, "migPending": 1, "instances": [{"id": "1", "profileId": 19, "start": 0, "computes": []}]}}},
-        {"gpus": {"GPU-x": {"migMode": 1, "migPending": 1, "instances": [{"id": 1, "profileId": 19, "start": 0, "computes": [{"id": 0, "profileId": None, "uuid": 5}]}]}}},
+        {
+            "gpus": {
+                "GPU-x": {
+                    "migMode": 1,
+                    "migPending": 1,
+                    "instances": [{"id": 1, "profileId": 19, "start": 0, "computes": [{"id": 0, "profileId": None, "uuid": 5}]}],
+                }
+            }
+        },
     ],
     ids=["serial-string", "gpus-list", "mig-mode-string", "gi-id-string", "compute-fields"],
 )

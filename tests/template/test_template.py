@@ -51,23 +51,50 @@ def allocated_on(profile: str, doc: dict[str, Any], tmp_path: Path, partitioning
 CASES = [
     (["--vendor", "nvidia", "--count", "8", "--same", "interconnect"], "dgx-h100", "gpu.nvidia.com", []),
     (["--model", "h100", "--memory", "80G"], "dgx-h100", "gpu.nvidia.com", ['productName.contains("H100")', 'quantity("80G")']),
-    (["--family", "hopper/cdna3", "--memory", "128Gi", "--count", "2"], "mixed-node", "accelerator.dra-driver.io", ['family in ["cdna3", "hopper"]', "device.capacity[device.driver]"]),
+    (
+        ["--family", "hopper/cdna3", "--memory", "128Gi", "--count", "2"],
+        "mixed-node",
+        "accelerator.dra-driver.io",
+        ['family in ["cdna3", "hopper"]', "device.capacity[device.driver]"],
+    ),
     (["--mig", "3g.20gb", "--count", "2"], "dgx-a100-mig", "mig-3g.20gb.nvidia.com", []),
-    (["--partition", "cpx_nps4", "--count", "8", "--same", "numa"], "mi300x-cpx", "partition.gpu.amd.com", ['computePartition == "cpx"', 'memoryPartition == "nps4"']),
+    (
+        ["--partition", "cpx_nps4", "--count", "8", "--same", "numa"],
+        "mi300x-cpx",
+        "partition.gpu.amd.com",
+        ['computePartition == "cpx"', 'memoryPartition == "nps4"'],
+    ),
     (["--vendor", "amd", "--family", "cdna2", "--count", "4"], "mi210", "gpu.amd.com", ['family == "cdna2"']),
     (["--vendor", "intel", "--count", "2", "--same", "pcie-root"], "gaudi2-hls", "gaudi.intel.com", []),
-    (["--vendor", "gaudi", "--model", "gaudi3", "--count", "4", "--same", "interconnect"], "gaudi3-hls", "gaudi.intel.com", ['"gaudi.intel.com"].model.contains("Gaudi3")']),
+    (
+        ["--vendor", "gaudi", "--model", "gaudi3", "--count", "4", "--same", "interconnect"],
+        "gaudi3-hls",
+        "gaudi.intel.com",
+        ['"gaudi.intel.com"].model.contains("Gaudi3")'],
+    ),
     (["--vendor", "any", "--count", "1"], "l4", "accelerator.dra-driver.io", []),
     (["--model", "B200", "--count", "8", "--same", "interconnect"], "b200", "gpu.nvidia.com", ['productName.contains("B200")']),
     (["--family", "blackwell", "--count", "4", "--same", "interconnect"], "gb200", "accelerator.dra-driver.io", ['family == "blackwell"']),
     (["--model", "H200 NVL", "--count", "4"], "h200-nvl", "gpu.nvidia.com", ['productName.contains("H200 NVL")']),
-    (["--model", "MI325X", "--memory", "250Gi", "--count", "8", "--same", "interconnect"], "mi325x", "gpu.amd.com", ['productName.contains("MI325X")', 'quantity("250Gi")']),
-    (["--vendor", "gaudi", "--model", "gaudi3", "--count", "2", "--same", "pcie-root"], "gaudi3-pcie", "gaudi.intel.com", ['"gaudi.intel.com"].model.contains("Gaudi3")']),
+    (
+        ["--model", "MI325X", "--memory", "250Gi", "--count", "8", "--same", "interconnect"],
+        "mi325x",
+        "gpu.amd.com",
+        ['productName.contains("MI325X")', 'quantity("250Gi")'],
+    ),
+    (
+        ["--vendor", "gaudi", "--model", "gaudi3", "--count", "2", "--same", "pcie-root"],
+        "gaudi3-pcie",
+        "gaudi.intel.com",
+        ['"gaudi.intel.com"].model.contains("Gaudi3")'],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("flags", "profile", "device_class", "fragments"), CASES, ids=[" ".join(c[0]) for c in CASES])
-def test_each_vendor_and_option_is_valid_and_fits_its_hardware(flags: list[str], profile: str, device_class: str, fragments: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_each_vendor_and_option_is_valid_and_fits_its_hardware(
+    flags: list[str], profile: str, device_class: str, fragments: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code, out, err = write(capsys, *flags, "--profile", profile)
     assert code == 0, err
     assert "1 of 1 node could hold it now" in err
@@ -88,7 +115,11 @@ def test_fallbacks_become_first_available_in_order(capsys: pytest.CaptureFixture
     doc = yaml.safe_load(out)
     validate_strictly(doc)
     entries = devices_of(doc)["requests"][0]["firstAvailable"]
-    assert [(e["name"], e["count"], e["deviceClassName"]) for e in entries] == [("h100", 4, "gpu.nvidia.com"), ("a100", 8, "gpu.nvidia.com"), ("3g-20gb", 2, "mig-3g.20gb.nvidia.com")]
+    assert [(e["name"], e["count"], e["deviceClassName"]) for e in entries] == [
+        ("h100", 4, "gpu.nvidia.com"),
+        ("a100", 8, "gpu.nvidia.com"),
+        ("3g-20gb", 2, "mig-3g.20gb.nvidia.com"),
+    ]
     assert {r["request"] for r in allocated_on("dgx-h100", doc, tmp_path)} == {"accel/h100"}
     assert {r["request"] for r in allocated_on("dgx-a100-mig", doc, tmp_path)} == {"accel/3g-20gb"}  # no H100, only 4 whole A100s
     assert "# choice 2: 8 x nvidia A100 (when the earlier ones cannot be allocated)" in out
@@ -96,7 +127,8 @@ def test_fallbacks_become_first_available_in_order(capsys: pytest.CaptureFixture
 
 @pytest.mark.parametrize(("sharing", "expected"), [
     ("time-slicing:long", {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}),
-    ("mps:threads=50,pinned-memory=10Gi", {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}}),
+    ("mps:threads=50,pinned-memory=10Gi",
+     {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "10Gi"}}),
 ])  # fmt: skip
 def test_sharing_is_upstream_nvidia_config_the_backend_accepts(sharing: str, expected: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     from dra_driver_nvidia.config import validate_config
@@ -106,10 +138,15 @@ def test_sharing_is_upstream_nvidia_config_the_backend_accepts(sharing: str, exp
     doc = yaml.safe_load(out)
     validate_strictly(doc)
     configs = devices_of(doc)["config"]
-    assert [(c["requests"], c["opaque"]["parameters"]["kind"]) for c in configs] == [(["accel/h100"], "GpuConfig"), (["accel/1g-10gb"], "MigDeviceConfig")]
+    assert [(c["requests"], c["opaque"]["parameters"]["kind"]) for c in configs] == [
+        (["accel/h100"], "GpuConfig"),
+        (["accel/1g-10gb"], "MigDeviceConfig"),
+    ]
     for config in configs:
         # A MIG device takes no time-slice interval (it applies to whole GPUs; the driver refuses it at prepare).
-        wanted = expected if config["opaque"]["parameters"]["kind"] == "GpuConfig" else {k: v for k, v in expected.items() if k != "timeSlicingConfig"}
+        wanted = (
+            expected if config["opaque"]["parameters"]["kind"] == "GpuConfig" else {k: v for k, v in expected.items() if k != "timeSlicingConfig"}
+        )
         assert config["opaque"]["driver"] == "gpu.nvidia.com" and config["opaque"]["parameters"]["sharing"] == wanted
         validate_config(config["opaque"]["parameters"])  # raises ConfigError on anything upstream's decoder refuses
 
@@ -195,7 +232,8 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
     (["--share-memory", "512Mi", "--model", "H100"], ["--share-memory", "at least 1Gi"]),
     (["--share-memory", "20Gi", "--mig", "1g.10gb"], ["--share-memory", "without --mig"]),
     (["--share-memory", "20Gi", "--vendor", "amd"], ["--share-memory", "--vendor nvidia"]),
-    (["--mig", "1g.10gb", "--sharing", "time-slicing:Long"], ["--sharing", "applies to whole GPUs", "every choice is a MIG device", "without an interval"]),
+    (["--mig", "1g.10gb", "--sharing", "time-slicing:Long"],
+     ["--sharing", "applies to whole GPUs", "every choice is a MIG device", "without an interval"]),
     (["--fallback", "size=8"], ["unknown key 'size'"]),
     (["--model", "B300"], ["no known product", "H100", "NVIDIA B200"]),
     (["--name", "Not_Valid"], ["--name"]),

@@ -32,6 +32,7 @@ from dra_driver.backend.interface import (
 
 from dra_driver_amd import attributes, config, dynamic, edits, metrics
 from dra_driver_amd.discovery import GpuInfo, discover_gpus
+from dra_driver_amd.dynamic import Placement
 from dra_driver_amd.health import HealthWatcher
 from dra_driver_amd.modes import Mode
 from dra_driver_amd.partitioner import Partitioner
@@ -51,7 +52,7 @@ class Catalog:
 
     inventory: Inventory
     nodes: dict[str, tuple[int, int]] = field(default_factory=dict)  # existing device -> (card, render)
-    placements: dict[str, dynamic.Placement] = field(default_factory=dict)  # dynamic device -> placement
+    placements: dict[str, Placement] = field(default_factory=dict)  # dynamic device -> placement
     gpus: dict[str, GpuInfo] = field(default_factory=dict)  # GPU BDF -> info
     devices_by_gpu: dict[str, list[str]] = field(default_factory=dict)
 
@@ -189,7 +190,7 @@ class AmdBackend(VendorBackend):
         card, render = catalog.nodes[name]
         return PreparedDevice(name, edits.device_edits(card, render, self.settings.dev_root))
 
-    def _prepare_placement(self, claim: ClaimRef, placement: dynamic.Placement) -> PreparedDevice:
+    def _prepare_placement(self, claim: ClaimRef, placement: Placement) -> PreparedDevice:
         users = self._users.setdefault(placement.gpu_bdf, {})
         conflicts = sorted(uid for uid, mode in users.items() if mode != placement.mode)
         if conflicts:
@@ -205,7 +206,7 @@ class AmdBackend(VendorBackend):
         partition = self._partitioner.partition(placement.gpu_bdf, placement.index)
         return PreparedDevice(placement.device, edits.device_edits(partition.card, partition.render, self.settings.dev_root))
 
-    def _check_hive_idle(self, claim: ClaimRef, placement: dynamic.Placement) -> None:
+    def _check_hive_idle(self, claim: ClaimRef, placement: Placement) -> None:
         """Refuse a memory-mode change while another GPU of the XGMI hive is in use.
 
         The counters are per GPU, so the scheduler may allocate memory modes
@@ -250,7 +251,7 @@ class AmdBackend(VendorBackend):
                 self._release(claim.uid, exclude=held_before)
                 raise
 
-    def _resolve(self, name: str) -> dynamic.Placement | PreparedDevice:
+    def _resolve(self, name: str) -> Placement | PreparedDevice:
         placement = self._current_catalog().placements.get(name)
         if placement is not None:
             return placement
@@ -259,7 +260,7 @@ class AmdBackend(VendorBackend):
             raise DeviceError(name, f"not a device of {self.driver_name} on this node (was the GPU removed or repartitioned?)")
         return device
 
-    def _apply(self, claim: ClaimRef, resolved: Sequence[dynamic.Placement | PreparedDevice]) -> PreparedClaim:
+    def _apply(self, claim: ClaimRef, resolved: Sequence[Placement | PreparedDevice]) -> PreparedClaim:
         prepared: list[PreparedDevice] = []
         placements: list[dict[str, Any]] = []
         for item in resolved:

@@ -8,15 +8,15 @@ meant for another driver is an error instead of being silently ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from dra_driver.backend.support import validate_settingless_config
 from dra_driver.backend.vocabulary import AMD_DRIVER
 
-API_VERSION = "gpu.resource.amd.com/v1alpha1"
-KIND = "GpuConfig"
+API_VERSION: Final = "gpu.resource.amd.com/v1alpha1"
+KIND: Final = "GpuConfig"
 
 
 class GpuConfig(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from dra_driver.backend.interface import DeviceReadings, DeviceSample
@@ -45,7 +46,8 @@ def read_handle(smi: Smi, handle: Any, bdf: str, errors: bool) -> Readings:
     readings.power_watts = _read("power", bdf, lambda: smi.power_watts(handle))
     readings.temperature_celsius = _read("temperature", bdf, lambda: smi.hotspot_celsius(handle))
     if errors:
-        readings.errors = _read("ecc", bdf, lambda: smi.ecc_counts(handle)) or {}
+        counts = _read("ecc", bdf, lambda: smi.ecc_counts(handle))
+        readings.errors = counts or {}
     return readings
 
 
@@ -53,7 +55,7 @@ def live_handles(smi: Smi) -> dict[str, Any]:
     """Partition PCI address -> its processor handle now (handles change with the partition mode)."""
     found: dict[str, Any] = {}
     for handle in _read("processor handles", "", smi.processor_handles) or []:
-        bdf = _read("bdf", "", lambda h=handle: smi.bdf(h))  # type: ignore[misc]
+        bdf = _read("bdf", "", partial(smi.bdf, handle))
         if bdf is not None:
             found[bdf] = handle
     return found

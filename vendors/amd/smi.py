@@ -15,7 +15,7 @@ import importlib
 import io
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from dra_driver.common.errors import BackendUnavailable
 from dra_driver.common.logs import fields
@@ -28,7 +28,7 @@ LIBRARY_MISSING = "libamd_smi.so not found (install amd-smi-lib from ROCm, or se
 STATUS_NOT_SUPPORTED = 2
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     """A reading amdsmi gave (it writes "N/A" for a field the GPU does not fill; UINT32_MAX is unsupported)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 0xFFFFFFFF
 

@@ -137,7 +137,10 @@ class GaudiBackend(VendorBackend):
             facts = self._facts(device)
             if facts.model.family == "unknown" and device.name not in self._warned_unknown:
                 self._warned_unknown.add(device.name)
-                log.warning("unknown Gaudi PCI device id; published with model Unknown and no memory capacity", extra=fields(device=device.name, pci_device_id=device.device_id))
+                log.warning(
+                    "unknown Gaudi PCI device id; published with model Unknown and no memory capacity",
+                    extra=fields(device=device.name, pci_device_id=device.device_id),
+                )
             published.append(build_device(facts, self.settings.node_name))
         return Inventory(driver=self.driver_name, devices=published)
 

@@ -9,15 +9,15 @@ instead of being ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from dra_driver.backend.support import validate_settingless_config
 from dra_driver.backend.vocabulary import GAUDI_DRIVER
 
-API_VERSION = "gaudi.dra-driver.io/v1alpha1"
-KIND = "GaudiConfig"
+API_VERSION: Final = "gaudi.dra-driver.io/v1alpha1"
+KIND: Final = "GaudiConfig"
 
 
 class GaudiConfig(BaseModel):

@@ -12,6 +12,7 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from dra_driver.backend.interface import DeviceReadings
@@ -125,7 +126,7 @@ class Hlml:
         temperature = read("temperature", lambda: lib.hlmlDeviceGetTemperature(handle, TEMPERATURE_ON_AIP))
         found.temperature_celsius = float(temperature) if temperature is not None else None
         for kind, error_type in (("ecc_corrected", ECC_CORRECTED), ("ecc_uncorrected", ECC_UNCORRECTED)):
-            count = read(kind, lambda t=error_type: lib.hlmlDeviceGetTotalECCErrors(handle, t, ECC_AGGREGATE))  # type: ignore[misc]
+            count = read(kind, partial(lib.hlmlDeviceGetTotalECCErrors, handle, error_type, ECC_AGGREGATE))
             if count is not None:
                 found.errors[kind] = int(count)
         return found

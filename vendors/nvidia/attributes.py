@@ -104,7 +104,7 @@ def gpu_device(gpu: GpuInfo, system: SystemInfo, node_name: str, profiles: list[
         attributes["nvlinkLinks"] = gpu.nvlink_links
         if gpu.nvlink_version:
             attributes["nvlinkVersion"] = semver(gpu.nvlink_version)
-    if gpu.fabric_clique:
+    if gpu.fabric_clique and gpu.fabric_cluster is not None and gpu.fabric_clique_id is not None:
         # The combined form (one equality selects a clique) plus its parts, so a claim can ask
         # for "same NVLink cluster" or compare clique IDs without string slicing.
         attributes["nvlinkClique"] = gpu.fabric_clique

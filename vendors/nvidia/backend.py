@@ -788,8 +788,8 @@ class NvidiaBackend(VendorBackend):
         for name, (gpu, mig_device) in index.static_migs.items():
             if gpu.uuid == gpu_uuid and mig_device.gi_id == gi_id:
                 return [name]
-        name = self._dynamic_by_gi.get((gpu_uuid, gi_id))
-        return [name] if name else []
+        dynamic_name = self._dynamic_by_gi.get((gpu_uuid, gi_id))
+        return [dynamic_name] if dynamic_name else []
 
 
 def _prepared_device(name: str, device_edits: ContainerEdits, uuid: str) -> PreparedDevice:

@@ -8,7 +8,9 @@ PCIe root) are left empty when NVML or sysfs does not report them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 from pathlib import Path
 
 import pynvml
@@ -93,7 +95,11 @@ def kubernetes_bus_id(nvml_bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
-def _optional(what: str, gpu: str, default: object, fn, *args):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+def _optional(what: str, gpu: str, default: D, fn: Callable[..., T], *args: Any) -> T | D:
     try:
         return fn(*args)
     except NvmlError as exc:

@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import pynvml
 
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 XID_TAINT = "gpu.nvidia.com/xid"
 GPU_LOST_TAINT = "gpu.nvidia.com/gpu-lost"
-TAINT_EFFECT = "NoSchedule"
+TAINT_EFFECT: Final = "NoSchedule"
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 NO_INSTANCE = 0xFFFFFFFF
 WAIT_MS = 1000  # short, so `stop` is honoured within a second

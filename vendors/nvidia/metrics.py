@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 from dra_driver.backend.interface import DeviceReadings, DeviceSample
@@ -53,7 +54,7 @@ def read_gpu(gpu: GpuInfo) -> GpuReadings:
     readings.power_watts = _read("power", name, lambda: nvml.power_watts(handle))
     readings.temperature_celsius = _read("temperature", name, lambda: nvml.temperature_celsius(handle))
     for kind, uncorrected in (("ecc_corrected", False), ("ecc_uncorrected", True)):
-        count = _read(kind, name, lambda u=uncorrected: nvml.ecc_errors(handle, u))  # type: ignore[misc]
+        count = _read(kind, name, partial(nvml.ecc_errors, handle, uncorrected))
         if count is not None:
             readings.errors[kind] = count
     return readings
@@ -64,14 +65,14 @@ def mig_instances(gpu: GpuInfo) -> dict[int, MigInstance]:
     found: dict[int, MigInstance] = {}
     count = _read("MIG devices", gpu.name, lambda: nvml.max_mig_device_count(gpu.handle)) or 0
     for position in range(count):
-        handle = _read("MIG device", gpu.name, lambda p=position: nvml.mig_device_handle(gpu.handle, p))  # type: ignore[misc]
+        handle = _read("MIG device", gpu.name, partial(nvml.mig_device_handle, gpu.handle, position))
         if handle is None:
             continue  # an empty slot
-        gi_id = _read("MIG instance id", gpu.name, lambda h=handle: nvml.gpu_instance_id(h))  # type: ignore[misc]
-        uuid = _read("MIG uuid", gpu.name, lambda h=handle: nvml.uuid(h))  # type: ignore[misc]
+        gi_id = _read("MIG instance id", gpu.name, partial(nvml.gpu_instance_id, handle))
+        uuid = _read("MIG uuid", gpu.name, partial(nvml.uuid, handle))
         if gi_id is None or uuid is None:
             continue
-        memory = _read("MIG memory", gpu.name, lambda h=handle: nvml.memory_used(h))  # type: ignore[misc]
+        memory = _read("MIG memory", gpu.name, partial(nvml.memory_used, handle))
         used, total = memory if memory is not None else (None, None)
         found[gi_id] = MigInstance(uuid, used, total)
     return found
@@ -81,17 +82,16 @@ def sample(
     name: str, gpu: GpuInfo, readings: GpuReadings, mig: MigInstance | None, partition: bool, sharing: str, daemons: Mapping[str, bool]
 ) -> DeviceSample:
     """The published device `name` on `gpu`: the GPU itself, or a partition (its MIG device `mig`, None while uncreated)."""
-    common = {"pci_bus_id": gpu.pci_bus_id, "model": gpu.product_name, "sharing": sharing, "mps_daemons": dict(daemons)}
-    if not partition:
-        return DeviceSample(
-            device=name, uuid=gpu.uuid, utilization=readings.utilization, memory_used_bytes=readings.memory_used,
-            memory_total_bytes=readings.memory_total, power_watts=readings.power_watts,
-            temperature_celsius=readings.temperature_celsius, errors=dict(readings.errors), **common,
-        )  # fmt: skip
-    # A partition: memory of its own instance; the rest measured on the parent GPU; errors are the parent's.
-    return DeviceSample(
-        device=name, uuid=mig.uuid if mig is not None else "", utilization=readings.utilization,
-        memory_used_bytes=mig.memory_used if mig is not None else None, memory_total_bytes=mig.memory_total if mig is not None else None,
-        power_watts=readings.power_watts, temperature_celsius=readings.temperature_celsius, errors=dict(readings.errors),
-        per_parent=PARENT_READINGS + ("errors",), **common,
+    common = DeviceSample(
+        device=name, pci_bus_id=gpu.pci_bus_id, model=gpu.product_name, sharing=sharing, mps_daemons=dict(daemons),
+        utilization=readings.utilization, power_watts=readings.power_watts, temperature_celsius=readings.temperature_celsius,
+        errors=dict(readings.errors),
     )  # fmt: skip
+    if not partition:
+        return replace(common, uuid=gpu.uuid, memory_used_bytes=readings.memory_used, memory_total_bytes=readings.memory_total)
+    # A partition: memory of its own instance; the rest measured on the parent GPU; errors are the parent's.
+    if mig is None:
+        return replace(common, per_parent=PARENT_READINGS + ("errors",))
+    return replace(
+        common, uuid=mig.uuid, memory_used_bytes=mig.memory_used, memory_total_bytes=mig.memory_total, per_parent=PARENT_READINGS + ("errors",)
+    )

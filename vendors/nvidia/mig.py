@@ -161,7 +161,9 @@ def _full_compute_profile(profiles: Sequence[nvml.ComputeInstanceProfileInfo], s
         if info.slice_count <= slice_count and (best is None or info.slice_count > best.slice_count):
             best = info
     if best is None:
-        raise NvmlError("nvmlGpuInstanceGetComputeInstanceProfileInfo", pynvml.NVML_ERROR_NOT_SUPPORTED, "no compute instance profile fits the GPU instance")
+        raise NvmlError(
+            "nvmlGpuInstanceGetComputeInstanceProfileInfo", pynvml.NVML_ERROR_NOT_SUPPORTED, "no compute instance profile fits the GPU instance"
+        )
     return best.id
 
 
@@ -210,7 +212,11 @@ def create_instance(
 
 
 def create_instance_in(
-    handle: Handle, profile: MigProfile, placement: Placement, gi: Handle | None, compute_profiles: ComputeProfilesOf,
+    handle: Handle,
+    profile: MigProfile,
+    placement: Placement,
+    gi: Handle | None,
+    compute_profiles: ComputeProfilesOf,
     find_uuid: bool = True,
 ) -> CreatedInstance:
     """`create_instance` with the GI at the placement already looked up (None: there is none, create it).
@@ -244,9 +250,7 @@ def _destroy_quietly(gi: Handle, gi_profile_id: int, compute_profiles: ComputePr
                   extra=fields(profile=gi_profile_id, error=str(exc)))  # fmt: skip
 
 
-def destroy_instance(
-    handle: Handle, gi_id: int, profile_id: int, start: int, compute_profiles: ComputeProfilesOf = read_compute_profiles
-) -> bool:
+def destroy_instance(handle: Handle, gi_id: int, profile_id: int, start: int, compute_profiles: ComputeProfilesOf = read_compute_profiles) -> bool:
     """Destroy a GI (and its CIs) if it is still the one we created; False when already gone."""
     try:
         gi = nvml.gpu_instance_by_id(handle, gi_id)

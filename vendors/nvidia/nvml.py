@@ -112,7 +112,11 @@ def load_library(driver_root: Path) -> None:
         return
     path = find_library(driver_root)
     if path is None:
-        raise NvmlError("load", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, f"{LIBRARY_NAME} not found under driver root {driver_root} (looked in {', '.join(LIBRARY_DIRS)})")
+        raise NvmlError(
+            "load",
+            pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+            f"{LIBRARY_NAME} not found under driver root {driver_root} (looked in {', '.join(LIBRARY_DIRS)})",
+        )
     try:
         pynvml.nvmlLib = ctypes.CDLL(str(path))
     except OSError as exc:
@@ -388,9 +392,7 @@ class ComputeInstanceProfileInfo:
 
 
 def compute_instance_profile_info(gi: Handle, profile: int) -> ComputeInstanceProfileInfo:
-    raw = call(
-        pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, profile, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-    )
+    raw = call(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, profile, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
     return ComputeInstanceProfileInfo(profile, raw.id, raw.sliceCount, raw.multiprocessorCount)
 
 
@@ -469,9 +471,7 @@ class Event:
 
 def event_set_wait(event_set: Handle, timeout_ms: int) -> Event:
     raw = call(pynvml.nvmlEventSetWait, event_set, timeout_ms)
-    return Event(
-        handle_address(raw.device), int(raw.eventType), int(raw.eventData), int(raw.gpuInstanceId), int(raw.computeInstanceId)
-    )
+    return Event(handle_address(raw.device), int(raw.eventType), int(raw.eventData), int(raw.gpuInstanceId), int(raw.computeInstanceId))
 
 
 def event_set_free(event_set: Handle) -> None:

@@ -100,7 +100,9 @@ def withheld_devices(inventory: Inventory, plugins: VendorPlugins | None, offer:
         advertised, unmatched = {}, {"(unknown)"}
     why = f"offered by the {plugins.describe()}"
     if unmatched:  # which devices it hands out is unknown: none of them is safe to offer
-        detail = "does not say which devices" if not plugins.advertised else f"names IDs that match no device here ({', '.join(sorted(unmatched)[:3])})"
+        detail = (
+            "does not say which devices" if not plugins.advertised else f"names IDs that match no device here ({', '.join(sorted(unmatched)[:3])})"
+        )
         withheld = {d.name: f"{why}, which {detail}" for d in inventory.devices}
     else:
         withheld = {name: f"{why} as {device_id}" for name, device_id in advertised.items()}
@@ -130,7 +132,7 @@ def withheld_note(withheld: Mapping[str, str]) -> str | None:
     text = "\n".join(lines)
     if len(text) <= _MAX_NOTE_CHARS:
         return text
-    kept = []
+    kept: list[str] = []
     for line in lines:
         if sum(len(k) + 1 for k in kept) + len(line) > _MAX_NOTE_CHARS - 40:
             break
@@ -324,7 +326,10 @@ class DevicePluginGuard:
             holders = self._pod_resources.view(allocatable=False).holders
         except PodResourcesUnavailable as exc:
             # A device plugin of this vendor runs here and its pods cannot be seen: no device is known free.
-            return f"a {vendor} device plugin runs on this node and which devices its pods hold cannot be read ({exc}); refusing rather than risk handing out a GPU twice"
+            return (
+                f"a {vendor} device plugin runs on this node and which devices its pods hold cannot be read ({exc}); "
+                "refusing rather than risk handing out a GPU twice"
+            )
         mine = [h for h in holders if vendor_of_resource(h.resource) == vendor]
         covered, _ = related(inventory, (h.device_id for h in mine))
         by_id = {h.device_id: h for h in mine}

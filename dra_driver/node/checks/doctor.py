@@ -29,7 +29,7 @@ from dra_driver.node.checks.permissions import world_writable
 from dra_driver.node.checks.same_name import created_here, describe_foreign, plugin_info, same_name_registrations, written_by_other
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.registry import OpenedBackends, open_backends
-from dra_driver.backend.interface import BackendSettings, Profile
+from dra_driver.backend.interface import BackendSettings, Partitioning, Profile
 
 log = logging.getLogger(__name__)
 API_TIMEOUT_S = 5.0
@@ -80,7 +80,7 @@ class DoctorSettings:
     kubeconfig: str | None = None
     context: str | None = None
     simulated_root: Path | None = None  # run's --simulated-root (None also for `none`)
-    partitioning: str = "static"
+    partitioning: Partitioning = "static"
     in_pod: bool = False  # in a Kubernetes pod: the host's files are only those it mounts
 
 
@@ -183,14 +183,21 @@ def _connect(settings: DoctorSettings, facts: NodeFacts) -> None:
 def check_vendor_libraries(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     found = [f"{vendor}: {len(inv.devices)} devices ({inv.driver})" for vendor, inv in sorted(facts.inventories.items())]
     if not settings.driver_root.is_dir():
-        return CheckResult("vendor-libraries", Status.FAIL, f"--driver-root {settings.driver_root} is not a directory",
-                           "mount the host's driver root and pass it as --driver-root (/ or /run/nvidia/driver with the GPU Operator)", tuple(facts.unavailable))  # fmt: skip
+        return CheckResult(
+            "vendor-libraries",
+            Status.FAIL,
+            f"--driver-root {settings.driver_root} is not a directory",
+            "mount the host's driver root and pass it as --driver-root (/ or /run/nvidia/driver with the GPU Operator)",
+            tuple(facts.unavailable),
+        )
     if not facts.inventories:
         return CheckResult("vendor-libraries", Status.FAIL, "no vendor library (NVML, amdsmi, HLML) found a device",
                            "install the vendor's kernel driver and user-space library on the node, or mount them into the driver's pod "
                            f"(--driver-root {settings.driver_root})", tuple(facts.unavailable))  # fmt: skip
     status = Status.WARN if facts.unavailable and settings.vendors else Status.PASS
-    return CheckResult("vendor-libraries", status, "; ".join(found), "" if status is Status.PASS else "see the vendors that could not open", tuple(facts.unavailable))
+    return CheckResult(
+        "vendor-libraries", status, "; ".join(found), "" if status is Status.PASS else "see the vendors that could not open", tuple(facts.unavailable)
+    )
 
 
 def check_device_nodes(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
@@ -213,8 +220,12 @@ def _simulated_device_nodes(settings: DoctorSettings) -> CheckResult:
     if settings.simulated_root is None:
         return CheckResult("device-nodes", Status.PASS, f"{name} without a simulated root: no device nodes (no container runtime may read its specs)")
     if not settings.simulated_root.is_dir():
-        return CheckResult("device-nodes", Status.FAIL, f"{name}: --simulated-root {settings.simulated_root} is not a directory",
-                           "mount the host path at the same path in the driver's pod (deploy/overlays/simulated: /var/run/dra-driver-sim)")  # fmt: skip
+        return CheckResult(
+            "device-nodes",
+            Status.FAIL,
+            f"{name}: --simulated-root {settings.simulated_root} is not a directory",
+            "mount the host path at the same path in the driver's pod (deploy/overlays/simulated: /var/run/dra-driver-sim)",
+        )
     return CheckResult("device-nodes", Status.PASS, f"{name}: device nodes and driver files under --simulated-root {settings.simulated_root}")
 
 
@@ -224,8 +235,13 @@ def _simulated_device_nodes(settings: DoctorSettings) -> CheckResult:
 def check_kubelet_dirs(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     problems = [p for p in (_dir_problem(settings.kubelet_dir / name) for name in ("plugins_registry", "plugins")) if p]
     if problems:
-        return CheckResult("kubelet-dirs", Status.FAIL, "; ".join(problems),
-                           f"mount the kubelet's plugins_registry and plugins directories (read-write) and pass their parent as --kubelet-dir ({settings.kubelet_dir})")  # fmt: skip
+        return CheckResult(
+            "kubelet-dirs",
+            Status.FAIL,
+            "; ".join(problems),
+            "mount the kubelet's plugins_registry and plugins directories (read-write) and pass their parent as --kubelet-dir "
+            f"({settings.kubelet_dir})",
+        )
     return CheckResult("kubelet-dirs", Status.PASS, f"{settings.kubelet_dir}/plugins_registry and plugins are writable directories")
 
 
@@ -239,14 +255,20 @@ def _dir_problem(path: Path) -> str:
 
 def check_registration(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     """Each driver this node would run: is one of its registration sockets there and serving?"""
-    serving, missing = [], []
+    serving: list[str] = []
+    missing: list[str] = []
     for driver in facts.drivers:
         sockets = sorted((settings.kubelet_dir / "plugins_registry").glob(f"{driver}-*reg.sock"))
         answered = [s.name for s in sockets if getattr(plugin_info(s), "name", None) == driver]
         (serving if answered else missing).append(f"{driver}: {', '.join(answered) or 'no registration socket answers'}")
     if missing:
-        return CheckResult("registration", Status.WARN, "; ".join(missing),
-                           "start the driver (dra-driver run, or its DaemonSet) on this node; the kubelet registers it within seconds", tuple(serving))  # fmt: skip
+        return CheckResult(
+            "registration",
+            Status.WARN,
+            "; ".join(missing),
+            "start the driver (dra-driver run, or its DaemonSet) on this node; the kubelet registers it within seconds",
+            tuple(serving),
+        )
     return CheckResult("registration", Status.PASS, "; ".join(serving) or "no driver to register")
 
 
@@ -256,20 +278,31 @@ def check_registration(settings: DoctorSettings, facts: NodeFacts) -> CheckResul
 def check_cdi_dir(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     problem = _dir_problem(settings.cdi_dir)
     if problem:
-        return CheckResult("cdi-dir", Status.FAIL, problem, f"mount the host's {settings.cdi_dir} read-write into the driver's pod, or point --cdi-dir at one")
+        return CheckResult(
+            "cdi-dir", Status.FAIL, problem, f"mount the host's {settings.cdi_dir} read-write into the driver's pod, or point --cdi-dir at one"
+        )
     return CheckResult("cdi-dir", Status.PASS, f"{settings.cdi_dir} is a writable directory")
 
 
 def check_runtime_cdi(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     runtimes = [r for r in (runtime_config.containerd_cdi(settings.containerd_config), runtime_config.crio_cdi(settings.crio_config)) if r]
     if not runtimes and settings.in_pod:  # the DaemonSet mounts no runtime configuration: nothing is wrong, it is out of view
-        return CheckResult("runtime-cdi", Status.UNSEEN, f"cannot see the container runtime's configuration from this pod ({settings.containerd_config}, "
-                           f"{settings.crio_config} are host files it does not mount)",
-                           f"run `dra-driver doctor` on the node itself to check it, or mount the file read-only and pass --containerd-config/--crio-config; "
-                           f"containerd 1.7 needs enable_cdi = true, and {settings.cdi_dir} must be among its cdi_spec_dirs")  # fmt: skip
+        return CheckResult(
+            "runtime-cdi",
+            Status.UNSEEN,
+            f"cannot see the container runtime's configuration from this pod ({settings.containerd_config}, "
+            f"{settings.crio_config} are host files it does not mount)",
+            f"run `dra-driver doctor` on the node itself to check it, or mount the file read-only and pass --containerd-config/--crio-config; "
+            f"containerd 1.7 needs enable_cdi = true, and {settings.cdi_dir} must be among its cdi_spec_dirs",
+        )
     if not runtimes:
-        return CheckResult("runtime-cdi", Status.WARN, f"no containerd ({settings.containerd_config}) or CRI-O ({settings.crio_config}) configuration found",
-                           f"mount the runtime's configuration to check it; containerd 1.7 needs enable_cdi = true, and {settings.cdi_dir} must be among its cdi_spec_dirs")  # fmt: skip
+        return CheckResult(
+            "runtime-cdi",
+            Status.WARN,
+            f"no containerd ({settings.containerd_config}) or CRI-O ({settings.crio_config}) configuration found",
+            f"mount the runtime's configuration to check it; containerd 1.7 needs enable_cdi = true, and {settings.cdi_dir} must be among its "
+            "cdi_spec_dirs",
+        )
     results = [_runtime_verdict(r, settings.cdi_dir) for r in runtimes]
     worst = max(results, key=lambda r: list(Status).index(r[0]))
     return CheckResult("runtime-cdi", worst[0], "; ".join(text for _, text, _ in results), worst[2])
@@ -283,9 +316,17 @@ def _runtime_verdict(runtime: runtime_config.RuntimeCdi, cdi_dir: Path) -> tuple
     if runtime.enabled is False:
         return Status.FAIL, f"{where}: CDI is disabled (enable_cdi = false)", "set enable_cdi = true in the CRI plugin section and restart containerd"
     if not runtime.reads(cdi_dir):
-        return Status.FAIL, f"{where}: {dirs} does not include {cdi_dir}", f"add \"{cdi_dir}\" to cdi_spec_dirs and restart {runtime.runtime}, or point --cdi-dir at one of them"
+        return (
+            Status.FAIL,
+            f"{where}: {dirs} does not include {cdi_dir}",
+            f'add "{cdi_dir}" to cdi_spec_dirs and restart {runtime.runtime}, or point --cdi-dir at one of them',
+        )
     if runtime.enabled is None:
-        return Status.WARN, f"{where}: enable_cdi is not set; containerd 2.x enables CDI by default, 1.7 does not", "set enable_cdi = true in the CRI plugin section (needed on containerd 1.7) and restart containerd"
+        return (
+            Status.WARN,
+            f"{where}: enable_cdi is not set; containerd 2.x enables CDI by default, 1.7 does not",
+            "set enable_cdi = true in the CRI plugin section (needed on containerd 1.7) and restart containerd",
+        )
     return Status.PASS, f"{where}: CDI on, {dirs}", ""
 
 
@@ -294,7 +335,9 @@ def _runtime_verdict(runtime: runtime_config.RuntimeCdi, cdi_dir: Path) -> tuple
 
 def check_resource_api(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     if facts.api is None:
-        return CheckResult("resource-api", Status.WARN, f"not checked: no cluster access ({facts.api_problem})", "pass --kubeconfig, or run in the driver's pod")
+        return CheckResult(
+            "resource-api", Status.WARN, f"not checked: no cluster access ({facts.api_problem})", "pass --kubeconfig, or run in the driver's pod"
+        )
     try:
         group = facts.api.request("GET", "/apis/resource.k8s.io/v1", timeout=API_TIMEOUT_S)
     except Exception as exc:
@@ -302,10 +345,17 @@ def check_resource_api(settings: DoctorSettings, facts: NodeFacts) -> CheckResul
         if status == 404:
             return CheckResult("resource-api", Status.FAIL, "the API server does not serve resource.k8s.io/v1",
                                "Kubernetes 1.34 or later serves it (1.35 recommended); enable the resource.k8s.io/v1 API group")  # fmt: skip
-        return CheckResult("resource-api", Status.FAIL, f"cannot ask the API server: {_short(exc)}", "check the kubeconfig and that the API server is reachable from this node")
+        return CheckResult(
+            "resource-api",
+            Status.FAIL,
+            f"cannot ask the API server: {_short(exc)}",
+            "check the kubeconfig and that the API server is reachable from this node",
+        )
     served = {r.get("name") for r in group.get("resources") or []}
     if "resourceslices" not in served:
-        return CheckResult("resource-api", Status.FAIL, "resource.k8s.io/v1 does not serve resourceslices", "upgrade the cluster to Kubernetes 1.34 or later")
+        return CheckResult(
+            "resource-api", Status.FAIL, "resource.k8s.io/v1 does not serve resourceslices", "upgrade the cluster to Kubernetes 1.34 or later"
+        )
     return CheckResult("resource-api", Status.PASS, "resource.k8s.io/v1 is served (resourceslices, resourceclaims)")
 
 
@@ -334,17 +384,20 @@ def check_extended_resource_skew(settings: DoctorSettings, facts: NodeFacts) -> 
     mapped = sorted(
         f"{(c.get('spec') or {}).get('extendedResourceName')} ({(c.get('metadata') or {}).get('name')})"
         for c in classes
-        if isinstance(c, dict) and (c.get("spec") or {}).get("extendedResourceName")
+        if isinstance(c, dict)
+        and (c.get("spec") or {}).get("extendedResourceName")
         and any(driver in json.dumps((c.get("spec") or {}).get("selectors") or []) for driver in facts.drivers)
     )
     if not mapped:
         return CheckResult(name, Status.PASS, f"kubelet {kubelet}, API server {server}: no DeviceClass of this driver maps an extended resource")
     return CheckResult(
-        name, Status.WARN,
+        name,
+        Status.WARN,
         f"kubelet {kubelet} with API server {server}: a pod asking {', '.join(mapped)} is given a claim by the scheduler that "
         "this kubelet ignores unless its DRAExtendedResource gate is on (off by default in 1.35): the container would start without the device",
-        "turn DRAExtendedResource on in this kubelet's featureGates, or upgrade the kubelet to 1.36, or keep those pods on claims or the device plugin",
-    )  # fmt: skip
+        "turn DRAExtendedResource on in this kubelet's featureGates, or upgrade the kubelet to 1.36, or keep those pods on claims or the device "
+        "plugin",
+    )
 
 
 def _short(exc: Exception) -> str:
@@ -360,14 +413,24 @@ def check_device_plugins(settings: DoctorSettings, facts: NodeFacts) -> CheckRes
     found = [(vendor, plugins) for vendor, plugins in sorted(report.vendors.items()) if vendor in facts.inventories or not facts.inventories]
     details = tuple(report.problems)
     if not found and details:
-        return CheckResult("device-plugins", Status.WARN, "no device plugin of this driver's vendors seen, but not every source could be read",
-                           f"mount {settings.kubelet_dir}/device-plugins and {settings.kubelet_dir}/pod-resources (read-only) into the driver's pod", details)  # fmt: skip
+        return CheckResult(
+            "device-plugins",
+            Status.WARN,
+            "no device plugin of this driver's vendors seen, but not every source could be read",
+            f"mount {settings.kubelet_dir}/device-plugins and {settings.kubelet_dir}/pod-resources (read-only) into the driver's pod",
+            details,
+        )
     if not found:
         return CheckResult("device-plugins", Status.PASS, "no device plugin of this driver's vendors on the node")
     lines = [_withheld_line(vendor, plugins, facts, settings.offer, report) for vendor, plugins in found]
-    return CheckResult("device-plugins", Status.WARN, "; ".join(lines),
-                       "remove the device plugin (or the GPU Operator's devicePlugin) from this node, e.g. with a node selector on its DaemonSet; "
-                       "or split the node on purpose with --offer-devices and configure the device plugin to leave those devices alone", details)  # fmt: skip
+    return CheckResult(
+        "device-plugins",
+        Status.WARN,
+        "; ".join(lines),
+        "remove the device plugin (or the GPU Operator's devicePlugin) from this node, e.g. with a node selector on its DaemonSet; "
+        "or split the node on purpose with --offer-devices and configure the device plugin to leave those devices alone",
+        details,
+    )
 
 
 def _withheld_line(vendor: str, plugins: Any, facts: NodeFacts, offer: Offer, report: DevicePluginReport) -> str:
@@ -379,17 +442,28 @@ def _withheld_line(vendor: str, plugins: Any, facts: NodeFacts, offer: Offer, re
 
 
 def check_same_name_drivers(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
-    conflicts, stale = [], []
+    conflicts: list[str] = []
+    stale: list[str] = []
     for driver in facts.drivers:
         state_root = PluginPaths(settings.kubelet_dir, driver, state_dir=settings.state_dir).state_root
         for found in same_name_registrations(settings.kubelet_dir, driver, state_root):
             (conflicts if found.answered else stale).append(f"{driver}: {found.socket}" + (f" serving {found.endpoint}" if found.endpoint else ""))
         conflicts.extend(f"{driver}: ResourceSlices {text}" for text in _foreign_slices(settings, facts, driver))
     if conflicts:
-        return CheckResult("same-name-drivers", Status.FAIL, f"another DRA driver with this driver's name runs here: {'; '.join(conflicts)}",
-                           "run only one driver per name on a node: remove the vendor's own DRA driver from this node, or this one", tuple(stale))  # fmt: skip
+        return CheckResult(
+            "same-name-drivers",
+            Status.FAIL,
+            f"another DRA driver with this driver's name runs here: {'; '.join(conflicts)}",
+            "run only one driver per name on a node: remove the vendor's own DRA driver from this node, or this one",
+            tuple(stale),
+        )
     if stale:
-        return CheckResult("same-name-drivers", Status.WARN, f"registration sockets nobody serves: {'; '.join(stale)}", "remove the stale socket files (the kubelet ignores them)")
+        return CheckResult(
+            "same-name-drivers",
+            Status.WARN,
+            f"registration sockets nobody serves: {'; '.join(stale)}",
+            "remove the stale socket files (the kubelet ignores them)",
+        )
     checked = "registrations" + (" and ResourceSlices" if facts.api is not None else "")
     return CheckResult("same-name-drivers", Status.PASS, f"no other driver with this driver's name ({checked} checked)")
 
@@ -398,7 +472,12 @@ def _foreign_slices(settings: DoctorSettings, facts: NodeFacts, driver: str) -> 
     if facts.api is None:
         return []
     try:
-        body = facts.api.request("GET", "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.nodeName={settings.node_name},spec.driver={driver}"}, timeout=API_TIMEOUT_S)
+        body = facts.api.request(
+            "GET",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            {"fieldSelector": f"spec.nodeName={settings.node_name},spec.driver={driver}"},
+            timeout=API_TIMEOUT_S,
+        )
     except Exception:  # reported by the resource-api check
         return []
     foreign = [item for item in body.get("items") or [] if written_by_other(item)]
@@ -419,8 +498,12 @@ def check_instance(settings: DoctorSettings, facts: NodeFacts) -> CheckResult:
     running = "; ".join(f"{driver} held by {', '.join(h.describe() for h in holders)}" for driver, holders in held.items())
     summary = f"a driver daemon runs on {settings.state_dir}: {running}" if held else f"no driver daemon runs on {settings.state_dir}"
     if several:
-        return CheckResult("instance", Status.WARN, f"{summary}; {'; '.join(sorted(set(several)))}",
-                           "normal for the seconds of a rolling update (each pod with its own --pod-uid); otherwise stop the extra daemon")  # fmt: skip
+        return CheckResult(
+            "instance",
+            Status.WARN,
+            f"{summary}; {'; '.join(sorted(set(several)))}",
+            "normal for the seconds of a rolling update (each pod with its own --pod-uid); otherwise stop the extra daemon",
+        )
     return CheckResult("instance", Status.PASS, summary)
 
 
@@ -437,6 +520,11 @@ def check_permissions(settings: DoctorSettings, facts: NodeFacts) -> CheckResult
     found = world_writable(roots)
     if found:
         listed = tuple(f"{path} (mode {mode:04o})" for path, mode in found)
-        return CheckResult("permissions", Status.FAIL, f"{len(found)} world-writable path(s): any local user could plant CDI specs or call the driver's sockets",
-                           "chmod o-w each listed path (the driver creates them 0700/0755/0600), then find what loosened them (a umask, a hostPath type)", listed)  # fmt: skip
+        return CheckResult(
+            "permissions",
+            Status.FAIL,
+            f"{len(found)} world-writable path(s): any local user could plant CDI specs or call the driver's sockets",
+            "chmod o-w each listed path (the driver creates them 0700/0755/0600), then find what loosened them (a umask, a hostPath type)",
+            listed,
+        )
     return CheckResult("permissions", Status.PASS, "no world-writable socket, CDI spec or state file")

@@ -8,6 +8,7 @@ and device IDs are kept as strings, bounded, and never used to build a path.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +65,9 @@ class PodResourcesClient:
         """List (and with `allocatable`, GetAllocatableResources); PodResourcesUnavailable naming the socket and the cause."""
         if not self.socket.exists():
             self.close()
-            raise PodResourcesUnavailable(f"kubelet PodResources socket {self.socket} does not exist (mount <kubelet dir>/pod-resources into the driver's pod)")
+            raise PodResourcesUnavailable(
+                f"kubelet PodResources socket {self.socket} does not exist (mount <kubelet dir>/pod-resources into the driver's pod)"
+            )
         stub = pr_grpc.PodResourcesListerStub(self._open())
         view = PodResourcesView()
         try:
@@ -104,5 +107,5 @@ def read_pod_resources(socket: Path, timeout: float = CALL_TIMEOUT_S, allocatabl
         client.close()
 
 
-def _ids(values: object) -> list[str]:
-    return [str(v) for v in values if 0 < len(str(v)) <= _MAX_ID_CHARS]  # type: ignore[attr-defined]
+def _ids(values: Iterable[object]) -> list[str]:
+    return [str(v) for v in values if 0 < len(str(v)) <= _MAX_ID_CHARS]

@@ -234,7 +234,9 @@ class DriverPlugin:
         try:
             step()
         except Exception as exc:
-            log.error("stopping driver plugin step failed", extra=fields(driver=self.driver, step=getattr(step, "__name__", str(step)), error=str(exc)))
+            log.error(
+                "stopping driver plugin step failed", extra=fields(driver=self.driver, step=getattr(step, "__name__", str(step)), error=str(exc))
+            )
 
     def _stop_registration(self) -> None:
         with self._registration_lock:

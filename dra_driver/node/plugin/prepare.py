@@ -160,7 +160,9 @@ class PrepareService:
         unique = list({claim.uid: claim for claim in claims}.values())
         refusal = self._gate.refusal(operation, deadline) if self._gate is not None else None
         if refusal is not None:
-            log.warning("claim call not run before start-up recovery finished", extra=fields(driver=self.driver, operation=operation, claims=len(unique)))
+            log.warning(
+                "claim call not run before start-up recovery finished", extra=fields(driver=self.driver, operation=operation, claims=len(unique))
+            )
             return {claim.uid: PrepareOutcome(error=refusal) for claim in unique}
         if len(unique) <= 1:  # the common case: no thread hop
             outcomes = {claim.uid: one(claim) for claim in unique}
@@ -280,7 +282,11 @@ class PrepareService:
         except BaseException as exc:
             rolled_back = self._roll_back(started)
             if isinstance(exc, StorageError):  # say what became of the claim, too
-                outcome = "the claim was rolled back" if rolled_back else "rolling it back failed too: its devices stay reserved until it is prepared or unprepared again"
+                outcome = (
+                    "the claim was rolled back"
+                    if rolled_back
+                    else "rolling it back failed too: its devices stay reserved until it is prepared or unprepared again"
+                )
                 raise StorageError(f"{exc}; {outcome}", exc.errno) from exc
             raise
         self._hold_for_tests(ref.uid, "after-completed")
@@ -315,8 +321,10 @@ class PrepareService:
                 f"checkpoint record {'was rebuilt from ' + record.recovered if record.recovered else 'has no copy of it'}; "
                 "its devices stay reserved: delete the pods using the claim so the kubelet unprepares it, then it can be prepared again"
             )
-        log.error("CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
-                  extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem))
+        log.error(
+            "CDI spec of a prepared claim was missing or damaged; rewritten from the checkpoint",
+            extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid, path=str(path), problem=problem),
+        )
         if self._device_nodes is not None:
             self._device_nodes(cdi.parse_spec(text))
         with in_place(self._cdi_place, f"rewriting the lost CDI spec of ResourceClaim {_name(ref)}"):
@@ -348,7 +356,10 @@ class PrepareService:
     def _our_devices(self, ref: ClaimRef, claim: ResourceClaim) -> list[AllocatedDevice]:
         where = f"ResourceClaim {_name(ref)}"
         if claim.metadata.uid != ref.uid:
-            raise ClaimError(f"{where} has UID {claim.metadata.uid}, the kubelet asked for {ref.uid}: the claim was deleted and re-created; the kubelet will retry with the new claim")
+            raise ClaimError(
+                f"{where} has UID {claim.metadata.uid}, the kubelet asked for {ref.uid}: the claim was deleted and re-created; the kubelet will "
+                "retry with the new claim"
+            )
         allocation = claim.allocation
         if allocation is None or allocation.devices is None:
             raise ClaimError(f"{where} is not allocated (status.allocation is empty); it must be allocated by the scheduler before the pod starts")
@@ -422,7 +433,10 @@ class PrepareService:
                     if name not in taken:
                         continue
                     if not quantity.is_quantity(amount):
-                        raise ClaimError(f"ResourceClaim {_name(ref)}: device {pool}/{device} consumedCapacity {name} {amount!r} is not a quantity; the allocation is damaged, allocate the claim again")
+                        raise ClaimError(
+                            f"ResourceClaim {_name(ref)}: device {pool}/{device} consumedCapacity {name} {amount!r} is not a quantity; the "
+                            "allocation is damaged, allocate the claim again"
+                        )
                     taken[name] += quantity.parse(amount)
             for name, total in taken.items():
                 if total > capacity[name]:
@@ -440,14 +454,14 @@ class PrepareService:
             edits_by_device.setdefault(dev.device, []).append(dev.edits)
         spec_devices: list[cdi.SpecDevice] = []
         ids_by_key: dict[tuple[str, str, str | None], str] = {}
-        for dev in record.devices:
-            key = (dev.pool, dev.device, dev.share_id)
+        for held in record.devices:
+            key = (held.pool, held.device, held.share_id)
             if key in ids_by_key:  # the same device in two results (adminAccess in two requests)
                 continue
-            queue = edits_by_device.get(dev.device) or [ContainerEdits()]
+            queue = edits_by_device.get(held.device) or [ContainerEdits()]
             edits = queue.pop(0) if len(queue) > 1 else queue[0]
-            name = cdi.cdi_device_name(ref.uid, dev.pool, dev.device, dev.share_id)
-            spec_devices.append(cdi.SpecDevice(name=name, device=dev.device, edits=edits))
+            name = cdi.cdi_device_name(ref.uid, held.pool, held.device, held.share_id)
+            spec_devices.append(cdi.SpecDevice(name=name, device=held.device, edits=edits))
             ids_by_key[key] = cdi.qualified_id(self.driver, name)
         request_ids: dict[str, str] = {}
         requests = {dev.request for dev in record.devices}
@@ -458,7 +472,9 @@ class PrepareService:
             spec_devices.append(cdi.SpecDevice(name=name, device=request, edits=edits))
             request_ids[request] = cdi.qualified_id(self.driver, name)
         devices = [
-            replace(dev, cdi_ids=[ids_by_key[(dev.pool, dev.device, dev.share_id)]] + ([request_ids[dev.request]] if dev.request in request_ids else []))
+            replace(
+                dev, cdi_ids=[ids_by_key[(dev.pool, dev.device, dev.share_id)]] + ([request_ids[dev.request]] if dev.request in request_ids else [])
+            )
             for dev in record.devices
         ]
         path = cdi.spec_path(self._cdi_dir, self.driver, ref.uid)
@@ -492,8 +508,10 @@ class PrepareService:
                 # undo what it proves (backend state included), not just the file.
                 record = self._recovery.rebuild_from_spec(ref.uid)
                 if record is not None:
-                    log.error("unprepare of a claim whose record is gone; undoing what its CDI spec records",
-                              extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid))
+                    log.error(
+                        "unprepare of a claim whose record is gone; undoing what its CDI spec records",
+                        extra=fields(driver=self.driver, claim=_name(ref), uid=ref.uid),
+                    )
             if record is not None:
                 _check_identity(ref, record, "unprepare")
             if record is not None and record.completed:
@@ -527,7 +545,10 @@ class PrepareService:
             cdi.remove_spec(cdi.spec_path(self._cdi_dir, self.driver, record.uid))
             cdi.remove_spec(cdi.claim_file_path(self._cdi_dir, self.driver, record.uid))  # after the spec: evidence to the last
         self._hold_for_tests(record.uid, "after-spec-removed")
-        with nullcontext() if section_held else self._checkpoint_section(), in_place(self._state_place, f"removing the record of ResourceClaim {_name(ref)}"):
+        with (
+            nullcontext() if section_held else self._checkpoint_section(),
+            in_place(self._state_place, f"removing the record of ResourceClaim {_name(ref)}"),
+        ):
             self._checkpoint.remove(record.uid)
 
     # --- start-up -------------------------------------------------------------
@@ -647,7 +668,11 @@ def _collect(futures: dict[str, Future[PrepareOutcome]], deadline: float | None,
         log.warning("claim not done before the kubelet's deadline", extra=fields(operation=operation, uid=bounded(uid, 160), started=started))
         outcomes[uid] = PrepareOutcome(
             error=f"{operation} of claim {uid} did not finish before the kubelet's deadline"
-            + ("; it goes on and the kubelet's retry gets its result" if started else " (not started: busy with other claims); the kubelet will retry")
+            + (
+                "; it goes on and the kubelet's retry gets its result"
+                if started
+                else " (not started: busy with other claims); the kubelet will retry"
+            )
         )
     return outcomes
 

@@ -53,6 +53,7 @@ from dra_driver.node.checkpoint import (
     CheckpointDevice,
     ClaimRecord,
     DamagedRecord,
+    Phase,
     record_from_json,
 )
 from dra_driver.common.logs import fields
@@ -297,7 +298,7 @@ class Recovery:
             if (d.pool, d.device) not in named and not (d.pool == "" and d.device in named_any_pool)
         ]
         # A trusted line saying the kubelet asked to unprepare: finish that; anything else stays prepared.
-        phase = UNPREPARE_STARTED if base.phase == UNPREPARE_STARTED else PREPARE_COMPLETED
+        phase: Phase = UNPREPARE_STARTED if base.phase == UNPREPARE_STARTED else PREPARE_COMPLETED
         sources = found.sources or ["cdi-spec-without-claim-data"]
         record = replace(
             base, phase=phase, devices=base.devices + _unique(extra), backend_state=found.state, recovered="+".join(sources),
@@ -306,20 +307,26 @@ class Recovery:
             self._checkpoint.put(record)
         except OSError as exc:  # cannot write: still reserved in memory for as long as this process lives
             self._checkpoint.stage(record)
-            log.error("cannot write a rebuilt checkpoint record; reserved in memory only", extra=fields(driver=self.driver, uid=record.uid, error=str(exc)))
+            log.error(
+                "cannot write a rebuilt checkpoint record; reserved in memory only", extra=fields(driver=self.driver, uid=record.uid, error=str(exc))
+            )
         self._count("rebuilt")
         log.error(
             "claim state was lost or damaged; rebuilt from evidence, its devices stay reserved",
             extra=fields(
-                driver=self.driver, uid=record.uid, claim=f"{record.namespace}/{record.name}", source=record.recovered,
-                devices=[f"{d.pool or '*'}/{d.device}" for d in record.devices], answerable=record.answerable,
+                driver=self.driver,
+                uid=record.uid,
+                claim=f"{record.namespace}/{record.name}",
+                source=record.recovered,
+                devices=[f"{d.pool or '*'}/{d.device}" for d in record.devices],
+                answerable=record.answerable,
             ),
         )
 
     def _log_forgotten(self, uid: str) -> None:
         log.error(
-            "damaged checkpoint record of a claim with no CDI spec and no backend record: nothing tells which devices "
-            "it held, so none stay reserved", extra=fields(driver=self.driver, uid=uid),
+            "damaged checkpoint record of a claim with no CDI spec and no backend record: nothing tells which devices it held, so none stay reserved",
+            extra=fields(driver=self.driver, uid=uid),
         )
 
     def _backend_claims(self) -> list[RecordedClaim]:
@@ -362,7 +369,8 @@ class Recovery:
                 except Exception as exc:  # keep the record: its devices stay reserved, the next unprepare retries
                     self._count("rollback-failed")
                     log.error(
-                        "rollback failed; the claim's devices stay reserved", extra=fields(driver=self.driver, uid=record.uid, error=str(exc)),
+                        "rollback failed; the claim's devices stay reserved",
+                        extra=fields(driver=self.driver, uid=record.uid, error=str(exc)),
                     )
         return in_flight
 

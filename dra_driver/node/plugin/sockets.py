@@ -146,7 +146,8 @@ def check_socket_path(path: Path) -> None:
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH:
         raise SocketError(
-            f"socket path {path} is {size} bytes; gRPC binds unix sockets of at most {MAX_SOCKET_PATH}: use a shorter --kubelet-dir (or a shorter --pod-uid)"
+            f"socket path {path} is {size} bytes; gRPC binds unix sockets of at most {MAX_SOCKET_PATH}: use a shorter --kubelet-dir (or a shorter "
+            "--pod-uid)"
         )
 
 

@@ -61,7 +61,7 @@ def backend_inventory_source(backend: VendorBackend, first: Inventory | None = N
     def source(partitioning: Partitioning) -> Inventory:
         settings = getattr(backend, "settings", None)
         if isinstance(settings, BackendSettings) and settings.partitioning != partitioning:
-            backend.settings = dataclasses.replace(settings, partitioning=partitioning)  # type: ignore[attr-defined]
+            backend.settings = dataclasses.replace(settings, partitioning=partitioning)  # type: ignore[attr-defined]  # the backend's own field, read with getattr above
             cached.clear()
             log.warning("backend switched partitioning mode", extra=fields(vendor=backend.vendor, partitioning=partitioning))
         if cached:

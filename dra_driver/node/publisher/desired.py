@@ -61,7 +61,10 @@ def desired_specs(
         ]
     specs = [render_slice_spec(content, inventory.driver, node_name, pool_name, 0, len(contents)) for content in contents]
     validate_slices(
-        [{"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": {"name": f"{node_name}-{inventory.driver}-{i}"}, "spec": s} for i, s in enumerate(specs)],
+        [
+            {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": {"name": f"{node_name}-{inventory.driver}-{i}"}, "spec": s}
+            for i, s in enumerate(specs)
+        ],
         subject=f"ResourceSlices of {inventory.driver} on {node_name}",
     )
     return specs

@@ -49,7 +49,7 @@ from kubernetes.client.rest import ApiException
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi, WatchStream
 from dra_driver.common.logs import fields
-from dra_driver.model.device import DeviceTaint, Inventory
+from dra_driver.model.device import DeviceTaint, Inventory, TaintEffect
 from dra_driver.model.render import API_VERSION
 from dra_driver.node.checks.same_name import (
     FIELD_MANAGER,
@@ -86,7 +86,7 @@ class PublisherOptions:
     backoff_initial: float = 1.0
     backoff_cap: float = 300.0
     health_taint_key: str | None = None  # default "<driver>/unhealthy"
-    health_taint_effect: str = "NoSchedule"
+    health_taint_effect: TaintEffect = "NoSchedule"
 
 
 class _FieldsDropped(Exception):
@@ -178,7 +178,7 @@ class SlicePublisher:
             if healthy:
                 changed = self._unhealthy.pop(device, None) is not None
             else:
-                taint = taint or DeviceTaint(key=self.options.health_taint_key or f"{self.driver}/unhealthy", effect=self.options.health_taint_effect)  # type: ignore[arg-type]
+                taint = taint or DeviceTaint(key=self.options.health_taint_key or f"{self.driver}/unhealthy", effect=self.options.health_taint_effect)
                 changed = self._unhealthy.get(device) != taint
                 self._unhealthy[device] = taint
         if changed:
@@ -272,7 +272,9 @@ class SlicePublisher:
         if plan.writes:
             log.info(
                 "publishing slices",
-                extra=fields(driver=self.driver, generation=plan.generation, create=len(plan.creates), update=len(plan.updates), delete=len(plan.deletes)),
+                extra=fields(
+                    driver=self.driver, generation=plan.generation, create=len(plan.creates), update=len(plan.updates), delete=len(plan.deletes)
+                ),
             )
         # Recorded before writing: a half-written bump must not be reused after a wipe.
         self._last_generation = plan.generation
@@ -455,7 +457,9 @@ class SlicePublisher:
                 error = _describe(exc)
                 level = logging.WARNING if self._backoff.failures == 1 or error != self._last_error else logging.DEBUG
                 self._last_error = error
-                log.log(level, "publishing slices failed; retrying with backoff", extra=fields(driver=self.driver, error=error, retry_in=round(delay, 3)))
+                log.log(
+                    level, "publishing slices failed; retrying with backoff", extra=fields(driver=self.driver, error=error, retry_in=round(delay, 3))
+                )
                 if self._stop.wait(delay):
                     return
                 self._dirty.set()
@@ -526,7 +530,9 @@ class SlicePublisher:
 
     def _someone_else_changed(self, event: JsonObject) -> None:
         raw = event.get("object") or {}
-        log.info("slice changed by someone else", extra=fields(driver=self.driver, event=event.get("type"), slice=(raw.get("metadata") or {}).get("name")))
+        log.info(
+            "slice changed by someone else", extra=fields(driver=self.driver, event=event.get("type"), slice=(raw.get("metadata") or {}).get("name"))
+        )
         self._dirty.set()
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -171,13 +171,14 @@ class FakeAmdSmi:
 
     AmdSmiException = AmdSmiException
     AmdSmiLibraryException = AmdSmiLibraryException
-    AmdSmiInitFlags = AmdSmiInitFlags
-    AmdSmiComputePartitionType = AmdSmiComputePartitionType
-    AmdSmiMemoryPartitionType = AmdSmiMemoryPartitionType
-    AmdSmiLinkType = AmdSmiLinkType
-    AmdSmiEvtNotificationType = AmdSmiEvtNotificationType
-    AmdSmiTemperatureType = AmdSmiTemperatureType
-    AmdSmiTemperatureMetric = AmdSmiTemperatureMetric
+    # Type aliases, so the methods' annotations below name the enums (amdsmi's attribute names).
+    AmdSmiInitFlags: TypeAlias = AmdSmiInitFlags
+    AmdSmiComputePartitionType: TypeAlias = AmdSmiComputePartitionType
+    AmdSmiMemoryPartitionType: TypeAlias = AmdSmiMemoryPartitionType
+    AmdSmiLinkType: TypeAlias = AmdSmiLinkType
+    AmdSmiEvtNotificationType: TypeAlias = AmdSmiEvtNotificationType
+    AmdSmiTemperatureType: TypeAlias = AmdSmiTemperatureType
+    AmdSmiTemperatureMetric: TypeAlias = AmdSmiTemperatureMetric
 
     def __init__(self, profile: AmdProfile, state: SimulatedState | None = None) -> None:
         self.profile = profile
@@ -381,7 +382,7 @@ class FakeAmdSmi:
                 "profile_type": profile.type,
                 "num_partitions": profile.num_partitions,
                 "profile_index": index,
-                "memory_caps": list(profile.memory_caps) or ["N/A"],
+                "memory_caps": list[str](profile.memory_caps) or ["N/A"],
                 "num_resources": 1,
                 "resources": [],
             }
@@ -471,7 +472,9 @@ class FakeAmdSmi:
         state, _ = self._reading("amdsmi_get_power_info", handle)
         if handle.partition:
             # The SMU measures the socket: a secondary partition's handle reports no power (amd-smi shows N/A).
-            return dict.fromkeys(("socket_power", "current_socket_power", "average_socket_power", "gfx_voltage", "soc_voltage", "mem_voltage", "power_limit"), "N/A")
+            return dict.fromkeys(
+                ("socket_power", "current_socket_power", "average_socket_power", "gfx_voltage", "soc_voltage", "mem_voltage", "power_limit"), "N/A"
+            )
         watts = round(self.load.current(_socket_key(handle.gpu_bdf)).power_fraction * state.model.power_limit_w)
         # MI300 and later report the current socket power, MI200 and earlier the average (amdsmi_power_info_t).
         current, average = (watts, "N/A") if state.model.accelerator_profiles else ("N/A", watts)

@@ -133,6 +133,7 @@ class FakeGpu:
     failures: dict[str, int] = field(default_factory=dict)
     instances: dict[int, FakeGpuInstance] = field(default_factory=dict)  # GI id -> GI
     ecc: dict[int, int] = field(default_factory=dict)  # nvmlMemoryErrorType_t -> aggregate count (inject_ecc)
+    _address: int = field(default=0, init=False)  # the handle value NVML callers hold (set by _register)
 
 
 @dataclass(eq=False)
@@ -142,6 +143,7 @@ class FakeGpuInstance:
     profile: GpuInstanceProfile
     start: int
     computes: dict[int, FakeComputeInstance] = field(default_factory=dict)
+    _address: int = field(default=0, init=False)  # the handle value NVML callers hold (set by _register)
 
 
 @dataclass(eq=False)
@@ -151,6 +153,7 @@ class FakeComputeInstance:
     profile_id: int
     slices: int
     uuid: str
+    _address: int = field(default=0, init=False)  # the handle value NVML callers hold (set by _register)
 
 
 @dataclass(eq=False)
@@ -231,10 +234,10 @@ class FakeNvmlLibrary:
 
     def _take_instances(self, gpu: FakeGpu, saved: list[SavedGpuInstance]) -> None:
         wanted = {gi.id: gi for gi in saved}
-        for gi_id, gi in list(gpu.instances.items()):
+        for gi_id, held in list(gpu.instances.items()):
             entry = wanted.get(gi_id)
-            if entry is None or (entry.profile_id, entry.start) != (gi.profile.id, gi.start):
-                self._forget_gpu_instance(gi)
+            if entry is None or (entry.profile_id, entry.start) != (held.profile.id, held.start):
+                self._forget_gpu_instance(held)
         for gi_id, entry in wanted.items():
             gi = gpu.instances.get(gi_id)
             if gi is None:
@@ -248,7 +251,7 @@ class FakeNvmlLibrary:
             for ci_id, ci in list(gi.computes.items()):
                 if ci_id not in computes or computes[ci_id].uuid != ci.uuid:
                     del gi.computes[ci_id]
-                    self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
+                    self._objects.pop(ci._address, None)
             for ci_id, ci_entry in computes.items():
                 if ci_id not in gi.computes:
                     profile_id = ci_entry.profile_id
@@ -258,8 +261,8 @@ class FakeNvmlLibrary:
 
     def _forget_gpu_instance(self, gi: FakeGpuInstance) -> None:
         for ci in gi.computes.values():
-            self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
-        self._objects.pop(gi._address, None)  # type: ignore[attr-defined]
+            self._objects.pop(ci._address, None)
+        self._objects.pop(gi._address, None)
         gi.gpu.instances.pop(gi.id, None)
 
     def _sync(self) -> None:
@@ -451,7 +454,7 @@ class FakeNvmlLibrary:
         gpu = self.gpus[position]
         if "nvmlDeviceGetHandleByIndex_v2" in gpu.failures:
             return gpu.failures["nvmlDeviceGetHandleByIndex_v2"]
-        _store_handle(_out(ref), gpu._address)  # type: ignore[attr-defined]
+        _store_handle(_out(ref), gpu._address)
         return pynvml.NVML_SUCCESS
 
     # ---- device identity ------------------------------------------------------
@@ -524,15 +527,16 @@ class FakeNvmlLibrary:
     def nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
         with self._lock:
             mig = self._lookup(handle, FakeComputeInstance)
+            # A MIG device moves on its own (the utilization call, which moves a GPU, is not supported on it).
             if mig is not None:
                 total = mig.gi.profile.memoryMB << 20
+                fraction = self.load.advance(mig.uuid).memory_fraction
             else:
                 ret, gpu = self._gpu_call("nvmlDeviceGetMemoryInfo", handle)
                 if gpu is None:
                     return ret
                 total = gpu.model.memoryMiB << 20
-            # A MIG device moves on its own (the utilization call, which moves a GPU, is not supported on it).
-            fraction = self.load.advance(mig.uuid).memory_fraction if mig is not None else self.load.current(gpu.spec.uuid).memory_fraction
+                fraction = self.load.current(gpu.spec.uuid).memory_fraction
             used = min(total, int(total * fraction)) & ~0xFFFFF  # whole MiB, as the driver reports
             info = _out(ref)
             info.total, info.used, info.free = total, used, total - used
@@ -665,7 +669,7 @@ class FakeNvmlLibrary:
             position = _int(index)
             if position >= len(devices):
                 return pynvml.NVML_ERROR_NOT_FOUND
-            _store_handle(_out(ref), devices[position]._address)  # type: ignore[attr-defined]
+            _store_handle(_out(ref), devices[position]._address)
             return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Any, ref: Any) -> int:
@@ -737,7 +741,7 @@ class FakeNvmlLibrary:
             if set(range(wanted.start, wanted.start + wanted.size)) & self._occupied(gpu):
                 return pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
             gi = self._new_gpu_instance(gpu, row, wanted.start)
-            _store_handle(_out(ref), gi._address)  # type: ignore[attr-defined]
+            _store_handle(_out(ref), gi._address)
             return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetGpuInstances(self, handle: Any, profile_id: Any, instances: Any, count: Any) -> int:
@@ -751,7 +755,7 @@ class FakeNvmlLibrary:
                 counter.value = len(found)
                 return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
             for position, gi in enumerate(found):
-                _store_handle(instances, gi._address, position * _PTR)  # type: ignore[attr-defined]
+                _store_handle(instances, gi._address, position * _PTR)
             counter.value = len(found)
             return pynvml.NVML_SUCCESS
 
@@ -763,7 +767,7 @@ class FakeNvmlLibrary:
             gi = gpu.instances.get(_int(gi_id))
             if gi is None:
                 return pynvml.NVML_ERROR_NOT_FOUND
-            _store_handle(_out(ref), gi._address)  # type: ignore[attr-defined]
+            _store_handle(_out(ref), gi._address)
             return pynvml.NVML_SUCCESS
 
     def nvmlGpuInstanceGetInfo(self, handle: Any, ref: Any) -> int:
@@ -771,7 +775,7 @@ class FakeNvmlLibrary:
         if gi is None:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
         info = _out(ref)
-        info.device = ctypes.cast(ctypes.c_void_p(gi.gpu._address), pynvml.c_nvmlDevice_t)  # type: ignore[attr-defined]
+        info.device = ctypes.cast(ctypes.c_void_p(gi.gpu._address), pynvml.c_nvmlDevice_t)
         info.id, info.profileId = gi.id, gi.profile.id
         info.placement.start, info.placement.size = gi.start, gi.profile.placements.size
         return pynvml.NVML_SUCCESS
@@ -786,7 +790,7 @@ class FakeNvmlLibrary:
             if gi.computes:
                 return pynvml.NVML_ERROR_IN_USE
             del gi.gpu.instances[gi.id]
-            self._objects.pop(gi._address, None)  # type: ignore[attr-defined]
+            self._objects.pop(gi._address, None)
             self.destroyed.append((gi.gpu.spec.uuid, gi.id))
             return pynvml.NVML_SUCCESS
 
@@ -823,7 +827,7 @@ class FakeNvmlLibrary:
             if used + slices > gi.profile.sliceCount:
                 return pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
             ci = self._new_compute_instance(gi, _int(profile_id))
-            _store_handle(_out(ref), ci._address)  # type: ignore[attr-defined]
+            _store_handle(_out(ref), ci._address)
             return pynvml.NVML_SUCCESS
 
     def nvmlGpuInstanceGetComputeInstances(self, handle: Any, profile_id: Any, instances: Any, count: Any) -> int:
@@ -837,7 +841,7 @@ class FakeNvmlLibrary:
                 counter.value = len(found)
                 return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
             for position, ci in enumerate(found):
-                _store_handle(instances, ci._address, position * _PTR)  # type: ignore[attr-defined]
+                _store_handle(instances, ci._address, position * _PTR)
             counter.value = len(found)
             return pynvml.NVML_SUCCESS
 
@@ -849,7 +853,7 @@ class FakeNvmlLibrary:
             ci = gi.computes.get(_int(ci_id))
             if ci is None:
                 return pynvml.NVML_ERROR_NOT_FOUND
-            _store_handle(_out(ref), ci._address)  # type: ignore[attr-defined]
+            _store_handle(_out(ref), ci._address)
             return pynvml.NVML_SUCCESS
 
     def nvmlComputeInstanceGetInfo_v2(self, handle: Any, ref: Any) -> int:
@@ -857,8 +861,8 @@ class FakeNvmlLibrary:
         if ci is None:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
         info = _out(ref)
-        info.device = ctypes.cast(ctypes.c_void_p(ci.gi.gpu._address), pynvml.c_nvmlDevice_t)  # type: ignore[attr-defined]
-        info.gpuInstance = ctypes.cast(ctypes.c_void_p(ci.gi._address), pynvml.c_nvmlGpuInstance_t)  # type: ignore[attr-defined]
+        info.device = ctypes.cast(ctypes.c_void_p(ci.gi.gpu._address), pynvml.c_nvmlDevice_t)
+        info.gpuInstance = ctypes.cast(ctypes.c_void_p(ci.gi._address), pynvml.c_nvmlGpuInstance_t)
         info.id, info.profileId = ci.id, ci.profile_id
         return pynvml.NVML_SUCCESS
 
@@ -870,7 +874,7 @@ class FakeNvmlLibrary:
             if ci.gi.gpu.lost:
                 return pynvml.NVML_ERROR_GPU_IS_LOST
             del ci.gi.computes[ci.id]
-            self._objects.pop(ci._address, None)  # type: ignore[attr-defined]
+            self._objects.pop(ci._address, None)
             return pynvml.NVML_SUCCESS
 
     # ---- interconnect -----------------------------------------------------------
@@ -951,7 +955,7 @@ class FakeNvmlLibrary:
                 return pynvml.NVML_ERROR_TIMEOUT
             gpu_index, event_type, data, gi_id, ci_id = event_set.pending.popleft()
             event = _out(ref)
-            event.device = ctypes.cast(ctypes.c_void_p(self.gpus[gpu_index]._address), pynvml.c_nvmlDevice_t)  # type: ignore[attr-defined]
+            event.device = ctypes.cast(ctypes.c_void_p(self.gpus[gpu_index]._address), pynvml.c_nvmlDevice_t)
             event.eventType, event.eventData = event_type, data
             event.gpuInstanceId, event.computeInstanceId = gi_id, ci_id
             return pynvml.NVML_SUCCESS

@@ -17,7 +17,8 @@ binary was seen to do (docs/hardware-validation.md, "MPS control daemon"):
   `set_default_active_thread_percentage <p>` (prints the value as `50.0`), `get_default_active_thread_percentage`
   (`100.0` unset), `set_default_device_pinned_mem_limit <dev> <value>` (prints nothing; value an integer followed
   by M or G), `get_default_device_pinned_mem_limit <dev>` (nothing unset, else from 1024M on in whole G, truncated,
-  below in M: `8192M` is shown as `8G`, `40779M` as `39G`, `500M` as `500M`, as the 580 binary shows them). A limit is kept per identifier as given: set by UUID, asking by ordinal prints nothing.
+  below in M: `8192M` is shown as `8G`, `40779M` as `39G`, `500M` as `500M`, as the 580 binary shows them). A limit
+  is kept per identifier as given: set by UUID, asking by ordinal prints nothing.
   Answers to a bad argument (`Invalid ...`) are this stand-in's own wording: the real one's were not recorded.
 
 A test may make the daemon behave as another driver's binary: `<this file>.quirks` (read at start) holds lines
