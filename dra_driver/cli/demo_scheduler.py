@@ -16,7 +16,8 @@ from kubernetes import client
 
 from dra_driver.allocator import Allocator, CelMatcher, Node, build_pools
 from dra_driver.allocator.types import Pool
-from dra_driver.sources.claims import ResourceClaim, parse_object
+from dra_driver.model.resource_v1 import ResourceClaim
+from dra_driver.sources.claims import parse_object
 from dra_driver.explain import ClaimInput, InputError, Subject, merge_classes, shipped_class_documents, validated_claims
 from dra_driver.common.errors import DraError
 

@@ -7,16 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocator import CelMatcher, ClaimSpec, DeviceClassSpec
-from dra_driver.sources.claims import (
-    MODELS,
-    Pod,
-    ResourceClaim,
-    ResourceClaimSpec,
-    ResourceClaimTemplate,
-    claim_spec_errors,
-    parse_object,
-    to_claim,
-)
+from dra_driver.model.core_v1 import Pod
+from dra_driver.model.resource_v1 import ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate
+from dra_driver.model.resource_v1_validation import claim_spec_errors
+from dra_driver.sources.claims import MODELS, parse_object, to_claim
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
 from dra_driver.explain.errors import InputError
@@ -97,13 +91,13 @@ def _pod_claims(pod: Pod, templates: _Named, claims: _Named, path: str, subject:
             if claim is None:
                 errors.append(FieldError(f"{epath}.resourceClaimName", f"ResourceClaim {entry.resource_claim_name!r} of namespace {namespace!r} is neither in the file nor in the cluster"))
                 continue
-            allocation = (claim.status or {}).get("allocation")
-            if allocation:
+            allocation = claim.status.allocation
+            if allocation is not None and allocation.model_fields_set:  # `allocation: {}` allocates nothing
                 label = f"{claim.metadata.namespace or namespace}/{claim.metadata.name}"
                 note = f"ResourceClaim {label} is already allocated; its devices stay in use and it is not allocated again"
                 if note not in subject.notes:
                     subject.notes.append(note)
-                selector = allocation.get("nodeSelector") if isinstance(allocation, Mapping) else None
+                selector = allocation.node_selector
                 plan.reused[label] = dict(selector) if isinstance(selector, Mapping) else None
                 continue
             plan.claims.append(ClaimInput(f"ResourceClaim {claim.metadata.name}.spec", claim.spec, claim.metadata.name, claim.metadata.namespace or namespace))
@@ -189,7 +183,7 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     templates = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaimTemplate)])
     claims = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaim)])
     for doc in cluster_claims:
-        candidate = parse_object(doc, "cluster claim")
+        candidate = parse_object(doc, "cluster claim", from_server=True)
         if isinstance(candidate, ResourceClaim):
             claims.setdefault((candidate.metadata.namespace, candidate.metadata.name), candidate)
     subject.classes = [doc for doc in docs if doc.get("kind") == "DeviceClass"]

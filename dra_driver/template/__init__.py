@@ -26,7 +26,8 @@ from dra_driver.template.document import build_document, to_yaml
 from dra_driver.template.intent import DeviceWant, Intent, Problems, Sharing, check_names, parse_fallback, parse_share_memory, parse_sharing, parse_want
 from dra_driver.template.known import KnownKind, known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
-from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
+from dra_driver.model.resource_v1 import ResourceClaim, ResourceClaimTemplate
+from dra_driver.sources.claims import parse_object
 from dra_driver.common.errors import UsageError
 from dra_driver.explain import ClaimInput, FeatureGates, FleetSource, InputError, Subject, explain_subject, fleet_nodes, load_fleet, shipped_class_documents
 from dra_driver.explain.gates import DEFAULT_KUBERNETES_VERSION, parse_gates, release_of
