@@ -80,7 +80,9 @@ def parse_device_class(obj: Mapping[str, Any], source: str = "") -> ClassSelecto
         device_class = validate_authored(DeviceClass, obj)
     except PydanticError as exc:
         raise ValidationError(_bare(field_errors(exc, "")), subject) from exc
-    problems = [] if obj.get("apiVersion") in API_VERSIONS else [FieldError("apiVersion", f"{obj.get('apiVersion')!r} must be one of {', '.join(API_VERSIONS)}")]
+    problems = []
+    if obj.get("apiVersion") not in API_VERSIONS:
+        problems.append(FieldError("apiVersion", f"{obj.get('apiVersion')!r} must be one of {', '.join(API_VERSIONS)}"))
     problems += _bare(class_spec_errors(device_class, "", _compile_problem))
     if problems:
         raise ValidationError(problems, subject)

@@ -172,7 +172,8 @@ class ResourceClaim(_ResourceObject):
         return [
             str(ref["name"])
             for ref in entries[:MAX_RESERVED_FOR]
-            if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup") and isinstance(ref.get("name"), str) and 0 < len(ref["name"]) <= _MAX_NAME
+            if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup")
+            and isinstance(ref.get("name"), str) and 0 < len(ref["name"]) <= _MAX_NAME
         ]
 
 

@@ -124,7 +124,9 @@ def _class_errors(name: str, path: str, classes: Mapping[str, Any] | None) -> li
     return []
 
 
-def _selection_errors(selection: DeviceSelection, path: str, classes: Mapping[str, Any] | None, compile_check: CompileCheck | None) -> list[FieldError]:
+def _selection_errors(
+    selection: DeviceSelection, path: str, classes: Mapping[str, Any] | None, compile_check: CompileCheck | None
+) -> list[FieldError]:
     return [
         *_class_errors(selection.device_class_name, f"{path}.deviceClassName", classes),
         *_selector_errors(selection.selectors, f"{path}.selectors", compile_check),

@@ -66,7 +66,9 @@ def _opaque(opaque: OpaqueDeviceConfiguration) -> dict[str, Any]:
 
 
 def _tolerations(tolerations: Iterable[DeviceToleration]) -> tuple[Toleration, ...]:
-    return tuple(Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect, toleration_seconds=t.toleration_seconds) for t in tolerations)
+    return tuple(
+        Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect, toleration_seconds=t.toleration_seconds) for t in tolerations
+    )
 
 
 def _sub(name: str, selection: DeviceSelection, admin: bool) -> SubRequest:

@@ -47,7 +47,9 @@ def _class_definitions() -> dict[str, list[str]]:
 
 def test_each_api_type_is_declared_once_in_the_model() -> None:
     definitions = {name: [f for f in files if (name, f) not in PLAIN_TYPES] for name, files in _class_definitions().items()}
-    misplaced = {name: files for name, files in definitions.items() if name in API_TYPES and (len(files) != 1 or files[0] not in MODEL_FILES)}
+    misplaced = {
+        name: files for name, files in definitions.items() if name in API_TYPES and (len(files) != 1 or files[0] not in MODEL_FILES)
+    }
     assert misplaced == {}
     assert {"ResourceClaim", "DeviceClass", "DeviceTaintRule", "ObjectMeta"} <= set(definitions)  # the scan sees them
 
@@ -59,7 +61,8 @@ def test_no_pydantic_base_outside_the_model_decides_strictness() -> None:
         if path.relative_to(PACKAGE).parts[0] == "model":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ConfigDict" and any(k.arg == "extra" for k in node.keywords):
+            is_config = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ConfigDict"
+            if is_config and any(k.arg == "extra" for k in node.keywords):
                 offenders.append(path.relative_to(PACKAGE).as_posix())
     assert offenders == []
 
@@ -69,15 +72,14 @@ FUTURE = {"aFieldFrom137": {"any": ["thing"]}}  # what a newer API server may ad
 
 def _claim_from_a_newer_server() -> dict[str, Any]:
     result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-0", "shareID": "s-1", **FUTURE}
+    config = {"source": "FromClaim", "requests": [], "opaque": {"driver": "gpu.nvidia.com", "parameters": {}}, **FUTURE}
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", **FUTURE}, **FUTURE}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": "c", "namespace": "ml", "uid": "u-1", "resourceVersion": "7", **FUTURE},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", **FUTURE}, **FUTURE}], **FUTURE}, **FUTURE},
-        "status": {
-            "allocation": {"devices": {"results": [result], "config": [{"source": "FromClaim", "requests": [], "opaque": {"driver": "gpu.nvidia.com", "parameters": {}}, **FUTURE}], **FUTURE}, **FUTURE},
-            **FUTURE,
-        },
+        "spec": {"devices": {"requests": [request], **FUTURE}, **FUTURE},
+        "status": {"allocation": {"devices": {"results": [result], "config": [config], **FUTURE}, **FUTURE}, **FUTURE},
         **FUTURE,
     }
 
@@ -107,7 +109,8 @@ def test_the_same_object_written_by_a_user_names_every_unknown_field_outside_met
 
 
 def test_a_v1beta1_request_field_says_move_it_under_exactly() -> None:
-    doc = {"kind": "ResourceClaimTemplate", "metadata": {"name": "t"}, "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "count": 2, "colour": "red"}]}}}}
+    request = {"name": "gpu", "count": 2, "colour": "red"}
+    doc = {"kind": "ResourceClaimTemplate", "metadata": {"name": "t"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
     with pytest.raises(PydanticValidationError) as caught:
         validate_authored(ResourceClaimTemplate, doc)
     by_path = {e.path: e.message for e in field_errors(caught.value, "t")}
@@ -119,8 +122,16 @@ def test_a_v1beta1_request_field_says_move_it_under_exactly() -> None:
     ("model", "doc", "path"),
     [
         (DeviceClass, {"metadata": {"name": "c"}, "spec": {"selector": []}}, ("spec", "selector")),
-        (DeviceClass, {"metadata": {"name": "c"}, "spec": {"config": [{"opaque": {"driver": "d", "parameters": {}, "params": 1}}]}}, ("spec", "config", 0, "opaque", "params")),
-        (DeviceTaintRule, {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "spec": {"taint": {"key": "k", "effect": "NoSchedule", "efect": "x"}}}, ("spec", "taint", "efect")),
+        (
+            DeviceClass,
+            {"metadata": {"name": "c"}, "spec": {"config": [{"opaque": {"driver": "d", "parameters": {}, "params": 1}}]}},
+            ("spec", "config", 0, "opaque", "params"),
+        ),
+        (
+            DeviceTaintRule,
+            {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "spec": {"taint": {"key": "k", "effect": "None", "efect": "x"}}},
+            ("spec", "taint", "efect"),
+        ),
     ],
 )
 def test_user_objects_of_every_kind_refuse_an_unknown_field(model: type[Any], doc: dict[str, Any], path: tuple[str | int, ...]) -> None:
@@ -131,7 +142,8 @@ def test_user_objects_of_every_kind_refuse_an_unknown_field(model: type[Any], do
 
 
 def test_a_pod_is_read_for_its_claims_only_even_from_a_user() -> None:
-    doc = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": "c", "x": 1}]}}
+    claims = [{"name": "gpu", "resourceClaimName": "c", "x": 1}]
+    doc = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "resourceClaims": claims}}
     pod = validate_authored(Pod, doc)
     assert pod.spec.resource_claims[0].resource_claim_name == "c"
 
