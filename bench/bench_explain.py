@@ -22,7 +22,8 @@ from dra_driver.sources import fleet as fleets
 from dra_driver.inputs import limits
 from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, build_pools
 from dra_driver.allocator.report import to_text
-from dra_driver.sources.claims import ResourceClaim, to_claim
+from dra_driver.model.resource_v1 import ResourceClaim
+from dra_driver.sources.claims import to_claim
 from dra_driver.sources.fleet_source import fleet_nodes
 from timing import timed
 

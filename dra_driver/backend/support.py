@@ -32,6 +32,27 @@ def parse_profile_section(model: type[ModelT], section: Mapping[str, Any], key: 
         raise ProfileError(f"invalid {title}: {problems}") from exc
 
 
+def config_model(parameters: Any, models: Mapping[str, type[ModelT]], api_version: str, driver: str) -> type[ModelT]:
+    """The model (by `kind`) a vendor's opaque parameters name, after their envelope is checked: an object
+    whose apiVersion is `api_version` and whose kind is one of `models`. An envelope field that is absent
+    takes the model's default where it has one (a settingless config may be `{}`); anything else is a
+    ConfigError naming the field and what to use. The one envelope check of every vendor's config."""
+    kinds = ", ".join(repr(kind) for kind in models)
+    if not isinstance(parameters, Mapping):
+        raise ConfigError(
+            f"{driver} opaque parameters must be an object with apiVersion {api_version!r} and kind {kinds}, "
+            f"not {type(parameters).__name__}"
+        )
+    only = next(iter(models.values())) if len(models) == 1 else None  # whose defaults an absent field takes
+    if parameters.get("apiVersion", only.model_fields["apiVersion"].default if only else None) != api_version:
+        raise ConfigError(f"invalid {driver} configuration: apiVersion: {parameters.get('apiVersion')!r} is not supported; use {api_version!r}")
+    kind = parameters.get("kind", only.model_fields["kind"].default if only else None)
+    model = models.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise ConfigError(f"invalid {driver} configuration: kind: {kind!r} is not supported; use {'one of ' if len(models) > 1 else ''}{kinds}")
+    return model
+
+
 def validate_settingless_config(model: type[ModelT], parameters: Any, driver: str) -> ModelT:
     """A config whose only fields are apiVersion and kind (defaults: the model's own).
 
@@ -39,23 +60,16 @@ def validate_settingless_config(model: type[ModelT], parameters: Any, driver: st
     config meant for another driver fails instead of being silently ignored.
     """
     api_version, kind = model.model_fields["apiVersion"].default, model.model_fields["kind"].default
-    if not isinstance(parameters, Mapping):
-        raise ConfigError(
-            f"{driver} opaque parameters must be an object with apiVersion {api_version!r} and kind {kind!r}, "
-            f"not {type(parameters).__name__}"
-        )
+    config_model(parameters, {kind: model}, api_version, driver)
     try:
         return model.model_validate(dict(parameters))
     except PydanticValidationError as exc:
-        problems = "; ".join(_config_problem(error, api_version, kind) for error in exc.errors())
+        problems = "; ".join(_config_problem(error, kind) for error in exc.errors())
         raise ConfigError(f"invalid {driver} configuration: {problems}") from exc
 
 
-def _config_problem(error: Mapping[str, Any], api_version: str, kind: str) -> str:
+def _config_problem(error: Mapping[str, Any], kind: str) -> str:
     field = field_path(error, "(parameters)")
     if error.get("type") == "extra_forbidden":
         return f"{field}: unknown field; {kind} has no settings besides apiVersion and kind, remove it"
-    if field in ("apiVersion", "kind"):
-        expected = api_version if field == "apiVersion" else kind
-        return f"{field}: {error.get('input')!r} is not supported; use {expected!r}"
     return f"{field}: {error.get('msg')}"

@@ -1,4 +1,4 @@
-"""DeviceClass objects (resource.k8s.io/v1): parsing, selector matching, the shipped set.
+"""DeviceClass objects (resource.k8s.io/v1, model/resource_v1.py's type): parsing, selector matching, the shipped set.
 
 The shipped classes live in `deviceclasses/` at the repository root (one YAML per class,
 listed by its kustomization.yaml). They are found, in order, at $DRA_DRIVER_DEVICECLASSES,
@@ -9,68 +9,42 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError as PydanticError
+from pydantic import ValidationError as PydanticError
 
 from dra_driver.cel.device import CelDevice
 from dra_driver.cel.errors import CelError, CelRuntimeError
 from dra_driver.cel.selector import CompiledSelector, compile_selector
 from dra_driver.common.errors import FieldError, ValidationError
 from dra_driver.inputs import read_documents
+from dra_driver.model.api_base import field_errors, validate_authored
+from dra_driver.model.resource_v1 import DeviceClass, DeviceClassSpec
+from dra_driver.model.resource_v1_validation import class_spec_errors
 
 ENV_DIR = "DRA_DRIVER_DEVICECLASSES"
-MAX_SELECTORS = 32  # DeviceSelectorsMaxSize
-MAX_CONFIGS = 32  # DeviceConfigMaxSize
+API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True)
+class ClassSelectors:
+    """A parsed DeviceClass with its selectors, evaluated against devices."""
 
-
-class CelSelector(_Strict):
-    expression: str
-
-
-class DeviceSelector(_Strict):
-    cel: CelSelector
-
-
-class OpaqueConfig(_Strict):
-    driver: str
-    parameters: dict[str, Any]
-
-
-class ClassConfig(_Strict):
-    opaque: OpaqueConfig
-
-
-class DeviceClassSpec(_Strict):
-    selectors: list[DeviceSelector] = Field(default_factory=list, max_length=MAX_SELECTORS)
-    config: list[ClassConfig] = Field(default_factory=list, max_length=MAX_CONFIGS)
-    extendedResourceName: str | None = None
-
-
-class Metadata(BaseModel):
-    # Kubernetes metadata has many server-set fields; only the name matters here.
-    model_config = ConfigDict(extra="allow", frozen=True)
-    name: str
-
-
-class DeviceClass(_Strict):
-    apiVersion: Literal["resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2"]
-    kind: Literal["DeviceClass"]
-    metadata: Metadata
-    spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)
+    device_class: DeviceClass
 
     @property
     def name(self) -> str:
-        return self.metadata.name
+        return self.device_class.name
+
+    @property
+    def spec(self) -> DeviceClassSpec:
+        return self.device_class.spec
 
     @property
     def expressions(self) -> list[str]:
-        return [s.cel.expression for s in self.spec.selectors]
+        return self.device_class.expressions
 
     def compiled(self) -> list[CompiledSelector]:
         """The compiled selectors (cached by expression text in compile_selector)."""
@@ -90,26 +64,37 @@ class DeviceClass(_Strict):
         return True
 
 
-def parse_device_class(obj: Mapping[str, Any], source: str = "") -> DeviceClass:
-    """Validate one DeviceClass object and compile its selectors; ValidationError names the field."""
+def _compile_problem(expression: str) -> str | None:
+    try:
+        compile_selector(expression)
+    except CelError as exc:
+        return exc.message
+    return None
+
+
+def parse_device_class(obj: Mapping[str, Any], source: str = "") -> ClassSelectors:
+    """Validate one DeviceClass object (a file a user wrote: unknown fields are errors, model/api_base.py),
+    apply the API's rules and compile its selectors; ValidationError names every bad field."""
     subject = source or str((obj.get("metadata") or {}).get("name", "DeviceClass"))
     try:
-        device_class = DeviceClass.model_validate(obj)
+        device_class = validate_authored(DeviceClass, obj)
     except PydanticError as exc:
-        errors = [FieldError(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
-        raise ValidationError(errors, subject) from exc
+        raise ValidationError(_bare(field_errors(exc, "")), subject) from exc
     problems = []
-    for index, expression in enumerate(device_class.expressions):
-        try:
-            compile_selector(expression)
-        except CelError as exc:
-            problems.append(FieldError(f"spec.selectors[{index}].cel.expression", exc.message))
+    if obj.get("apiVersion") not in API_VERSIONS:
+        problems.append(FieldError("apiVersion", f"{obj.get('apiVersion')!r} must be one of {', '.join(API_VERSIONS)}"))
+    problems += _bare(class_spec_errors(device_class, "", _compile_problem))
     if problems:
         raise ValidationError(problems, subject)
-    return device_class
+    return ClassSelectors(device_class)
 
 
-def load_file(path: Path) -> list[DeviceClass]:
+def _bare(errors: list[FieldError]) -> list[FieldError]:
+    """Paths from the object's root (`spec.selectors[0]`): the subject is named once, in front of them all."""
+    return [FieldError(e.path.lstrip("."), e.message) for e in errors]
+
+
+def load_file(path: Path) -> list[ClassSelectors]:
     """Every DeviceClass in a (multi-document) YAML file; other kinds are ignored."""
     documents = [d.data for d in read_documents(path) if d.data]  # the input layer's limits and errors
     return [parse_device_class(d, f"{path}") for d in documents if isinstance(d, dict) and d.get("kind") == "DeviceClass"]
@@ -135,7 +120,7 @@ def shipped_classes_dir() -> Path:
     )
 
 
-def load_device_classes(paths: Iterable[Path] | None = None) -> dict[str, DeviceClass]:
+def load_device_classes(paths: Iterable[Path] | None = None) -> dict[str, ClassSelectors]:
     """DeviceClasses by name: from the given files/directories, or the shipped set."""
     files: list[Path] = []
     if paths is None:
@@ -145,7 +130,7 @@ def load_device_classes(paths: Iterable[Path] | None = None) -> dict[str, Device
     else:
         for path in paths:
             files.extend(sorted(path.glob("*.yaml")) if path.is_dir() else [path])
-    classes: dict[str, DeviceClass] = {}
+    classes: dict[str, ClassSelectors] = {}
     for file in files:
         for device_class in load_file(file):
             if device_class.name in classes:

@@ -15,7 +15,8 @@ from kubernetes import client
 
 from dra_driver.allocator import Allocator, CelMatcher, Node, build_pools
 from dra_driver.allocator.types import Pool
-from dra_driver.sources.claims import ResourceClaim, parse_object
+from dra_driver.model.resource_v1 import ResourceClaim
+from dra_driver.sources.claims import parse_object
 from dra_driver.explain import ClaimInput, Subject, validated_claims
 from dra_driver.inputs.errors import InputError
 from dra_driver.sources.classes import merge_classes, shipped_class_documents

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.sources.claims import ResourceClaimSpec
+from dra_driver.model.resource_v1 import ResourceClaimSpec
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.subject import ClaimInput
 from dra_driver.backend.vocabulary import VENDOR_DOMAINS

@@ -34,7 +34,9 @@ from dra_driver.sources.classes import merge_classes
 from dra_driver.inputs.errors import InputError
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.sources import fleet as fleets
-from dra_driver.sources.claims import ResourceClaim, claim_spec_errors, parse_object, to_claim
+from dra_driver.model.resource_v1 import ResourceClaim
+from dra_driver.model.resource_v1_validation import claim_spec_errors
+from dra_driver.sources.claims import parse_object, to_claim
 
 REASONS = ("class-missing", "invalid", "no-matching-device", "insufficient-devices", "constraint", "allocatable", "other", "unexamined")
 DEFAULT_LIMIT = 200  # pending claims explained per refresh: a failing claim walks every device of every node
@@ -110,7 +112,7 @@ def _reason(
 ) -> str:
     meta = claim.get("metadata") or {}
     label = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
-    parsed = parse_object({**claim, "kind": "ResourceClaim"}, label)
+    parsed = parse_object({**claim, "kind": "ResourceClaim"}, label, from_server=True)
     if not isinstance(parsed, ResourceClaim):
         return "invalid"
     errors = claim_spec_errors(parsed.spec, f"{label}.spec", classes, matcher.compile_problem)

@@ -7,16 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocator import CelMatcher, ClaimSpec, DeviceClassSpec
-from dra_driver.sources.claims import (
-    MODELS,
-    Pod,
-    ResourceClaim,
-    ResourceClaimSpec,
-    ResourceClaimTemplate,
-    claim_spec_errors,
-    parse_object,
-    to_claim,
-)
+from dra_driver.model.core_v1 import Pod
+from dra_driver.model.resource_v1 import ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate
+from dra_driver.model.resource_v1_validation import claim_spec_errors
+from dra_driver.sources.claims import MODELS, parse_object, to_claim
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
 from dra_driver.inputs.errors import InputError
@@ -111,13 +105,13 @@ def _pod_claims(pod: Pod, templates: _Named, claims: _Named, path: str, subject:
                     )
                 )
                 continue
-            allocation = (claim.status or {}).get("allocation")
-            if allocation:
+            allocation = claim.status.allocation
+            if allocation is not None and allocation.model_fields_set:  # `allocation: {}` allocates nothing
                 label = f"{claim.metadata.namespace or namespace}/{claim.metadata.name}"
                 note = f"ResourceClaim {label} is already allocated; its devices stay in use and it is not allocated again"
                 if note not in subject.notes:
                     subject.notes.append(note)
-                selector = allocation.get("nodeSelector") if isinstance(allocation, Mapping) else None
+                selector = allocation.node_selector
                 plan.reused[label] = dict(selector) if isinstance(selector, Mapping) else None
                 continue
             plan.claims.append(
@@ -208,7 +202,7 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
     templates = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaimTemplate)])
     claims = _by_name([obj for _, obj, _ in parsed if isinstance(obj, ResourceClaim)])
     for doc in cluster_claims:
-        candidate = parse_object(doc, "cluster claim")
+        candidate = parse_object(doc, "cluster claim", from_server=True)
         if isinstance(candidate, ResourceClaim):
             claims.setdefault((candidate.metadata.namespace, candidate.metadata.name), candidate)
     subject.classes = [doc for doc in docs if doc.get("kind") == "DeviceClass"]

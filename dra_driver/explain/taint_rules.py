@@ -3,53 +3,22 @@
 A rule selects devices by driver, pool and device name (all given criteria must match; an
 empty selector matches every device, a missing one none) and adds one taint to each. The
 allocator then treats the taint like one published in the slice: NoSchedule and NoExecute
-keep untolerating requests off the device.
+keep untolerating requests off the device. The types are model/resource_v1alpha3.py's; a rule is
+checked strictly (an unknown field is an error with its path) whether it comes from a file or a cluster.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic.alias_generators import to_camel
+from pydantic import ValidationError
 
 from dra_driver.allocator.types import Pool, PoolDevice
-from dra_driver.sources.claims import pydantic_errors
 from dra_driver.common.errors import FieldError
 from dra_driver.explain.gates import FeatureGates
-
-API_VERSION = "resource.k8s.io/v1alpha3"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class DeviceTaintSelector(_Model):
-    driver: str | None = None
-    pool: str | None = None
-    device: str | None = None
-
-
-class DeviceTaint(_Model):
-    key: str
-    value: str = ""
-    effect: Literal["NoSchedule", "NoExecute", "None"]
-    time_added: str | None = None
-
-
-class DeviceTaintRuleSpec(_Model):
-    device_selector: DeviceTaintSelector | None = None
-    taint: DeviceTaint
-
-
-class DeviceTaintRule(BaseModel):
-    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)  # metadata/status are not read
-
-    api_version: str
-    kind: Literal["DeviceTaintRule"]
-    spec: DeviceTaintRuleSpec
+from dra_driver.model.api_base import field_errors, validate_authored
+from dra_driver.model.resource_v1alpha3 import API_VERSION, DeviceTaintRule, DeviceTaintSelector
 
 
 def parse_rules(docs: Iterable[Mapping[str, Any]], source: str) -> tuple[list[DeviceTaintRule], list[FieldError]]:
@@ -62,9 +31,9 @@ def parse_rules(docs: Iterable[Mapping[str, Any]], source: str) -> tuple[list[De
             errors.append(FieldError(f"{label}.apiVersion", f"must be {API_VERSION} (DeviceTaintRule exists only there in 1.35)"))
             continue
         try:
-            rules.append(DeviceTaintRule.model_validate(dict(doc)))
+            rules.append(validate_authored(DeviceTaintRule, doc))
         except ValidationError as exc:
-            errors += pydantic_errors(exc, label)
+            errors += field_errors(exc, label)
     return rules, errors
 
 
@@ -82,7 +51,9 @@ def apply_rules(pools: Sequence[Pool], rules: Sequence[DeviceTaintRule], gates: 
         return [f"{len(rules)} DeviceTaintRule(s) ignored: the DRADeviceTaintRules gate is off (give --feature-gates DRADeviceTaintRules=true)"]
     for pool in pools:
         for device in pool.devices:
-            added = tuple(rule.spec.taint.model_dump(by_alias=True, exclude_none=True) for rule in rules if _selects(rule.spec.device_selector, pool, device))
+            added = tuple(
+                rule.spec.taint.model_dump(by_alias=True, exclude_none=True) for rule in rules if _selects(rule.spec.device_selector, pool, device)
+            )
             if added:
                 device.taints = device.taints + added
     return []

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from kubernetes import client as k8s
 
-from dra_driver.kube.claims import ResourceClaim
+from dra_driver.model.resource_v1 import ResourceClaim
 from dra_driver.kube.reflector import Reflector
 
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"  # all namespaces

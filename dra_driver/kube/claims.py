@@ -1,8 +1,9 @@
 """Read ResourceClaims (resource.k8s.io/v1) for the kubelet plugin.
 
 The plugin needs only a few fields of a claim: identity and
-`status.allocation.devices` (results and config). They are parsed into small
-pydantic models that ignore unknown fields on purpose: API objects grow with
+`status.allocation.devices` (results and config). The claim is parsed into
+model/resource_v1.py's ResourceClaim, read as an API server's object: unknown
+fields are ignored on purpose (model/api_base.py), since API objects grow with
 every release and the plugin must keep working with newer servers. (Opaque
 *driver* configuration is the opposite case and is validated strictly by the
 backend.)
@@ -24,87 +25,16 @@ answer) is tried again, while time is left.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import urllib3
-from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from dra_driver.common.errors import DraError
+from dra_driver.model.resource_v1 import ResourceClaim
 
 if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
     from kubernetes import client as k8s
-
-
-_MAX_RESERVED_FOR = 256  # the API's limit on status.reservedFor
-_MAX_NAME = 253
-
-
-class _ApiModel(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-
-class ObjectMeta(_ApiModel):
-    name: str
-    namespace: str = ""
-    uid: str = ""
-    resource_version: str = Field("", alias="resourceVersion")
-
-
-class OpaqueConfig(_ApiModel):
-    driver: str
-    parameters: Any = None
-
-
-class AllocationConfig(_ApiModel):
-    source: str = ""
-    requests: list[str] = Field(default_factory=list)
-    opaque: OpaqueConfig | None = None
-
-
-class AllocationResult(_ApiModel):
-    request: str
-    driver: str
-    pool: str
-    device: str
-    admin_access: bool | None = Field(None, alias="adminAccess")
-    share_id: str | None = Field(None, alias="shareID")
-    # Consumable capacity: what this result takes of the shared device (qualified name -> quantity).
-    consumed_capacity: dict[str, str] | None = Field(None, alias="consumedCapacity")
-
-
-class DeviceAllocation(_ApiModel):
-    results: list[AllocationResult] = Field(default_factory=list)
-    config: list[AllocationConfig] = Field(default_factory=list)
-
-
-class Allocation(_ApiModel):
-    devices: DeviceAllocation | None = None
-
-
-class ClaimStatus(_ApiModel):
-    allocation: Allocation | None = None
-    # Read only for metrics (which pods hold the devices), so kept raw: an odd entry must never fail a prepare.
-    reserved_for: Any = Field(None, alias="reservedFor")
-
-
-class ResourceClaim(_ApiModel):
-    metadata: ObjectMeta
-    status: ClaimStatus = Field(default_factory=ClaimStatus)
-
-    @property
-    def allocation(self) -> Allocation | None:
-        return self.status.allocation
-
-    @property
-    def reserved_pods(self) -> list[str]:
-        """Names of the pods status.reservedFor lists (core-group `pods` entries with a plausible name only)."""
-        entries = self.status.reserved_for if isinstance(self.status.reserved_for, list) else []
-        return [
-            str(ref["name"])
-            for ref in entries[:_MAX_RESERVED_FOR]
-            if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup") and isinstance(ref.get("name"), str) and 0 < len(ref["name"]) <= _MAX_NAME
-        ]
 
 
 class ClaimLookupError(DraError):

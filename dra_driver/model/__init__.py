@@ -1,4 +1,5 @@
-"""The vendor-neutral device model: types, slice layout, rendering and API-limit validation."""
+"""The vendor-neutral device model (types, slice layout, rendering and API-limit validation) and the Kubernetes
+API types every reader imports (resource_v1.py, resource_v1alpha3.py, core_v1.py; strictness in api_base.py)."""
 
 from __future__ import annotations
 

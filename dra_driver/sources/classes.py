@@ -8,7 +8,9 @@ from typing import Any
 
 from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import CelMatcher, DeviceClassSpec
-from dra_driver.sources.claims import DeviceClass, class_spec_errors, parse_object, to_class
+from dra_driver.model.resource_v1 import DeviceClass
+from dra_driver.model.resource_v1_validation import class_spec_errors
+from dra_driver.sources.claims import parse_object, to_class
 from dra_driver.common.errors import FieldError
 from dra_driver.inputs.errors import InputError
 

@@ -36,7 +36,8 @@ from dra_driver.template.intent import (
 )
 from dra_driver.template.known import KnownKind, known_fleet, known_kinds, nearest
 from dra_driver.template.resolve import Resolved, resolve
-from dra_driver.sources.claims import ResourceClaim, ResourceClaimTemplate, parse_object
+from dra_driver.model.resource_v1 import ResourceClaim, ResourceClaimTemplate
+from dra_driver.sources.claims import parse_object
 from dra_driver.common.errors import UsageError
 from dra_driver.explain import ClaimInput, FeatureGates, Subject, explain_subject
 from dra_driver.sources.fleet_source import FleetSource, fleet_nodes, load_fleet

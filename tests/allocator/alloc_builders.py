@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from dra_driver.allocator import Allocated, Allocator, CelMatcher, DeviceClassSpec, DeviceID, Explanation, Node, build_pools, node_names
-from dra_driver.sources.claims import ResourceClaim, claim_spec_errors, to_claim
+from dra_driver.model.resource_v1 import ResourceClaim
+from dra_driver.model.resource_v1_validation import claim_spec_errors
+from dra_driver.sources.claims import to_claim
 
 NV = "gpu.nvidia.com"
 GPU_CLASS = "gpu.nvidia.com"

@@ -256,7 +256,8 @@ def test_allocation_is_deterministic_whatever_the_input_order() -> None:
 
 def test_allocation_config_lists_class_configs_before_claim_configs() -> None:
     from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, Node, build_pools
-    from dra_driver.sources.claims import ResourceClaim, to_claim
+    from dra_driver.model.resource_v1 import ResourceClaim
+    from dra_driver.sources.claims import to_claim
 
     opaque = {"driver": NV, "parameters": {"apiVersion": "x/v1", "kind": "GpuConfig"}}
     doc = b.claim_doc([b.exact("gpu")], config=[{"requests": ["gpu"], "opaque": opaque}])

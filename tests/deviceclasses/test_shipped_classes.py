@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dra_driver.cel import CelDevice, cel_device
-from dra_driver.cel.classes import DeviceClass, load_device_classes, parse_device_class, shipped_classes_dir
+from dra_driver.cel.classes import ClassSelectors, load_device_classes, parse_device_class, shipped_classes_dir
 from dra_driver.common.errors import ValidationError
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.model import render_pool
@@ -50,11 +50,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[CelDevice]
 
 
 @pytest.fixture(scope="module")
-def classes() -> dict[str, DeviceClass]:
+def classes() -> dict[str, ClassSelectors]:
     return load_device_classes()
 
 
-def _matched(device_class: DeviceClass, fleet: dict[str, list[CelDevice]]) -> dict[str, int]:
+def _matched(device_class: ClassSelectors, fleet: dict[str, list[CelDevice]]) -> dict[str, int]:
     """Per profile, how many devices the class matches; any runtime error fails the test."""
     counts = {name: sum(1 for d in devices if device_class.matches(d)) for name, devices in fleet.items()}
     return {name: n for name, n in counts.items() if n}
@@ -89,18 +89,18 @@ EXPECTED_PROFILES = {
 }
 
 
-def test_every_shipped_class_has_an_expectation(classes: dict[str, DeviceClass]) -> None:
+def test_every_shipped_class_has_an_expectation(classes: dict[str, ClassSelectors]) -> None:
     mig_profiles = {n for n in classes if n.startswith("mig-")}
     assert set(classes) - mig_profiles <= set(EXPECTED_PROFILES)
     assert {"mig-1g.10gb.nvidia.com", "mig-3g.40gb.nvidia.com", "mig-7g.80gb.nvidia.com", "mig-1g.5gb.nvidia.com"} <= mig_profiles
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PROFILES))
-def test_class_matches_exactly_the_expected_profiles(name: str, classes: dict[str, DeviceClass], fleet: dict[str, list[CelDevice]]) -> None:
+def test_class_matches_exactly_the_expected_profiles(name: str, classes: dict[str, ClassSelectors], fleet: dict[str, list[CelDevice]]) -> None:
     assert set(_matched(classes[name], fleet)) == EXPECTED_PROFILES[name]
 
 
-def test_vendor_classes_split_full_devices_from_partitions(classes: dict[str, DeviceClass], fleet: dict[str, list[CelDevice]]) -> None:
+def test_vendor_classes_split_full_devices_from_partitions(classes: dict[str, ClassSelectors], fleet: dict[str, list[CelDevice]]) -> None:
     for profile, devices in fleet.items():
         for device in devices:
             kind = device.attribute(device.driver, "type")
@@ -111,7 +111,7 @@ def test_vendor_classes_split_full_devices_from_partitions(classes: dict[str, De
             assert classes["accelerator.dra-driver.io"].matches(device) == (partition is not None and not partition), profile
 
 
-def test_mig_profile_classes_match_only_their_profile(classes: dict[str, DeviceClass], fleet: dict[str, list[CelDevice]]) -> None:
+def test_mig_profile_classes_match_only_their_profile(classes: dict[str, ClassSelectors], fleet: dict[str, list[CelDevice]]) -> None:
     for name, device_class in classes.items():
         if not name.startswith("mig-"):
             continue
@@ -121,7 +121,7 @@ def test_mig_profile_classes_match_only_their_profile(classes: dict[str, DeviceC
         assert all(d.attribute("gpu.nvidia.com", "profile") == profile for d in matched)
 
 
-def test_large_memory_threshold_is_80_gigabytes(classes: dict[str, DeviceClass]) -> None:
+def test_large_memory_threshold_is_80_gigabytes(classes: dict[str, ClassSelectors]) -> None:
     large = classes["large-memory.dra-driver.io"]
 
     def device(memory: str) -> CelDevice:
@@ -132,23 +132,23 @@ def test_large_memory_threshold_is_80_gigabytes(classes: dict[str, DeviceClass])
     assert not large.matches(cel_device("gpu.example.com", {"name": "no-memory"}))
 
 
-def test_cross_vendor_classes_are_guarded_against_foreign_devices(classes: dict[str, DeviceClass]) -> None:
+def test_cross_vendor_classes_are_guarded_against_foreign_devices(classes: dict[str, ClassSelectors]) -> None:
     bare = cel_device("other.example.com", {"name": "bare", "attributes": {"type": {"string": "gpu"}}})
     for name, device_class in classes.items():
         assert device_class.matches(bare) is False, name  # never a runtime error
 
 
-def test_cross_vendor_selectors_are_groupable(classes: dict[str, DeviceClass]) -> None:
+def test_cross_vendor_selectors_are_groupable(classes: dict[str, ClassSelectors]) -> None:
     # explain evaluates once per group of devices that agree on the keys a selector reads.
     for name, device_class in classes.items():
         assert all(s.referenced_keys is not None for s in device_class.compiled()), name
 
 
-def test_extended_resource_names(classes: dict[str, DeviceClass]) -> None:
-    assert classes["extended.gpu.nvidia.com"].spec.extendedResourceName == "nvidia.com/gpu"
-    assert classes["extended.gpu.amd.com"].spec.extendedResourceName == "amd.com/gpu"
-    assert classes["extended.gaudi.intel.com"].spec.extendedResourceName == "habana.ai/gaudi"
-    assert sum(1 for c in classes.values() if c.spec.extendedResourceName) == 3
+def test_extended_resource_names(classes: dict[str, ClassSelectors]) -> None:
+    assert classes["extended.gpu.nvidia.com"].spec.extended_resource_name == "nvidia.com/gpu"
+    assert classes["extended.gpu.amd.com"].spec.extended_resource_name == "amd.com/gpu"
+    assert classes["extended.gaudi.intel.com"].spec.extended_resource_name == "habana.ai/gaudi"
+    assert sum(1 for c in classes.values() if c.spec.extended_resource_name) == 3
 
 
 @pytest.mark.parametrize("consumable_capacity", [False, True])
@@ -157,7 +157,9 @@ def test_the_api_server_accepts_every_shipped_class(consumable_capacity: bool) -
     one (sources/classes.py merge_classes): this is the check it no longer runs on every call."""
     from dra_driver.allocator import CelMatcher
     from dra_driver.sources.classes import shipped_class_documents
-    from dra_driver.sources.claims import DeviceClass as ClassObject, class_spec_errors, parse_object
+    from dra_driver.model.resource_v1 import DeviceClass as ClassObject
+    from dra_driver.model.resource_v1_validation import class_spec_errors
+    from dra_driver.sources.claims import parse_object
 
     matcher = CelMatcher(consumable_capacity=consumable_capacity)
     documents = shipped_class_documents()

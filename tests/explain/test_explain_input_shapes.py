@@ -200,3 +200,42 @@ def test_template_says_which_fallback_fits_no_shipped_profile(capsys: pytest.Cap
     assert "choice 1" not in err
     assert main(["template", "--count", "4", "--model", "H100", "--fallback", "4xA100"]) == 0
     assert "fits no shipped hardware profile" not in capsys.readouterr().err
+
+
+TYPO_CLAIM = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: typo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  managedFields: []
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        allocationMode: ExactCount
+    constraints:
+    - requests: [gpu]
+      matchAtribute: resource.kubernetes.io/pcieRoot
+status:
+  addedByANewerServer: {}
+"""
+
+
+def test_an_unknown_field_is_named_with_its_path_line_and_fix_but_metadata_and_status_are_not_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's file is read strictly (model/api_base.py) except where the API server writes: metadata and status."""
+    path = tmp_path / "claim.yaml"
+    path.write_text(TYPO_CLAIM)
+    code, out, err = explain(capsys, path, "--profile", "dgx-h100")
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        f"dra-driver explain: error: {path}:16: ResourceClaim typo.spec.devices.constraints[0].matchAtribute: "
+        "unknown field; remove it (check spelling and the resource.k8s.io/v1 schema)"
+    ]
+    path.write_text(TYPO_CLAIM.replace("matchAtribute", "matchAttribute"))
+    code, _, err = explain(capsys, path, "--profile", "dgx-h100")
+    assert code == 0, err

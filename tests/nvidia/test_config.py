@@ -39,7 +39,9 @@ def test_upstream_mig_config_with_mps() -> None:
         ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeslicingConfig": {}}}, "sharing.timeslicingConfig"),
         ({"apiVersion": API, "kind": "GpuConfig", "extra": 1}, "unknown field 'extra'"),
         ({"apiVersion": "resource.nvidia.com/v1", "kind": "GpuConfig"}, "apiVersion"),
-        ({"apiVersion": API, "kind": "VfioDeviceConfig"}, "kind"),
+        ({"apiVersion": API, "kind": "VfioDeviceConfig"}, "kind: 'VfioDeviceConfig' is not supported; use one of 'GpuConfig', 'MigDeviceConfig'"),
+        ({"kind": "GpuConfig"}, "apiVersion: None is not supported; use 'resource.nvidia.com/v1beta1'"),  # no default: upstream requires it
+        (["GpuConfig"], "must be an object with apiVersion"),
         ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "SpacePartitioning"}}, "sharing.strategy"),
         ({"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Forever"}}}, "interval"),
         (

@@ -10,7 +10,7 @@ import pytest
 from example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.checkpoint import Checkpoint
-from dra_driver.kube.claims import ResourceClaim
+from dra_driver.model.resource_v1 import ResourceClaim
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.prepare import PrepareService
 from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef, PreparedClaim

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.node import cdi
-from dra_driver.kube.claims import AllocationResult
+from dra_driver.model.resource_v1 import DeviceRequestAllocationResult
 from dra_driver.model import names
 from dra_driver.node.plugin.claim_checks import (
     MAX_ERROR_BYTES,
@@ -54,11 +54,11 @@ def _ref(**changed: str) -> ClaimRef:
     return ClaimRef(values["namespace"], values["name"], values["uid"])
 
 
-def _result(**changed: object) -> AllocationResult:
-    return AllocationResult.model_validate({"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-0", **changed})
+def _result(**changed: object) -> DeviceRequestAllocationResult:
+    return DeviceRequestAllocationResult.model_validate({"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": "gpu-0", **changed})
 
 
-def _check(*results: AllocationResult, pools: tuple[str, ...] = ("node-a",)) -> None:
+def _check(*results: DeviceRequestAllocationResult, pools: tuple[str, ...] = ("node-a",)) -> None:
     check_results("ResourceClaim default/train", our_results(list(results), DRIVER), pools)
 
 
@@ -162,7 +162,7 @@ def test_pool_with_slashes_is_fine_when_it_is_ours():
 
 
 def test_other_drivers_results_are_not_ours_to_check():
-    foreign = AllocationResult.model_validate({"request": "nic", "driver": "nic.other.com", "pool": "../x", "device": "ETH0"})
+    foreign = DeviceRequestAllocationResult.model_validate({"request": "nic", "driver": "nic.other.com", "pool": "../x", "device": "ETH0"})
     _check(_result(), foreign)
 
 

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from example_backend import DRIVER, ExampleBackend, ExampleConfig
 
-from dra_driver.kube.claims import AllocationConfig, AllocationResult
+from dra_driver.model.resource_v1 import DeviceAllocationConfiguration, DeviceRequestAllocationResult
 from dra_driver.node.plugin.config import resolve_configs
 from dra_driver.backend.interface import BackendSettings
 
 
-def entry(source: str, requests: list[str], mode: str, driver: str = DRIVER) -> AllocationConfig:
-    return AllocationConfig.model_validate({"source": source, "requests": requests, "opaque": {"driver": driver, "parameters": {"mode": mode}}})
+def entry(source: str, requests: list[str], mode: str, driver: str = DRIVER) -> DeviceAllocationConfiguration:
+    return DeviceAllocationConfiguration.model_validate(
+        {"source": source, "requests": requests, "opaque": {"driver": driver, "parameters": {"mode": mode}}}
+    )
 
 
-def result(request: str, device: str) -> AllocationResult:
-    return AllocationResult.model_validate({"request": request, "driver": DRIVER, "pool": "p", "device": device})
+def result(request: str, device: str) -> DeviceRequestAllocationResult:
+    return DeviceRequestAllocationResult.model_validate({"request": request, "driver": DRIVER, "pool": "p", "device": device})
 
 
 def modes(entries, results):
@@ -38,5 +40,7 @@ def test_request_scoping_and_subrequests():
 
 def test_other_driver_entries_ignored_even_if_invalid_for_us():
     results = [result("a", "gpu-0")]
-    other = AllocationConfig.model_validate({"source": "FromClaim", "requests": [], "opaque": {"driver": "x.other.com", "parameters": {"bogus": 1}}})
+    other = DeviceAllocationConfiguration.model_validate(
+        {"source": "FromClaim", "requests": [], "opaque": {"driver": "x.other.com", "parameters": {"bogus": 1}}}
+    )
     assert modes([entry("FromClass", [], "shared"), other], results) == ["shared"]

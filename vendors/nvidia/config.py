@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dra_driver.backend.support import config_model
+from dra_driver.backend.vocabulary import NVIDIA_DRIVER
 from dra_driver.common.errors import ConfigError
 from dra_driver.model import quantity
 
@@ -94,19 +96,9 @@ def _describe(error: Mapping[str, Any]) -> str:
 
 def validate_config(parameters: Mapping[str, Any]) -> NvidiaConfig:
     """Strictly decode one opaque parameters object; raise ConfigError naming the bad field."""
-    if not isinstance(parameters, Mapping):
-        raise ConfigError(f"NVIDIA config must be an object with apiVersion {API_VERSION} and kind in {KINDS}")
-    api_version, kind = parameters.get("apiVersion"), parameters.get("kind")
-    if api_version != API_VERSION:
-        raise ConfigError(f"field 'apiVersion': {api_version!r} is not supported; use {API_VERSION}")
-    model: type[GpuConfig] | type[MigDeviceConfig]
-    if kind == "GpuConfig":
-        model = GpuConfig
-    elif kind == "MigDeviceConfig":
-        model = MigDeviceConfig
-    else:
-        raise ConfigError(f"field 'kind': {kind!r} is not supported; use one of {', '.join(KINDS)}")
+    kinds: dict[str, type[NvidiaConfig]] = {"GpuConfig": GpuConfig, "MigDeviceConfig": MigDeviceConfig}
+    model = config_model(parameters, kinds, API_VERSION, NVIDIA_DRIVER)
     try:
         return model.model_validate(dict(parameters))
     except ValidationError as exc:
-        raise ConfigError(f"{kind}: " + "; ".join(_describe(error) for error in exc.errors())) from exc
+        raise ConfigError(f"{model.__name__}: " + "; ".join(_describe(error) for error in exc.errors())) from exc

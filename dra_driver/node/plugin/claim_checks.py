@@ -35,7 +35,7 @@ from dra_driver.model.names import (
 from dra_driver.backend.interface import ClaimRef
 
 if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.node.daemon)
-    from dra_driver.kube.claims import AllocationResult
+    from dra_driver.model.resource_v1 import DeviceRequestAllocationResult
 
 MAX_ERROR_BYTES = 1024
 # All error texts of one response together; well under the kubelet's 4 MiB receive limit.
@@ -68,14 +68,14 @@ class IndexedResult:
     """One of this driver's allocation results with its position in status.allocation.devices.results."""
 
     index: int
-    result: AllocationResult
+    result: DeviceRequestAllocationResult
 
     @property
     def field(self) -> str:
         return f"status.allocation.devices.results[{self.index}]"
 
 
-def our_results(results: Sequence[AllocationResult], driver: str) -> list[IndexedResult]:
+def our_results(results: Sequence[DeviceRequestAllocationResult], driver: str) -> list[IndexedResult]:
     return [IndexedResult(i, r) for i, r in enumerate(results) if r.driver == driver]
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from dra_driver.common.errors import ConfigError
 
 if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.node.daemon)
-    from dra_driver.kube.claims import AllocationConfig, AllocationResult
+    from dra_driver.model.resource_v1 import DeviceAllocationConfiguration, DeviceRequestAllocationResult
 
 
 def base_request(request: str) -> str:
@@ -25,7 +25,7 @@ def base_request(request: str) -> str:
     return request.split("/", 1)[0]
 
 
-def applies_to(entry: AllocationConfig, result: AllocationResult) -> bool:
+def applies_to(entry: DeviceAllocationConfiguration, result: DeviceRequestAllocationResult) -> bool:
     if not entry.requests:
         return True
     return result.request in entry.requests or base_request(result.request) in entry.requests
@@ -33,8 +33,8 @@ def applies_to(entry: AllocationConfig, result: AllocationResult) -> bool:
 
 def resolve_configs(
     driver: str,
-    entries: Sequence[AllocationConfig],
-    results: Sequence[AllocationResult],
+    entries: Sequence[DeviceAllocationConfiguration],
+    results: Sequence[DeviceRequestAllocationResult],
     validate: Callable[[Mapping[str, Any]], BaseModel],
 ) -> list[BaseModel | None]:
     """The effective validated config of each result (same order), None where none applies.
@@ -56,7 +56,7 @@ def resolve_configs(
     return effective
 
 
-def _validate(index: int, entry: AllocationConfig, validate: Callable[[Mapping[str, Any]], BaseModel]) -> BaseModel:
+def _validate(index: int, entry: DeviceAllocationConfiguration, validate: Callable[[Mapping[str, Any]], BaseModel]) -> BaseModel:
     where = f"status.allocation.devices.config[{index}].opaque.parameters (source {entry.source or 'unknown'})"
     parameters = entry.opaque.parameters if entry.opaque else None
     if not isinstance(parameters, Mapping):

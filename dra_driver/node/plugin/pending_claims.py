@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dra_driver.common.errors import DraError
 
 if TYPE_CHECKING:
-    from dra_driver.kube.claims import ResourceClaim
+    from dra_driver.model.resource_v1 import ResourceClaim
     from dra_driver.node.plugin.prepare import ClaimSource
 
 DEFAULT_WAIT_S = 30.0  # well inside the kubelet's 45 s call deadline; the client normally comes in well under 1 s

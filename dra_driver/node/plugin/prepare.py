@@ -52,7 +52,7 @@ from dra_driver.node.plugin.storage_errors import Place, StorageError, in_place
 from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef, ContainerEdits, PreparedClaim, VendorBackend
 
 if TYPE_CHECKING:  # the claim models are built with the API client, after the sockets serve (dra_driver.node.daemon)
-    from dra_driver.kube.claims import ResourceClaim
+    from dra_driver.model.resource_v1 import ResourceClaim
 
 log = logging.getLogger(__name__)
 
