@@ -12,13 +12,12 @@ import json
 import time
 from typing import Any
 
-from kubernetes import client
-
 from dra_driver.allocator import Allocator, CelMatcher, Node, build_pools
 from dra_driver.allocator.types import Pool
 from dra_driver.sources.claims import ResourceClaim, parse_object
 from dra_driver.explain import ClaimInput, InputError, Subject, merge_classes, shipped_class_documents, validated_claims
 from dra_driver.common.errors import DraError
+from dra_driver.kube.k8s import client
 
 
 def claim_object(name: str, namespace: str, device_class: str, count: int) -> dict[str, Any]:

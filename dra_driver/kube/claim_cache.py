@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from kubernetes import client as k8s
-
 from dra_driver.kube.claims import ResourceClaim
+from dra_driver.kube.k8s import client as k8s
 from dra_driver.kube.reflector import Reflector
 
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"  # all namespaces

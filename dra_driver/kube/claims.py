@@ -33,7 +33,7 @@ from pydantic import ValidationError as PydanticValidationError
 from dra_driver.common.errors import DraError
 
 if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
-    from kubernetes import client as k8s
+    from dra_driver.kube.k8s import client as k8s
 
 
 _MAX_RESERVED_FOR = 256  # the API's limit on status.reservedFor

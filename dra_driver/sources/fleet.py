@@ -266,8 +266,7 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
     asked for everything in one response. A read slower than PROGRESS_AFTER_S reports how far it got
     through `progress` (default: a line on stderr), at most once a second.
     """
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from dra_driver.kube.k8s import ApiException, client
 
     from dra_driver.kube.client import api_client_for, load_configuration, server_label
     from dra_driver.kube.server_check import check_dra_served, without_retries
@@ -324,7 +323,7 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
 
 def _server_version(api_client: Any) -> str | None:
     """GET /version's gitVersion (what explain and template take the cluster's release from); None when unreadable."""
-    from kubernetes import client
+    from dra_driver.kube.k8s import client
 
     try:
         # raw JSON: the client's model refuses a /version that lacks fields it does not need
