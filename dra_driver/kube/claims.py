@@ -41,7 +41,9 @@ _MAX_NAME = 253
 
 
 class _ApiModel(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+    # cache_strings="keys": the JSON parser's process-wide string cache (16,384 entries) would otherwise fill up with
+    # every claim's UID, name and device names, which are new on every claim: about 1 MiB RSS that churn never gives back.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True, cache_strings="keys")
 
 
 class ObjectMeta(_ApiModel):
