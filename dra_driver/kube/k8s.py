@@ -8,10 +8,12 @@ driver uses ApiClient, Configuration, rest, the exceptions, the in-cluster loade
 the kubeconfig loader only where a kubeconfig is given.
 
 `defer_package_inits` registers those three packages in sys.modules with their real spec and path and their
-`__init__` not run yet. Importing a submodule (`kubernetes.client`, `kubernetes.config.incluster_config`) then
-runs that submodule only; the first attribute of the package that is neither set nor a submodule
-(`kubernetes.config.load_kube_config`, `kubernetes.__version__`) runs the real `__init__` in place, so other
-code in the process sees the package it would see without the deferral, loaded later. Every module of the
+`__init__` not run yet. Importing a submodule by its full name (`import kubernetes.client`,
+`from kubernetes.config.incluster_config import ...`) then runs that submodule only; the first attribute the
+package lacks (`kubernetes.config.load_kube_config`, `kubernetes.__version__`, `from kubernetes import dynamic`)
+runs the real `__init__` in place, so other code in the process sees the package it would see without the
+deferral, loaded later (`kubernetes.utils.create_from_yaml` is the function, as the `__init__` binds it, not the
+submodule of that name). Every module of the
 driver that uses the kubernetes package imports it through this module (tests/kube/test_k8s_import.py), so
 the deferral is in place before the first import; where something imported the package first, the deferral is
 skipped and everything works, at the package's full cost.
@@ -19,7 +21,6 @@ skipped and everything works, at the package's full cost.
 
 from __future__ import annotations
 
-import importlib
 import importlib.machinery
 import importlib.util
 import sys
@@ -32,16 +33,13 @@ _install_lock = threading.Lock()
 
 
 class DeferredPackage(types.ModuleType):
-    """A package whose `__init__` runs on the first attribute it lacks that no submodule provides."""
+    """A package whose `__init__` runs on the first attribute it lacks."""
 
     _deferred_init: str  # "deferred", "running" or "done"
     _deferred_lock: threading.RLock
 
     def __getattr__(self, name: str) -> Any:
-        state = self.__dict__.get("_deferred_init")
-        if state == "deferred" and not name.startswith("__") and _has_submodule(self, name):
-            return importlib.import_module(f"{self.__name__}.{name}")  # what `from package import sub` does anyway
-        if state is not None:
+        if self.__dict__.get("_deferred_init") is not None:
             self._run_deferred_init()
         try:
             return self.__dict__[name]
@@ -57,10 +55,6 @@ class DeferredPackage(types.ModuleType):
                 self.__spec__.loader.exec_module(self)  # type: ignore[union-attr]  # a loader: checked in _deferred_module
             finally:
                 self._deferred_init = "done"
-
-
-def _has_submodule(package: types.ModuleType, name: str) -> bool:
-    return importlib.machinery.PathFinder.find_spec(f"{package.__name__}.{name}", list(package.__path__)) is not None
 
 
 def _deferred_module(name: str) -> types.ModuleType:
@@ -92,7 +86,8 @@ def defer_package_inits() -> None:
 
 defer_package_inits()
 
-from kubernetes import client  # noqa: E402  (after the deferral: this import must not run kubernetes/__init__.py)
+# After the deferral, and by full name: `from kubernetes import client` would ask the package for the attribute first.
+import kubernetes.client as client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 __all__ = ["ApiException", "DEFERRED_PACKAGES", "DeferredPackage", "client", "defer_package_inits"]

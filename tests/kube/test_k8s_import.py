@@ -50,6 +50,8 @@ def test_the_deferred_packages_give_what_the_whole_package_gives() -> None:
         "import json\n"
         "import dra_driver.kube.k8s\n"
         "import kubernetes, kubernetes.config, kubernetes.utils\n"
+        "from kubernetes.utils import create_from_yaml\n"  # a function the init binds over the submodule of that name
+        "assert callable(create_from_yaml) and create_from_yaml.__name__ == 'create_from_yaml'\n"
         "assert kubernetes.config.load_kube_config.__module__ == 'kubernetes.config.kube_config'\n"
         "assert kubernetes.utils.parse_quantity('1Ki') == 1024\n"
         "kubernetes.__version__\n"
