@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from kubernetes import client
 
 from dra_driver.common.wording import plural
+from dra_driver.kube.k8s import client
 from dra_driver.simulation import scratch as sim_scratch
 
 from dra_driver.common import suggest

@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kubernetes import client
-
 from dra_driver.allocator import Allocator, CelMatcher, Node, build_pools
 from dra_driver.allocator.types import Pool
 from dra_driver.model.resource_v1 import ResourceClaim
@@ -22,6 +20,7 @@ from dra_driver.inputs.errors import InputError
 from dra_driver.sources.classes import merge_classes, shipped_class_documents
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi
+from dra_driver.kube.k8s import client
 
 
 def claim_object(name: str, namespace: str, device_class: str, count: int) -> dict[str, Any]:

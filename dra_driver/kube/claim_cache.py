@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from kubernetes import client as k8s
-
+from dra_driver.kube.k8s import client as k8s
 from dra_driver.model.resource_v1 import ResourceClaim
 from dra_driver.kube.reflector import Reflector
 

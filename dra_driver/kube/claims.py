@@ -34,7 +34,7 @@ from dra_driver.common.errors import DraError
 from dra_driver.model.resource_v1 import ResourceClaim
 
 if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
-    from kubernetes import client as k8s
+    from dra_driver.kube.k8s import client as k8s
 
 
 class ClaimLookupError(DraError):

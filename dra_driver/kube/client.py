@@ -13,12 +13,10 @@ from dataclasses import replace
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
-
 from dra_driver.common import suggest
 from dra_driver.common.logs import fields
 from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource, KubeConfigError, api_source
+from dra_driver.kube.k8s import ApiException, client
 
 __all__ = [
     "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for", "chosen_context",
@@ -81,11 +79,15 @@ def load_configuration(
         return configuration_for_url(source.location)
     configuration = client.Configuration()
     if source.kind == "in-cluster":
-        config.load_incluster_config(client_configuration=configuration)
+        from kubernetes.config.incluster_config import load_incluster_config
+
+        load_incluster_config(client_configuration=configuration)
         return configuration
+    from kubernetes.config.kube_config import load_kube_config  # requests, oauthlib: only where a kubeconfig is given
+
     active = chosen_context(source)
     try:
-        config.load_kube_config(config_file=source.location, context=active, client_configuration=configuration, persist_config=False)
+        load_kube_config(config_file=source.location, context=active, client_configuration=configuration, persist_config=False)
     except Exception as exc:  # the loader raises several unrelated types for a bad file
         raise KubeConfigError(f"cannot use {source.describe()} (context {active}): {' '.join(str(exc).split())[:300]}") from exc
     return configuration

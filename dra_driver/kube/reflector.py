@@ -20,10 +20,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-
 from dra_driver.common.logs import fields
+from dra_driver.kube.k8s import ApiException
+from dra_driver.kube.k8s import client as k8s
 from dra_driver.kube.client import JsonApi, WatchStream
 from dra_driver.common.backoff import Backoff, jittered
 

@@ -55,7 +55,7 @@ Fetch = Callable[[str], "tuple[int, bytes]"]  # GET path -> (HTTP status, body);
 
 def check_dra_served(api_client: Any, server: str) -> None:
     """Raise ClusterError unless `server` (reached through a kubernetes ApiClient) serves resource.k8s.io/v1."""
-    from kubernetes.client.rest import ApiException
+    from dra_driver.kube.k8s import ApiException
 
     def fetch(path: str) -> tuple[int, bytes]:
         params = api_client.param_serialize(

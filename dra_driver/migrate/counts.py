@@ -6,7 +6,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from dra_driver.model.quantity import parse_quantity
 
 # What a count that is still to be substituted looks like, and what to call it.
 _PLACEHOLDERS: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -40,7 +40,9 @@ class ApiModel(BaseModel):
     """A Kubernetes API type: camelCase on the wire, snake_case in Python, unknown fields ignored unless the
     read is `validate_authored`."""
 
-    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True, frozen=True)
+    # cache_strings="keys": the JSON parser's process-wide string cache (16,384 entries) would otherwise fill up with
+    # every claim's UID, name and device names, which are new on every claim: about 1 MiB of RSS that churn never gives back.
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True, frozen=True, cache_strings="keys")
 
 
 class Tolerant(ApiModel):

@@ -191,7 +191,6 @@ def coexistence_settings(config: DaemonSettings) -> CoexistenceSettings:
 
 def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, conflicts: ConflictBoard | None = None) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
-    from dra_driver.kube.claim_cache import ClaimCache
     from dra_driver.kube.claims import ClaimReader
     from dra_driver.kube.client import api_client_for, load_configuration
     from dra_driver.node.publisher.daemon_adapter import publisher_factory
@@ -208,10 +207,15 @@ def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, 
     api_client = api_client_for(configuration)
     if guard is not None:
         guard.set_node(read_node(api_client, config.node_name))
+    claim_cache = None
+    if config.claim_cache:  # off by default: its module and the reflector's stay out of the daemon's memory then
+        from dra_driver.kube.claim_cache import ClaimCache
+
+        claim_cache = ClaimCache(api_client)
     return ApiWiring(
         claims=ClaimReader(api_client),
         publisher_factory=publisher_factory(api_client, config.node_name, guard=guard, conflicts=conflicts),
-        claim_cache=ClaimCache(api_client) if config.claim_cache else None,
+        claim_cache=claim_cache,
     )
 
 

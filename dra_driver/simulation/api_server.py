@@ -1173,7 +1173,7 @@ class SimApiServer:
 
     def client_configuration(self) -> Any:
         """A kubernetes.client.Configuration pointing at this server."""
-        from kubernetes import client
+        from dra_driver.kube.k8s import client
 
         config = client.Configuration(host=self.url)
         return config

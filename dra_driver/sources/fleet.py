@@ -269,8 +269,7 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
     asked for everything in one response. A read slower than PROGRESS_AFTER_S reports how far it got
     through `progress` (default: a line on stderr), at most once a second.
     """
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from dra_driver.kube.k8s import ApiException, client
 
     from dra_driver.kube.client import api_client_for, load_configuration, server_label
     from dra_driver.kube.server_check import check_dra_served, without_retries

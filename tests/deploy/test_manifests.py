@@ -141,6 +141,13 @@ def permissions_from_docs() -> set[tuple[str, str, frozenset[str]]]:
     return rows
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_daemon_runs_with_two_malloc_arenas(overlay: str) -> None:
+    """glibc's default of up to 8 arenas per CPU costs the many-threaded daemon RSS with claims in flight (docs/performance.md)."""
+    env = {e["name"]: e.get("value") for e in container(render(overlay)).get("env", [])}
+    assert env.get("MALLOC_ARENA_MAX") == "2"
+
+
 def test_claim_cache_overlay_adds_only_list_and_watch_on_claims() -> None:
     (base,) = by_kind(render("all"), "ClusterRole")
     (cached,) = by_kind(render("all-claim-cache"), "ClusterRole")

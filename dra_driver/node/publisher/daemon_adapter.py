@@ -12,9 +12,8 @@ import functools
 import logging
 from collections.abc import Callable
 
-from kubernetes import client
-
 from dra_driver.common.logs import fields
+from dra_driver.kube.k8s import client
 from dra_driver.model.device import Inventory
 from dra_driver.node.checks.coexistence import WITHHELD_ANNOTATION, DevicePluginGuard, withheld_note
 from dra_driver.node.checks.same_name import ConflictBoard

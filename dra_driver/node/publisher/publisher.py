@@ -43,11 +43,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi, WatchStream
+from dra_driver.kube.k8s import ApiException, client
 from dra_driver.common.logs import fields
 from dra_driver.model.device import DeviceTaint, Inventory, TaintEffect
 from dra_driver.model.render import API_VERSION
