@@ -89,8 +89,8 @@ class SimulatedState:
         self._lock_path = self.directory / f"{vendor}.lock"
         self._digest = digest
         self._boot_id = read_boot_id() if boot_id is None else boot_id
-        # The file last read or written, held open: its inode number cannot be reused while held, so a
-        # different number at the path means another process replaced it (timestamps are too coarse for that).
+        # The file last read or written, held open: another process replacing it unlinks this inode (link count 0,
+        # see `changed`); timestamps are too coarse for that. Holding none, the inode number last seen at the path.
         self._held: int | None = None
         self._held_inode: int | None = None
         self._warned = False
@@ -101,7 +101,18 @@ class SimulatedState:
         return None if state_dir is None else cls(state_dir, vendor, profile_digest(section))
 
     def changed(self) -> bool:
-        """Whether the file differs from the one this process last read or wrote (a stat, no read)."""
+        """Whether the file differs from the one this process last read or wrote (no read).
+
+        Asked before every simulated NVML call, so it is one `fstat` of the file held: replacing (or removing) the
+        file unlinks the held inode, whose link count drops to 0. The state dir is a local file system or a tmpfs
+        (an NFS client would keep a replaced file it holds linked under another name). Holding none, the path
+        is looked at.
+        """
+        if self._held is not None:
+            try:
+                return os.fstat(self._held).st_nlink == 0
+            except OSError:
+                return True
         try:
             inode: int | None = os.stat(self.path).st_ino
         except OSError:  # missing, or a directory that is not one: nothing saved there

@@ -78,6 +78,24 @@ def test_a_restarted_process_meets_the_modes_and_instances_the_killed_one_left(l
     assert state_of(first) == state_of(second) and state_of(first)[0][2] == []
 
 
+def test_peers_see_each_others_every_change_and_read_the_file_only_then(library: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two live processes taking turns: each save (a rename over the file the other holds) is seen at the other's next
+    call, whichever saved last; calls with no change since read nothing (the check is an fstat of the held file)."""
+    from dra_driver.common import node_file
+
+    reads: list[Path] = []
+    read_fd = node_file.read_fd
+    monkeypatch.setattr(node_file, "read_fd", lambda fd, path, *rest: (reads.append(path), read_fd(fd, path, *rest))[1])
+    first, second = library(), library()
+    for start, (maker, peer) in enumerate([(first, second), (second, first), (first, second), (first, second)]):
+        fake_nvml.install(maker)
+        create_1g(0, start)
+        assert state_of(peer) == state_of(maker), f"change {start}"
+    seen = len(reads)
+    assert state_of(first) == state_of(second) and [len(gpu[2]) for gpu in state_of(first)][0] == 4
+    assert len(reads) == seen  # nothing changed since: not read again
+
+
 def test_a_compute_mode_outlives_a_restart_but_not_a_reboot(library: Any) -> None:
     """What an MPS claim set (EXCLUSIVE_PROCESS) is what the restarted daemon finds, as on a real GPU."""
     library()
