@@ -1,9 +1,9 @@
 """What a dynamic MIG prepare costs in journal writes and NVML calls, and that the savings change no outcome.
 
 Issue #17: an 8-device claim rewrote its ownership journal file twice per instance and read the
-compute-instance profiles from NVML on every create and destroy. Now the journal is written twice per
-claim (and removed once by unprepare) and the profiles are read once per (GPU, GI profile) until that
-GPU's MIG mode changes.
+compute-instance profiles from NVML on every create and destroy. Now the journal is written once per
+claim (the intents; removed once by unprepare), the profiles are read once per (GPU, GI profile) until that
+GPU's MIG mode changes, and a GPU instance made by the prepare is not asked for compute instances (issue #31).
 """
 
 from __future__ import annotations
