@@ -8,9 +8,13 @@ keeps what the driver can change in `<state_dir>/simulated-hardware/<vendor>.jso
 - the state directory is the node's (`--state-dir`, a tmpfs on a node): a restarted daemon of the same
   node finds it in the same place. It is not a scratch directory (dra_driver.simulation.scratch), so reaping a
   dead process's scratch directories never takes it; it lives as long as the node's other runtime state;
-- every change is made under an exclusive flock on `<vendor>.lock` and written whole to a temp file renamed
-  over the state file, so a kill -9 leaves the old state or the new, and two processes (a rolling update)
-  change it one at a time; each reads the file again when another process has replaced it since;
+- every change is made under an exclusive flock on `<vendor>.lock`, so two processes (a rolling update) change
+  it one at a time, and each reads the file again when the other has changed it since. The file is a sequence
+  of lines, each a whole state document, the last complete one current: a process appends a line to the file it
+  wrote itself last (one `write`, no new file: a simulated NVML call that changes hardware saves before it
+  returns, twice per MIG instance created), and writes the file anew (a temp file renamed over it, one line)
+  when another process wrote last or the file has grown past `_COMPACT_BYTES`. A kill -9 leaves the old state or
+  the new: a line it cut short is the last, and the one before it is read instead;
 - the file names the profile it was made from (a digest) and the boot: state of another profile is
   ignored (the node's hardware changed), and the library decides what a reboot keeps (`boot_changed`).
 
@@ -48,6 +52,7 @@ log = logging.getLogger(__name__)
 SUBDIR = "simulated-hardware"
 FORMAT_VERSION = 1
 _MAX_BYTES = 4 * 1024 * 1024  # a simulated node's state is a few KiB; anything larger is not ours
+_COMPACT_BYTES = 64 * 1024  # appended up to this size (a few dozen changes), then written anew
 
 
 Hardware = TypeVar("Hardware", bound=BaseModel)
@@ -89,10 +94,12 @@ class SimulatedState:
         self._lock_path = self.directory / f"{vendor}.lock"
         self._digest = digest
         self._boot_id = read_boot_id() if boot_id is None else boot_id
-        # The file last read or written, held open: its inode number cannot be reused while held, so a
-        # different number at the path means another process replaced it (timestamps are too coarse for that).
+        # The file last read or written, held open: another process replacing it unlinks this inode (link count 0,
+        # see `changed`); timestamps are too coarse for that. Holding none, the inode number last seen at the path.
         self._held: int | None = None
         self._held_inode: int | None = None
+        self._held_size: int | None = None  # its size as last read or written: another process's append changes it
+        self._appendable = False  # the held file is the one this process wrote last (its temp's descriptor, O_APPEND)
         self._warned = False
         self._lock_fd: int | None = None
 
@@ -101,7 +108,19 @@ class SimulatedState:
         return None if state_dir is None else cls(state_dir, vendor, profile_digest(section))
 
     def changed(self) -> bool:
-        """Whether the file differs from the one this process last read or wrote (a stat, no read)."""
+        """Whether the file differs from the one this process last read or wrote (no read).
+
+        Asked before every simulated NVML call, so it is one `fstat` of the file held: another process's append
+        changes its size; replacing (or removing) the file unlinks the held inode, whose link count drops to 0.
+        The state dir is a local file system or a tmpfs (an NFS client would keep a replaced file it holds linked
+        under another name). Holding none, the path is looked at.
+        """
+        if self._held is not None:
+            try:
+                held = os.fstat(self._held)
+            except OSError:
+                return True
+            return held.st_nlink == 0 or held.st_size != self._held_size
         try:
             inode: int | None = os.stat(self.path).st_ino
         except OSError:  # missing, or a directory that is not one: nothing saved there
@@ -116,7 +135,8 @@ class SimulatedState:
             if fd is None:
                 return None
             raw = node_file.read_fd(fd, self.path, _MAX_BYTES)
-            document = json_text.loads(raw)
+            self._held_size = len(raw)
+            document = last_document(raw, self.path)
             if not isinstance(document, dict) or not isinstance(document.get("hardware"), dict):
                 raise ValueError("not a simulated-hardware state document")
         except (OSError, ValueError) as exc:
@@ -152,20 +172,48 @@ class SimulatedState:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def save(self, hardware: dict[str, Any]) -> None:
-        """Replace the file with `hardware` (call inside `locked`)."""
+        """Make `hardware` the current state: appended to the file this process wrote last, else written anew (call
+        inside `locked`, after reading another process's change: see `changed`)."""
         document = {"version": FORMAT_VERSION, "profile": self._digest, "boot": self._boot_id, "hardware": hardware}
-        # Not flushed to disk: a kill -9 keeps the page cache, and the state dir is a tmpfs on a node. The temp
-        # file's descriptor is kept as the one last seen (a rename keeps the inode). Not atomic_file.replace_file:
-        # this is the simulated hardware's write, which tests counting the driver's writes must not see.
+        # Each line starts with a newline, so a line a kill -9 cut short never runs into the next one appended.
+        line = b"\n" + json.dumps(document).encode()
+        # Not flushed to disk: a kill -9 keeps the page cache, and the state dir is a tmpfs on a node.
+        if self._appendable and self._held is not None and self._held_size is not None:
+            if self._held_size + len(line) <= _COMPACT_BYTES and not self.changed() and self._append(self._held, line):
+                return
+        self._replace(line)
+
+    def _append(self, fd: int, line: bytes) -> bool:
+        """One line appended to the held file; False (the file to be written anew) when the write fails."""
+        try:
+            data = memoryview(line)
+            while data:
+                data = data[os.write(fd, data) :]
+        except OSError:
+            # Part of the line may be there, cut short like a kill's: the file still reads as the state before this
+            # change. That size is ours (no reason to read the file back over this process's state); writing the
+            # file anew follows.
+            self._appendable = False
+            with suppress(OSError):
+                self._held_size = os.fstat(fd).st_size
+            return False
+        self._held_size = (self._held_size or 0) + len(line)
+        return True
+
+    def _replace(self, line: bytes) -> None:
+        """The file written anew, one line: a temp file renamed over it. Its descriptor is kept as the file held (a
+        rename keeps the inode) and appended to from then on. Not atomic_file.replace_file: this is the simulated
+        hardware's write, which tests counting the driver's writes must not see."""
         try:
             fd, temp = create_temp(str(self.path))
         except OSError as exc:
             self._unwritable(exc)
             return
         try:
-            data = memoryview(json.dumps(document).encode())
+            data = memoryview(line)
             while data:
                 data = data[os.write(fd, data) :]
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)  # a peer may append too
             os.replace(temp, self.path)
         except BaseException as exc:
             os.close(fd)
@@ -176,7 +224,7 @@ class SimulatedState:
             self._unwritable(exc)
             return
         self._release()
-        self._held, self._held_inode = fd, os.fstat(fd).st_ino
+        self._held, self._held_inode, self._held_size, self._appendable = fd, os.fstat(fd).st_ino, len(line), True
 
     def close(self) -> None:
         self._release()
@@ -201,10 +249,28 @@ class SimulatedState:
             with suppress(OSError):  # seen: not read (and logged) again until something replaces it
                 self._held_inode = os.stat(self.path).st_ino
             raise
-        self._held, self._held_inode = fd, os.fstat(fd).st_ino
+        opened = os.fstat(fd)
+        self._held, self._held_inode, self._held_size = fd, opened.st_ino, opened.st_size
         return fd
 
     def _release(self) -> None:
         if self._held is not None:
             os.close(self._held)
-        self._held = self._held_inode = None
+        self._held = self._held_inode = self._held_size = None
+        self._appendable = False
+
+
+def last_document(raw: bytes, path: Path | str) -> Any:
+    """The current document of a state file: its last line, or the one before when a kill -9 cut the last short
+    (ValueError when neither parses)."""
+    lines = [line for line in raw.split(b"\n") if line.strip()]
+    if not lines:
+        raise ValueError("empty")
+    try:
+        return json_text.loads(lines[-1])
+    except ValueError:
+        if len(lines) < 2:
+            raise
+    log.info("simulated hardware state: last change cut short (a kill during its save); the one before it is read",
+             extra=fields(path=str(path)))  # fmt: skip
+    return json_text.loads(lines[-2])

@@ -1,9 +1,9 @@
 """What a dynamic MIG prepare costs in journal writes and NVML calls, and that the savings change no outcome.
 
 Issue #17: an 8-device claim rewrote its ownership journal file twice per instance and read the
-compute-instance profiles from NVML on every create and destroy. Now the journal is written twice per
-claim (and removed once by unprepare) and the profiles are read once per (GPU, GI profile) until that
-GPU's MIG mode changes.
+compute-instance profiles from NVML on every create and destroy. Now the journal is written once per
+claim (the intents; removed once by unprepare), the profiles are read once per (GPU, GI profile) until that
+GPU's MIG mode changes, and a GPU instance made by the prepare is not asked for compute instances (issue #31).
 """
 
 from __future__ import annotations
@@ -58,14 +58,16 @@ def backend(open_backend: OpenBackend, tmp_path: Path) -> NvidiaBackend:
     return opened
 
 
-def test_eight_instances_cost_two_journal_writes(backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eight_instances_cost_one_journal_write(backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     written = count_journal_writes(monkeypatch)
     prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
-    assert written == [tmp_path / SUBDIR / "uid-8.json"] * 2  # intents before the first create, IDs after the last
+    assert written == [tmp_path / SUBDIR / "uid-8.json"]  # the intents, before the first create (was: IDs after the last too)
     recorded = OwnershipJournal.under(tmp_path).entries("uid-8")
-    assert sorted(e.device for e in recorded) == sorted(EIGHT)
     by_device = {entry["device"]: entry for entry in prepared.state["migInstances"]}
-    assert all((e.gi_id, e.ci_id) == (by_device[e.device]["giId"], by_device[e.device]["ciId"]) for e in recorded)
+    # Each intent names its instance's placement; the IDs are in the claim state.
+    assert sorted((e.device, e.parent_uuid, e.profile_id, e.start) for e in recorded) == sorted(
+        (name, entry["parentUUID"], entry["profileId"], entry["start"]) for name, entry in by_device.items()
+    )
     assert [d.device for d in prepared.devices] == EIGHT  # in the claim's order, each with its own UUID
     assert [d.edits.env[-1].split("=", 1)[1] for d in prepared.devices] == [by_device[name]["uuid"] for name in EIGHT]
 
@@ -111,6 +113,17 @@ def test_each_placement_is_looked_up_once(backend: NvidiaBackend, monkeypatch: p
     monkeypatch.setattr(mig, "find_instance", spy)
     backend.prepare(claim("uid-a"), alloc(*EIGHT))
     assert sorted(looked_up) == sorted((19, int(name.rsplit("-", 1)[1])) for name in EIGHT)  # was twice each
+
+
+def test_a_new_gpu_instance_is_not_asked_for_its_compute_instances(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GI made by this prepare has no CI yet; only a reused GI (idempotent prepare) is asked for the one it holds."""
+    calls = count(monkeypatch, backend.simulator, "nvmlGpuInstanceGetComputeInstances")  # type: ignore[arg-type]
+    first = backend.prepare(claim("uid-a"), alloc(*EIGHT))
+    assert calls["nvmlGpuInstanceGetComputeInstances"] == 0  # was one per instance
+    again = backend.prepare(claim("uid-a"), alloc(*EIGHT))  # the kubelet's retry: every GI is there already
+    assert calls["nvmlGpuInstanceGetComputeInstances"] == 2 * len(EIGHT)  # per reused GI: the count, then the list
+    assert again.state == first.state  # the same instances, no second CI in any of them
+    assert all(len(gi.computes) == 1 for gpu in backend.simulator.gpus for gi in gpu.instances.values())  # type: ignore[union-attr]
 
 
 def test_compute_profiles_read_again_after_a_mig_mode_switch(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -178,13 +178,47 @@ def test_record_of_another_boot_is_void(open_backend: OpenBackend, tmp_path: Pat
     assert record_files(tmp_path) == []
 
 
-def test_record_holds_intent_and_ids(crashed: NvidiaBackend, tmp_path: Path) -> None:
+def test_record_holds_the_intent_by_placement(crashed: NvidiaBackend, tmp_path: Path) -> None:
+    """The placement names the instance; its IDs go in the claim state the plugin records after prepare."""
     (path,) = record_files(tmp_path)
     body = json.loads(path.read_text())
     assert body["claimUID"] == CLAIM.uid
     (entry,) = body["instances"]
     assert entry["device"] == OURS and entry["profileId"] == 19 and entry["start"] == 0
-    assert entry["giId"] is not None and entry["ciId"] is not None
+    assert entry["giId"] is None and entry["ciId"] is None
+
+
+def test_claim_rebuilt_from_the_journal_keeps_its_instance(open_backend: OpenBackend, tmp_path: Path) -> None:
+    """A prepared claim whose checkpoint record is lost is rebuilt from `recorded_claims`; reconcile gets that state
+    (plugin recovery) and must keep the instance a container uses, though the journal names it by placement only."""
+    backend = open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path)
+    backend.prepare(CLAIM, [alloc(OURS)])
+    before = instances(backend.simulator)
+    after = restarted(backend)
+    (rebuilt,) = after.recorded_claims()
+    assert (rebuilt.claim_uid, rebuilt.devices) == (CLAIM.uid, (OURS,))
+    after.reconcile([rebuilt.state])
+    assert instances(after.simulator) == before and record_files(tmp_path)
+    after.unprepare(CLAIM, rebuilt.state)  # the kubelet's unprepare then releases it by its placement
+    assert instances(after.simulator) == [] and record_files(tmp_path) == []
+
+
+def test_record_with_ids_of_an_earlier_version_is_honoured(open_backend: OpenBackend, tmp_path: Path) -> None:
+    """A record written with GI/CI IDs (before prepare stopped journaling them) still makes the instance ours."""
+    backend = open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path)
+    fake = backend.simulator
+    assert fake is not None
+    gpu0 = fake.gpus[0].spec.uuid
+    admin_create(0, 19, 0)  # made as the earlier version would have: the journal then gets the IDs
+    (gi,) = fake.gpus[0].instances.values()
+    gi_id, ci_id = gi.id, next(iter(gi.computes))
+    OwnershipJournal.under(tmp_path).record(OwnedInstance(CLAIM.uid, OURS, gpu0, 19, 0, gi_id, ci_id))
+    after = restarted(backend)
+    assert [(c.claim_uid, c.devices, [e["giId"] for e in c.state["migInstances"]]) for c in after.recorded_claims()] == [
+        (CLAIM.uid, (OURS,), [gi_id])
+    ]
+    after.reconcile([])  # no live claim lists it: ours, so destroyed
+    assert instances(fake) == [] and record_files(tmp_path) == []
 
 
 def test_prepare_refuses_when_ownership_cannot_be_recorded(open_backend: OpenBackend, tmp_path: Path) -> None:

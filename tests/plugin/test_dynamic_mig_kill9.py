@@ -5,7 +5,6 @@ without switching MIG mode again, prepares a second slice of the same GPU beside
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from tests.support import eventually
 
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.simulation.api_server import SimApiServer
+from dra_driver.simulation.state import last_document
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
@@ -49,7 +49,8 @@ def spawn(server: SimApiServer, work: Path, log: Path) -> subprocess.Popen[bytes
 
 def gpu2(work: Path) -> dict[str, Any]:
     """GPU 2 in the node's simulated-hardware state file (what a real GPU would keep)."""
-    document = json.loads((work / "s" / "simulated-hardware" / "nvidia.json").read_text())
+    path = work / "s" / "simulated-hardware" / "nvidia.json"
+    document = last_document(path.read_bytes(), path)  # the current line: each change appends one
     return next(gpu for uuid, gpu in document["hardware"]["gpus"].items() if uuid.startswith("GPU-daf2b511"))
 
 

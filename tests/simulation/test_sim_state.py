@@ -78,6 +78,81 @@ def test_a_restarted_process_meets_the_modes_and_instances_the_killed_one_left(l
     assert state_of(first) == state_of(second) and state_of(first)[0][2] == []
 
 
+def test_peers_see_each_others_every_change_and_read_the_file_only_then(library: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two live processes taking turns: each save (a rename over the file the other holds) is seen at the other's next
+    call, whichever saved last; calls with no change since read nothing (the check is an fstat of the held file)."""
+    from dra_driver.common import node_file
+
+    reads: list[Path] = []
+    read_fd = node_file.read_fd
+    monkeypatch.setattr(node_file, "read_fd", lambda fd, path, *rest: (reads.append(path), read_fd(fd, path, *rest))[1])
+    first, second = library(), library()
+    for start, (maker, peer) in enumerate([(first, second), (second, first), (first, second), (first, second)]):
+        fake_nvml.install(maker)
+        create_1g(0, start)
+        assert state_of(peer) == state_of(maker), f"change {start}"
+    seen = len(reads)
+    assert state_of(first) == state_of(second) and [len(gpu[2]) for gpu in state_of(first)][0] == 4
+    assert len(reads) == seen  # nothing changed since: not read again
+
+
+def test_changes_are_appended_to_the_file_written_last_and_the_file_is_written_anew_past_the_limit(
+    library: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change is one line appended (no new file per simulated NVML call); past the size limit the file is written
+    anew as one line. Whatever the file holds, a restarted process meets the latest state."""
+    from dra_driver.simulation import state as sim_state
+
+    path = tmp_path / "simulated-hardware" / "nvidia.json"
+    first = library()
+    create_1g(0, 0)  # MIG mode, GI, CI: three changes, the first writes the file anew (nothing of ours held yet)
+    inode, lines = path.stat().st_ino, path.read_bytes().count(b"\n")
+    assert lines == 3
+    create_1g(0, 1)
+    assert path.stat().st_ino == inode and path.read_bytes().count(b"\n") == lines + 2  # GI and CI appended
+    assert state_of(library()) == state_of(first)
+    fake_nvml.install(first)
+    monkeypatch.setattr(sim_state, "_COMPACT_BYTES", path.stat().st_size + 10)  # the next line does not fit
+    create_1g(0, 2)
+    assert path.stat().st_ino != inode and path.read_bytes().count(b"\n") == 2  # GI: anew; CI: appended again
+    assert state_of(library()) == state_of(first) and len(state_of(first)[0][2]) == 3
+
+
+def test_an_append_that_fails_writes_the_file_anew(library: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    path = tmp_path / "simulated-hardware" / "nvidia.json"
+    first = library()
+    create_1g(0, 0)
+    inode = path.stat().st_ino
+    real_write, failures = os.write, [OSError(28, "No space left on device")]
+
+    def write_once_failing(fd: int, data: Any) -> int:
+        if failures:  # the append: half of it lands, then the disk is full
+            real_write(fd, bytes(data)[: len(data) // 2])
+            raise failures.pop()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write_once_failing)
+    create_1g(0, 1)
+    monkeypatch.undo()
+    assert failures == [] and path.stat().st_ino != inode  # written anew after the failed append
+    assert state_of(library()) == state_of(first) and len(state_of(first)[0][2]) == 2
+
+
+def test_a_change_cut_short_by_a_kill_leaves_the_state_before_it(library: Any, tmp_path: Path) -> None:
+    path = tmp_path / "simulated-hardware" / "nvidia.json"
+    library()
+    create_1g(0, 0)
+    before = state_of(library())
+    whole = path.read_bytes()
+    with path.open("ab") as state_file:  # a kill -9 inside the next save's write: half a line
+        state_file.write(whole[whole.rindex(b"\n") : whole.rindex(b"\n") + 40])
+    assert state_of(library()) == before
+    path.write_bytes(b"\n" + b"{" * 30)  # nothing before a damaged line: damage, the profile is used
+    assert all(gpu[2] == [] for gpu in state_of(library()))
+
+
 def test_a_compute_mode_outlives_a_restart_but_not_a_reboot(library: Any) -> None:
     """What an MPS claim set (EXCLUSIVE_PROCESS) is what the restarted daemon finds, as on a real GPU."""
     library()

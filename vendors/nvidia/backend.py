@@ -412,12 +412,14 @@ class NvidiaBackend(VendorBackend):
     def _create_instances(
         self, claim: ClaimRef, planned: Sequence[_PlannedInstance], created: list[dict[str, Any]]
     ) -> list[tuple[ContainerEdits, str]]:
-        """Create a claim's MIG instances: one journal write naming all of them before the first, one after the last.
+        """Create a claim's MIG instances: one journal write naming all of them before the first.
 
-        A kill -9 anywhere leaves each instance that exists named in the journal: before the first
-        write nothing was created; between the writes every placement is an intent (rollback and
-        reconcile destroy what is at it, and drop an intent with nothing there); after the second
-        every entry has its IDs. Each instance appended to `created` is rolled back by the caller.
+        A kill -9 anywhere leaves each instance that exists named in the journal: before the write
+        nothing was created; after it every placement is an intent (rollback and reconcile destroy what
+        is at it, and drop an intent with nothing there). The GI/CI IDs are not journaled: they go in the
+        claim state the plugin records next, and an intent already names the instance by its placement,
+        which is how reconcile matches instances anyway. Each instance appended to `created` is rolled
+        back by the caller.
         """
         if not planned:
             return []
@@ -448,8 +450,6 @@ class NvidiaBackend(VendorBackend):
             log.info("created MIG device", extra=fields(device=item.intent.device, gi=instance.gi_id, ci=instance.ci_id, uuid=uuid))
             mig_edits = edits.mig_edits(item.gpu.minor, instance.gi_id, instance.ci_id, self.settings.dev_root, self._mig_minors)
             made.append((mig_edits, uuid))
-        # Failing: rolled back via `created` (the intents still name every instance).
-        self._journal_record(*(item.intent.created(i.gi_id, i.ci_id) for item, i in zip(planned, instances, strict=True)))
         return made
 
     def _mig_uuids(
@@ -620,9 +620,10 @@ class NvidiaBackend(VendorBackend):
                     live = True
                 if live:
                     by_claim.setdefault(entry.claim_uid, []).append(entry)
+        # Every live entry goes in the state, intents too (prepare journals placements, not IDs): reconcile keeps
+        # a live claim's placements whether or not its state has a GI ID, and unprepare destroys an intent by placement.
         claims = {
-            uid: RecordedClaim(uid, tuple(sorted({e.device for e in entries})),
-                               {STATE_KEY: [_state_entry(e) for e in entries if e.gi_id is not None]})
+            uid: RecordedClaim(uid, tuple(sorted({e.device for e in entries})), {STATE_KEY: [_state_entry(e) for e in entries]})
             for uid, entries in by_claim.items()
         }  # fmt: skip
         for record in self._sharing.records.all():  # a claim whose sharing is recorded holds its devices

@@ -231,7 +231,8 @@ def create_instance_in(
     try:
         gi_id = nvml.gpu_instance_info(gi).id
         ci_profile = _full_compute_profile(compute_profiles(gi, profile.info.id), profile.info.slice_count)
-        existing = nvml.compute_instances(gi, ci_profile)
+        # A GI made just now has no compute instance: only a reused one (idempotent prepare) is asked for its own.
+        existing = [] if made else nvml.compute_instances(gi, ci_profile)
         ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
         ci_id = nvml.compute_instance_id_of(ci)
         return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id) if find_uuid else "")

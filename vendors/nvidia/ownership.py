@@ -5,9 +5,11 @@ returns. A daemon killed in between restarts with no state for the claim, so
 without a record of its own the backend cannot tell the instance it created from
 one an admin created, and it would leak. The journal closes that gap: before an
 instance is created its intent (claim UID, parent GPU, GI profile, placement) is
-written, after creation the GI/CI IDs, and the entry is removed when the instance
-is destroyed. Prepare writes the intents of all of a claim's instances at once before
-creating the first, and all their IDs at once after the last (two writes per claim).
+written, and the entry is removed when the instance is destroyed. Prepare writes the
+intents of all of a claim's instances at once before creating the first (one write per
+claim). The GI/CI IDs are not journaled: the placement names the instance (reconcile
+matches by it), and the IDs are in the claim state the plugin records right after
+prepare. Entries with IDs (written by earlier versions) are still read and honoured.
 
 Layout: one file per claim, `<state_dir>/nvidia/mig-owned/<uid>.json` (a UID
 that is not a plain file name is stored under its SHA-256), replaced atomically
@@ -33,7 +35,7 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -54,7 +56,7 @@ GiKey = tuple[str, int, int]  # (parent GPU uuid, GI profile ID, placement start
 
 @dataclass(frozen=True)
 class OwnedInstance:
-    """One instance a claim asked for; gi_id/ci_id are None while it is only an intent."""
+    """One instance a claim asked for, by placement; gi_id/ci_id only in records of earlier versions."""
 
     claim_uid: str
     device: str
@@ -67,9 +69,6 @@ class OwnedInstance:
     @property
     def key(self) -> GiKey:
         return (self.parent_uuid, self.profile_id, self.start)
-
-    def created(self, gi_id: int, ci_id: int) -> OwnedInstance:
-        return replace(self, gi_id=gi_id, ci_id=ci_id)
 
 
 class _EntryFile(BaseModel):
@@ -199,8 +198,8 @@ class OwnershipJournal:
     def record(self, *entries: OwnedInstance) -> None:
         """Add or update entries of one claim (by placement) in one write; durable before returning.
 
-        Prepare records all intents of a claim in one call and all their IDs in another, so a
-        claim costs two writes whatever its number of instances.
+        Prepare records all intents of a claim in one call, so a claim costs one write whatever
+        its number of instances.
         """
         if not entries:
             return
