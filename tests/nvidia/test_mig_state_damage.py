@@ -110,7 +110,7 @@ def test_journal_entry_whose_instance_is_gone_reserves_nothing(
     backend = open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path / "state")
     fake = backend.simulator
     assert fake is not None
-    OwnershipJournal.under(tmp_path / "state").record(OwnedInstance("gone-claim", DEVICE, fake.gpus[0].spec.uuid, 19, 0, 7, 0))
+    OwnershipJournal.under(tmp_path / "state").record(OwnedInstance("gone-claim", DEVICE, fake.gpus[0].spec.uuid, 19, 0))
     again = restarted(backend)
     svc = service(again, apiserver, tmp_path)
     try:

@@ -816,8 +816,8 @@ def _entry_key(entry: StateEntry) -> GiKey:
 
 
 def _state_entry(entry: OwnedInstance) -> dict[str, Any]:
-    """A journal entry in the claim-state shape `_destroy` takes (giId None for a bare intent)."""
-    return {"device": entry.device, "parentUUID": entry.parent_uuid, "giId": entry.gi_id, "ciId": entry.ci_id,
+    """A journal entry in the claim-state shape `_destroy` takes (no IDs: the intent names the instance by placement)."""
+    return {"device": entry.device, "parentUUID": entry.parent_uuid, "giId": None, "ciId": None,
             "profileId": entry.profile_id, "start": entry.start}
 
 

@@ -9,7 +9,7 @@ written, and the entry is removed when the instance is destroyed. Prepare writes
 intents of all of a claim's instances at once before creating the first (one write per
 claim). The GI/CI IDs are not journaled: the placement names the instance (reconcile
 matches by it), and the IDs are in the claim state the plugin records right after
-prepare. Entries with IDs (written by earlier versions) are still read and honoured.
+prepare.
 
 Layout: one file per claim, `<state_dir>/nvidia/mig-owned/<uid>.json` (a UID
 that is not a plain file name is stored under its SHA-256), replaced atomically
@@ -56,15 +56,13 @@ GiKey = tuple[str, int, int]  # (parent GPU uuid, GI profile ID, placement start
 
 @dataclass(frozen=True)
 class OwnedInstance:
-    """One instance a claim asked for, by placement; gi_id/ci_id only in records of earlier versions."""
+    """One instance a claim asked for, by placement (the GI/CI IDs are in the claim state, not here)."""
 
     claim_uid: str
     device: str
     parent_uuid: str
     profile_id: int
     start: int
-    gi_id: int | None = None
-    ci_id: int | None = None
 
     @property
     def key(self) -> GiKey:
@@ -78,8 +76,6 @@ class _EntryFile(BaseModel):
     parentUUID: str
     profileId: int
     start: int
-    giId: int | None = None
-    ciId: int | None = None
 
 
 class _ClaimFile(BaseModel):
@@ -189,7 +185,7 @@ class OwnershipJournal:
             self._unlink(path)
             return None
         entries = [
-            OwnedInstance(record.claimUID, e.device, e.parentUUID, e.profileId, e.start, e.giId, e.ciId) for e in record.instances
+            OwnedInstance(record.claimUID, e.device, e.parentUUID, e.profileId, e.start) for e in record.instances
         ]
         return record.claimUID, entries
 
@@ -238,8 +234,7 @@ class OwnershipJournal:
             "bootId": self.boot_id,
             "claimUID": claim_uid,
             "instances": [
-                {"device": e.device, "parentUUID": e.parent_uuid, "profileId": e.profile_id, "start": e.start,
-                 "giId": e.gi_id, "ciId": e.ci_id}
+                {"device": e.device, "parentUUID": e.parent_uuid, "profileId": e.profile_id, "start": e.start}
                 for e in entries
             ],
         }
