@@ -15,7 +15,8 @@ fleet grown on one control plane: each step adds nodes and starts their publishe
 reports its figures and `free`; the steady state, restart, tools and scheduler run at the last
 step. If MemAvailable falls under --min-available GiB (default 4) the publisher processes (and a
 tool being measured) are killed, the control plane is stopped (with --up) and the output says how
-far the fleet got. Without the kit it says so and exits 2.
+far the fleet got; a step whose nodes would not fit at the last step's MemAvailable per node is not
+started, and the fleet is measured at the size it reached. Without the kit it says so and exits 2.
 
 Per N: N Node objects (allocatable pods only) and, for each, the driver's real SlicePublisher, all
 publishers of a process on one shared kubernetes client as the daemon shares one across its
@@ -112,6 +113,9 @@ def metrics(json_api: Any) -> tuple[Counter[tuple[str, str]], float]:
     for line in response.data.decode().splitlines():
         if line.startswith("process_resident_memory_bytes "):
             rss = float(line.split()[1])
+            continue
+        if line.startswith("go_memstats_heap_inuse_bytes "):
+            requests[("heap", "inuse")] = int(float(line.split()[1]))  # a gauge, not a count: read it with heap_of
             continue
         match = _METRIC.match(line)
         if not match or match.group(1) != "apiserver_request_total":
@@ -285,8 +289,13 @@ def spread(values: list[float]) -> str:
     return f"first {ordered[0]:.2f} s, p50 {pick(0.5):.2f} s, p90 {pick(0.9):.2f} s, last {ordered[-1]:.2f} s"
 
 
+def heap_of(sample: Counter[tuple[str, str]]) -> str:
+    """The API server's Go heap in use (live objects and their spans): RSS less the collector's slack."""
+    return f"{sample[('heap', 'inuse')] / 2**20:,.0f} MiB"
+
+
 def per_node(delta: Counter[tuple[str, str]], nodes: int, minutes: float = 1.0) -> str:
-    parts = [f"{verb} {resource} {count / nodes / minutes:.3g}" for (resource, verb), count in sorted(delta.items()) if count]
+    parts = [f"{verb} {resource} {count / nodes / minutes:.3g}" for (resource, verb), count in sorted(delta.items()) if count and resource != "heap"]
     return ", ".join(parts) or "none"
 
 
@@ -419,10 +428,18 @@ def run_fleet(kit: Kit, steps: list[int], procs: int, steady: float, pods: int, 
         guard.watch(process.pid)
         pipes.append(parent)
         children.append(process)
-    nodes, total = 0, 0
+    nodes, per_node_cost = 0, 0.0
     try:
         for target in steps:
+            needed = per_node_cost * (target - nodes)
+            if nodes and available() - needed < guard.floor:
+                print(f"N={target} not started: at {per_node_cost / 2**20:.1f} MiB of MemAvailable per node (the last step's), "
+                      f"{target - nodes} more nodes need ~{needed / 2**30:.1f} GiB and would leave {(available() - needed) / 2**30:.1f} GiB "
+                      f"(< {guard.floor / 2**30:.1f}); the fleet stays at N={nodes}")
+                break
+            free_before = available()
             step_nodes(kit, json_api, guard, pipes, children, nodes, target)
+            per_node_cost = max(0.0, (free_before - available()) / (target - nodes))
             nodes = target
         whole_fleet(kit, json_api, guard, pipes, nodes, steady)
         ask(pipes, guard, ("stop", None))
@@ -470,7 +487,7 @@ def step_nodes(kit: Kit, json_api: Any, guard: MemoryGuard, pipes: list[Any], ch
     print(f"  requests per new node at start: {per_node(delta, len(names))}; 429s (any resource): {delta[('throttled', '429')]}")
     count, size = etcd_slices(kit.etcd)
     print(f"  etcd: {count} ResourceSlices, {size / 2**20:.1f} MiB stored ({size / max(count, 1) / 1024:.1f} KiB each, {size / target / 1024:.1f} KiB per node)")
-    print(f"  API server RSS: {rss / 2**20:,.0f} MiB (before this step's publishers {rss0 / 2**20:,.0f} MiB)")
+    print(f"  API server RSS: {rss / 2**20:,.0f} MiB, heap in use {heap_of(after_start)} (before this step's publishers {rss0 / 2**20:,.0f} MiB, {heap_of(before)})")
     print_free(kit, children)
     guard.check()
 
@@ -481,7 +498,7 @@ def whole_fleet(kit: Kit, json_api: Any, guard: MemoryGuard, pipes: list[Any], n
     time.sleep(steady)
     guard.check()
     steady_end, rss = metrics(json_api)
-    print(f"N={nodes}, whole fleet: API server RSS {rss / 2**20:,.0f} MiB after {steady:.0f} s of steady state")
+    print(f"N={nodes}, whole fleet: API server RSS {rss / 2**20:,.0f} MiB, heap in use {heap_of(steady_end)} after {steady:.0f} s of steady state")
     print(f"  requests per node per minute, steady ({steady:.0f} s): {per_node(steady_end - after_start, nodes, steady / 60)}")
     t0 = time.perf_counter()
     writes = sum(ask(pipes, guard, ("restart", None)))
