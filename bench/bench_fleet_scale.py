@@ -118,6 +118,12 @@ def metrics(json_api: Any) -> tuple[Counter[tuple[str, str]], float]:
             requests[("heap", "inuse")] = int(float(line.split()[1]))  # a gauge, not a count: read it with heap_of
             continue
         match = _METRIC.match(line)
+        if match and match.group(1) == "apiserver_watch_cache_consistent_read_total":
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+            if labels.get("fallback") == "true" and labels.get("resource") in WATCHED:
+                # a consistent LIST the watch cache could not serve in time: read from etcd (the whole prefix)
+                requests[(labels["resource"], "LIST from etcd")] += int(float(match.group(3)))
+            continue
         if not match or match.group(1) != "apiserver_request_total":
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
@@ -452,7 +458,9 @@ def run_fleet(kit: Kit, steps: list[int], procs: int, steady: float, pods: int, 
         if pods:
             schedule(json_api, pods, rounds)
     except Aborted as exc:
-        print(f"N={nodes}: stopped by the memory guard ({exc}); the last step measured in full is N={nodes}")
+        print(f"N={nodes}: stopped by the memory guard ({exc}); the last step measured in full is N={nodes}; {control_plane_rss(kit)}")
+        kit.script("down.sh")  # the control plane holds the memory: off, whether or not this run started it
+        print("  control plane stopped (down.sh)")
     finally:
         guard.stop()
         for process in children:
