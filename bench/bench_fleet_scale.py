@@ -431,6 +431,7 @@ def run_fleet(kit: Kit, steps: list[int], procs: int, steady: float, pods: int, 
         parent, child = ctx.Pipe()
         process = ctx.Process(target=worker, args=(kit.kubeconfig, child), daemon=True)
         process.start()
+        assert process.pid is not None  # started
         guard.watch(process.pid)
         pipes.append(parent)
         children.append(process)
@@ -451,7 +452,7 @@ def run_fleet(kit: Kit, steps: list[int], procs: int, steady: float, pods: int, 
         ask(pipes, guard, ("stop", None))
         for process in children:
             process.join(10)
-            guard.forget(process.pid)
+            guard.forget(process.pid or 0)
         print(f"  publishers stopped (their slices stay); {control_plane_rss(kit)}; MemAvailable {available() / 2**30:.1f} GiB")
         if with_tools:
             tools(kit.kubeconfig, nodes, guard)
