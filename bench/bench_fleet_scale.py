@@ -7,7 +7,7 @@ than a cluster someone else runs (kit-env.sh: ETCD_PORT, APISERVER_PORT, ...), e
     export K8S_HOME=/tmp/k8s-scale ETCD_PORT=23379 ETCD_PEER_PORT=23380 APISERVER_PORT=17443 \
            SCHEDULER_PORT=17459 CM_PORT=17457
     python bench/bench_fleet_scale.py --up --nodes 100,1000 [--procs 4] [--steady 60] [--pods 100]
-    python bench/bench_fleet_scale.py --up --ramp --nodes 1000,2500,5000 --steady 30 --tools
+    python bench/bench_fleet_scale.py --up --ramp --nodes 1000,1500,2000,2500,3000,3500,4000,4500,5000 --tools
 
 `--up` starts a fresh control plane ($K8S_HOME/up.sh --fresh) for each N and stops it (down.sh
 --fresh) at the end; without it the running one is used. With `--ramp` the N are steps of one
@@ -178,8 +178,8 @@ def inventories(mixes: Iterable[int]) -> dict[int, list[Any]]:
 def shared_client(kubeconfig: str, pool: int = POOL) -> Any:
     """One ApiClient (one urllib3 pool) for every publisher of a process, as the daemon shares one across its drivers.
 
-    A client per publisher cost ~0.55 MiB each (its Configuration, pool manager and TLS context): ~830 MiB per
-    process at 1,500 publishers before a slice was written. The pool keeps `pool` idle connections; requests
+    A client per publisher cost ~0.55 MiB each: ~830 MiB per process at 1,500 publishers before a slice was
+    written. The pool keeps `pool` idle connections; requests
     beyond it (1,500 publishers starting at once, each watch holding its connection) open more and close them
     when done, which urllib3 would report once per connection at WARNING: that line is silenced here."""
     import logging
@@ -257,8 +257,6 @@ def worker(kubeconfig: str, conn: Any) -> None:
                     timed[i].publisher.start()
                 wait_all([timed[i] for i in wave])
             conn.send(("restarted", sum(sum(item.publisher.writes.values()) for item in timed)))
-        elif command == "rss":
-            conn.send(("rss", rss_of(os.getpid())))
         elif command == "stop":
             for item in timed:
                 item.publisher.stop(timeout=0.5)
