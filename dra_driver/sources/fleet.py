@@ -195,12 +195,10 @@ class SharedValues:
             return
         seen = self._seen
         for key, value in values.items():
-            if type(value) is not dict or len(value) != 1:
-                continue
-            ((member, inner),) = value.items()
             try:
+                ((member, inner),) = value.items()
                 shared = seen.setdefault((member, type(inner), inner), value)
-            except TypeError:  # a list or map where a scalar belongs: left as read, validation names it
+            except (AttributeError, ValueError, TypeError):  # not a one-member map of a scalar: left as read, validation names it
                 continue
             if shared is not value:
                 values[key] = shared  # same key: the dict's size does not change under the loop

@@ -239,3 +239,11 @@ def test_a_value_of_another_type_is_not_shared_and_is_still_rejected(tmp_path: P
     assert type(fleet.slices[1]["spec"]["devices"][0]["attributes"]["index"]["int"]) is bool
     with pytest.raises(ValidationError, match="n1-gpu"):
         fleets.check_slices(fleet.slices)
+
+
+def test_malformed_values_are_left_as_read(tmp_path: Path) -> None:
+    """Not a one-member map of a scalar (a string, two members, a list inside): kept as sent, for validation to name."""
+    odd = {"a": "bare", "b": {"int": 1, "string": "x"}, "c": {"string": ["x"]}, "d": {}}
+    fleet = fleets.load_paths([fleet_file(tmp_path, [gpu("gpu-0", dict(odd)), gpu("gpu-0", dict(odd))])])
+    first, second = (obj["spec"]["devices"][0]["attributes"] for obj in fleet.slices)
+    assert first == second == odd and all(first[key] is not second[key] for key in ("b", "c", "d"))
