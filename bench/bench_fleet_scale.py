@@ -7,13 +7,20 @@ than a cluster someone else runs (kit-env.sh: ETCD_PORT, APISERVER_PORT, ...), e
     export K8S_HOME=/tmp/k8s-scale ETCD_PORT=23379 ETCD_PEER_PORT=23380 APISERVER_PORT=17443 \
            SCHEDULER_PORT=17459 CM_PORT=17457
     python bench/bench_fleet_scale.py --up --nodes 100,1000 [--procs 4] [--steady 60] [--pods 100]
+    python bench/bench_fleet_scale.py --up --ramp --nodes 1000,1500,2000,2500,3000,3500,4000,4500,5000 --tools
 
 `--up` starts a fresh control plane ($K8S_HOME/up.sh --fresh) for each N and stops it (down.sh
---fresh) at the end; without it the running one is used for a single N. Without the kit it says
-so and exits 2.
+--fresh) at the end; without it the running one is used. With `--ramp` the N are steps of one
+fleet grown on one control plane: each step adds nodes and starts their publishers at once and
+reports its figures and `free`; the steady state, restart, tools and scheduler run at the last
+step. If MemAvailable falls under --min-available GiB (default 4) the publisher processes (and a
+tool being measured) are killed, the control plane is stopped (with --up) and the output says how
+far the fleet got; a step whose nodes would not fit at the last step's MemAvailable per node is not
+started, and the fleet is measured at the size it reached. Without the kit it says so and exits 2.
 
-Per N: N Node objects (allocatable pods only) and, for each, the driver's real SlicePublisher with
-its own kubernetes client (several per process, --procs processes), node i getting the profile
+Per N: N Node objects (allocatable pods only) and, for each, the driver's real SlicePublisher, all
+publishers of a process on one shared kubernetes client as the daemon shares one across its
+drivers (several per process, --procs processes), node i getting the profile
 MIX[i % 5]: dgx-h100 static, dgx-h100 dynamic MIG (208 devices), mi300x, gaudi3-hls, mixed-node
 (NVIDIA + AMD). All publishers start at the same instant (a fresh install), then it reports:
 - spread of first writes and of "all slices published" over the publishers (stampede or not);
@@ -21,8 +28,8 @@ MIX[i % 5]: dgx-h100 static, dgx-h100 dynamic MIG (208 devices), mi300x, gaudi3-
 - requests per node: at start, per minute at steady state, and for a rolling restart of all
   publishers (10 waves), split by verb (apiserver_request_total, resources resourceslices + nodes);
 - one extra 208-device dynamic-MIG node: publisher start to all slices published, beside the fleet;
-- with --tools: `dra-driver fleet`, `explain` and `template` with --kubeconfig against the fleet,
-  each the whole CLI in a child process: wall time and peak RSS (wait4's ru_maxrss);
+- with --tools (after the publishers are stopped; their slices stay): `dra-driver fleet`, `explain`
+  and `template` with --kubeconfig against the fleet, each the whole CLI in a child process: wall time and peak RSS (wait4's ru_maxrss);
 - with --pods P: the real kube-scheduler's pods/s and latency (pod created -> nodeName seen on a
   watch) for pods with one ResourceClaimTemplate against a shipped DeviceClass and, interleaved in
   the same run, the same claim against a minimal class (`device.driver == "..."` only).
@@ -56,6 +63,7 @@ MIX: tuple[tuple[str, str], ...] = (
     ("mixed-node", "static"),
 )
 LABEL = "bench.dra-driver.io/fleet-scale"
+POOL = 16  # idle connections a publisher process keeps (its publishers' one-shot requests); watches hold their own
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 WATCHED = ("resourceslices", "nodes")
 # (scenario, shipped class, minimal class's driver)
@@ -106,7 +114,16 @@ def metrics(json_api: Any) -> tuple[Counter[tuple[str, str]], float]:
         if line.startswith("process_resident_memory_bytes "):
             rss = float(line.split()[1])
             continue
+        if line.startswith("go_memstats_heap_inuse_bytes "):
+            requests[("heap", "inuse")] = int(float(line.split()[1]))  # a gauge, not a count: read it with heap_of
+            continue
         match = _METRIC.match(line)
+        if match and match.group(1) == "apiserver_watch_cache_consistent_read_total":
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+            if labels.get("fallback") == "true" and labels.get("resource") in WATCHED:
+                # a consistent LIST the watch cache could not serve in time: read from etcd (the whole prefix)
+                requests[(labels["resource"], "LIST from etcd")] += int(float(match.group(3)))
+            continue
         if not match or match.group(1) != "apiserver_request_total":
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
@@ -158,11 +175,27 @@ def inventories(mixes: Iterable[int]) -> dict[int, list[Any]]:
     return found
 
 
-def make_publisher(kubeconfig: str, node: str, inventory: Any, partitioning: str) -> Any:
-    from dra_driver.kube.client import make_api_client
+def shared_client(kubeconfig: str, pool: int = POOL) -> Any:
+    """One ApiClient (one urllib3 pool) for every publisher of a process, as the daemon shares one across its drivers.
+
+    A client per publisher cost ~0.55 MiB each: ~830 MiB per process at 1,500 publishers before a slice was
+    written. The pool keeps `pool` idle connections; requests
+    beyond it (1,500 publishers starting at once, each watch holding its connection) open more and close them
+    when done, which urllib3 would report once per connection at WARNING: that line is silenced here."""
+    import logging
+
+    from dra_driver.kube.client import api_client_for, load_configuration
+
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    configuration = load_configuration(kubeconfig=kubeconfig)
+    configuration.connection_pool_maxsize = pool
+    return api_client_for(configuration)
+
+
+def make_publisher(api_client: Any, node: str, inventory: Any, partitioning: str) -> Any:
     from dra_driver.node.publisher import PublisherOptions, SlicePublisher
 
-    return SlicePublisher(make_api_client(kubeconfig=kubeconfig), node, inventory.driver, lambda _mode: inventory, PublisherOptions(partitioning=partitioning))  # type: ignore[arg-type]
+    return SlicePublisher(api_client, node, inventory.driver, lambda _mode: inventory, PublisherOptions(partitioning=partitioning))  # type: ignore[arg-type]
 
 
 class Timed:
@@ -187,22 +220,32 @@ class Timed:
         publisher._count_sync, publisher._create = counted, created
 
 
-def worker(kubeconfig: str, assigned: list[tuple[str, int]], conn: Any) -> None:
-    """One process of publishers: build, start at the instant the parent names, restart in waves, stop."""
+def worker(kubeconfig: str, conn: Any) -> None:
+    """One process of publishers, all on one shared client: add nodes, start the new ones at the instant the
+    parent names, restart all in waves, stop."""
     threading.stack_size(512 * 1024)
     sys.path.insert(0, str(ROOT))
-    found = inventories(index for _, index in assigned)
-    made = [(node, inventory, MIX[index][1]) for node, index in assigned for inventory in found[index]]
-    timed = [Timed(make_publisher(kubeconfig, *item)) for item in made]
-    conn.send(("ready", len(timed)))
+    api_client = shared_client(kubeconfig)
+    found: dict[int, list[Any]] = {}
+    made: list[tuple[str, Any, str]] = []
+    timed: list[Timed] = []
+    started = 0  # timed[:started] are running
     while True:
         command, arg = conn.recv()
-        if command == "start":
+        if command == "add":
+            found.update(inventories(index for _, index in arg if index not in found))
+            new = [(node, inventory, MIX[index][1]) for node, index in arg for inventory in found[index]]
+            made.extend(new)
+            timed.extend(Timed(make_publisher(api_client, *item)) for item in new)
+            conn.send(("ready", len(new)))
+        elif command == "start":
             time.sleep(max(0.0, arg - time.time()))
-            for item in timed:
+            batch = timed[started:]
+            for item in batch:
                 item.publisher.start()
-            wait_all(timed)
-            conn.send(("synced", [(item.first_create, item.synced) for item in timed]))
+            started = len(timed)
+            wait_all(batch)
+            conn.send(("synced", [(item.first_create, item.synced) for item in batch]))
         elif command == "restart":
             waves = 10
             size = max(1, -(-len(timed) // waves))
@@ -210,7 +253,7 @@ def worker(kubeconfig: str, assigned: list[tuple[str, int]], conn: Any) -> None:
                 wave = list(range(begin, min(begin + size, len(timed))))
                 for i in wave:
                     timed[i].publisher.stop()
-                    timed[i] = Timed(make_publisher(kubeconfig, *made[i]))
+                    timed[i] = Timed(make_publisher(api_client, *made[i]))
                     timed[i].publisher.start()
                 wait_all([timed[i] for i in wave])
             conn.send(("restarted", sum(sum(item.publisher.writes.values()) for item in timed)))
@@ -250,12 +293,17 @@ def spread(values: list[float]) -> str:
     return f"first {ordered[0]:.2f} s, p50 {pick(0.5):.2f} s, p90 {pick(0.9):.2f} s, last {ordered[-1]:.2f} s"
 
 
+def heap_of(sample: Counter[tuple[str, str]]) -> str:
+    """The API server's Go heap in use (live objects and their spans): RSS less the collector's slack."""
+    return f"{sample[('heap', 'inuse')] / 2**20:,.0f} MiB"
+
+
 def per_node(delta: Counter[tuple[str, str]], nodes: int, minutes: float = 1.0) -> str:
-    parts = [f"{verb} {resource} {count / nodes / minutes:.3g}" for (resource, verb), count in sorted(delta.items()) if count]
+    parts = [f"{verb} {resource} {count / nodes / minutes:.3g}" for (resource, verb), count in sorted(delta.items()) if count and resource != "heap"]
     return ", ".join(parts) or "none"
 
 
-def probe_mig(kubeconfig: str, json_api: Any, repeat: int = 3) -> list[float]:
+def probe_mig(api_client: Any, json_api: Any, repeat: int = 3) -> list[float]:
     """Start to all slices published for one 208-device dynamic-MIG node beside the fleet (ms)."""
     inventory = inventories([1])[1][0]
     times = []
@@ -263,66 +311,219 @@ def probe_mig(kubeconfig: str, json_api: Any, repeat: int = 3) -> list[float]:
         name = f"probe-mig-{i}"
         create_nodes(json_api, [name])
         started = time.perf_counter()
-        publisher = make_publisher(kubeconfig, name, inventory, "dynamic")
+        publisher = make_publisher(api_client, name, inventory, "dynamic")
         publisher.sync_once()
         times.append((time.perf_counter() - started) * 1000)
         json_api.request("DELETE", f"/api/v1/nodes/{name}")
     return times
 
 
-def run_fleet(kit: Kit, nodes: int, procs: int, steady: float, pods: int, rounds: int, with_tools: bool) -> None:
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def rss_of(pid: int) -> int:
+    """VmRSS of a process in bytes (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def available() -> int:
+    """MemAvailable of the machine in bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Aborted(Exception):
+    """The machine's available memory fell under the floor: the fleet's processes were killed."""
+
+
+class MemoryGuard:
+    """Polls MemAvailable every second; under `floor` it kills the processes it was given (the publishers'
+    worker processes, a tool being measured) so the shared machine keeps its memory, and remembers why."""
+
+    def __init__(self, floor: int) -> None:
+        self.floor = floor
+        self.reason = ""
+        self.lowest = available()
+        self._pids: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def watch(self, pid: int) -> None:
+        self._pids.add(pid)
+
+    def forget(self, pid: int) -> None:
+        self._pids.discard(pid)
+
+    def check(self) -> None:
+        if self.reason:
+            raise Aborted(self.reason)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            free = available()
+            self.lowest = min(self.lowest, free)
+            if free < self.floor and not self.reason:
+                self.reason = f"MemAvailable {free / 2**30:.1f} GiB < {self.floor / 2**30:.1f} GiB at {time.strftime('%H:%M:%S')}"
+                print(f"  ABORT: {self.reason}: killing {len(self._pids)} bench processes", flush=True)
+                for pid in list(self._pids):
+                    try:
+                        os.kill(pid, 9)
+                    except OSError:
+                        pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def control_plane_rss(kit: Kit) -> str:
+    parts = []
+    for name in ("etcd", "apiserver", "scheduler", "controller-manager"):
+        try:
+            pid = int((kit.home / "run" / f"{name}.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        parts.append(f"{name} {rss_of(pid) / 2**20:,.0f}")
+    return "RSS MiB: " + ", ".join(parts)
+
+
+def print_free(kit: Kit, workers: list[Any]) -> None:
+    """`free -m`, the control plane's and the publisher processes' RSS: what a step costs the machine."""
+    free = subprocess.run(["free", "-m"], capture_output=True, text=True).stdout.rstrip()
+    print("  " + free.replace("\n", "\n  "))
+    worker_rss = sum(rss_of(process.pid) for process in workers)
+    print(f"  {control_plane_rss(kit)}; publisher processes {worker_rss / 2**20:,.0f} ({len(workers)})")
+
+
+# ---------------------------------------------------------------------------------------------- one fleet, in steps
+
+
+def ask(pipes: list[Any], guard: MemoryGuard, message: tuple[str, Any] | list[tuple[str, Any]]) -> list[Any]:
+    """Send each worker its message (one for all, or one each) and collect the answers; Aborted if the guard fired."""
+    messages = message if isinstance(message, list) else [message] * len(pipes)
+    try:
+        for pipe, item in zip(pipes, messages):
+            pipe.send(item)
+        return [pipe.recv()[1] for pipe in pipes]
+    except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
+        guard.check()
+        raise RuntimeError(f"a publisher process died: {exc!r}") from exc
+
+
+def run_fleet(kit: Kit, steps: list[int], procs: int, steady: float, pods: int, rounds: int, with_tools: bool, floor: float) -> None:
+    """Grow one fleet through `steps` (N after each), measuring each step; the whole set of measurements at the last."""
     json_api = api(kit.kubeconfig)
-    names = [f"fs-{i:05d}" for i in range(nodes)]
-    started = time.perf_counter()
-    create_nodes(json_api, names)
-    print(f"N={nodes}: {nodes} Node objects created in {time.perf_counter() - started:.1f} s; load average {os.getloadavg()[0]:.1f}")
+    apply_classes(json_api)  # as deploy/ installs them: explain and template need the classes their claims name
+    guard = MemoryGuard(int(floor * 2**30))
     ctx = mp.get_context("spawn")
-    shares = [[(name, i % len(MIX)) for i, name in enumerate(names) if i % procs == p] for p in range(procs)]
     pipes, children = [], []
-    for share in shares:
+    for _ in range(procs):
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=worker, args=(kit.kubeconfig, share, child), daemon=True)
+        process = ctx.Process(target=worker, args=(kit.kubeconfig, child), daemon=True)
         process.start()
+        assert process.pid is not None  # started
+        guard.watch(process.pid)
         pipes.append(parent)
         children.append(process)
-    publishers = sum(pipe.recv()[1] for pipe in pipes)
+    nodes, per_node_cost = 0, 0.0
+    try:
+        for target in steps:
+            needed = per_node_cost * (target - nodes)
+            if nodes and available() - needed < guard.floor:
+                print(f"N={target} not started: at {per_node_cost / 2**20:.1f} MiB of MemAvailable per node (the last step's), "
+                      f"{target - nodes} more nodes need ~{needed / 2**30:.1f} GiB and would leave {(available() - needed) / 2**30:.1f} GiB "
+                      f"(< {guard.floor / 2**30:.1f}); the fleet stays at N={nodes}")
+                break
+            free_before = available()
+            step_nodes(kit, json_api, guard, pipes, children, nodes, target)
+            per_node_cost = max(0.0, (free_before - available()) / (target - nodes))
+            nodes = target
+        whole_fleet(kit, json_api, guard, pipes, nodes, steady)
+        ask(pipes, guard, ("stop", None))
+        for process in children:
+            process.join(10)
+            guard.forget(process.pid or 0)
+        print(f"  publishers stopped (their slices stay); {control_plane_rss(kit)}; MemAvailable {available() / 2**30:.1f} GiB")
+        if with_tools:
+            tools(kit.kubeconfig, nodes, guard)
+        if pods:
+            schedule(json_api, pods, rounds)
+    except Aborted as exc:
+        print(f"N={nodes}: stopped by the memory guard ({exc}); the last step measured in full is N={nodes}; {control_plane_rss(kit)}")
+        kit.script("down.sh")  # the control plane holds the memory: off, whether or not this run started it
+        print("  control plane stopped (down.sh)")
+    finally:
+        guard.stop()
+        for process in children:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+        print(f"  lowest MemAvailable during the run: {guard.lowest / 2**30:.1f} GiB")
+
+
+def step_nodes(kit: Kit, json_api: Any, guard: MemoryGuard, pipes: list[Any], children: list[Any], first: int, target: int) -> None:
+    """Nodes first..target-1: Node objects, their publishers (built, then all started at one instant), the step's figures."""
+    names = [f"fs-{i:05d}" for i in range(first, target)]
+    started = time.perf_counter()
+    create_nodes(json_api, names)
+    print(f"N={target}: {len(names)} more Node objects created in {time.perf_counter() - started:.1f} s; load average {os.getloadavg()[0]:.1f}")
+    guard.check()
+    shares = [[(name, (first + i) % len(MIX)) for i, name in enumerate(names) if i % len(pipes) == p] for p in range(len(pipes))]
+    built = time.perf_counter()
+    publishers = sum(ask(pipes, guard, [("add", share) for share in shares]))
+    print(f"  {publishers} publishers built in {time.perf_counter() - built:.1f} s")
     before, rss0 = metrics(json_api)
     start_at = time.time() + 2.0
-    for pipe in pipes:
-        pipe.send(("start", start_at))
-    results = [r for pipe in pipes for r in pipe.recv()[1]]
-    after_start, _ = metrics(json_api)
+    results = [r for answer in ask(pipes, guard, ("start", start_at)) for r in answer]
+    after_start, rss = metrics(json_api)
     creates = [c - start_at for c, _ in results if c is not None]
     synced = [s - start_at for _, s in results if s is not None]
-    print(f"  {publishers} publishers ({procs} processes) started at once; load average {os.getloadavg()[0]:.1f}")
+    print(f"  {publishers} publishers ({len(pipes)} processes) started at once; load average {os.getloadavg()[0]:.1f}")
     if creates:
         print(f"  first create after start: {spread(creates)}")
     print(f"  all slices published:     {spread(synced)} ({len(synced)}/{publishers} synced)")
-    print(f"  requests per node at start: {per_node(after_start - before, nodes)}")
+    delta = after_start - before
+    print(f"  requests per new node at start: {per_node(delta, len(names))}; 429s (any resource): {delta[('throttled', '429')]}")
     count, size = etcd_slices(kit.etcd)
+    print(
+        f"  etcd: {count} ResourceSlices, {size / 2**20:.1f} MiB stored "
+        f"({size / max(count, 1) / 1024:.1f} KiB each, {size / target / 1024:.1f} KiB per node)"
+    )
+    print(
+        f"  API server RSS: {rss / 2**20:,.0f} MiB, heap in use {heap_of(after_start)} "
+        f"(before this step's publishers {rss0 / 2**20:,.0f} MiB, {heap_of(before)})"
+    )
+    print_free(kit, children)
+    guard.check()
+
+
+def whole_fleet(kit: Kit, json_api: Any, guard: MemoryGuard, pipes: list[Any], nodes: int, steady: float) -> None:
+    """Steady state, a rolling restart of every publisher, one more dynamic-MIG node: at the fleet's final size."""
+    after_start, _ = metrics(json_api)
     time.sleep(steady)
+    guard.check()
     steady_end, rss = metrics(json_api)
-    print(f"  etcd: {count} ResourceSlices, {size / 2**20:.1f} MiB stored ({size / max(count, 1) / 1024:.1f} KiB each, {size / nodes / 1024:.1f} KiB per node)")
-    print(f"  API server RSS: {rss / 2**20:.0f} MiB (before publishers {rss0 / 2**20:.0f} MiB)")
+    print(f"N={nodes}, whole fleet: API server RSS {rss / 2**20:,.0f} MiB, heap in use {heap_of(steady_end)} after {steady:.0f} s of steady state")
     print(f"  requests per node per minute, steady ({steady:.0f} s): {per_node(steady_end - after_start, nodes, steady / 60)}")
     t0 = time.perf_counter()
-    for pipe in pipes:
-        pipe.send(("restart", None))
-    writes = sum(pipe.recv()[1] for pipe in pipes)
+    writes = sum(ask(pipes, guard, ("restart", None)))
     restarted, _ = metrics(json_api)
     print(f"  rolling restart of all publishers (10 waves per process): {time.perf_counter() - t0:.1f} s, {writes} writes; "
           f"requests per node: {per_node(restarted - steady_end, nodes)}")
-    probe = probe_mig(kit.kubeconfig, json_api)
-    print(f"  208-device dynamic-MIG node beside the fleet: start to all slices published {statistics.median(probe):.0f} ms (median of {len(probe)}: {', '.join(f'{t:.0f}' for t in probe)})")
-    if with_tools:
-        tools(kit.kubeconfig, nodes)
-    if pods:
-        schedule(json_api, pods, rounds)
-    for pipe in pipes:
-        pipe.send(("stop", None))
-    for pipe, process in zip(pipes, children):
-        pipe.recv()
-        process.join(10)
+    probe = probe_mig(shared_client(kit.kubeconfig), json_api)
+    print(
+        f"  208-device dynamic-MIG node beside the fleet: start to all slices published {statistics.median(probe):.0f} ms "
+        f"(median of {len(probe)}: {', '.join(f'{t:.0f}' for t in probe)})"
+    )
+    print_free(kit, [])
 
 
 # ---------------------------------------------------------------------------------------------- the tools
@@ -338,7 +539,7 @@ spec:
 """
 
 
-def tools(kubeconfig: str, nodes: int) -> None:
+def tools(kubeconfig: str, nodes: int, guard: MemoryGuard) -> None:
     import tempfile
 
     claim = Path(tempfile.mkdtemp(prefix="bench-fleet-scale-")) / "claim.yaml"
@@ -352,12 +553,20 @@ def tools(kubeconfig: str, nodes: int) -> None:
     for name, command in runs.items():
         started = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        guard.watch(process.pid)
         _, status, usage = os.wait4(process.pid, 0)
+        guard.forget(process.pid)
+        guard.check()
         wall = time.perf_counter() - started
         err = process.stderr.read().decode() if process.stderr else ""
         progress = sum(1 for line in err.splitlines() if line.startswith(("reading ", "read ")))
-        print(f"  {name} --kubeconfig at N={nodes}: {wall:.2f} s wall, {usage.ru_utime + usage.ru_stime:.2f} s CPU, peak RSS {usage.ru_maxrss / 1024:.0f} MiB, "
-              f"exit {os.waitstatus_to_exitcode(status)}, {progress} progress lines on stderr")
+        print(
+            f"  {name} --kubeconfig at N={nodes}: {wall:.2f} s wall, {usage.ru_utime + usage.ru_stime:.2f} s CPU, "
+            f"peak RSS {usage.ru_maxrss / 1024:.0f} MiB, "
+            f"exit {os.waitstatus_to_exitcode(status)}, {progress} progress lines on stderr"
+        )
+        if os.waitstatus_to_exitcode(status):  # say why: a verdict (nothing fits) or an error
+            print("    " + "\n    ".join(err.splitlines()[-3:]))
 
 
 # ---------------------------------------------------------------------------------------------- the scheduler
@@ -411,7 +620,6 @@ def schedule(json_api: Any, pods: int, rounds: int) -> None:
     namespace = "fleet-scale"
     json_api.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     wait_for_serviceaccount(json_api, namespace)
-    apply_classes(json_api)
     watch = PodWatch(json_api, namespace)
     results: dict[tuple[str, str], list[tuple[float, list[float]]]] = {}
     for r in range(rounds):
@@ -423,7 +631,10 @@ def schedule(json_api: Any, pods: int, rounds: int) -> None:
                 print(f"    batch {tag} {device_class}: {rate:.1f} pods/s, p50 {statistics.median(latencies):.0f} ms", flush=True)
     watch.stop()
     print(f"  scheduler: {pods} pods per batch, one claim template each (1 device), {rounds} rounds, shipped and minimal interleaved")
-    print(f"  {'scenario':16} {'shipped class':32} {'pods/s':>7} {'p50 ms':>7} {'p99 ms':>7} | {'minimal pods/s':>14} {'p50 ms':>7} {'p99 ms':>7} | ratio p50")
+    print(
+        f"  {'scenario':16} {'shipped class':32} {'pods/s':>7} {'p50 ms':>7} {'p99 ms':>7} | "
+        f"{'minimal pods/s':>14} {'p50 ms':>7} {'p99 ms':>7} | ratio p50"
+    )
     for scenario, shipped, _ in SCENARIOS:
         row = []
         for variant in ("shipped", "minimal"):
@@ -492,6 +703,12 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=0, help="pods per scheduler batch (0: no scheduler phase)")
     parser.add_argument("--tools", action="store_true", help="time fleet/explain/template --kubeconfig against the fleet")
     parser.add_argument("--rounds", type=int, default=2, help="scheduler rounds (shipped and minimal interleaved)")
+    parser.add_argument(
+        "--ramp", action="store_true", help="the N of --nodes are steps of one fleet grown on one control plane (e.g. 1000,2500,5000)"
+    )
+    parser.add_argument(
+        "--min-available", type=float, default=4.0, help="GiB: kill the publishers and stop if MemAvailable falls under it (default 4)"
+    )
     args = parser.parse_args()
     kit = Kit(Path(args.k8s_home))
     missing = kit.present()
@@ -499,21 +716,24 @@ def main() -> int:
         print(f"bench_fleet_scale: no kit at {kit.home} ({missing}); lay out a loopback kit there and set K8S_HOME", file=sys.stderr)
         return 2
     sizes = [int(n) for n in args.nodes.split(",")]
-    if len(sizes) > 1 and not args.up:
-        print("bench_fleet_scale: several N need --up (a fresh control plane for each)", file=sys.stderr)
+    if sizes != sorted(set(sizes)):
+        print("bench_fleet_scale: --nodes must be increasing (e.g. 1000,2500,5000)", file=sys.stderr)
+        return 2
+    if len(sizes) > 1 and not (args.up or args.ramp):
+        print("bench_fleet_scale: several N need --up (a fresh control plane for each) or --ramp (one fleet grown in steps)", file=sys.stderr)
         return 2
     sys.stdout.reconfigure(line_buffering=True)
-    print(f"kit {kit.home}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    print(f"kit {kit.home}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, MemAvailable {available() / 2**30:.1f} GiB")
+    fleets = [sizes] if args.ramp else [[n] for n in sizes]
     try:
-        for nodes in sizes:
+        for steps in fleets:
             if args.up:
                 kit.script("up.sh", "--fresh")
-            run_fleet(kit, nodes, args.procs, args.steady, args.pods, args.rounds, args.tools)
+            run_fleet(kit, steps, args.procs, args.steady, args.pods, args.rounds, args.tools, args.min_available)
     finally:
         if args.up:
             kit.script("down.sh", "--fresh")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -13,6 +13,7 @@ import yaml
 from dra_driver.sources import fleet as fleets
 from dra_driver.cli.main import main
 from dra_driver.explain import ExplainRequest, explain
+from dra_driver.kube.api_source import api_source
 from dra_driver.sources.fleet_source import FleetSource
 from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.simulation.api_server import SimApiServer
@@ -159,3 +160,13 @@ def test_a_quick_read_prints_no_progress(
     monkeypatch.setattr(fleets, "_clock", lambda: 100.0)  # no time passes
     code, _, err = run(capsys, "--kubeconfig", str(cluster[1]), "-o", "json")
     assert code == 0 and err == ""
+
+
+def test_repeated_device_values_are_one_object_per_page_read(cluster: tuple[SimApiServer, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read from the cluster, every device's equal attribute and capacity values are one dict, across pages (memory at 5,000 nodes)."""
+    monkeypatch.setattr(fleets, "LIST_PAGE", 3)  # 4 slices: two pages share one table
+    fleet = fleets.from_cluster(api_source(kubeconfig=str(cluster[1])))
+    devices = [device for obj in fleet.slices for device in obj["spec"]["devices"]]
+    models = {id(device["attributes"]["productName"]) for device in devices if "productName" in device["attributes"]}
+    memory = {id(device["capacity"]["memory"]) for device in devices if "memory" in (device.get("capacity") or {})}
+    assert len(devices) == 8 and len(models) == 2 and len(memory) == 2  # H100 and MI300X: one object each

@@ -14,6 +14,8 @@ from dra_driver.sources import fleet as fleets
 from dra_driver.cli.main import main
 from dra_driver.explain import ExplainRequest, explain
 from dra_driver.sources.fleet_source import FleetSource
+from dra_driver.allocator.pools import build_pools
+from dra_driver.common.errors import ValidationError
 from dra_driver.fleet import Filters, build_view
 
 NV = "gpu.nvidia.com"
@@ -230,3 +232,45 @@ def test_the_same_node_in_two_files_counts_once_or_blocked_and_the_notes_name_bo
     assert "0 free" in header and "16 blocked" in header, header
     (note,) = [line for line in out.splitlines() if line.startswith("Note:")]
     assert "is unusable" in note and f"its slices come from {first} and {second}" in note and "count as blocked" in note
+
+
+def gpu(name: str, attributes: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "attributes": attributes, "capacity": {"memory": {"value": "80Gi"}}}
+
+
+def fleet_file(tmp: Path, devices: list[dict[str, Any]]) -> Path:
+    slices = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"n{i}-gpu"},
+               "spec": {"driver": NV, "nodeName": f"n{i}", "pool": {"name": f"n{i}", "generation": 1, "resourceSliceCount": 1}, "devices": [device]}}
+              for i, device in enumerate(devices)]  # fmt: skip
+    path = tmp / "fleet.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": slices}))
+    return path
+
+
+def test_repeated_device_values_are_read_as_one_object(tmp_path: Path) -> None:
+    model = {"productName": {"string": "NVIDIA H100 80GB HBM3"}, "index": {"int": 0}}
+    fleet = fleets.load_paths([fleet_file(tmp_path, [gpu("gpu-0", model), gpu("gpu-0", model)])])
+    first, second = (obj["spec"]["devices"][0] for obj in fleet.slices)
+    assert first["attributes"]["productName"] is second["attributes"]["productName"]
+    assert first["capacity"]["memory"] is second["capacity"]["memory"]
+    pools = build_pools(fleet.slices)
+    one, two = (pool.devices[0].attributes for pool in pools)
+    assert one[f"{NV}/index"] is two[f"{NV}/index"] and one[f"{NV}/index"] == ("int", 0)
+
+
+def test_a_value_of_another_type_is_not_shared_and_is_still_rejected(tmp_path: Path) -> None:
+    """{"int": true} equals {"int": 1} in Python: shared, validation would miss it (or blame the good slice)."""
+    path = fleet_file(tmp_path, [gpu("gpu-0", {"index": {"int": 1}}), gpu("gpu-0", {"index": {"int": True}})])
+    fleet = fleets.load_paths([path])
+    assert [obj["spec"]["devices"][0]["attributes"]["index"]["int"] for obj in fleet.slices] == [1, True]
+    assert type(fleet.slices[1]["spec"]["devices"][0]["attributes"]["index"]["int"]) is bool
+    with pytest.raises(ValidationError, match="n1-gpu"):
+        fleets.check_slices(fleet.slices)
+
+
+def test_malformed_values_are_left_as_read(tmp_path: Path) -> None:
+    """Not a one-member map of a scalar (a string, two members, a list inside): kept as sent, for validation to name."""
+    odd = {"a": "bare", "b": {"int": 1, "string": "x"}, "c": {"string": ["x"]}, "d": {}}
+    fleet = fleets.load_paths([fleet_file(tmp_path, [gpu("gpu-0", dict(odd)), gpu("gpu-0", dict(odd))])])
+    first, second = (obj["spec"]["devices"][0]["attributes"] for obj in fleet.slices)
+    assert first == second == odd and all(first[key] is not second[key] for key in ("b", "c", "d"))
