@@ -14,13 +14,14 @@ from typing import Literal
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
 from dra_driver.model import quantity
+from dra_driver.model.resource_v1 import MAX_SUBREQUESTS
 from dra_driver.model.validation import is_dns_label, is_dns_subdomain
 
 VENDORS = ("nvidia", "amd", "gaudi", "any")
 GROUPINGS = {"interconnect": "one NVLink clique / XGMI hive / Gaudi box", "pcie-root": "one PCIe root complex", "numa": "one NUMA node"}
 INTERVALS = ("Default", "Short", "Medium", "Long")
 MAX_COUNT = 1024  # far beyond any node; a typo guard, the API has no limit of its own
-MAX_FALLBACKS = 7  # firstAvailable holds at most 8 entries: the first choice and 7 fallbacks
+MAX_FALLBACKS = MAX_SUBREQUESTS - 1  # firstAvailable holds the first choice and the fallbacks
 
 _MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.+/()-]{0,63}\Z")
 _FAMILY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
