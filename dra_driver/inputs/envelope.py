@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.common.errors import FieldError
-from dra_driver.model.names import MAX_DNS_SUBDOMAIN, MAX_LABEL_VALUE, is_label_value
+from dra_driver.model.names import MAX_DNS_LABEL, MAX_DNS_SUBDOMAIN, MAX_LABEL_VALUE, is_label_value
 from dra_driver.model.validation import is_dns_label, is_dns_subdomain, label_key_problem
 
 MAX_ANNOTATIONS_BYTES = 256 * 1024
@@ -89,7 +89,8 @@ def _metadata_errors(meta: Any, kind: str) -> list[FieldError]:
                 out.append(FieldError(f"metadata.{field}", problem))
     namespace = meta.get("namespace")
     if namespace is not None and not is_dns_label(namespace):
-        out.append(FieldError("metadata.namespace", f"{str(namespace)[:80]!r} must be a DNS label (lower-case letters, digits, '-', at most 63)"))
+        rule = f"must be a DNS label (lower-case letters, digits, '-', at most {MAX_DNS_LABEL})"
+        out.append(FieldError("metadata.namespace", f"{str(namespace)[:80]!r} {rule}"))
     if meta.get("labels") is not None:
         out += _string_map_errors(meta["labels"], "metadata.labels", check_values=True)
     if meta.get("annotations") is not None:

@@ -17,7 +17,7 @@ from dra_driver.common.errors import FieldError, ValidationError
 from dra_driver.model import quantity
 from dra_driver.model.names import is_dns_label as is_dns_label  # re-exported: the name rules live in names
 from dra_driver.model.names import is_dns_subdomain as is_dns_subdomain
-from dra_driver.model.names import MAX_LABEL_VALUE, MAX_QUALIFIED_NAME, is_label_value, pool_name_problem
+from dra_driver.model.names import MAX_DNS_LABEL, MAX_LABEL_VALUE, MAX_QUALIFIED_NAME, is_label_value, pool_name_problem
 
 MAX_DEVICES = 128
 MAX_DEVICES_ADVANCED = 64
@@ -304,7 +304,7 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         return
     name = device.get("name")
     if not is_dns_label(name):
-        out.add(f"{path}.name", f"{name!r} must be a DNS label: at most 63 lower-case letters, digits and '-'")
+        out.add(f"{path}.name", f"{name!r} must be a DNS label: at most {MAX_DNS_LABEL} lower-case letters, digits and '-'")
     attributes = out.mapping(f"{path}.attributes", device.get("attributes"))
     capacity = out.mapping(f"{path}.capacity", device.get("capacity"))
     total = len(attributes) + len(capacity)
