@@ -24,7 +24,7 @@ from typing import Any
 from dra_driver.sources import fleet as fleets
 from dra_driver import inputs
 from dra_driver.allocator import CelMatcher
-from dra_driver.sources.classes import merge_classes, shipped_class_documents
+from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.fleet import Filters, build_view
 from dra_driver.fleet.render import to_data, to_table
 from timing import timed
@@ -79,7 +79,7 @@ def main() -> None:
 
     def by_class() -> Any:
         matcher = CelMatcher()
-        classes = merge_classes([("shipped", shipped_class_documents())], matcher)
+        classes = merge_classes([ClassLayer(SHIPPED, shipped_class_documents())], matcher)
         return build_view(loaded, Filters(device_class=classes["gpu.nvidia.com"]), matcher)
 
     timed("build view with CLASS gpu.nvidia.com (CEL)", args.repeat, by_class)

@@ -11,6 +11,7 @@ server. Backends are found through the `dra_driver.vendors` entry-point group
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -104,6 +105,14 @@ class Hook:
     args: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     timeout: int | None = None
+
+
+_ENV_UNSAFE = re.compile(r"[^A-Za-z0-9]")
+
+
+def env_name_part(text: str) -> str:
+    """`text` (a driver or device name) as part of an environment variable's name: A-Z, 0-9 and '_' only."""
+    return _ENV_UNSAFE.sub("_", text).upper()
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dra_driver.cel.device import CelDevice
 from dra_driver.cel.errors import CelError, CelRuntimeError
 from dra_driver.cel.selector import CompiledSelector, compile_selector
 from dra_driver.common.errors import FieldError, ValidationError
-from dra_driver.inputs import read_documents
+from dra_driver.inputs import SourcedObject, read_documents, read_objects
 from dra_driver.model.api_base import field_errors, validate_authored
 from dra_driver.model.resource_v1 import DeviceClass, DeviceClassSpec
 from dra_driver.model.resource_v1_validation import class_spec_errors
@@ -72,18 +72,25 @@ def _compile_problem(expression: str) -> str | None:
     return None
 
 
-def parse_device_class(obj: Mapping[str, Any], source: str = "") -> ClassSelectors:
+def parse_device_class(obj: Mapping[str, Any], source: str = "", origin: SourcedObject | None = None) -> ClassSelectors:
     """Validate one DeviceClass object (a file a user wrote: unknown fields are errors, model/api_base.py),
-    apply the API's rules and compile its selectors; ValidationError names every bad field."""
-    subject = source or str((obj.get("metadata") or {}).get("name", "DeviceClass"))
+    apply the API's rules and compile its selectors; ValidationError names every bad field, at its file line
+    when `origin` says where the object was read."""
+    name = str((obj.get("metadata") or {}).get("name", "DeviceClass"))
+    what = f"DeviceClass {name}"
+    subject = "" if origin else source or name  # with an origin, each error says where it is
     try:
         device_class = validate_authored(DeviceClass, obj)
     except PydanticError as exc:
-        raise ValidationError(_bare(field_errors(exc, "")), subject) from exc
+        errors = field_errors(exc, "", origin.field_label(what)) if origin else _bare(field_errors(exc, ""))
+        raise ValidationError(errors, subject) from exc
+    label = origin.located(what) if origin else ""
     problems = []
     if obj.get("apiVersion") not in API_VERSIONS:
-        problems.append(FieldError("apiVersion", f"{obj.get('apiVersion')!r} must be one of {', '.join(API_VERSIONS)}"))
-    problems += _bare(class_spec_errors(device_class, "", _compile_problem))
+        problems.append(FieldError(f"{label}.apiVersion", f"{obj.get('apiVersion')!r} must be one of {', '.join(API_VERSIONS)}"))
+    problems += class_spec_errors(device_class, label, _compile_problem)
+    if not origin:
+        problems = _bare(problems)
     if problems:
         raise ValidationError(problems, subject)
     return ClassSelectors(device_class)
@@ -96,8 +103,8 @@ def _bare(errors: list[FieldError]) -> list[FieldError]:
 
 def load_file(path: Path) -> list[ClassSelectors]:
     """Every DeviceClass in a (multi-document) YAML file; other kinds are ignored."""
-    documents = [d.data for d in read_documents(path) if d.data]  # the input layer's limits and errors
-    return [parse_device_class(d, f"{path}") for d in documents if isinstance(d, dict) and d.get("kind") == "DeviceClass"]
+    found = read_objects(path)  # the input layer's limits and errors
+    return [parse_device_class(item.obj, origin=item) for item in found if item.obj.get("kind") == "DeviceClass"]
 
 
 def shipped_classes_dir() -> Path:

@@ -36,8 +36,8 @@ from dra_driver.cel.errors import CelCompileError, CelNotSupported, CelRuntimeEr
 from dra_driver.cel.cost import estimate
 from dra_driver.cel.closures import Fn, Frame, compile_tree, kind_name
 from dra_driver.cel.literals import literal_values
+from dra_driver.model.resource_v1 import MAX_EXPRESSION_BYTES  # CELSelectorExpressionMaxLength
 
-MAX_EXPRESSION_BYTES = 10240  # CELSelectorExpressionMaxLength
 DEFAULT_COST_BUDGET = 1_000_000  # CELSelectorExpressionMaxCost, here counted in evaluation steps
 MISSING = ("<missing>",)  # stands for an absent attribute in group keys
 

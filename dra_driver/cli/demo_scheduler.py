@@ -17,7 +17,7 @@ from dra_driver.model.resource_v1 import ResourceClaim
 from dra_driver.sources.claims import parse_object
 from dra_driver.explain import ClaimInput, Subject, validated_claims
 from dra_driver.inputs.errors import InputError
-from dra_driver.sources.classes import merge_classes, shipped_class_documents
+from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi
 from dra_driver.kube.k8s import client
@@ -54,7 +54,7 @@ def wait_for_pool(api: client.ApiClient, driver: str, node: str, timeout_s: floa
 def allocate(claim: dict[str, Any], slices: list[dict[str, Any]], node: str) -> tuple[dict[str, Any], list[str]]:
     """`status.allocation` for the claim on `node`, and the chosen device names; DraError says why not."""
     matcher = CelMatcher()
-    classes = merge_classes([("shipped", shipped_class_documents())], matcher)
+    classes = merge_classes([ClassLayer(SHIPPED, shipped_class_documents())], matcher)
     label = f"ResourceClaim {claim['metadata']['namespace']}/{claim['metadata']['name']}"
     parsed = parse_object(claim, label)
     if isinstance(parsed, list):

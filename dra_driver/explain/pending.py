@@ -30,7 +30,7 @@ from typing import Any
 from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, Explanation, Node
 from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
 from dra_driver.allocator.types import Pool
-from dra_driver.sources.classes import merge_classes
+from dra_driver.sources.classes import ClassLayer, merge_classes
 from dra_driver.inputs.errors import InputError
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.sources import fleet as fleets
@@ -60,7 +60,7 @@ def cluster_classes(docs: Sequence[Mapping[str, Any]], matcher: CelMatcher) -> t
     invalid = 0
     for doc in docs:
         try:
-            out.update(merge_classes([("cluster", [dict(doc)])], matcher))
+            out.update(merge_classes([ClassLayer("cluster", [doc])], matcher))
         except InputError:
             invalid += 1
     return out, invalid

@@ -11,7 +11,7 @@ from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import CelMatcher, ClaimSpec, Explanation, build_pools
 from dra_driver.common.errors import DraError, FieldError
 from dra_driver.explain.admin_access import admin_access_problems
-from dra_driver.sources.classes import SHIPPED, merge_classes, shipped_class_documents
+from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.explain.constraint_hints import constraint_hints
 from dra_driver.inputs.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
@@ -65,7 +65,7 @@ def explain(request: ExplainRequest) -> ExplainResult:
     if extra.slices or extra.claims:
         raise InputError([FieldError("--classes", "may only hold DeviceClass objects")])
     subject.namespace_labels.update({name: dict(labels) for name, labels in request.namespace_labels.items()})
-    layers = [("--classes", extra.classes), (request.file, subject.classes)]
+    layers = [ClassLayer("--classes", extra.classes, extra.class_origins), ClassLayer(request.file, subject.classes, subject.class_origins)]
     gates = request.gates
     if fleet.cluster and not request.version_given:
         version, note = release_of(fleet.server_version)
@@ -84,7 +84,7 @@ def _static_profile(source: FleetSource) -> bool:
 
 
 def _dynamic_partitioning_hint(
-    request: ExplainRequest, subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], gates: FeatureGates
+    request: ExplainRequest, subject: Subject, layers: Sequence[ClassLayer], gates: FeatureGates
 ) -> list[str]:
     """What a simulated fleet that fails statically would do with dynamic partitioning: a MIG or partition claim
     often needs nodes that create partitions on demand, and nothing else tells a user that the flag exists."""
@@ -106,7 +106,7 @@ def _dynamic_partitioning_hint(
 def explain_subject(
     fleet: fleets.Fleet,
     subject: Subject,
-    class_layers: Sequence[tuple[str, list[dict[str, Any]]]] = (),
+    class_layers: Sequence[ClassLayer] = (),
     gates: FeatureGates = FeatureGates(),
     unknown_namespaces_unlabelled: bool = False,
 ) -> ExplainResult:
@@ -117,7 +117,7 @@ def explain_subject(
     in a namespace whose labels are not known is refused as the API server refuses it in an
     unlabelled one (else only noted)."""
     matcher = CelMatcher(consumable_capacity=gates.consumable_capacity)
-    layers = [*_shipped_layer(fleet), ("fleet", fleet.classes), *class_layers]
+    layers = [*_shipped_layer(fleet), ClassLayer("fleet", fleet.classes, fleet.class_origins), *class_layers]
     classes = merge_classes(layers, matcher)
     mapping_layers = layers  # the scheduler maps extended resources with the classes that exist
     to_place = placements(subject, _extended_resources(subject, mapping_layers, set(classes), gates), labels_known=bool(fleet.nodes))
@@ -157,23 +157,23 @@ def explain_subject(
     return ExplainResult(decisive, summary, subject.notes, warnings, pods if subject.pod_plans else [])
 
 
-def _shipped_layer(fleet: fleets.Fleet) -> list[tuple[str, list[dict[str, Any]]]]:
+def _shipped_layer(fleet: fleets.Fleet) -> list[ClassLayer]:
     """The shipped DeviceClasses, where the fleet does not say which classes exist.
 
     A cluster, or files that hold DeviceClasses (a dump of one), has exactly its own: the shipped
     ones are not added, as the scheduler there would not find them. A simulated node runs this
     driver, whose install brings them (deploy/); files with slices only get them too, said by
     _shipped_note when a claim uses one."""
-    return [] if fleet.cluster or fleet.classes else [(SHIPPED, shipped_class_documents())]
+    return [] if fleet.cluster or fleet.classes else [ClassLayer(SHIPPED, shipped_class_documents())]
 
 
-def _shipped_note(specs: Sequence[ClaimSpec], layers: Sequence[tuple[str, list[dict[str, Any]]]], fleet: fleets.Fleet) -> list[str]:
+def _shipped_note(specs: Sequence[ClaimSpec], layers: Sequence[ClassLayer], fleet: fleets.Fleet) -> list[str]:
     """Which classes the claims use that only the shipped layer brings (fleet files without DeviceClasses)."""
     if fleet.simulated:
         return []
     names: dict[str, set[str]] = {}
-    for source, docs in layers:
-        names.setdefault(source, set()).update(str((d.get("metadata") or {}).get("name")) for d in docs)
+    for layer in layers:
+        names.setdefault(layer.source, set()).update(str((d.get("metadata") or {}).get("name")) for d in layer.docs)
     others = set().union(*(found for source, found in names.items() if source != SHIPPED))
     used = {alternative.class_name for spec in specs for request in spec.requests for alternative in request.alternatives}
     only_shipped = sorted(used & names.get(SHIPPED, set()) - others)
@@ -187,14 +187,14 @@ def _shipped_note(specs: Sequence[ClaimSpec], layers: Sequence[tuple[str, list[d
 
 
 def _extended_resources(
-    subject: Subject, layers: Sequence[tuple[str, list[dict[str, Any]]]], known: set[str], gates: FeatureGates
+    subject: Subject, layers: Sequence[ClassLayer], known: set[str], gates: FeatureGates
 ) -> ExtendedResources:
     """The claims the scheduler adds for the extended resources the file's Pods ask for, and what device plugins
     must give (extended_resources.py); the claims join subject.claims for validation."""
     extended = [r for pod in subject.pods for r in pod_extended_requests(pod)]
     if not extended:
         return ExtendedResources()
-    merged = list({str((d.get("metadata") or {}).get("name")): d for _, docs in layers for d in docs}.values())
+    merged = list({str((d.get("metadata") or {}).get("name")): d for layer in layers for d in layer.docs}.values())
     found = extended_resource_claims(extended, class_for_resources(merged), known, gates)
     subject.claims += found.claims.values()
     subject.notes += found.notes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +11,7 @@ from dra_driver.model.core_v1 import Pod
 from dra_driver.model.resource_v1 import ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate
 from dra_driver.model.resource_v1_validation import claim_spec_errors
 from dra_driver.sources.claims import MODELS, parse_object, to_claim
+from dra_driver.sources.fleet import class_origins
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
 from dra_driver.inputs.errors import InputError
@@ -48,6 +49,7 @@ class PodPlan:
 class Subject:
     claims: list[ClaimInput] = field(default_factory=list)
     classes: list[dict[str, Any]] = field(default_factory=list)
+    class_origins: dict[str, SourcedObject] = field(default_factory=dict)  # where each DeviceClass is (its errors' lines)
     own_claims: set[str] = field(default_factory=set)  # labels whose existing allocation is ignored
     notes: list[str] = field(default_factory=list)
     # Allocated claims the pod reuses: label -> status.allocation.nodeSelector (None: usable on any node).
@@ -174,17 +176,12 @@ def _sort(path: str, found: Sequence[SourcedObject], subject: Subject) -> _Sorte
             else:
                 out.skipped[kind] = out.skipped.get(kind, 0) + 1
         else:
-            result = parse_object(doc, label, _field_label(path, item, f"{kind or 'document'} {name}"))
+            result = parse_object(doc, label, item.field_label(f"{kind or 'document'} {name}", path))
             if isinstance(result, list):
                 out.errors += result
             else:
                 out.parsed.append((f"{kind} {name}", result, dict(doc)))
     return out
-
-
-def _field_label(path: str, item: SourcedObject, what: str) -> Callable[[tuple[str | int, ...]], str]:
-    """The label of an error about one field: `file:line: Kind name`, at the field's own line."""
-    return lambda loc: f"{path}:{item.field_line(loc)}: {what}"
 
 
 def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subject:
@@ -206,6 +203,7 @@ def read_subject(path: str, cluster_claims: Sequence[Mapping[str, Any]]) -> Subj
         if isinstance(candidate, ResourceClaim):
             claims.setdefault((candidate.metadata.namespace, candidate.metadata.name), candidate)
     subject.classes = [doc for doc in docs if doc.get("kind") == "DeviceClass"]
+    subject.class_origins = class_origins(found)
     subject.allocated_claims = [doc for doc in docs if doc.get("kind") == "ResourceClaim" and (doc.get("status") or {}).get("allocation")]
     pods = [(label, obj, doc) for label, obj, doc in parsed if isinstance(obj, Pod)]
     pods += _placed_workload_pods(sorted_docs.workload_pods, subject)

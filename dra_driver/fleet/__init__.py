@@ -14,7 +14,7 @@ from dra_driver.allocator import CelMatcher
 from dra_driver.common.errors import FieldError
 from dra_driver.sources.fleet_source import FleetSource, load_fleet
 from dra_driver.inputs.errors import InputError
-from dra_driver.sources.classes import merge_classes, shipped_class_documents
+from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.fleet.build import Filters, build_view, device_kind
 from dra_driver.fleet.model import FleetView
 from dra_driver.backend.vocabulary import VENDOR_ALIASES
@@ -44,7 +44,7 @@ def fleet_view(request: ViewRequest) -> FleetView:
     filters, matcher = request.filters, None
     if request.class_name:
         matcher = CelMatcher()
-        classes = merge_classes([("shipped", shipped_class_documents()), ("fleet", fleet.classes)], matcher)
+        classes = merge_classes([ClassLayer(SHIPPED, shipped_class_documents()), ClassLayer("fleet", fleet.classes, fleet.class_origins)], matcher)
         if request.class_name not in classes:
             raise InputError(
                 [FieldError("CLASS", f"{suggest.unknown('DeviceClass', request.class_name, classes)} (neither shipped nor in the fleet)")]

@@ -7,7 +7,7 @@ import gc
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.inputs.envelope import envelope_errors
 from dra_driver.inputs.errors import InputError
@@ -17,6 +17,9 @@ from dra_driver.inputs.limits import Limits, active
 from dra_driver.inputs.reader import display_name, read_bytes
 from dra_driver.inputs.text import decode, encoding_of
 from dra_driver.inputs.yaml_builder import Document, build_documents
+
+if TYPE_CHECKING:  # the type only: reading files needs no pydantic
+    from dra_driver.model.api_base import LabelAt
 
 JSON_SUFFIXES = (".json",)
 
@@ -37,6 +40,14 @@ class SourcedObject:
         """The file line of the field at `loc` (("spec", "devices", "requests", 0, "count")), else the object's line."""
         found = field_line(self.raw, self.document, self.item, loc) if self.raw is not None else None
         return found or self.line
+
+    def located(self, what: str, source: str | None = None) -> str:
+        """`file:line: what`, the label of an error about the whole object (`source` in place of its file name)."""
+        return f"{source or self.source}:{self.line}: {what}"
+
+    def field_label(self, what: str, source: str | None = None) -> LabelAt:
+        """The label of an error about one field (model/api_base.field_errors): `file:line: what` at the field's own line."""
+        return lambda loc: f"{source or self.source}:{self.field_line(loc)}: {what}"
 
 
 def parse_documents(raw: bytes, name: str, *, as_json: bool = False, limits: Limits | None = None) -> list[Document]:

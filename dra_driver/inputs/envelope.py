@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.common.errors import FieldError
+from dra_driver.model.names import MAX_DNS_LABEL, MAX_DNS_SUBDOMAIN, MAX_LABEL_VALUE, is_label_value
 from dra_driver.model.validation import is_dns_label, is_dns_subdomain, label_key_problem
 
-MAX_NAME_LENGTH = 253
-MAX_LABEL_VALUE_LENGTH = 63
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 # Kinds whose names the API server checks as DNS subdomains; other kinds (RBAC roles
 # with ':' in names, ...) only as path segments.
@@ -26,7 +25,6 @@ DNS_SUBDOMAIN_KINDS = frozenset({
     "ConfigMap", "Secret", "Node",
 })
 _KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}\Z")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 
 
 def _type_name(value: Any) -> str:
@@ -45,8 +43,8 @@ def _api_version_problem(value: Any) -> str | None:
 def _name_problem(value: Any, kind: str, field: str) -> str | None:
     if not isinstance(value, str):
         return f"must be a string, not a {_type_name(value)}"
-    if len(value) > MAX_NAME_LENGTH:
-        return f"is {len(value):,} characters long; at most {MAX_NAME_LENGTH} are allowed"
+    if len(value) > MAX_DNS_SUBDOMAIN:
+        return f"is {len(value):,} characters long; at most {MAX_DNS_SUBDOMAIN} are allowed"
     if field == "generateName":
         return None
     if kind in DNS_SUBDOMAIN_KINDS and not is_dns_subdomain(value):
@@ -66,11 +64,11 @@ def _string_map_errors(value: Any, path: str, check_values: bool) -> list[FieldE
             out.append(FieldError(f"{path}[{str(key)[:80]!r}]", problem))
         elif not isinstance(item, str):
             out.append(FieldError(f"{path}[{key!r}]", f"value must be a string (quote it), not a {_type_name(item)}"))
-        elif check_values and (len(item) > MAX_LABEL_VALUE_LENGTH or not _LABEL_VALUE.match(item)):
+        elif check_values and not is_label_value(item):
             out.append(
                 FieldError(
                     f"{path}[{key!r}]",
-                    f"value must be at most {MAX_LABEL_VALUE_LENGTH} characters of [A-Za-z0-9-_.], starting and ending alphanumeric",
+                    f"value must be at most {MAX_LABEL_VALUE} characters of [A-Za-z0-9-_.], starting and ending alphanumeric",
                 )
             )
     if not check_values and not out:
@@ -91,7 +89,8 @@ def _metadata_errors(meta: Any, kind: str) -> list[FieldError]:
                 out.append(FieldError(f"metadata.{field}", problem))
     namespace = meta.get("namespace")
     if namespace is not None and not is_dns_label(namespace):
-        out.append(FieldError("metadata.namespace", f"{str(namespace)[:80]!r} must be a DNS label (lower-case letters, digits, '-', at most 63)"))
+        rule = f"must be a DNS label (lower-case letters, digits, '-', at most {MAX_DNS_LABEL})"
+        out.append(FieldError("metadata.namespace", f"{str(namespace)[:80]!r} {rule}"))
     if meta.get("labels") is not None:
         out += _string_map_errors(meta["labels"], "metadata.labels", check_values=True)
     if meta.get("annotations") is not None:

@@ -30,6 +30,7 @@ from dra_driver.migrate.names import dns_label, dns_subdomain, spec_digest
 from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
+from dra_driver.model.resource_v1 import API_VERSION, MAX_REQUESTS
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, DeviceKind, Unsupported, classify
 from dra_driver.migrate.tolerations import add_missing as add_tolerations
@@ -37,8 +38,6 @@ from dra_driver.sources.workloads import Workload
 
 POD_CLAIM = "accelerators"  # spec.resourceClaims[].name in migrated pods
 TEMPLATE_SUFFIX = "accelerators"
-API_VERSION = "resource.k8s.io/v1"
-MAX_REQUESTS = 32  # DeviceRequestsMaxSize
 
 
 @dataclass

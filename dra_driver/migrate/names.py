@@ -14,17 +14,17 @@ import json
 import re
 from typing import Any
 
-MAX_NAME = 63
+from dra_driver.model.names import MAX_DNS_LABEL
 _HASH_LEN = 8
 _INVALID_LABEL = re.compile(r"[^a-z0-9-]+")
 _INVALID_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
 
 
 def _shorten(name: str, raw: str) -> str:
-    if len(name) <= MAX_NAME:
+    if len(name) <= MAX_DNS_LABEL:  # within a DNS label's limit, a name is valid as label and subdomain
         return name
     digest = hashlib.sha256(raw.encode()).hexdigest()[:_HASH_LEN]
-    head = name[: MAX_NAME - _HASH_LEN - 1].rstrip("-.")
+    head = name[: MAX_DNS_LABEL - _HASH_LEN - 1].rstrip("-.")
     return f"{head}-{digest}"
 
 

@@ -67,10 +67,13 @@ _EXACT_FIELDS = frozenset({"deviceClassName", "selectors", "allocationMode", "co
 
 
 def unknown_field_message(loc: tuple[str | int, ...]) -> str:
-    """Why a field is unknown and what to do: a v1beta1 request field goes under `exactly:`, anything else goes."""
+    """Why a field is unknown and what to do: a v1beta1 request field goes under `exactly:`, a selector's
+    expression under `cel:`, anything else goes."""
     if len(loc) >= 4 and loc[-4:-2] == ("devices", "requests") and isinstance(loc[-2], int) and loc[-1] in _EXACT_FIELDS:
         return (f"unknown field in resource.k8s.io/v1: move it under `exactly:` (requests[].{loc[-1]} is the v1beta1 shape; "
                 "v1 puts deviceClassName, count, selectors, allocationMode, adminAccess, tolerations and capacity in requests[].exactly)")
+    if len(loc) >= 3 and loc[-3] == "selectors" and isinstance(loc[-2], int) and loc[-1] == "expression":
+        return "unknown field in resource.k8s.io/v1: move it under `cel:` (a selector is `- cel: {expression: ...}`)"
     return "unknown field; remove it (check spelling and the resource.k8s.io/v1 schema)"
 
 

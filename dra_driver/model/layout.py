@@ -14,10 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dra_driver.model.device import CounterSet, Device, Inventory
-
-MAX_DEVICES_PER_SLICE = 128
-MAX_DEVICES_PER_SLICE_ADVANCED = 64
-MAX_COUNTER_SETS_PER_SLICE = 8
+from dra_driver.model.validation import MAX_COUNTER_SETS, MAX_DEVICES, MAX_DEVICES_ADVANCED  # the API's limits per slice
 
 
 @dataclass
@@ -60,12 +57,12 @@ def _device_chunks(devices: list[Device], reserve_for_taints: bool) -> list[list
     current: list[Device] = []
     for group in _groups(devices):
         advanced = reserve_for_taints or any(d.uses_advanced_features for d in [*current, *group])
-        limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
+        limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
         if current and len(current) + len(group) > limit:
             chunks.append(current)
             current = []
             advanced = reserve_for_taints or any(d.uses_advanced_features for d in group)
-            limit = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
+            limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
         while len(group) > limit:  # a group larger than a slice: split it, nothing else fits
             chunks.append(group[:limit])
             group = group[limit:]
@@ -81,6 +78,6 @@ def layout_pool(inventory: Inventory, reserve_for_taints: bool = False) -> list[
     An empty inventory still yields one empty slice, so that the pool exists
     and consumers see a complete pool with zero devices.
     """
-    slices = [SliceContent(counter_sets=chunk) for chunk in _chunks(list(inventory.counter_sets), MAX_COUNTER_SETS_PER_SLICE)]
+    slices = [SliceContent(counter_sets=chunk) for chunk in _chunks(list(inventory.counter_sets), MAX_COUNTER_SETS)]
     slices.extend(SliceContent(devices=chunk) for chunk in _device_chunks(list(inventory.devices), reserve_for_taints))
     return slices or [SliceContent()]

@@ -17,8 +17,10 @@ import re
 from typing import Any, TypeGuard
 
 MAX_DNS_LABEL = 63
-MAX_DNS_SUBDOMAIN = 253
-MAX_POOL_NAME = 253
+MAX_DNS_SUBDOMAIN = 253  # object names of most kinds
+MAX_QUALIFIED_NAME = 63  # the name part of a label key (after the optional 'prefix/')
+MAX_LABEL_VALUE = 63
+MAX_POOL_NAME = MAX_DNS_SUBDOMAIN  # PoolNameMaxLength: a node name fits
 # Kubernetes writes object UIDs as RFC-4122 UUIDs (36 characters) but does not
 # validate them; we accept the UUID alphabet with room to spare, never more.
 MAX_UID = 128
@@ -27,6 +29,7 @@ SHOWN_CHARS = 80
 # Always used with fullmatch: `$` would also match before a trailing newline ("gpu-0\n").
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # empty allowed
 _UID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -37,6 +40,11 @@ def is_dns_label(value: object) -> TypeGuard[str]:
 
 def is_dns_subdomain(value: str) -> bool:
     return isinstance(value, str) and len(value) <= MAX_DNS_SUBDOMAIN and bool(_DNS_SUBDOMAIN.fullmatch(value))
+
+
+def is_label_value(value: object) -> TypeGuard[str]:
+    """A label value (and a taint's value): empty, or alphanumerics with '-', '_' and '.' inside."""
+    return isinstance(value, str) and len(value) <= MAX_LABEL_VALUE and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def shown(value: Any) -> str:

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from dra_driver.model.api_base import ApiModel, Tolerant
 from dra_driver.model.core_v1 import ObjectMeta
+from dra_driver.model.names import MAX_DNS_SUBDOMAIN
 
 API_VERSION = "resource.k8s.io/v1"
 
@@ -27,10 +28,9 @@ MAX_CONSTRAINTS = 32
 MAX_CONFIGS = 32  # DeviceConfigMaxSize
 MAX_CONSTRAINT_REQUESTS = 32
 MAX_TOLERATIONS = 16
-MAX_EXPRESSION_BYTES = 10240
+MAX_EXPRESSION_BYTES = 10240  # CELSelectorExpressionMaxLength
 MAX_OPAQUE_BYTES = 10240
 MAX_RESERVED_FOR = 256
-_MAX_NAME = 253
 
 
 # -- shared by claims and classes ------------------------------------------------------------------
@@ -173,7 +173,7 @@ class ResourceClaim(_ResourceObject):
             str(ref["name"])
             for ref in entries[:MAX_RESERVED_FOR]
             if isinstance(ref, dict) and ref.get("resource") == "pods" and not ref.get("apiGroup")
-            and isinstance(ref.get("name"), str) and 0 < len(ref["name"]) <= _MAX_NAME
+            and isinstance(ref.get("name"), str) and 0 < len(ref["name"]) <= MAX_DNS_SUBDOMAIN
         ]
 
 

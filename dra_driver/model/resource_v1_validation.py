@@ -32,6 +32,7 @@ from dra_driver.model.resource_v1 import (
     OpaqueDeviceConfiguration,
     ResourceClaimSpec,
 )
+from dra_driver.model.names import MAX_DNS_LABEL
 from dra_driver.model.validation import (
     driver_name_problem,
     is_dns_label,
@@ -138,7 +139,7 @@ def _selection_errors(
 def _request_errors(request: DeviceRequest, path: str, classes: Mapping[str, Any] | None, compile_check: CompileCheck | None) -> list[FieldError]:
     out: list[FieldError] = []
     if not is_dns_label(request.name):
-        out.append(FieldError(f"{path}.name", f"{request.name!r} must be a DNS label (lower-case letters, digits, '-', at most 63)"))
+        out.append(FieldError(f"{path}.name", f"{request.name!r} must be a DNS label (lower-case letters, digits, '-', at most {MAX_DNS_LABEL})"))
     if (request.exactly is None) == (request.first_available is None):
         out.append(FieldError(path, "exactly one of exactly or firstAvailable must be set"))
     if request.exactly is not None:

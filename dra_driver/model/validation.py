@@ -17,7 +17,7 @@ from dra_driver.common.errors import FieldError, ValidationError
 from dra_driver.model import quantity
 from dra_driver.model.names import is_dns_label as is_dns_label  # re-exported: the name rules live in names
 from dra_driver.model.names import is_dns_subdomain as is_dns_subdomain
-from dra_driver.model.names import pool_name_problem
+from dra_driver.model.names import MAX_DNS_LABEL, MAX_LABEL_VALUE, MAX_QUALIFIED_NAME, is_label_value, pool_name_problem
 
 MAX_DEVICES = 128
 MAX_DEVICES_ADVANCED = 64
@@ -36,7 +36,6 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Used with fullmatch: `$` alone would also accept a trailing newline.
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 # Semantic Versioning 2.0.0: numeric parts without leading zeros, optional pre-release and build.
 _SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -96,10 +95,10 @@ def label_key_problem(key: Any) -> str | None:
     prefix, _, name = key.rpartition("/")
     if "/" in prefix:
         return "may contain at most one '/'"
-    if prefix and (len(prefix) > 253 or not is_dns_subdomain(prefix)):
+    if prefix and not is_dns_subdomain(prefix):  # its length limit included
         return f"prefix {prefix!r} must be a lower-case DNS subdomain"
-    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
-        return f"name {name!r} must be at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
+    if len(name) > MAX_QUALIFIED_NAME or not _LABEL_NAME.fullmatch(name):
+        return f"name {name!r} must be at most {MAX_QUALIFIED_NAME} characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
     return None
 
 
@@ -305,7 +304,7 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         return
     name = device.get("name")
     if not is_dns_label(name):
-        out.add(f"{path}.name", f"{name!r} must be a DNS label: at most 63 lower-case letters, digits and '-'")
+        out.add(f"{path}.name", f"{name!r} must be a DNS label: at most {MAX_DNS_LABEL} lower-case letters, digits and '-'")
     attributes = out.mapping(f"{path}.attributes", device.get("attributes"))
     capacity = out.mapping(f"{path}.capacity", device.get("capacity"))
     total = len(attributes) + len(capacity)
@@ -355,8 +354,8 @@ def _check_device(out: _Collector, path: str, device: Any) -> None:
         if problem:
             out.add(f"{tpath}.key", problem)
         value = taint.get("value", "")
-        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-            out.add(f"{tpath}.value", f"{value!r} must be a label value (at most 63 characters)")
+        if not is_label_value(value):
+            out.add(f"{tpath}.value", f"{value!r} must be a label value (at most {MAX_LABEL_VALUE} characters)")
         if taint.get("effect") not in TAINT_EFFECTS:
             out.add(f"{tpath}.effect", f"{taint.get('effect')!r} must be one of {', '.join(TAINT_EFFECTS)}")
 

@@ -48,7 +48,7 @@ from dra_driver.common import node_file
 from dra_driver.common.logs import fields
 from dra_driver.model.names import uid_problem
 from dra_driver.common.signed_json import SignedJsonError, signed_text, verified_body
-from dra_driver.backend.interface import ContainerEdits, DeviceNode, Hook, Mount
+from dra_driver.backend.interface import ContainerEdits, DeviceNode, Hook, Mount, env_name_part
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,6 @@ MAX_FILE_BYTES = 64 << 20
 
 class SpecUnreadable(ValueError):
     """A spec file that is not a CDI spec we can read (not JSON, not an object, no devices list)."""
-_ENV_UNSAFE = re.compile(r"[^A-Za-z0-9]")
 
 
 def cdi_vendor(driver: str) -> str:
@@ -231,8 +230,7 @@ def render_edits(edits: ContainerEdits) -> dict[str, Any]:
 
 def device_marker_env(driver: str, device: str) -> str:
     """An env entry naming the device; CDI requires every device to carry non-empty edits."""
-    prefix = _ENV_UNSAFE.sub("_", driver).upper()
-    return f"DRA_{prefix}_DEVICE_{_ENV_UNSAFE.sub('_', device).upper()}={device}"
+    return f"DRA_{env_name_part(driver)}_DEVICE_{env_name_part(device)}={device}"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ the user's."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.sources import fleet as fleets
@@ -12,6 +13,7 @@ from dra_driver.model.resource_v1 import DeviceClass
 from dra_driver.model.resource_v1_validation import class_spec_errors
 from dra_driver.sources.claims import parse_object, to_class
 from dra_driver.common.errors import FieldError
+from dra_driver.inputs import SourcedObject
 from dra_driver.inputs.errors import InputError
 
 
@@ -36,28 +38,40 @@ def shipped_class_documents() -> list[dict[str, Any]]:
 SHIPPED = "shipped"  # the source label of the shipped layer (explain/run.py)
 
 
-def merge_classes(layers: Sequence[tuple[str, list[dict[str, Any]]]], matcher: CelMatcher) -> dict[str, DeviceClassSpec]:
+@dataclass(frozen=True)
+class ClassLayer:
+    """DeviceClass documents from one source ("shipped", "fleet", "--classes", a file), and where a file holds
+    each of them by name (none for the shipped set and a cluster's): errors name the field's file line."""
+
+    source: str
+    docs: Sequence[Mapping[str, Any]]
+    origins: Mapping[str, SourcedObject] = field(default_factory=dict)
+
+
+def merge_classes(layers: Sequence[ClassLayer], matcher: CelMatcher) -> dict[str, DeviceClassSpec]:
     """Merge class layers (later replaces earlier by name) and validate the result.
 
     The shipped classes' selectors are not compiled here: they are checked against the API
     server's rules by tests/deviceclasses/test_shipped_classes.py, and compiling the 32 of them
     in both CEL environments was ~50 ms of a one-second explain (docs/performance.md); a claim
     that uses one compiles it when it is matched."""
-    merged: dict[str, tuple[str, dict[str, Any]]] = {}
-    for source, docs in layers:
-        for doc in docs:
+    merged: dict[str, tuple[ClassLayer, Mapping[str, Any]]] = {}
+    for layer in layers:
+        for doc in layer.docs:
             name = str((doc.get("metadata") or {}).get("name", ""))
-            merged[name] = (source, doc)
+            merged[name] = (layer, doc)
     out: dict[str, DeviceClassSpec] = {}
     errors: list[FieldError] = []
-    for name, (source, doc) in merged.items():
-        label = f"{source}: DeviceClass {name}"
-        parsed = parse_object(doc, label)
+    for name, (layer, doc) in merged.items():
+        what = f"DeviceClass {name}"
+        origin = layer.origins.get(name)
+        label = origin.located(what) if origin else f"{layer.source}: {what}"
+        parsed = parse_object(doc, label, origin.field_label(what) if origin else None)
         if isinstance(parsed, list):
             errors += parsed
             continue
         assert isinstance(parsed, DeviceClass)
-        errors += class_spec_errors(parsed, label, None if source == SHIPPED else matcher.compile_problem)
+        errors += class_spec_errors(parsed, label, None if layer.source == SHIPPED else matcher.compile_problem)
         out[name] = to_class(parsed)
     if errors:
         raise InputError(errors)

@@ -25,7 +25,7 @@ from dra_driver.common.wording import plural
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Allocated, DeviceID, Node
 from dra_driver.common.errors import DraError, FieldError, UsageError, ValidationError
-from dra_driver.inputs import read_objects
+from dra_driver.inputs import SourcedObject, read_objects
 from dra_driver.kube.api_source import ApiSource
 from dra_driver.model.validation import slice_errors
 
@@ -40,6 +40,7 @@ class FleetError(UsageError):
 class Fleet:
     slices: list[dict[str, Any]] = field(default_factory=list)
     classes: list[dict[str, Any]] = field(default_factory=list)
+    class_origins: dict[str, SourcedObject] = field(default_factory=dict)  # DeviceClass name -> where a file holds it (errors' lines)
     claims: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)  # known Node objects (cluster only)
     allocatable: dict[str, dict[str, Any]] = field(default_factory=dict)  # node name -> status.allocatable (device plugins' extended resources)
@@ -59,6 +60,7 @@ class Fleet:
             self.slice_files.setdefault(name, []).extend(files)
         self.notes += other.notes
         self.classes += other.classes
+        self.class_origins.update(other.class_origins)
         self.claims += other.claims
         self.nodes += other.nodes
         self.allocatable.update(other.allocatable)
@@ -108,16 +110,18 @@ def _add_node(fleet: Fleet, doc: Mapping[str, Any]) -> None:
         fleet.allocatable[node.name] = dict(allocatable)
 
 
-def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
+def sort_objects(found: Iterable[SourcedObject], source: str) -> Fleet:
     """Split objects by kind; anything else than slices, classes, claims (and ignorable kinds) is an error."""
     fleet = Fleet(sources=[source])
-    for doc in docs:
+    for item in found:
+        doc = item.obj
         kind = doc.get("kind")
         if kind == "ResourceSlice":
             fleet.slices.append(dict(doc))
             fleet.slice_files.setdefault(_slice_name(doc), []).append(source)
         elif kind == "DeviceClass":
             fleet.classes.append(dict(doc))
+            fleet.class_origins.update(class_origins([item]))
         elif kind == "ResourceClaim":
             fleet.claims.append(dict(doc))
         elif kind == "Node":
@@ -132,6 +136,11 @@ def sort_documents(docs: Iterable[Mapping[str, Any]], source: str) -> Fleet:
                 "Pod)"
             )
     return fleet
+
+
+def class_origins(found: Iterable[SourcedObject]) -> dict[str, SourcedObject]:
+    """Where each DeviceClass among `found` is, by name (a later one replaces an earlier, as merge_classes does)."""
+    return {str((item.obj.get("metadata") or {}).get("name", "")): item for item in found if item.obj.get("kind") == "DeviceClass"}
 
 
 def _slice_name(doc: Mapping[str, Any]) -> str:
@@ -215,7 +224,7 @@ def load_paths(paths: Sequence[str | Path]) -> Fleet:
     with collector_paused():
         for raw in paths:
             for path in _files(Path(raw)):
-                fleet.merge(sort_documents(read_documents(path), str(path)))
+                fleet.merge(sort_objects(read_objects(path), str(path)))
         _drop_repeated_slices(fleet)
         SharedValues().share(fleet.slices)
     return fleet

@@ -14,13 +14,15 @@ from typing import Literal
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
 from dra_driver.model import quantity
+from dra_driver.model.names import MAX_DNS_LABEL, MAX_DNS_SUBDOMAIN
+from dra_driver.model.resource_v1 import MAX_SUBREQUESTS
 from dra_driver.model.validation import is_dns_label, is_dns_subdomain
 
 VENDORS = ("nvidia", "amd", "gaudi", "any")
 GROUPINGS = {"interconnect": "one NVLink clique / XGMI hive / Gaudi box", "pcie-root": "one PCIe root complex", "numa": "one NUMA node"}
 INTERVALS = ("Default", "Short", "Medium", "Long")
 MAX_COUNT = 1024  # far beyond any node; a typo guard, the API has no limit of its own
-MAX_FALLBACKS = 7  # firstAvailable holds at most 8 entries: the first choice and 7 fallbacks
+MAX_FALLBACKS = MAX_SUBREQUESTS - 1  # firstAvailable holds the first choice and the fallbacks
 
 _MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.+/()-]{0,63}\Z")
 _FAMILY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
@@ -217,11 +219,12 @@ def parse_sharing(spec: str, problems: Problems) -> Sharing | None:
 def check_names(intent: Intent, problems: Problems) -> None:
     """The object, namespace and request names the API server would accept."""
     if not is_dns_subdomain(intent.name):
-        problems.add("--name", f"{intent.name!r} is not a valid object name (lower-case letters, digits, '-' and '.', at most 253)")
+        problems.add("--name", f"{intent.name!r} is not a valid object name (lower-case letters, digits, '-' and '.', at most {MAX_DNS_SUBDOMAIN})")
+    label = f"a DNS label: lower-case letters, digits and '-', at most {MAX_DNS_LABEL}"
     if intent.namespace is not None and not is_dns_label(intent.namespace):
-        problems.add("--namespace", f"{intent.namespace!r} is not a valid namespace (a DNS label: lower-case letters, digits and '-', at most 63)")
+        problems.add("--namespace", f"{intent.namespace!r} is not a valid namespace ({label})")
     if not is_dns_label(intent.request):
-        problems.add("--request", f"{intent.request!r} is not a valid request name (a DNS label: lower-case letters, digits and '-', at most 63)")
+        problems.add("--request", f"{intent.request!r} is not a valid request name ({label})")
     if len(intent.wants) > MAX_FALLBACKS + 1:
         problems.add("--fallback", f"{len(intent.wants) - 1} fallbacks; firstAvailable takes at most {MAX_FALLBACKS} besides the first choice")
     if intent.same is not None and intent.same not in GROUPINGS:

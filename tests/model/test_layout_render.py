@@ -4,7 +4,7 @@ import copy
 import json
 
 from dra_driver.model import CounterConsumption, CounterSet, Device, DeviceTaint, Inventory, Version, layout_pool, render_pool, validate_slices
-from dra_driver.model.layout import MAX_DEVICES_PER_SLICE
+from dra_driver.model.validation import MAX_DEVICES
 from dra_driver.model.render import as_list, render_attribute
 from tests.model.conftest import make_device
 
@@ -35,7 +35,7 @@ def test_split_at_128_plain_devices() -> None:
     inventory = Inventory(driver="gpu.example.com", devices=[make_device(f"d-{i}") for i in range(300)])
     slices = render_pool(inventory, node_name="n")
     sizes = [len(s["spec"]["devices"]) for s in slices]
-    assert sizes == [MAX_DEVICES_PER_SLICE, MAX_DEVICES_PER_SLICE, 300 - 2 * MAX_DEVICES_PER_SLICE]
+    assert sizes == [MAX_DEVICES, MAX_DEVICES, 300 - 2 * MAX_DEVICES]
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {3}
     validate_slices(slices)
 

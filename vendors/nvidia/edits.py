@@ -24,7 +24,7 @@ from pathlib import Path
 
 from dra_driver.common import node_file
 from dra_driver.common.logs import fields
-from dra_driver.backend.interface import ContainerEdits, DeviceNode
+from dra_driver.backend.interface import ContainerEdits, DeviceNode, env_name_part
 from dra_driver_nvidia.config import TIMESLICE_VALUES, GpuConfig, MigDeviceConfig
 
 log = logging.getLogger(__name__)
@@ -86,12 +86,11 @@ def mig_edits(parent_minor: int, gi_id: int, ci_id: int, dev_root: Path, minors:
 
 # Claim-level: turns off nvidia-container-runtime's own injection (legacy mode), whatever the image sets.
 VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
-_ENV_UNSAFE = re.compile(r"[^A-Za-z0-9]")
 
 
 def uuid_env(device: str, uuid: str) -> str:
     """The device's UUID in a variable of its own: per-device values never overwrite each other."""
-    return f"NVIDIA_DRA_UUID_{_ENV_UNSAFE.sub('_', device).upper()}={uuid}"
+    return f"NVIDIA_DRA_UUID_{env_name_part(device)}={uuid}"
 
 
 def sharing_env(configs: Sequence[GpuConfig | MigDeviceConfig | None]) -> list[str]:
