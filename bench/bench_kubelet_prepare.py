@@ -145,6 +145,7 @@ class Driver:
     command: list[str]
     env: dict[str, str]
     log: Path
+    cleanup: Path | None = None  # a directory of this driver outside the bench's work dir
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -172,22 +173,37 @@ class Samples:
     skipped: int = 0
 
 
-def our_driver(kit: Kit, work: Path, profile: str, phases_out: Path | None) -> Driver:
-    env = {**os.environ, "TMPDIR": str(work / "tmp")}
-    (work / "tmp").mkdir(parents=True, exist_ok=True)
-    if phases_out is not None:
+# This driver's variants: where its --state-dir lives, and whether it reads claims from its LIST+WATCH cache.
+# `ours` is the shipped layout (--state-dir /var/run/dra-driver, a tmpfs); the kit's node keeps the CDI
+# directory on ext4 (kubelet-aux/cdi) for both drivers, as containerd there reads it.
+VARIANTS = {
+    "ours": ("tmpfs", ()),
+    "ours-ext4": ("ext4", ()),
+    "ours-cache": ("tmpfs", ("--claim-cache",)),
+}
+TMPFS = Path("/dev/shm")
+
+
+def our_driver(kit: Kit, work: Path, profile: str, variant: str, phases: bool) -> Driver:
+    where, extra = VARIANTS[variant]
+    home = work / variant
+    state = (Path(tempfile.mkdtemp(prefix=f"kp-{variant}-", dir=TMPFS)) if where == "tmpfs" else home) / "state"
+    env = {**os.environ, "TMPDIR": str(home / "tmp")}
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    if phases:
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "bench" / "phase_timers"), env.get("PYTHONPATH", "")])
-        env["DRA_BENCH_PHASES_OUT"] = str(phases_out)
+        env["DRA_BENCH_PHASES_OUT"] = str(work / f"phases-{variant}.txt")
     kubelet_dir = kit.home / "kubelet-root"
     command = [
         sys.executable, "-m", "dra_driver.cli.main", "run", "--profile", profile,
-        "--simulated-root", str(work / "sim"), "--node-name", NODE,
+        "--simulated-root", str(home / "sim"), "--node-name", NODE,
         "--kubelet-dir", str(kubelet_dir), "--cdi-dir", str(kit.home / "kubelet-aux" / "cdi"),
-        "--kubeconfig", str(kit.home / "kubeconfig"), "--state-dir", str(work / "state"),
-        "--pod-resources-socket", str(kubelet_dir / "pod-resources" / "kubelet.sock"),
+        "--kubeconfig", str(kit.home / "kubeconfig"), "--state-dir", str(state),
+        "--pod-resources-socket", str(kubelet_dir / "pod-resources" / "kubelet.sock"), *extra,
     ]  # fmt: skip
     device_class = {"metadata": {"name": "gpu.nvidia.com"}}  # shipped in deviceclasses/
-    return Driver("gpu.nvidia.com", f"dra-driver ({profile})", device_class, command, env, work / "driver.log")
+    label = f"dra-driver {variant} ({profile}, state on {where}{', ' + ' '.join(extra) if extra else ''})"
+    return Driver("gpu.nvidia.com", label, device_class, command, env, home / "driver.log", cleanup=state.parent if where == "tmpfs" else None)
 
 
 def go_driver(kit: Kit, work: Path) -> Driver:
@@ -275,10 +291,12 @@ def run_pods(kit: Kit, api: Api, driver: Driver, pods: int, tag: str, samples: S
 STRACE_SYSCALLS = "fsync,fdatasync,syncfs,openat,write,rename,renameat,renameat2,unlink,unlinkat,mkdir,mkdirat,flock,fcntl"
 
 
-def strace_pass(kit: Kit, api: Api, driver: Driver, pods: int, out: Path) -> str:
+def strace_pass(kit: Kit, api: Api, driver: Driver, pods: int, out: Path, full: bool) -> str:
+    """`pods` pods with strace attached to the driver: its summary (-c), or with `full` every call with its time."""
     assert driver.process is not None
+    mode = ["-tt", "-T", "-e", f"trace={STRACE_SYSCALLS},read,connect,sendto,recvfrom,sendmsg,recvmsg"] if full else ["-c", "-e", f"trace={STRACE_SYSCALLS}"]
     tracer = subprocess.Popen(
-        ["strace", "-f", "-c", "-e", f"trace={STRACE_SYSCALLS}", "-o", str(out), "-p", str(driver.process.pid)],
+        ["strace", "-f", *mode, "-o", str(out), "-p", str(driver.process.pid)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     time.sleep(1.0)  # strace attaches to every thread before the first pod
@@ -313,10 +331,11 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=40, help="timed pods per driver, one at a time")
     parser.add_argument("--warmup", type=int, default=3, help="untimed pods per driver first")
     parser.add_argument("--profile", default="dgx-h100")
-    parser.add_argument("--drivers", default="ours,go", help="comma list of ours, go (in that order of runs)")
+    parser.add_argument("--drivers", default="ours,go", help=f"comma list of {', '.join([*VARIANTS, 'go'])}, run in that order each round")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the drivers this many times (pods per round)")
     parser.add_argument("--phases", action="store_true", help="this driver under bench/phase_timers; medians printed")
     parser.add_argument("--strace", type=int, default=0, metavar="N", help="then N pods per driver under strace -c")
+    parser.add_argument("--strace-full", action="store_true", help="the strace pass prints every call with -tt -T, not -c")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the control plane and node-1 running")
     parser.add_argument("--reuse-cluster", action="store_true", help="use the running control plane and node-1")
     args = parser.parse_args()
@@ -330,9 +349,12 @@ def main() -> int:
         return 2
     kit = Kit(Path(home))
     work = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
-    phases_out = work / "phases.txt" if args.phases else None
     wanted = [d.strip() for d in args.drivers.split(",") if d.strip()]
-    drivers = {"ours": our_driver(kit, work, args.profile, phases_out), "go": go_driver(kit, work)}
+    unknown = [d for d in wanted if d != "go" and d not in VARIANTS]
+    if unknown:
+        print(f"--drivers: unknown {', '.join(unknown)}; choose from {', '.join([*VARIANTS, 'go'])}", file=sys.stderr)
+        return 2
+    drivers = {key: go_driver(kit, work) if key == "go" else our_driver(kit, work, args.profile, key, args.phases) for key in wanted}
     samples = {key: Samples() for key in wanted}
     print(f"kit {home}, load average before: {os.getloadavg()}", flush=True)
     try:
@@ -342,7 +364,7 @@ def main() -> int:
         kit.kubectl("create", "namespace", NAMESPACE, check=False)
         api = Api(kit.home)
         kit.kubectl("apply", "-k", str(REPO / "deviceclasses"))  # the shipped classes: gpu.nvidia.com for this driver
-        kit.apply([drivers["go"].device_class])
+        kit.apply([go_driver(kit, work).device_class])
         for round_ in range(args.rounds):
             for key in wanted:
                 driver = drivers[key]
@@ -355,7 +377,7 @@ def main() -> int:
                 run_pods(kit, api, driver, args.pods, f"p{round_}{key}", samples[key])
                 print(f"round {round_ + 1} {driver.label}: done, load average {os.getloadavg()}", flush=True)
                 if args.strace and round_ == args.rounds - 1:
-                    text = strace_pass(kit, api, driver, args.strace, work / f"strace-{key}.txt")
+                    text = strace_pass(kit, api, driver, args.strace, work / f"strace-{key}.txt", args.strace_full)
                     print(f"\nstrace -f -c of {driver.label}, {args.strace} pods (prepare + unprepare each):\n{text}", flush=True)
                 driver.stop()
                 for item in json.loads(kit.kubectl("get", "resourceslices", "-o", "json"))["items"]:
@@ -363,17 +385,23 @@ def main() -> int:
                         kit.kubectl("delete", "resourceslice", item["metadata"]["name"], "--wait=false", check=False)
         for key in wanted:
             report(drivers[key].label, samples[key])
-        ours, go = samples.get("ours"), samples.get("go")
-        if ours and go and ours.grpc_prepare and go.grpc_prepare:
-            ratio = statistics.median(ours.grpc_prepare) / statistics.median(go.grpc_prepare)
-            whole = statistics.median(ours.kubelet_prepare) / statistics.median(go.kubelet_prepare)
-            print(f"\nratio dra-driver / Go test driver, p50: gRPC prepare x{ratio:.2f}, kubelet PrepareResources x{whole:.2f}")
+        go = samples.get("go")
+        for key in wanted:
+            ours = samples[key]
+            if key != "go" and go and ours.grpc_prepare and go.grpc_prepare:
+                ratio = statistics.median(ours.grpc_prepare) / statistics.median(go.grpc_prepare)
+                whole = statistics.median(ours.kubelet_prepare) / statistics.median(go.kubelet_prepare)
+                print(f"ratio {key} / Go test driver, p50: gRPC prepare x{ratio:.2f}, kubelet PrepareResources x{whole:.2f}")
         print(f"load average after: {os.getloadavg()}")
-        if phases_out is not None and phases_out.exists():
-            print(f"\nphase timers of this driver (medians of its calls):\n{phases_out.read_text()}")
+        for key in wanted:
+            phases = work / f"phases-{key}.txt"
+            if phases.exists():
+                print(f"\nphase timers of {drivers[key].label} (medians of its calls):\n{phases.read_text()}")
     finally:
         for driver in drivers.values():
             driver.stop()
+            if driver.cleanup is not None:
+                shutil.rmtree(driver.cleanup, ignore_errors=True)
         if not args.keep_cluster and not args.reuse_cluster:
             kit.script("kubelet-down.sh")
             kit.script("down.sh")
