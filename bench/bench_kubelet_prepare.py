@@ -178,7 +178,6 @@ class Samples:
 # directory on ext4 (kubelet-aux/cdi) for both drivers, as containerd there reads it.
 VARIANTS = {
     "ours": ("tmpfs", ()),
-    "ours-inline": ("tmpfs", ()),  # the experiment of bench/inline_grpc: handlers on grpc's poller thread
     "ours-ext4": ("ext4", ()),
     "ours-cache": ("tmpfs", ("--claim-cache",)),
 }
@@ -191,9 +190,7 @@ def our_driver(kit: Kit, work: Path, profile: str, variant: str, phases: bool) -
     state = (Path(tempfile.mkdtemp(prefix=f"kp-{variant}-", dir=TMPFS)) if where == "tmpfs" else home) / "state"
     env = {**os.environ, "TMPDIR": str(home / "tmp")}
     (home / "tmp").mkdir(parents=True, exist_ok=True)
-    if variant == "ours-inline":  # one sitecustomize per process: this variant runs without the phase timers
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "bench" / "inline_grpc"), env.get("PYTHONPATH", "")])
-    elif phases:
+    if phases:
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "bench" / "phase_timers"), env.get("PYTHONPATH", "")])
         env["DRA_BENCH_PHASES_OUT"] = str(work / f"phases-{variant}.txt")
     kubelet_dir = kit.home / "kubelet-root"
@@ -205,8 +202,7 @@ def our_driver(kit: Kit, work: Path, profile: str, variant: str, phases: bool) -
         "--pod-resources-socket", str(kubelet_dir / "pod-resources" / "kubelet.sock"), *extra,
     ]  # fmt: skip
     device_class = {"metadata": {"name": "gpu.nvidia.com"}}  # shipped in deviceclasses/
-    how = ", handlers on grpc's poller thread" if variant == "ours-inline" else ""
-    label = f"dra-driver {variant} ({profile}, state on {where}{', ' + ' '.join(extra) if extra else ''}{how})"
+    label = f"dra-driver {variant} ({profile}, state on {where}{', ' + ' '.join(extra) if extra else ''})"
     return Driver("gpu.nvidia.com", label, device_class, command, env, home / "driver.log", cleanup=state.parent if where == "tmpfs" else None)
 
 
