@@ -5,7 +5,8 @@ Ready means, for every driver that runs:
 1. **registered**: the kubelet said so (NotifyRegistrationStatus with registered=true) and the
    registration socket it dialled is still there; a removed socket means the kubelet has
    deregistered this instance, a registered=false means it refused it;
-2. **DRA service answering**: a gRPC connection to the DRA socket comes up;
+2. **DRA service answering**: the DRA socket accepts a connection and opens it as a gRPC server does (its
+   HTTP/2 SETTINGS frame);
 3. **slices published**: this instance's publisher has reconciled the slices at least once, or
    another instance on the node holds the publisher lease and publishes them (the old pod during a
    rolling update; the new one takes the lease over when the old one exits).
