@@ -306,6 +306,18 @@ def strace_pass(kit: Kit, api: Api, driver: Driver, pods: int, out: Path, full: 
     return out.read_text() if out.exists() else "(no strace output)"
 
 
+def idle_cpu_ms_per_s(pid: int, seconds: float) -> float:
+    """The process's CPU (user + system, /proc/<pid>/stat) per second of wall time over `seconds` of doing nothing asked."""
+
+    def cpu_s() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    before, start = cpu_s(), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_s() - before) / (time.monotonic() - start) * 1000
+
+
 def ms(values: list[float], q: float) -> str:
     if not values:
         return "-"
@@ -333,6 +345,7 @@ def main() -> int:
     parser.add_argument("--profile", default="dgx-h100")
     parser.add_argument("--drivers", default="ours,go", help=f"comma list of {', '.join([*VARIANTS, 'go'])}, run in that order each round")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the drivers this many times (pods per round)")
+    parser.add_argument("--idle", type=float, default=0, metavar="S", help="first, the driver's CPU over S seconds idle")
     parser.add_argument("--phases", action="store_true", help="this driver under bench/phase_timers; medians printed")
     parser.add_argument("--strace", type=int, default=0, metavar="N", help="then N pods per driver under strace -c")
     parser.add_argument("--strace-full", action="store_true", help="the strace pass prints every call with -tt -T, not -c")
@@ -373,6 +386,10 @@ def main() -> int:
                 driver.start()
                 wait_for(f"{driver.label} slices", lambda: slices_published(kit, driver.name), 120, 0.5)
                 wait_for(f"{driver.label} registered", lambda: registered(kit, driver.name, before), 60, 0.2)
+                if args.idle and driver.process is not None:
+                    time.sleep(5)  # start-up work done (first reconcile, recovery)
+                    idle = idle_cpu_ms_per_s(driver.process.pid, args.idle)
+                    print(f"round {round_ + 1} {driver.label}: idle CPU {idle:.1f} ms/s over {args.idle:.0f} s", flush=True)
                 run_pods(kit, api, driver, args.warmup, f"w{round_}{key}", None)
                 run_pods(kit, api, driver, args.pods, f"p{round_}{key}", samples[key])
                 print(f"round {round_ + 1} {driver.label}: done, load average {os.getloadavg()}", flush=True)
