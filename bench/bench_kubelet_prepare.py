@@ -6,18 +6,21 @@ Needs the loopback kit (docs/e2e.md: `up.sh`, `kubelet-up.sh`, `bin/dra-test-dri
 Kubernetes source) and root. It starts a fresh control plane and node-1, then for each driver in turn:
 starts it on node-1 as a host process, runs `--pods` pods one at a time, each with one claim of one device
 (a whole GPU of the simulated `--profile` for this driver, one of the test driver's devices for the Go
-one), and reads the kubelet's own figures from its /metrics (through the API server's node proxy) before
-and after each pod: `dra_grpc_operations_duration_seconds` (the kubelet's gRPC client interceptor around
+one), and reads the kubelet's own figures from its /metrics (its port on 127.0.0.1, with the kit's admin
+client certificate: the API server's node proxy refuses loopback node addresses) before and after each pod: `dra_grpc_operations_duration_seconds` (the kubelet's gRPC client interceptor around
 NodePrepareResources / NodeUnprepareResources of that driver, pkg/kubelet/cm/dra/plugin/dra_plugin.go) and
 `dra_operations_duration_seconds` (the kubelet's whole PrepareResources / UnprepareResources of a pod,
 pkg/kubelet/cm/dra/manager.go, which also reads the claim and writes the kubelet's checkpoint). The
 histograms' buckets start at 0.1 s, so each pod's exact duration is the change of `_sum` while the pod is
 the only one (the change of `_count` is checked: a pod whose calls are not exactly one is reported, not used).
 
-With `--phases` this driver runs under bench/phase_timers (its medians per step are printed at the end), and
-with `--strace N` a second pass of N pods per driver runs with `strace -f -c` attached to the driver (file
-syscalls and fsyncs counted per prepare+unprepare; strace slows the driver, so that pass is not timed).
-Stops everything it started (node-1, control plane) unless `--keep-cluster`.
+`--drivers` picks and orders what runs in each of `--rounds` rounds: `ours` (this driver as deploy/ runs it,
+--state-dir on a tmpfs), `ours-ext4` (--state-dir on ext4), `ours-cache` (--claim-cache), `go` (the test driver).
+With `--phases` this driver runs under bench/phase_timers (its medians per step are printed at the end); with
+`--strace N` a last pass of N pods per driver runs with `strace -f -c` attached to the driver (file syscalls
+and fsyncs counted; `--strace-full` prints every call with its time instead; strace slows the driver, so that
+pass is not timed); with `--idle S` each driver's CPU over S idle seconds is printed before its pods.
+Stops everything it started (node-1, control plane) unless `--keep-cluster` or `--reuse-cluster`.
 """
 
 from __future__ import annotations
@@ -395,7 +398,7 @@ def main() -> int:
                 print(f"round {round_ + 1} {driver.label}: done, load average {os.getloadavg()}", flush=True)
                 if args.strace and round_ == args.rounds - 1:
                     text = strace_pass(kit, api, driver, args.strace, work / f"strace-{key}.txt", args.strace_full)
-                    print(f"\nstrace -f -c of {driver.label}, {args.strace} pods (prepare + unprepare each):\n{text}", flush=True)
+                    print(f"\nstrace -f {'-tt -T' if args.strace_full else '-c'} of {driver.label}, {args.strace} pods (prepare + unprepare each):\n{text}", flush=True)
                 driver.stop()
                 for item in json.loads(kit.kubectl("get", "resourceslices", "-o", "json"))["items"]:
                     if item["spec"]["driver"] == driver.name:
