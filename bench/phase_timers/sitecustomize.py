@@ -52,6 +52,8 @@ STEPS = (
     ("dra_driver.node.plugin.prepare", "PrepareService._unprepare_one", "  unprepare of one claim"),
     ("dra_driver_nvidia.backend", "NvidiaBackend.unprepare", "    NVIDIA backend unprepare"),
     ("dra_driver_nvidia.ownership", "OwnershipJournal.remove", "      MIG ownership journal removal"),
+    ("dra_driver.node.cdi", "remove_spec", "    CDI spec or claim file removed (each)"),
+    ("dra_driver.node.checkpoint", "Checkpoint.remove", "    checkpoint record removed"),
 )
 
 

@@ -5,7 +5,8 @@ Ready means, for every driver that runs:
 1. **registered**: the kubelet said so (NotifyRegistrationStatus with registered=true) and the
    registration socket it dialled is still there; a removed socket means the kubelet has
    deregistered this instance, a registered=false means it refused it;
-2. **DRA service answering**: a gRPC connection to the DRA socket comes up;
+2. **DRA service answering**: the DRA socket accepts a connection and opens it as a gRPC server does (its
+   HTTP/2 SETTINGS frame);
 3. **slices published**: this instance's publisher has reconciled the slices at least once, or
    another instance on the node holds the publisher lease and publishes them (the old pod during a
    rolling update; the new one takes the lease over when the old one exits).
@@ -34,6 +35,7 @@ import json
 import logging
 import math
 import os
+import socket
 import stat
 import threading
 import time
@@ -168,17 +170,38 @@ def _socket_present(path: Path) -> bool:
         return False
 
 
-def _dials(path: Path, timeout: float) -> bool:
-    import grpc  # here, not at the top: `dra-driver ready` reads the status file and must start fast
+# What a gRPC client sends first (RFC 9113 3.4): the connection preface and an empty SETTINGS frame.
+_HTTP2_CLIENT_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_HTTP2_FRAME_HEADER_BYTES = 9
+_HTTP2_SETTINGS = 0x4
+_HTTP2_ACK = 0x1
 
-    channel = grpc.insecure_channel(f"unix://{path}")
+
+def _dials(path: Path, timeout: float) -> bool:
+    """Whether a gRPC server answers on the unix socket `path` within `timeout`: it accepts a connection and its first
+    frame is HTTP/2 SETTINGS, the server's connection preface, which is what a gRPC channel waits for to be ready.
+
+    Done on a plain socket: a gRPC channel per check (every 2 s) started and stopped threads in the daemon and kept
+    one of them polling for ~0.2 s, beside the claim calls it shares the CPU with (docs/performance.md)."""
+    deadline = time.monotonic() + timeout
     try:
-        grpc.channel_ready_future(channel).result(timeout=timeout)
-        return True
-    except grpc.FutureTimeoutError:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            sock.sendall(_HTTP2_CLIENT_PREFACE)
+            header = b""
+            while len(header) < _HTTP2_FRAME_HEADER_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                sock.settimeout(left)
+                chunk = sock.recv(_HTTP2_FRAME_HEADER_BYTES - len(header))
+                if not chunk:  # closed without a preface: not a gRPC server
+                    return False
+                header += chunk
+    except OSError:  # refused, no listener, timed out, path too long for a unix socket
         return False
-    finally:
-        channel.close()
+    return header[3] == _HTTP2_SETTINGS and not header[4] & _HTTP2_ACK
 
 
 def driver_problems(plugin: DriverPlugin, api_connected: bool, dial_timeout: float = DIAL_TIMEOUT_S) -> list[str]:

@@ -7,6 +7,8 @@ import fcntl
 import json
 import os
 import socket
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -147,6 +149,48 @@ def test_lost_registration_socket_is_unready_and_served_again(ready_daemon: Daem
 def test_dra_socket_that_does_not_answer_is_unready(ready_daemon: Daemon) -> None:
     ready_daemon.plugins[DRIVER]._stop_dra()  # the DRA server gone while registration still answers
     assert any("does not answer" in p for p in problems(ready_daemon))
+
+
+def test_dra_socket_check_opens_no_grpc_channel(ready_daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check every 2 s is a plain HTTP/2 handshake: a gRPC channel per check started and stopped threads beside the
+    claim calls (docs/performance.md, "Under the real kubelet")."""
+    monkeypatch.setitem(sys.modules, "grpc", None)  # any `import grpc` now fails
+    assert problems(ready_daemon) == []
+
+
+@pytest.mark.parametrize(
+    "answer", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n", b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"], ids=["silent", "http1", "settings-ack"]
+)
+def test_dra_socket_whose_listener_is_not_a_grpc_server_is_unready(ready_daemon: Daemon, answer: bytes) -> None:
+    """A listener that accepts but does not open with HTTP/2 SETTINGS (silent, another protocol, an ACK) does not answer."""
+    plugin = ready_daemon.plugins[DRIVER]
+    plugin._stop_dra()
+    plugin.paths.dra_socket.unlink(missing_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(plugin.paths.dra_socket))
+        listener.listen(4)
+        stop = threading.Event()
+
+        def serve() -> None:
+            listener.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    continue
+                with conn:
+                    if answer:
+                        conn.sendall(answer)
+                    stop.wait(2)
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        try:
+            found = returns_within(lambda: problems(ready_daemon), plugin.paths.dra_socket)
+            assert any("does not answer" in p for p in found), found
+        finally:
+            stop.set()
+            server.join(5)
 
 
 @contextmanager
