@@ -7,7 +7,8 @@ Kubernetes source) and root. It starts a fresh control plane and node-1, then fo
 starts it on node-1 as a host process, runs `--pods` pods one at a time, each with one claim of one device
 (a whole GPU of the simulated `--profile` for this driver, one of the test driver's devices for the Go
 one), and reads the kubelet's own figures from its /metrics (its port on 127.0.0.1, with the kit's admin
-client certificate: the API server's node proxy refuses loopback node addresses) before and after each pod: `dra_grpc_operations_duration_seconds` (the kubelet's gRPC client interceptor around
+client certificate: the API server's node proxy refuses loopback node addresses) before and after each pod:
+`dra_grpc_operations_duration_seconds` (the kubelet's gRPC client interceptor around
 NodePrepareResources / NodeUnprepareResources of that driver, pkg/kubelet/cm/dra/plugin/dra_plugin.go) and
 `dra_operations_duration_seconds` (the kubelet's whole PrepareResources / UnprepareResources of a pod,
 pkg/kubelet/cm/dra/manager.go, which also reads the claim and writes the kubelet's checkpoint). The
@@ -271,7 +272,12 @@ def run_pods(kit: Kit, api: Api, driver: Driver, pods: int, tag: str, samples: S
         kit.kubectl("-n", NAMESPACE, "delete", "pod", name, "--wait=false")
         wait_for(f"pod {name} gone", lambda: api.phase(name) is None, 120)
         # the kubelet unprepares once the pod's containers are gone; the pod object can vanish first
-        wait_for(f"unprepare of {name}", lambda: delta(prepared, api.dra_metrics(), "dra_grpc_operations_duration_seconds", "NodeUnprepareResources")[1] >= 1, 60, 0.1)
+        wait_for(
+            f"unprepare of {name}",
+            lambda: delta(prepared, api.dra_metrics(), "dra_grpc_operations_duration_seconds", "NodeUnprepareResources")[1] >= 1,
+            60,
+            0.1,
+        )
         done = api.dra_metrics()
         kit.kubectl("-n", NAMESPACE, "delete", "resourceclaimtemplate", name, "--wait=false")
         if samples is None:
@@ -297,7 +303,11 @@ STRACE_SYSCALLS = "fsync,fdatasync,syncfs,openat,write,rename,renameat,renameat2
 def strace_pass(kit: Kit, api: Api, driver: Driver, pods: int, out: Path, full: bool) -> str:
     """`pods` pods with strace attached to the driver: its summary (-c), or with `full` every call with its time."""
     assert driver.process is not None
-    mode = ["-tt", "-T", "-e", f"trace={STRACE_SYSCALLS},read,connect,sendto,recvfrom,sendmsg,recvmsg"] if full else ["-c", "-e", f"trace={STRACE_SYSCALLS}"]
+    mode = (
+        ["-tt", "-T", "-e", f"trace={STRACE_SYSCALLS},read,connect,sendto,recvfrom,sendmsg,recvmsg"]
+        if full
+        else ["-c", "-e", f"trace={STRACE_SYSCALLS}"]
+    )
     tracer = subprocess.Popen(
         ["strace", "-f", *mode, "-o", str(out), "-p", str(driver.process.pid)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -385,7 +395,11 @@ def main() -> int:
             for key in wanted:
                 driver = drivers[key]
                 log = kit.home / "logs" / "kubelet.log"
-                before = len(re.findall(rf'"Registered DRA plugin".*driverName="{re.escape(driver.name)}"', log.read_text(errors="replace"))) if log.exists() else 0
+                before = (
+                    len(re.findall(rf'"Registered DRA plugin".*driverName="{re.escape(driver.name)}"', log.read_text(errors="replace")))
+                    if log.exists()
+                    else 0
+                )
                 driver.start()
                 wait_for(f"{driver.label} slices", lambda: slices_published(kit, driver.name), 120, 0.5)
                 wait_for(f"{driver.label} registered", lambda: registered(kit, driver.name, before), 60, 0.2)
@@ -398,7 +412,11 @@ def main() -> int:
                 print(f"round {round_ + 1} {driver.label}: done, load average {os.getloadavg()}", flush=True)
                 if args.strace and round_ == args.rounds - 1:
                     text = strace_pass(kit, api, driver, args.strace, work / f"strace-{key}.txt", args.strace_full)
-                    print(f"\nstrace -f {'-tt -T' if args.strace_full else '-c'} of {driver.label}, {args.strace} pods (prepare + unprepare each):\n{text}", flush=True)
+                    print(
+                        f"\nstrace -f {'-tt -T' if args.strace_full else '-c'} of {driver.label}, "
+                        f"{args.strace} pods (prepare + unprepare each):\n{text}",
+                        flush=True,
+                    )
                 driver.stop()
                 for item in json.loads(kit.kubectl("get", "resourceslices", "-o", "json"))["items"]:
                     if item["spec"]["driver"] == driver.name:
