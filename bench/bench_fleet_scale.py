@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import io
 import json
 import multiprocessing as mp
 import os
@@ -607,7 +608,7 @@ class PodWatch:
             for event in self._stream:
                 pod = event.get("object") or {}
                 name = (pod.get("metadata") or {}).get("name")
-                if (pod.get("spec") or {}).get("nodeName") and name not in self.bound:
+                if isinstance(name, str) and (pod.get("spec") or {}).get("nodeName") and name not in self.bound:
                     self.bound[name] = time.perf_counter()
         except Exception:  # stopped
             return
@@ -722,7 +723,8 @@ def main() -> int:
     if len(sizes) > 1 and not (args.up or args.ramp):
         print("bench_fleet_scale: several N need --up (a fresh control plane for each) or --ramp (one fleet grown in steps)", file=sys.stderr)
         return 2
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     print(f"kit {kit.home}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, MemAvailable {available() / 2**30:.1f} GiB")
     fleets = [sizes] if args.ramp else [[n] for n in sizes]
     try:

@@ -28,9 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.hostile_inputs import CASES, CLAIM, running_as_root  # noqa: E402
+from hostile_inputs import CASES, CLAIM, running_as_root
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_TIMEOUT_S = 30

@@ -109,7 +109,7 @@ class Api:
             if err.status == 404:
                 return None
             raise
-        return str(pod.status.phase)
+        return str(pod.status.phase) if pod.status else None
 
     def dra_metrics(self) -> dict[tuple[str, str, str], float]:
         """(metric, sum|count, labels) -> value of the kubelet's two DRA duration histograms."""

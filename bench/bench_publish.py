@@ -127,7 +127,7 @@ def main() -> int:
     print(f"profile={args.profile} repeat={args.repeat} (medians)")
     print(f"{'mode':8} {'slices':>6} {'devices':>7} {'writes':>6} {'cold start ms':>13} {'health writes':>13} {'wipe repair ms':>14}")
     for mode in ("static", "dynamic"):
-        r = run_mode(args.profile, mode, args.repeat)  # type: ignore[arg-type]
+        r = run_mode(args.profile, mode, args.repeat)
         print(
             f"{r['mode']:8} {r['slices']:>6} {r['devices']:>7} {r['writes']:>6} {r['cold_ms']:>13.1f} {str(r['health_writes']):>13} "
             f"{r['repair_ms']:>14.1f}   [{r['origin']}]"

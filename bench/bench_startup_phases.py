@@ -88,7 +88,7 @@ def main() -> None:
         mark("first driver registered")
         report_and_exit(cleanup)
 
-    driver.DriverPlugin._start = registered  # type: ignore[method-assign]
+    driver.DriverPlugin._start = registered  # type: ignore[method-assign,assignment]
     run.build_daemon = built
     assert run  # imported above on purpose, as `dra-driver run` does before parsing
     cli.main(argv)

@@ -79,7 +79,7 @@ def _billion_laughs() -> bytes:
 
 
 def _object(**fields: object) -> bytes:
-    doc = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"}, "spec": {}}
+    doc: dict[str, object] = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"}, "spec": {}}
     doc.update(fields)
     return json.dumps(doc).encode()
 
