@@ -2,7 +2,7 @@
 
 Without a device plugin of the vendor, the check is a few dictionary look-ups. With one, each prepare asks the
 kubelet's PodResources `List` once (a gRPC call on a unix socket, kept-open channel); the kubelet here is the
-tests' Python stand-in (tests/node_checks/fake_kubelet.py), which answers slower than the real one. Prints the
+tests' Python stand-in (tests/node/checks/fake_kubelet.py), which answers slower than the real one. Prints the
 median over --repeat runs of --calls checks each, per check.
 
 usage: python bench/bench_device_plugin_guard.py [--profile dgx-h100] [--calls N] [--repeat R]
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.node_checks.fake_kubelet import PodResourcesState, pod_resources_server  # noqa: E402
+from tests.node.checks.fake_kubelet import PodResourcesState, pod_resources_server  # noqa: E402
 
 from dra_driver.backend.hardware_profiles import load_profile  # noqa: E402
 from dra_driver.model.device import Inventory  # noqa: E402

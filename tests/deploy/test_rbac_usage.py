@@ -21,8 +21,8 @@ from dra_driver.node.publisher.daemon_adapter import publisher_factory
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.backend.interface import BackendSettings, ClaimRef, HealthEvent
 from tests.deploy.test_manifests import by_kind, render
-from tests.publisher.conftest import FAST, NODE, device_names, eventually, slices
-from tests.publisher.test_daemon_wiring import ToyBackend
+from tests.node.publisher.conftest import FAST, NODE, device_names, eventually, slices
+from tests.node.publisher.test_daemon_wiring import ToyBackend
 
 DRIVER = "gpu.example.com"
 

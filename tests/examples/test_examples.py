@@ -44,7 +44,7 @@ NOT_RUN: dict[str, str] = {
     "--kubeconfig": "needs a cluster",
     "--context": "needs a cluster",
     "run": "the daemon: needs a kubelet (tests/cli/test_run.py runs it)",
-    "doctor": "checks the machine it runs on (tests/node_checks)",
+    "doctor": "checks the machine it runs on (tests/node/checks)",
     "demo": "a synopsis with optional flags (tests of demo run it)",
     "discover -o yaml": "reads this machine's hardware",
     "[": "a synopsis, not a command",

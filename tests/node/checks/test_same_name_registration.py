@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.node_checks.fake_kubelet import nvidia_daemon, other_driver
+from tests.node.checks.fake_kubelet import nvidia_daemon, other_driver
 
 from tests.support import eventually
 from dra_driver.cli.main import main

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, nvidia_daemon, other_driver, pod_resources_server, write_checkpoint
+from tests.node.checks.fake_kubelet import PodResourcesState, bind_socket, nvidia_daemon, other_driver, pod_resources_server, write_checkpoint
 
 from dra_driver.cli.main import main
 from dra_driver.simulation import api_server as sim_apiserver

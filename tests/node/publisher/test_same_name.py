@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.publisher.conftest import DRIVER, NODE, Source, eventually, slices
+from tests.node.publisher.conftest import DRIVER, NODE, Source, eventually, slices
 
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.checks.same_name import OWNER_LABEL, OWNER_VALUE, written_by_other

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.hostile_paths import HOSTILE, plant, returns_within
-from tests.node_checks.fake_kubelet import PodResourcesState, bind_socket, pod_resources_server, write_checkpoint
+from tests.node.checks.fake_kubelet import PodResourcesState, bind_socket, pod_resources_server, write_checkpoint
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.node.metrics import Metrics

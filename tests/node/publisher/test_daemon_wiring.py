@@ -18,7 +18,7 @@ from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inve
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.publisher.daemon_adapter import publisher_factory
 from dra_driver.backend.interface import AllocatedDevice, BackendSettings, ClaimRef, HealthEvent, PreparedClaim, VendorBackend
-from tests.publisher.conftest import FAST, NODE, device_names, eventually, slices
+from tests.node.publisher.conftest import FAST, NODE, device_names, eventually, slices
 
 
 class ToyBackend(VendorBackend):

@@ -6,7 +6,7 @@ from typing import Any
 
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.model import CounterConsumption, CounterSet, Device, DeviceTaint, Inventory
-from tests.publisher.conftest import DRIVER, FAST, slices
+from tests.node.publisher.conftest import DRIVER, FAST, slices
 
 PARTITIONS_PER_GPU = 26  # what dynamic MIG publishes per H100 (full GPU + every placement)
 

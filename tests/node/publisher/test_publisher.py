@@ -13,7 +13,7 @@ from dra_driver.kube.client import make_api_client
 from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 from dra_driver.model.device import DeviceTaint
 from dra_driver.node.publisher import SlicePublisher
-from tests.publisher.conftest import DRIVER, FAST, NODE, Source, device_names, eventually, pool_consistent, slices
+from tests.node.publisher.conftest import DRIVER, FAST, NODE, Source, device_names, eventually, pool_consistent, slices
 
 Build = Callable[..., SlicePublisher]
 

@@ -13,7 +13,7 @@ import pytest
 from dra_driver.kube.client import USER_AGENT, make_api_client
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.publisher import PublisherOptions, SlicePublisher
-from tests.publisher.conftest import NODE, Source, eventually, pool_consistent, slices
+from tests.node.publisher.conftest import NODE, Source, eventually, pool_consistent, slices
 
 Build = Callable[..., SlicePublisher]
 LIST = ("list", "resourceslices")

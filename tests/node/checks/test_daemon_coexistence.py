@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.node_checks.fake_kubelet import PodResourcesState, node_settings, pod_resources_server
+from tests.node.checks.fake_kubelet import PodResourcesState, node_settings, pod_resources_server
 
 from dra_driver.node.daemon import Daemon
 from dra_driver.backend.hardware_profiles import load_profile
@@ -16,7 +16,7 @@ from dra_driver.node.checks.coexistence import WITHHELD_ANNOTATION, CoexistenceS
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.publisher.daemon_adapter import publisher_factory
 from dra_driver.backend.interface import BackendSettings, ClaimRef
-from tests.publisher.conftest import eventually
+from tests.node.publisher.conftest import eventually
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"
