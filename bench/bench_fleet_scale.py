@@ -121,9 +121,12 @@ def metrics(json_api: Any) -> tuple[Counter[tuple[str, str]], float]:
         match = _METRIC.match(line)
         if match and match.group(1) == "apiserver_watch_cache_consistent_read_total":
             labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
-            if labels.get("fallback") == "true" and labels.get("resource") in WATCHED:
-                # a consistent LIST the watch cache could not serve in time: read from etcd (the whole prefix)
-                requests[(labels["resource"], "LIST from etcd")] += int(float(match.group(3)))
+            if labels.get("resource") in WATCHED:
+                # every consistent LIST (no resourceVersion); those the watch cache could not serve in time were read
+                # from etcd (the whole prefix)
+                requests[(labels["resource"], "LIST consistent")] += int(float(match.group(3)))
+                if labels.get("fallback") == "true":
+                    requests[(labels["resource"], "LIST from etcd")] += int(float(match.group(3)))
             continue
         if not match or match.group(1) != "apiserver_request_total":
             continue

@@ -19,8 +19,8 @@ from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource, 
 from dra_driver.kube.k8s import ApiException, client
 
 __all__ = [
-    "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for", "chosen_context",
-    "configuration_for_url", "load_configuration", "make_api_client", "server_label",
+    "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for", "cached_list_query",
+    "chosen_context", "configuration_for_url", "load_configuration", "make_api_client", "newer_version", "server_label", "too_large_version",
 ]  # fmt: skip
 
 # A request timeout as the kubernetes client takes it: seconds, or (connect, read) seconds; None: its default.
@@ -128,6 +128,38 @@ def _say_tls_unverified(host: str) -> None:
 def make_api_client(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     """An ApiClient ready for ResourceV1Api / CoreV1Api."""
     return api_client_for(load_configuration(base_url, kubeconfig, context))
+
+
+def cached_list_query(since: str | None, paginated: bool = False) -> dict[str, str]:
+    """The resourceVersion parameters of a LIST the API server answers from its watch cache.
+
+    A LIST without resourceVersion is a consistent read: served from the cache only once the cache has caught up with
+    etcd (within 3 s), else from etcd, which cannot filter by field, so one such read of a node's slices reads every
+    slice of the cluster. `since` (the newest resourceVersion this client has seen: its own writes, the events it
+    reacts to) makes the answer include all of it: NotOlderThan, paginated, 504 "Too large resource version" when the
+    cache does not get there (too_large_version). With nothing seen yet: resourceVersion=0, any state of the cache, as
+    client-go's first LIST; it ignores `limit` (v1.35.6 answers every object at once), so a paginated reader asks
+    NotOlderThan "1" instead, the same "any state" (resourceVersions are etcd revisions, the first is 1) in pages.
+    """
+    if since:
+        return {"resourceVersion": since, "resourceVersionMatch": "NotOlderThan"}
+    if paginated:
+        return {"resourceVersion": "1", "resourceVersionMatch": "NotOlderThan"}
+    return {"resourceVersion": "0"}
+
+
+def too_large_version(exc: BaseException) -> bool:
+    """The watch cache did not reach the version a NotOlderThan read asked for (504 Timeout, ResourceVersionTooLarge)."""
+    return isinstance(exc, ApiException) and exc.status == 504 and "ResourceVersionTooLarge" in str(exc.body or "")
+
+
+def newer_version(current: str | None, seen: str | None) -> str | None:
+    """The newer of two resourceVersions (etcd revisions: numbers; a non-number seen last counts as newer)."""
+    if not seen:
+        return current
+    if current and current.isdigit() and seen.isdigit() and int(current) >= int(seen):
+        return current
+    return seen
 
 
 class JsonApi:

@@ -7,6 +7,11 @@ from the last resourceVersion seen; 410 Gone (the server's history no longer rea
 once; any other failure (an ERROR event, a broken stream, a refused request) re-lists after a jittered,
 capped exponential backoff. The thread never dies of a failure.
 
+Every LIST is served from the API server's watch cache (kube.client.cached_list_query), as client-go's
+reflector does: the first any state of the cache, a re-list not older than the last version seen. A
+consistent LIST (which falls back to reading the whole resource from etcd while the cache lags: at 5,000
+nodes every ResourceSlice) only after a 410 or when the cache does not reach the version asked (504).
+
 `live` says a list succeeded and the watch after it is open; `synced` that at least one list succeeded
 (the store holds a whole, if possibly old, picture). `version` grows on every change of the store, so a
 consumer can tell whether anything changed since it last looked. Used by the claim cache of the node
@@ -23,7 +28,7 @@ from typing import Any
 from dra_driver.common.logs import fields
 from dra_driver.kube.k8s import ApiException
 from dra_driver.kube.k8s import client as k8s
-from dra_driver.kube.client import JsonApi, WatchStream
+from dra_driver.kube.client import JsonApi, WatchStream, cached_list_query, newer_version, too_large_version
 from dra_driver.common.backoff import Backoff, jittered
 
 log = logging.getLogger(__name__)
@@ -74,6 +79,8 @@ class Reflector:
         self._stop = threading.Event()
         self._stream: WatchStream | None = None
         self._thread: threading.Thread | None = None
+        self._seen: str | None = None  # the newest resourceVersion seen: a re-list is not older
+        self._need_truth = False  # the next LIST is consistent (after a 410)
         self.lists = 0  # completed LISTs (a re-sync each after the first)
         self.list_requests = 0  # LIST requests sent, pages included
         self.watch_requests = 0  # WATCH requests opened
@@ -139,16 +146,32 @@ class Reflector:
                 if self._stop.is_set():
                     return
                 expired = isinstance(exc, ApiException) and exc.status == 410
+                self._need_truth = self._need_truth or expired
                 delay = 0.0 if expired else self._backoff.next_delay()
                 log.info("watch ended; re-listing", extra=fields(resource=self.name, error=describe_failure(exc), delay_s=round(delay, 2)))
                 if self._stop.wait(delay):
                     return
 
     def _list(self) -> str:
+        consistent, self._need_truth = self._need_truth, False
+        try:
+            version = self._list_pages(consistent)
+        except ApiException as exc:
+            if consistent or not too_large_version(exc):
+                self._need_truth = self._need_truth or consistent
+                raise
+            log.info("the API server's cache lags behind; listing consistently", extra=fields(resource=self.name, since=self._seen))
+            version = self._list_pages(True)
+        self._seen = newer_version(self._seen, version)
+        return version
+
+    def _list_pages(self, consistent: bool) -> str:
         fresh: dict[Key, dict[str, Any]] = {}
         token = ""
+        first = {} if consistent else cached_list_query(self._seen, paginated=True)
         while True:
-            query = {**self._query, "limit": str(LIST_PAGE), **({"continue": token} if token else {})}
+            # Later pages name only their continue token: it carries the first page's version.
+            query = {**self._query, "limit": str(LIST_PAGE), **({"continue": token} if token else first)}
             self.list_requests += 1
             body = self._api.request("GET", self._path, query)
             for item in body.get("items") or []:
@@ -183,6 +206,7 @@ class Reflector:
             for event in stream:
                 obj = event.get("object") or {}
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or "") or version
+                self._seen = newer_version(self._seen, version)
                 self._apply(str(event.get("type")), obj)
                 if self._stop.is_set():
                     break

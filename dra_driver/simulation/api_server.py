@@ -25,6 +25,15 @@ Implemented semantics (what dra-driver uses, modelled on the real apiserver):
   limit/continue; watch from a resourceVersion (410 Expired once the history
   is compacted), `timeoutSeconds`, ADDED/MODIFIED/DELETED with objects that
   move in or out of a field selector reported as ADDED/DELETED;
+- the watch cache's LIST semantics (measured on a v1.35.6 kube-apiserver): no
+  `resourceVersion` is a consistent read (counted in `consistent_lists`, the
+  real server's `apiserver_watch_cache_consistent_read_total`); `resourceVersion=0`
+  is served from the cache, ignoring `limit`; `resourceVersionMatch=NotOlderThan`
+  with a version is served from the cache, paginated, and answers 504
+  "Too large resource version" when the cache does not reach that version;
+  `resourceVersionMatch` without `resourceVersion` is 422. `hold_cache()` freezes
+  the cache at the current state (a cache that lags behind etcd), `release_cache()`
+  lets it catch up;
 - group-version discovery (`/api/v1`, `/apis/<group>/<version>`: an
   APIResourceList), without the resource.k8s.io versions `ServerOptions.resource_versions` leaves out;
 - 404 and 422 answers as `Status` objects; ResourceSlices are validated with
@@ -36,7 +45,7 @@ Implemented semantics (what dra-driver uses, modelled on the real apiserver):
   disabled alpha fields (kube_features.go 1.35 defaults); with taints on it fills
   `timeAdded` (seconds precision).
 
-Test hooks: `inject()` makes the next N matching requests fail (409, 429 with
+Test hooks: `hold_cache()` / `release_cache()` (above), `inject()` makes the next N matching requests fail (409, 429 with
 Retry-After, 500, 503, or a dropped connection), `slow()` delays the answer
 to the next N matching requests (a slow API server), `drop_watches()` cuts every
 open watch stream, `delete_as_other()` / `modify_as_other()` change objects
@@ -431,6 +440,9 @@ class ObjectStore:
         self._rv = 0
         self._events: list[WatchEvent] = []
         self._compacted_rv = 0  # events at or below this rv are gone
+        # The watch cache while held behind: (its resourceVersion, its objects, whether it catches up when asked for
+        # a newer version, as the real one does within its 3 s wait). None: the cache is current.
+        self._cache: tuple[int, dict[tuple[str, str, str], JsonObject], bool] | None = None
 
     # ---- plumbing
 
@@ -500,11 +512,43 @@ class ObjectStore:
             return copy.deepcopy(found) if found else None
 
     def list(self, kind: str, selection: Selection | None = None) -> list[JsonObject]:
+        with self.changed:
+            return self._select(self._objects, kind, selection)
+
+    @staticmethod
+    def _select(objects: Mapping[tuple[str, str, str], JsonObject], kind: str, selection: Selection | None) -> builtins.list[JsonObject]:
         rt = resource_for(kind)
         selection = selection or Selection()
+        items = [o for (plural, _, _), o in sorted(objects.items()) if plural == rt.plural and selection.matches(o)]
+        return copy.deepcopy(items)
+
+    # ---- the watch cache
+
+    def hold_cache(self, catch_up: bool = True) -> int:
+        """Freeze the watch cache at the current state; returns its resourceVersion. Cache reads (resourceVersion=0,
+        or NotOlderThan a version it holds) answer from it until release_cache(); with `catch_up` a read NotOlderThan a
+        newer version sees the current state (the cache caught up within its wait), without, it answers 504."""
         with self.changed:
-            items = [o for (plural, _, _), o in sorted(self._objects.items()) if plural == rt.plural and selection.matches(o)]
-            return copy.deepcopy(items)
+            self._cache = (self._rv, dict(self._objects), catch_up)
+            return self._rv
+
+    def release_cache(self) -> None:
+        with self.changed:
+            self._cache = None
+
+    def cached(self, kind: str, selection: Selection, not_older_than: int) -> tuple[int, builtins.list[JsonObject]]:
+        """A watch-cache read: (its resourceVersion, the objects); ApiError 504 when the cache does not reach the version."""
+        with self.changed:
+            held = self._cache
+            if held is not None and not_older_than <= held[0]:
+                return held[0], self._select(held[1], kind, selection)
+            if (held is not None and not held[2]) or not_older_than > self._rv:
+                current = held[0] if held is not None else self._rv
+                error = ApiError(504, f"Timeout: Too large resource version: {not_older_than}, current: {current}", "Timeout")
+                error.details["causes"] = [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+                error.details["retryAfterSeconds"] = 1
+                raise error
+            return self._rv, self._select(self._objects, kind, selection)
 
     def remove(self, kind: str, name: str, namespace: str | None = None) -> JsonObject:
         rt = resource_for(kind)
@@ -973,19 +1017,37 @@ class _Handler(BaseHTTPRequestHandler):
         return {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
 
     def _list(self, route: _Route, query: Mapping[str, list[str]]) -> JsonObject:
-        store = self.server.sim.store
+        sim = self.server.sim
+        store = sim.store
         selection = self._selection(route, query)
-        with store.changed:
-            rv = store.resource_version
-            items = store.list(route.rt.kind, selection)
-        start = 0
+        version = query.get("resourceVersion", [""])[0]
+        match = query.get("resourceVersionMatch", [""])[0]
+        limit = int(query.get("limit", ["0"])[0] or 0)
         token = query.get("continue", [""])[0]
+        if match and not version:
+            raise ApiError(422, "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if match not in ("", "NotOlderThan") or (version not in ("", "0") and not match and limit > 0):
+            raise ApiError(400, "the simulated API server serves no exact-version LIST (resourceVersionMatch=Exact)")
+        if token:  # a later page: the token's position in the same selection (the real one names a snapshot)
+            with store.changed:
+                rv, items = store.resource_version, store.list(route.rt.kind, selection)
+        elif not version:
+            sim._count_list(route.rt.plural, "consistent")
+            with store.changed:
+                rv, items = store.resource_version, store.list(route.rt.kind, selection)
+        else:
+            sim._count_list(route.rt.plural, "cache")
+            if not version.isdigit():
+                raise ApiError(400, f"invalid resourceVersion {version!r}")
+            rv, items = store.cached(route.rt.kind, selection, int(version))
+            if version == "0":
+                limit = 0  # the watch cache ignores limit for resourceVersion=0 (v1.35.6 answers every object at once)
+        start = 0
         if token:
             try:
                 start = int(token)
             except ValueError as exc:
                 raise ApiError(400, f"invalid continue token {token!r}") from exc
-        limit = int(query.get("limit", ["0"])[0] or 0)
         end = start + limit if limit > 0 else len(items)
         cont = str(end) if end < len(items) else None
         return self._list_body(route.rt, items[start:end], rv, cont)
@@ -1004,7 +1066,10 @@ class _Handler(BaseHTTPRequestHandler):
         start_rv_text = query.get("resourceVersion", [""])[0]
         deadline = time.monotonic() + timeout
         with store.changed:
-            if start_rv_text in ("", "0"):
+            if start_rv_text == "0":  # from the watch cache, possibly behind
+                cursor, objects = store.cached(route.rt.kind, selection, 0)
+                backlog = [("ADDED", o) for o in objects]
+            elif start_rv_text == "":
                 cursor = store.resource_version
                 backlog = [("ADDED", o) for o in store.list(route.rt.kind, selection)]
             else:
@@ -1114,6 +1179,9 @@ class SimApiServer:
         self.store = ObjectStore(self.options)
         self.requests: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> requests received
         self._writes: Counter[tuple[str, str]] = Counter()  # (verb, plural) -> successful writes
+        # (plural, "consistent" | "cache") -> first-page LISTs by where they were served: a consistent read is the one
+        # that falls back to etcd when the real watch cache lags (apiserver_watch_cache_consistent_read_total)
+        self.lists: Counter[tuple[str, str]] = Counter()
         self.request_log: deque[RequestRecord] = deque(maxlen=1000)  # the most recent requests
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -1264,6 +1332,13 @@ class SimApiServer:
         with self._lock:
             self._faults.clear()
 
+    def hold_cache(self, catch_up: bool = True) -> int:
+        """The watch cache stays at the current state (lags behind) until release_cache(): ObjectStore.hold_cache."""
+        return self.store.hold_cache(catch_up)
+
+    def release_cache(self) -> None:
+        self.store.release_cache()
+
     def drop_watches(self) -> int:
         """Cut every open watch stream abruptly; returns how many were cut."""
         with self._lock:
@@ -1287,16 +1362,27 @@ class SimApiServer:
         with self._lock:
             return sum(n for (v, r), n in self._writes.items() if verb in (None, v) and plural in (None, r))
 
+    def consistent_lists(self, resource: str | None = None) -> int:
+        """LISTs that asked for a consistent read (no resourceVersion), optionally of one resource (kind or plural)."""
+        plural = resource_for(resource).plural if resource else None
+        with self._lock:
+            return sum(n for (r, where), n in self.lists.items() if where == "consistent" and plural in (None, r))
+
     def reset_counters(self) -> None:
         with self._lock:
             self.requests.clear()
             self._writes.clear()
+            self.lists.clear()
 
     # ---- internal hooks for the handler
 
     def _count(self, verb: str, plural: str) -> None:
         with self._lock:
             self.requests[(verb, plural)] += 1
+
+    def _count_list(self, plural: str, where: str) -> None:
+        with self._lock:
+            self.lists[(plural, where)] += 1
 
     def _count_write(self, verb: str, plural: str) -> None:
         with self._lock:

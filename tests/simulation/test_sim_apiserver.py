@@ -155,6 +155,40 @@ def test_list_pagination(api: client.ResourceV1Api) -> None:
     assert len(seen) == 5 == len(set(seen))
 
 
+def test_list_resource_version_semantics_of_the_watch_cache(api: client.ResourceV1Api, server: SimApiServer) -> None:
+    """As a v1.35.6 kube-apiserver answers (measured on the loopback kit): no resourceVersion is a consistent read;
+    resourceVersion=0 is the cache, whole (limit ignored); NotOlderThan is the cache, paginated."""
+    for _ in range(3):
+        api.create_resource_slice(slice_body())
+    assert len(api.list_resource_slice(limit=2).items) == 2
+    assert server.consistent_lists("ResourceSlice") == 1
+    assert len(api.list_resource_slice(limit=2, resource_version="0").items) == 3
+    page = api.list_resource_slice(limit=2, resource_version="1", resource_version_match="NotOlderThan")
+    assert len(page.items) == 2 and page.metadata._continue
+    assert server.consistent_lists("ResourceSlice") == 1 and server.lists[("resourceslices", "cache")] == 2
+    with pytest.raises(ApiException) as raised:
+        api.list_resource_slice(resource_version_match="NotOlderThan")
+    assert raised.value.status == 422
+
+
+def test_a_held_cache_answers_from_where_it_stopped(api: client.ResourceV1Api, server: SimApiServer) -> None:
+    api.create_resource_slice(slice_body())
+    held = server.hold_cache(catch_up=False)
+    api.create_resource_slice(slice_body())
+    cached = api.list_resource_slice(resource_version="0")
+    assert len(cached.items) == 1 and cached.metadata.resource_version == str(held)
+    assert len(api.list_resource_slice().items) == 2  # a consistent read sees the truth
+    with pytest.raises(ApiException) as raised:
+        api.list_resource_slice(resource_version=str(held + 1), resource_version_match="NotOlderThan")
+    assert raised.value.status == 504 and error_of(raised.value)["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+    server.hold_cache()  # one that catches up when asked for more
+    api.create_resource_slice(slice_body())
+    newer = api.list_resource_slice(resource_version=str(server.store.resource_version), resource_version_match="NotOlderThan")
+    assert len(newer.items) == 3 and len(api.list_resource_slice(resource_version="0").items) == 2
+    server.release_cache()
+    assert len(api.list_resource_slice(resource_version="0").items) == 3
+
+
 def test_delete_collection_by_field_selector(api: client.ResourceV1Api, server: SimApiServer) -> None:
     api.create_resource_slice(slice_body("node-a"))
     api.create_resource_slice(slice_body("node-a", driver="nic.example.com"))

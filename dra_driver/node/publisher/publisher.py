@@ -15,6 +15,18 @@
   publisher's own write before the write's response has recorded its
   resourceVersion: events arriving while writes are in flight are judged once
   the writes are done, so an own write never leads to a re-list;
+- lists from the API server's watch cache, never with a consistent read
+  unless correctness needs one (a consistent read falls back to etcd while the
+  cache lags, and etcd cannot filter by field: it reads every slice of the
+  cluster): the first LIST asks resourceVersion=0 (any state, as client-go's
+  informers), every later one NotOlderThan the newest version this publisher
+  has seen (its own writes, the watch events that led to it), so a relist
+  always includes its own writes and the change it reacts to. A cache behind
+  the truth can show a slice that is gone or changed (the write's
+  precondition fails: 404/409) or miss one that exists (the watch, started
+  from the list's version, then delivers it: a relist repairs the pool, removing
+  a duplicate); after a failed precondition, a 410 from the watch or a cache
+  that does not reach the version asked, the next LIST is consistent, once;
 - retries with capped, jittered exponential backoff (honouring Retry-After)
   on conflicts, throttling, server errors and connection errors;
 - notices when the API server silently drops fields whose feature gate is
@@ -45,7 +57,7 @@ from typing import Any
 import urllib3
 
 from dra_driver.common.errors import DraError
-from dra_driver.kube.client import JsonApi, WatchStream
+from dra_driver.kube.client import JsonApi, WatchStream, cached_list_query, newer_version, too_large_version
 from dra_driver.kube.k8s import ApiException, client
 from dra_driver.common.logs import fields
 from dra_driver.model.device import DeviceTaint, Inventory, TaintEffect
@@ -126,6 +138,8 @@ class SlicePublisher:
         self._deferred: list[tuple[str, JsonObject]] = []  # (version, event) seen while writing, judged after
         self._node_uid: str | None = None
         self._list_version: str | None = None
+        self._seen_version: str | None = None  # newest resourceVersion seen (lists, own writes, watch events)
+        self._need_truth = False  # the next LIST is consistent: a precondition failed or the watch expired
         self._syncs = 0
         self.writes: Counter[str] = Counter()  # create/update/delete sent by this publisher and accepted
         self._lock = threading.RLock()  # state above
@@ -239,7 +253,7 @@ class SlicePublisher:
 
     def withdraw(self) -> int:
         """Delete every slice of this (node, driver) that this driver wrote (uninstall); returns how many."""
-        own = [obj for obj in self._list() if not written_by_other(obj)]
+        own = [obj for obj in self._list(consistent=True) if not written_by_other(obj)]
         for obj in own:
             self._delete(obj)
         return len(own)
@@ -360,9 +374,29 @@ class SlicePublisher:
 
     # ------------------------------------------------------------------ API calls
 
-    def _list(self) -> list[JsonObject]:
-        body = self._api.request("GET", SLICES_PATH, {"fieldSelector": self.field_selector})
+    def _list(self, consistent: bool = False) -> list[JsonObject]:
+        """This pool's slices: from the watch cache (cached_list_query), or a consistent read when asked or needed."""
+        with self._lock:
+            wanted, self._need_truth = self._need_truth, False
+            since = self._seen_version
+        query = {"fieldSelector": self.field_selector}
+        try:
+            if consistent or wanted:
+                body = self._api.request("GET", SLICES_PATH, query)
+            else:
+                try:
+                    body = self._api.request("GET", SLICES_PATH, {**query, **cached_list_query(since)})
+                except ApiException as exc:
+                    if not too_large_version(exc):
+                        raise
+                    log.info("the API server's cache lags behind; listing consistently", extra=fields(driver=self.driver, since=since))
+                    body = self._api.request("GET", SLICES_PATH, query)
+        except BaseException:
+            if wanted:
+                self._want_truth()
+            raise
         self._list_version = body.get("metadata", {}).get("resourceVersion")
+        self._saw(self._list_version)
         # Defence in depth: never touch another node's or driver's slice, whatever the server returned.
         return [
             item
@@ -382,9 +416,27 @@ class SlicePublisher:
             self._node_uid = node["metadata"]["uid"]
         return [{"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": self._node_uid, "controller": True}]
 
-    def _remember(self, stored: JsonObject) -> JsonObject:
+    def _saw(self, version: str | None) -> None:
         with self._lock:
-            self._own_versions.add(str(stored.get("metadata", {}).get("resourceVersion")))
+            self._seen_version = newer_version(self._seen_version, version)
+
+    def _want_truth(self) -> None:
+        with self._lock:
+            self._need_truth = True
+
+    def _precondition_failed(self, exc: ApiException, verb: str, name: str) -> None:
+        """A write based on a list that was behind (409 Conflict / AlreadyExists, 404 on update): the retry lists consistently."""
+        log.info(
+            "slice write refused: the list was behind; listing consistently",
+            extra=fields(driver=self.driver, verb=verb, slice=name, status=exc.status),
+        )
+        self._want_truth()
+
+    def _remember(self, stored: JsonObject) -> JsonObject:
+        version = str(stored.get("metadata", {}).get("resourceVersion"))
+        self._saw(version)
+        with self._lock:
+            self._own_versions.add(version)
             if len(self._own_versions) > 4096:
                 self._own_versions = set(sorted(self._own_versions, key=lambda v: int(v) if v.isdigit() else 0)[-2048:])
         return stored
@@ -401,7 +453,12 @@ class SlicePublisher:
             },
             "spec": spec,
         }
-        stored = self._api.request("POST", SLICES_PATH, {"fieldManager": FIELD_MANAGER}, body=body)
+        try:
+            stored = self._api.request("POST", SLICES_PATH, {"fieldManager": FIELD_MANAGER}, body=body)
+        except ApiException as exc:
+            if exc.status == 409:
+                self._precondition_failed(exc, "create", f"{self.node_name}-{self.driver}-")
+            raise
         self.writes["create"] += 1
         return self._remember(stored)
 
@@ -412,7 +469,13 @@ class SlicePublisher:
         metadata["labels"] = {**(metadata.get("labels") or {}), OWNER_LABEL: OWNER_VALUE}
         metadata = _with_notes(metadata, self._notes())
         body = {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": carry_taint_times(spec, existing.get("spec") or {})}
-        stored = self._api.request("PUT", f"{SLICES_PATH}/{existing['metadata']['name']}", {"fieldManager": FIELD_MANAGER}, body=body)
+        name = existing["metadata"]["name"]
+        try:
+            stored = self._api.request("PUT", f"{SLICES_PATH}/{name}", {"fieldManager": FIELD_MANAGER}, body=body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                self._precondition_failed(exc, "update", name)
+            raise
         self.writes["update"] += 1
         return self._remember(stored)
 
@@ -424,6 +487,8 @@ class SlicePublisher:
         except ApiException as exc:
             if exc.status == 404:
                 return  # already gone: what we wanted
+            if exc.status == 409:
+                self._precondition_failed(exc, "delete", meta["name"])
             raise
         self.writes["delete"] += 1
         self._remember(stored)
@@ -493,6 +558,8 @@ class SlicePublisher:
             except Exception as exc:  # any broken stream: re-list and watch again, never let the thread die
                 if self._stop.is_set():
                     return
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    self._want_truth()  # the history no longer reaches back: a cached list could be as old
                 level = logging.INFO if isinstance(exc, _RETRYABLE) else logging.ERROR
                 log.log(level, "slice watch ended; resyncing", extra=fields(driver=self.driver, error=_describe(exc)))
                 version = None
@@ -511,6 +578,7 @@ class SlicePublisher:
                 raw = event.get("object") or {}
                 event_version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
                 version = event_version or version
+                self._saw(event_version)
                 if event.get("type") == "BOOKMARK":
                     continue
                 with self._lock:
