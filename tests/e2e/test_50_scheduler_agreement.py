@@ -133,6 +133,8 @@ class Verdicts:
 
 @pytest.fixture(scope="module", params=PROFILES)
 def host_driver(request: pytest.FixtureRequest, node1: Kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostDriver]:
+    # The shipped classes again: test_30's documented uninstall deletes them with the DaemonSet's base.
+    node1.apply_k(REPO / "deviceclasses")
     driver = start_host_driver(node1, request.param, Path(tmp_path_factory.mktemp("agreement")), ("gpu.nvidia.com",))
     try:
         yield driver
