@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from dra_driver.sources import fleet as fleets
-from dra_driver.inputs import limits
+from dra_driver.ingest import limits
 from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, build_pools
 from dra_driver.allocator.report import to_text
 from dra_driver.model.resource_v1 import ResourceClaim

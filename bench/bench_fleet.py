@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.sources import fleet as fleets
-from dra_driver import inputs
+from dra_driver import ingest
 from dra_driver.allocator import CelMatcher
 from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.fleet import Filters, build_view
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--write", metavar="DIR", help="only write DIR/fleet.json, for timing the real CLI end to end")
     args = parser.parse_args()
-    inputs.configure(inputs.Limits(max_bytes=128 << 20, max_nodes=8_000_000, bytes_chosen=True, nodes_chosen=True))
+    ingest.configure(ingest.Limits(max_bytes=128 << 20, max_nodes=8_000_000, bytes_chosen=True, nodes_chosen=True))
 
     fleet = fleets.simulated(args.profile, args.nodes, args.partitioning)
     items = fleet.slices + claims_and_pods(fleet.slices, args.held)

@@ -1,4 +1,4 @@
-"""Hostile and large inputs for every command that reads files (tests/inputs and bench/bench_inputs.py).
+"""Hostile and large inputs for every command that reads files (tests/ingest and bench/bench_inputs.py).
 
 Each case writes one file (or names a special path) under a directory; `refused`
 says whether every command must refuse it with exit 2 and a one-line error.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dra_driver.common import suggest
 from dra_driver.common.errors import ProfileError
-from dra_driver.inputs import InputError, read_documents
+from dra_driver.ingest import InputError, read_documents
 from dra_driver.backend.registry import backend_classes, backend_profile_dirs, profile_dir_hints
 from dra_driver.backend.interface import Profile
 

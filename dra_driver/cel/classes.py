@@ -19,7 +19,7 @@ from dra_driver.cel.device import CelDevice
 from dra_driver.cel.errors import CelError, CelRuntimeError
 from dra_driver.cel.selector import CompiledSelector, compile_selector
 from dra_driver.common.errors import FieldError, ValidationError
-from dra_driver.inputs import SourcedObject, read_documents, read_objects
+from dra_driver.ingest import SourcedObject, read_documents, read_objects
 from dra_driver.model.api_base import field_errors, validate_authored
 from dra_driver.model.resource_v1 import DeviceClass, DeviceClassSpec
 from dra_driver.model.resource_v1_validation import class_spec_errors

@@ -16,7 +16,7 @@ from dra_driver.allocator.types import Pool
 from dra_driver.model.resource_v1 import ResourceClaim
 from dra_driver.sources.claims import parse_object
 from dra_driver.explain import ClaimInput, Subject, validated_claims
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi

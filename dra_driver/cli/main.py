@@ -24,7 +24,7 @@ from dra_driver import __version__
 from dra_driver.cli import failures
 from dra_driver.cli.parser import Parser
 from dra_driver.common.errors import DraError
-from dra_driver.inputs import limits as input_limits
+from dra_driver.ingest import limits as input_limits
 from dra_driver.common.logs import configure_logging
 
 # Every command and its summary (the `dra-driver --help` listing, and the description of a command whose
@@ -100,7 +100,7 @@ def _positive(text: str) -> int:
 
 
 def add_input_limit_flags(parser: argparse.ArgumentParser) -> None:
-    """The limits of the input layer (dra_driver/inputs), for every command that reads files or stdin."""
+    """The limits of the input layer (dra_driver/ingest), for every command that reads files or stdin."""
     group = parser.add_argument_group("input limits (every file and standard input a command reads)")
     group.add_argument("--max-input-size", type=_size, default=None, metavar="SIZE",
                        help="largest input read, e.g. 64Mi; reading stops there (default 32Mi; migrate 1Mi)")

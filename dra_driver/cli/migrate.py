@@ -9,7 +9,7 @@ from typing import Any
 
 from dra_driver.common.atomic_file import replace_file
 from dra_driver.cli import failures
-from dra_driver.inputs import InputError, active, build_documents, checked_objects, display_name, read_text
+from dra_driver.ingest import InputError, active, build_documents, checked_objects, display_name, read_text
 from dra_driver.migrate import STRATEGIES, FileResult, MigrationError, Options, load_catalog, migrate
 from dra_driver.migrate.helm import chart_report, is_chart, is_template_source
 from dra_driver.migrate.kustomize import kustomization_file, migrate_directory

@@ -42,7 +42,7 @@ from dra_driver.template import (
 from dra_driver.template.intent import GROUPINGS, VENDORS
 from dra_driver.cli import failures
 from dra_driver.cli.fleet_options import add_fleet_source, default_cluster, fleet_given, fleet_source
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.kube.server_check import ClusterError
 
 EXIT_OK, EXIT_NO_NODE = 0, 1

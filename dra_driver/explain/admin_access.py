@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dra_driver.common.errors import FieldError
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.explain.subject import ClaimInput
 from dra_driver.model.names import is_dns_label

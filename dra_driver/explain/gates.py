@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.explain.kube_gates import KUBERNETES_VERSIONS, known_gates
 
 # Gate name -> (field of FeatureGates, 1.35 default): the gates that change what explain answers.

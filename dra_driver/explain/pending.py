@@ -31,7 +31,7 @@ from dra_driver.allocator import Allocator, CelMatcher, DeviceClassSpec, Explana
 from dra_driver.allocator.capacity import ConsumableCapacity, shared_consumption
 from dra_driver.allocator.types import Pool
 from dra_driver.sources.classes import ClassLayer, merge_classes
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.sources import fleet as fleets
 from dra_driver.model.resource_v1 import ResourceClaim

@@ -13,7 +13,7 @@ from dra_driver.common.errors import DraError, FieldError
 from dra_driver.explain.admin_access import admin_access_problems
 from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.explain.constraint_hints import constraint_hints
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.explain.extended_resources import ExtendedResources, class_for_resources, extended_resource_claims, pod_extended_requests
 from dra_driver.sources.fleet_source import FleetSource, fleet_nodes, load_fleet
 from dra_driver.explain.gates import FeatureGates, release_of

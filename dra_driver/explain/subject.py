@@ -14,9 +14,9 @@ from dra_driver.sources.claims import MODELS, parse_object, to_claim
 from dra_driver.sources.fleet import class_origins
 from dra_driver.common import suggest
 from dra_driver.common.errors import FieldError
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.explain.workloads import MAX_PODS, WorkloadPod, asks_for_devices, is_workload, workload_pods
-from dra_driver.inputs import SourcedObject, read_objects
+from dra_driver.ingest import SourcedObject, read_objects
 
 
 

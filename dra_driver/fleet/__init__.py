@@ -13,7 +13,7 @@ from dra_driver.common import suggest
 from dra_driver.allocator import CelMatcher
 from dra_driver.common.errors import FieldError
 from dra_driver.sources.fleet_source import FleetSource, load_fleet
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.fleet.build import Filters, build_view, device_kind
 from dra_driver.fleet.model import FleetView

@@ -35,9 +35,9 @@ def configuration_for_url(base_url: str) -> client.Configuration:
 
 def _kubeconfig_documents(source: ApiSource) -> list[dict[str, Any]]:
     """Each kubeconfig file, read through the input layer first: the client's own loader has no size, depth or alias limit."""
-    from dra_driver.inputs import read_documents
+    from dra_driver.ingest import read_documents
 
-    from dra_driver.inputs import InputError
+    from dra_driver.ingest import InputError
 
     contents = []
     for path in source.files:

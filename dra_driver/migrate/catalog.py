@@ -16,7 +16,7 @@ from typing import Any
 
 from dra_driver.cel.classes import shipped_classes_dir
 from dra_driver.common.errors import FieldError
-from dra_driver.inputs import read_objects
+from dra_driver.ingest import read_objects
 from dra_driver.migrate.report import MigrationError
 
 

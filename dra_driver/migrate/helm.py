@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from dra_driver.inputs import InputError
+from dra_driver.ingest import InputError
 from dra_driver.migrate.report import Action, Location, Report
 from dra_driver.migrate.resources import mentions_resource
 

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from dra_driver.common.errors import FieldError
-from dra_driver.inputs import InputError, active, build_documents
+from dra_driver.ingest import InputError, active, build_documents
 from dra_driver.migrate.report import MigrationError
 from dra_driver.migrate.splice import splice
 

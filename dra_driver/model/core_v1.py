@@ -1,6 +1,6 @@
 """The few core/v1 (and meta/v1) fields the driver reads: an object's metadata, a Pod's resource claims.
 
-Both are `Tolerant` (api_base.py): metadata is checked by the input layer's envelope (inputs/envelope.py)
+Both are `Tolerant` (api_base.py): metadata is checked by the input layer's envelope (ingest/envelope.py)
 and carries many server-set fields; of a Pod the tools read only `spec.resourceClaims`.
 """
 

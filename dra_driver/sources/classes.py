@@ -13,8 +13,8 @@ from dra_driver.model.resource_v1 import DeviceClass
 from dra_driver.model.resource_v1_validation import class_spec_errors
 from dra_driver.sources.claims import parse_object, to_class
 from dra_driver.common.errors import FieldError
-from dra_driver.inputs import SourcedObject
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest import SourcedObject
+from dra_driver.ingest.errors import InputError
 
 
 def shipped_class_documents() -> list[dict[str, Any]]:

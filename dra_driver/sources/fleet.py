@@ -25,7 +25,7 @@ from dra_driver.common.wording import plural
 from dra_driver.allocator.gcpause import collector_paused
 from dra_driver.allocator.types import Allocated, DeviceID, Node
 from dra_driver.common.errors import DraError, FieldError, UsageError, ValidationError
-from dra_driver.inputs import SourcedObject, read_objects
+from dra_driver.ingest import SourcedObject, read_objects
 from dra_driver.kube.api_source import ApiSource
 from dra_driver.model.validation import slice_errors
 
@@ -78,7 +78,7 @@ class Fleet:
 def read_documents(path: Path) -> list[dict[str, Any]]:
     """Every object in a YAML/JSON file (multi-document YAML and Lists are expanded).
 
-    Read through the input layer (dra_driver/inputs): size, nesting, value and alias
+    Read through the input layer (dra_driver/ingest): size, nesting, value and alias
     limits, and the Kubernetes envelope rules; it raises a one-line InputError.
     """
     return [found.obj for found in read_objects(path)]

@@ -10,7 +10,7 @@ from dra_driver.sources import fleet as fleets
 from dra_driver.allocator import Node, node_names
 from dra_driver.allocator.types import Pool
 from dra_driver.common.errors import FieldError
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.kube.api_source import ApiSource, api_source, find_api_source, searched
 
 

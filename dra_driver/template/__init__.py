@@ -41,7 +41,7 @@ from dra_driver.sources.claims import parse_object
 from dra_driver.common.errors import UsageError
 from dra_driver.explain import ClaimInput, FeatureGates, Subject, explain_subject
 from dra_driver.sources.fleet_source import FleetSource, fleet_nodes, load_fleet
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.sources.classes import shipped_class_documents
 from dra_driver.explain.gates import DEFAULT_KUBERNETES_VERSION, parse_gates, release_of
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.explain import parse_gates
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.explain.gates import DRA_GATES_NOT_MODELLED, GATES
 from dra_driver.explain.kube_gates import KNOWN_GATES
 

@@ -12,7 +12,7 @@ import yaml
 from explain_testlib import claim_file, explain, fleet_list
 
 from dra_driver.explain import parse_gates
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 from dra_driver.explain.gates import release_of
 from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.template.intent import Problems, parse_want
-from dra_driver.inputs.envelope import envelope_errors
+from dra_driver.ingest.envelope import envelope_errors
 from dra_driver_nvidia import driver_files
 
 

@@ -16,7 +16,7 @@ from tests.packaging.test_import_graph import _graph
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"dra_driver", "common", "api"}),  # `dra_driver` is the package's own __init__ (__version__)
     frozenset({"model"}),
-    frozenset({"inputs"}),
+    frozenset({"ingest"}),
     frozenset({"cel", "kube", "backend"}),
     frozenset({"simulation"}),  # only where a simulated profile is asked for: node/assembly and cli import it lazily
     frozenset({"allocator", "node"}),
@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = (
 )
 ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 # What a command library of layer 9 may ask of explain/, module by module (docs/architecture.md, "Layers"): what the
-# tools read (fleet sources, DeviceClasses, input errors) lies below in sources/ and inputs/, so fleet's view asks
+# tools read (fleet sources, DeviceClasses, input errors) lies below in sources/ and ingest/, so fleet's view asks
 # explain nothing and only its exporter asks why claims wait; template checks what it writes with explain's run.
 EXPLAIN_USERS: dict[str, frozenset[str]] = {
     "dra_driver.fleet.exporter": frozenset({"dra_driver.explain.pending"}),

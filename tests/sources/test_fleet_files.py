@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dra_driver.sources import fleet as fleets
-from dra_driver.inputs import InputError
+from dra_driver.ingest import InputError
 
 SLICE = {
     "apiVersion": "resource.k8s.io/v1",

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from dra_driver.inputs.errors import InputError
-from dra_driver.inputs.limits import JSON_NODES_FACTOR, Limits
-from dra_driver.inputs.text import decode, line_at
+from dra_driver.ingest.errors import InputError
+from dra_driver.ingest.limits import JSON_NODES_FACTOR, Limits
+from dra_driver.ingest.text import decode, line_at
 
 _STRUCTURE = bytes(range(256)).translate(None, b'"[]{}')  # every byte but these is dropped
 _STRING = re.compile(rb'"[^"]*"?')

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dra_driver.inputs.envelope import envelope_errors
-from dra_driver.inputs.errors import InputError
-from dra_driver.inputs.field_line import Location, field_line
-from dra_driver.inputs.json_loader import load_json
-from dra_driver.inputs.limits import Limits, active
-from dra_driver.inputs.reader import display_name, read_bytes
-from dra_driver.inputs.text import decode, encoding_of
-from dra_driver.inputs.yaml_builder import Document, build_documents
+from dra_driver.ingest.envelope import envelope_errors
+from dra_driver.ingest.errors import InputError
+from dra_driver.ingest.field_line import Location, field_line
+from dra_driver.ingest.json_loader import load_json
+from dra_driver.ingest.limits import Limits, active
+from dra_driver.ingest.reader import display_name, read_bytes
+from dra_driver.ingest.text import decode, encoding_of
+from dra_driver.ingest.yaml_builder import Document, build_documents
 
 if TYPE_CHECKING:  # the type only: reading files needs no pydantic
     from dra_driver.model.api_base import LabelAt

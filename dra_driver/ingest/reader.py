@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from dra_driver.inputs.errors import InputError
-from dra_driver.inputs.limits import Limits, active, flag_size, human_size
+from dra_driver.ingest.errors import InputError
+from dra_driver.ingest.limits import Limits, active, flag_size, human_size
 
 STDIN = "-"
 _CHUNK = 1024 * 1024

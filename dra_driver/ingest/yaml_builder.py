@@ -39,8 +39,8 @@ from yaml.events import (
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
-from dra_driver.inputs.errors import InputError
-from dra_driver.inputs.limits import Limits
+from dra_driver.ingest.errors import InputError
+from dra_driver.ingest.limits import Limits
 
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when PyYAML has it
 _RESOLVERS: dict[str | None, list[tuple[str, Any]]] = Resolver.yaml_implicit_resolvers

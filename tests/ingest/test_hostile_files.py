@@ -18,7 +18,7 @@ import pytest
 from bench.hostile_inputs import CASES, Case, running_as_root
 from input_commands import COMMANDS, Outcome, assert_refused, assert_survived, run_in_process, run_process, write_companions
 from tests.unprivileged import as_nobody
-from dra_driver.inputs import reader
+from dra_driver.ingest import reader
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from dra_driver.inputs.errors import InputError
+from dra_driver.ingest.errors import InputError
 
 # BOMs YAML 1.2 accepts (5.2); UTF-32 first, its LE BOM starts with UTF-16 LE's.
 _BOMS: tuple[tuple[bytes, str], ...] = (

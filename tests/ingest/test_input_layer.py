@@ -14,9 +14,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.inputs import InputError, Limits, parse_documents, parse_size, read_bytes, read_objects, reader
-from dra_driver.inputs.envelope import envelope_errors
-from dra_driver.inputs.json_loader import estimated_values
+from dra_driver.ingest import InputError, Limits, parse_documents, parse_size, read_bytes, read_objects, reader
+from dra_driver.ingest.envelope import envelope_errors
+from dra_driver.ingest.json_loader import estimated_values
 
 SMALL = Limits(max_bytes=1024, max_depth=5, max_nodes=50)
 
@@ -294,6 +294,6 @@ _nested = st.recursive(
 @settings(max_examples=300, derandomize=True, database=None, deadline=None)
 @given(value=_nested, limit=st.integers(1, 6))
 def test_json_depth_check_agrees_with_the_parsed_value(value: object, limit: int) -> None:
-    from dra_driver.inputs.json_loader import _deeper_than
+    from dra_driver.ingest.json_loader import _deeper_than
 
     assert _deeper_than(json.dumps(value).encode(), limit) == (_depth(value) > limit)
