@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import eventually
-from dra_driver_nvidia.simulated import fake_driver_root
-from dra_driver_nvidia.mps import DaemonDir, MpsControl, MpsError, _same_memory
+from dra_driver_nvidia.simulated import fake_driver_root, mps_control_standin
+from dra_driver_nvidia.mps import DaemonDir, MpsControl, MpsError, _same_memory, _started_for
 
 GPU = "GPU-5a8b4f6e-2c1d-4e3f-9a7b-0c1d2e3f4a5b"
 
@@ -108,3 +108,19 @@ def test_only_a_limit_command_is_applied_and_anything_else_is_refused_unsent(dae
     with pytest.raises(MpsError, match="is not a limit command"):
         control.apply(where, command)
     assert daemon.ask("get_default_active_thread_percentage") == (0, "100.0")  # still running, nothing changed
+
+
+def test_stop_reaches_a_daemon_that_has_not_written_its_pid_file_yet(tmp_path: Path) -> None:
+    """`-d` returns before the daemon names itself; a driver killed right then restarts and unprepares with nothing on
+    disk naming the daemon. stop() must still find it (by its environment) and make it quit, not leave it running."""
+    standin = Standin(tmp_path)
+    standin.binary.with_name(standin.binary.name + mps_control_standin.QUIRKS_SUFFIX).write_text("start slow\n")
+    (tmp_path / "pipe").mkdir()
+    (tmp_path / "log").mkdir()
+    assert standin.run("-d").returncode == 0
+    assert not (standin.pipe / "nvidia-cuda-mps-control.pid").exists()  # the window: nothing names the daemon yet
+    control = MpsControl(standin.binary, {"PATH": standin.env["PATH"]})
+    where = DaemonDir(tmp_path)
+    control.stop(where, None)
+    assert _started_for(standin.pipe) is None  # it quit
+    assert "Exit with status 0" in (standin.log / "control.log").read_text()

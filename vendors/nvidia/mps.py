@@ -47,6 +47,7 @@ COMMAND_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 _POLL_S = 0.005
+_MAX_PROC_BYTES = 1 << 20  # a process's command line or environment, read up to this
 
 
 class MpsError(DraError):
@@ -185,10 +186,21 @@ class MpsControl:
             return None
         return found
 
+    def _coming_up(self, where: DaemonDir) -> DaemonProcess | None:
+        """A daemon of `where` that has no PID file yet: `-d` returns before the daemon writes it, so a driver killed
+        in between leaves nothing on disk that names it. Found by its environment, then given until it answers (as
+        `start` waits) so that `quit` reaches it; left alone it would outlive its removed directory."""
+        process = _started_for(where.pipe)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while process is not None and time.monotonic() < deadline and _identity(process.pid) == process and not self._answers(where):
+            time.sleep(_POLL_S)
+        return process
+
     def stop(self, where: DaemonDir, process: DaemonProcess | None) -> None:
         """`quit`, then wait for the daemon to exit; one that does not is killed (it is verified to be ours first)."""
-        # The recorded process, else whatever the PID file names (a daemon started again whose record was not saved).
-        process = (self.running(where, process) if process is not None else None) or self.running(where)
+        # The recorded process, else whatever the PID file names (a daemon started again whose record was not saved),
+        # else one `-d` started whose PID file is not written yet (its starter was killed in between).
+        process = (self.running(where, process) if process is not None else None) or self.running(where) or self._coming_up(where)
         if process is None:
             return
         try:
@@ -261,6 +273,29 @@ def _identity(pid: int) -> DaemonProcess | None:
     if not any(os.path.basename(arg.decode(errors="replace")) == BINARY for arg in cmdline[:3]):
         return None
     return DaemonProcess(pid, int(after_name[19]))
+
+
+def _started_for(pipe: Path) -> DaemonProcess | None:
+    """The live control daemon whose environment names `pipe` as its CUDA_MPS_PIPE_DIRECTORY (/proc; root reads any
+    process's environment). The program name is checked first, so no other process is looked at further."""
+    wanted = b"CUDA_MPS_PIPE_DIRECTORY=" + os.fsencode(str(pipe))
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read(_MAX_PROC_BYTES).split(b"\0")
+            if not any(os.path.basename(arg.decode(errors="replace")) == BINARY for arg in cmdline[:3]):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read(_MAX_PROC_BYTES).split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ:
+            return _identity(pid)
+    return None
 
 
 def _reap(pid: int) -> None:

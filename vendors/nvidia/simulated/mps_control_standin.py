@@ -23,7 +23,8 @@ binary was seen to do (docs/hardware-validation.md, "MPS control daemon"):
 
 A test may make the daemon behave as another driver's binary: `<this file>.quirks` (read at start) holds lines
 `<command> unknown` (answered `Unknown command`, as by a binary without it) or `<command> ignored` (answered as
-usual, but nothing changes: a setting that did not take).
+usual, but nothing changes: a setting that did not take), or `start slow` (the daemon writes its PID file and
+listens only SLOW_START_S after `-d` returned).
 
 Defaults as documented: pipe directory /tmp/nvidia-mps, log directory /var/log/nvidia-mps, percentage 100.
 """
@@ -39,6 +40,7 @@ import sys
 import time
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
+SLOW_START_S = 1.0
 SOCKET = "control"
 PRIVILEGED_SOCKET = "control_privileged"
 LOCK = "control_lock"
@@ -147,6 +149,8 @@ class Daemon:
         return f'Unknown command "{command}"', False
 
     def serve(self) -> None:
+        if self.quirks.get("start") == "slow":
+            time.sleep(SLOW_START_S)  # a daemon that takes its time: nothing in the pipe directory names it yet
         os.chdir(self.pipe_dir)  # the sockets by their relative names: deep pipe directories exceed sun_path
         lock = os.open(LOCK, os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(lock, fcntl.LOCK_EX)
