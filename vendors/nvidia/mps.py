@@ -270,9 +270,14 @@ def _identity(pid: int) -> DaemonProcess | None:
     if len(after_name) < 20 or after_name[0] == "Z":
         _reap(pid)
         return None
-    if not any(os.path.basename(arg.decode(errors="replace")) == BINARY for arg in cmdline[:3]):
+    if not _runs_the_control_binary(cmdline):
         return None
     return DaemonProcess(pid, int(after_name[19]))
+
+
+def _runs_the_control_binary(cmdline: list[bytes]) -> bool:
+    """The program is nvidia-cuda-mps-control (directly, or behind its interpreter: the simulated stand-in)."""
+    return any(os.path.basename(arg.decode(errors="replace")) == BINARY for arg in cmdline[:3])
 
 
 def _started_for(pipe: Path) -> DaemonProcess | None:
@@ -287,7 +292,7 @@ def _started_for(pipe: Path) -> DaemonProcess | None:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 cmdline = handle.read(_MAX_PROC_BYTES).split(b"\0")
-            if not any(os.path.basename(arg.decode(errors="replace")) == BINARY for arg in cmdline[:3]):
+            if not _runs_the_control_binary(cmdline):
                 continue
             with open(f"/proc/{pid}/environ", "rb") as handle:
                 environ = handle.read(_MAX_PROC_BYTES).split(b"\0")
