@@ -13,7 +13,7 @@ from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV, HOLD_POINTS
 from dra_driver.node.plugin.sockets import PluginPaths
 
-DAEMON = Path(__file__).parent / "example_daemon.py"
+DAEMON = Path(__file__).parents[1] / "example_daemon.py"  # next to the example backend it runs
 
 
 def start_daemon(api_url: str, root: Path, hold: Path | None = None, devices: int = 8) -> subprocess.Popen[str]:

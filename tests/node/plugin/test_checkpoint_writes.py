@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from example_backend import DRIVER, ExampleBackend
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.model.resource_v1 import ResourceClaim

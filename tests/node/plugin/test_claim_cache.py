@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import make_settings
-from example_backend import DRIVER, ExampleBackend
+from tests.node.conftest import make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from tests.support import eventually
 from dra_driver.node.daemon import Daemon

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from example_backend import DRIVER
+from tests.node.example_backend import DRIVER
 
 from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.backend.interface import ClaimRef

@@ -6,8 +6,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import Node
-from example_backend import DRIVER
+from tests.node.conftest import Node
+from tests.node.example_backend import DRIVER
 
 from dra_driver.node import checkpoint as checkpoint_module
 from dra_driver.simulation.claims import allocated_claim_object

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from example_backend import DRIVER, ExampleBackend, ExampleConfig
+from tests.node.example_backend import DRIVER, ExampleBackend, ExampleConfig
 
 from dra_driver.model.resource_v1 import DeviceAllocationConfiguration, DeviceRequestAllocationResult
 from dra_driver.node.plugin.config import resolve_configs

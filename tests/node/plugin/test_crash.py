@@ -5,33 +5,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
-from crash_support import registers
-from example_backend import DRIVER, journal
+from tests.node.plugin.crash_support import registers, start_daemon
+from tests.node.example_backend import DRIVER, journal
 
 from tests.support import eventually
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
-from dra_driver.node.plugin.prepare import HOLD_ENV
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
-
-DAEMON = Path(__file__).parent / "example_daemon.py"
-
-
-def start_daemon(apiserver, root: Path, hold: Path | None = None) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.pop(HOLD_ENV, None)
-    if hold is not None:
-        env[HOLD_ENV] = str(hold)
-    return subprocess.Popen([sys.executable, str(DAEMON), apiserver.url, str(root)], env=env, stderr=subprocess.PIPE, text=True)
-
 
 @pytest.fixture
 def root(short_tmp: Path) -> Path:
@@ -46,7 +32,7 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
     ref = ClaimRef("default", "job", stored["metadata"]["uid"])
     hold = root / "hold"
     hold.mkdir()
-    proc = start_daemon(apiserver, root, hold)
+    proc = start_daemon(apiserver.url, root, hold)
     try:
         eventually(paths.registration_socket.exists, what="registration socket")
         conn = register(paths.registration_socket)
@@ -67,7 +53,7 @@ def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
         orphan.write_text("{}")
         assert paths.dra_socket.exists()  # a killed process leaves its sockets behind
 
-        proc = start_daemon(apiserver, root)
+        proc = start_daemon(apiserver.url, root)
         eventually(lambda: any(e["op"] == "reconcile" for e in journal(root / "state")[2:]), what="restart recovery")
         ops = journal(root / "state")
         assert [e["op"] for e in ops] == ["reconcile", "prepare", "unprepare", "reconcile"]

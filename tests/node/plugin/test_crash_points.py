@@ -22,9 +22,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from crash_support import hold_at, record_of, registers, start_daemon
+from tests.node.plugin.crash_support import hold_at, record_of, registers, start_daemon
 from tests.support import eventually
-from example_backend import DRIVER, journal
+from tests.node.example_backend import DRIVER, journal
 
 from dra_driver.node import cdi
 from dra_driver.simulation.claims import allocated_claim_object
@@ -152,8 +152,8 @@ def test_kill_at_every_point_then_restart(apiserver, root: Path) -> None:
 def test_dra_socket_serves_before_registration_socket_appears(short_tmp: Path, apiserver, monkeypatch) -> None:
     """Instrumented, not raced: the moment the registration server is about to bind, a v1
     NodePrepareResources round trip on the DRA socket must already succeed."""
-    from conftest import make_settings
-    from example_backend import ExampleBackend
+    from tests.node.conftest import make_settings
+    from tests.node.example_backend import ExampleBackend
 
     import dra_driver.node.plugin.driver as driver_module
     from dra_driver.api.dra.v1 import api_pb2, api_pb2_grpc

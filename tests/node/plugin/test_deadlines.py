@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 import pytest
-from conftest import Node
-from example_backend import DRIVER
+from tests.node.conftest import Node
+from tests.node.example_backend import DRIVER
 from tests.support import eventually
 
 from dra_driver.kube.claims import ClaimLookupError, ClaimReader

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from example_backend import DRIVER
+from tests.node.example_backend import DRIVER
 
-from crash_support import DAEMON
+from tests.node.plugin.crash_support import DAEMON
 
 from dra_driver.node.checkpoint import Checkpoint
 
@@ -173,10 +173,10 @@ def test_a_full_state_dir_fails_the_claim_by_name(node, break_dir, how):
 def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(short_tmp, apiserver):
     """Before, the restart wrote the registrations/ marker after the sockets served, got ENOSPC and stopped every
     driver with a raw `[Errno 28]` line: a crash loop until space was freed. Real processes, kill -9, a real full tmpfs."""
-    from conftest import make_settings
-    from crash_support import registers, start_daemon
+    from tests.node.conftest import make_settings
+    from tests.node.plugin.crash_support import registers, start_daemon
     from tests.support import eventually
-    from test_instance_lock import add_claim, paths_of
+    from tests.node.plugin.test_instance_lock import add_claim, paths_of
 
     from dra_driver.node.plugin.kubelet_client import register
 

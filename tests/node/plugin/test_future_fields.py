@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import Node
-from example_backend import DRIVER
+from tests.node.conftest import Node
+from tests.node.example_backend import DRIVER
 
 from dra_driver.backend.interface import ClaimRef
 from dra_driver.simulation.claims import allocated_claim_object

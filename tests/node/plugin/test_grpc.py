@@ -9,8 +9,8 @@ import stat
 
 import grpc
 import pytest
-from conftest import Node, make_settings
-from example_backend import DRIVER, ExampleBackend
+from tests.node.conftest import Node, make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.api.drahealth.v1 import api_pb2 as health_v1_pb2
 from dra_driver.api.drahealth.v1alpha1 import api_pb2 as health_pb2

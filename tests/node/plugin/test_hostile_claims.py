@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Node
-from example_backend import DRIVER
+from tests.node.conftest import Node
+from tests.node.example_backend import DRIVER
 
 from dra_driver.node.plugin.claim_checks import MAX_ERROR_BYTES
 from dra_driver.node.plugin.prepare import PrepareService

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import make_settings
+from tests.node.conftest import make_settings
 from tests.hostile_paths import HOSTILE, plant, returns_within
 from tests.support import eventually
-from example_backend import DRIVER, ExampleBackend
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.node.daemon import Daemon
@@ -425,7 +425,7 @@ def test_a_replaced_state_dir_makes_the_daemon_refuse_new_claims(node):
 
 
 def _daemon_process(apiserver, root: Path, kubelet_dir: Path | None = None) -> subprocess.Popen[str]:
-    from crash_support import DAEMON
+    from tests.node.plugin.crash_support import DAEMON
 
     args = [sys.executable, str(DAEMON), apiserver.url, str(root), "8"] + ([str(kubelet_dir)] if kubelet_dir else [])
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -441,7 +441,7 @@ def _stop(process: subprocess.Popen[str]) -> str:
 def test_deleting_the_lock_files_under_a_live_daemon_never_lets_a_second_one_serve(short_tmp, apiserver):
     """Two real daemons, one state directory, separate kubelet dirs (so no socket stops the second). Before, with
     instance.lock and instances/ deleted, the second started and both prepared the same GPU."""
-    from crash_support import registers
+    from tests.node.plugin.crash_support import registers
 
     (short_tmp / "state").mkdir()
     first = _daemon_process(apiserver, short_tmp)
@@ -469,7 +469,7 @@ def test_deleting_the_lock_files_under_a_live_daemon_never_lets_a_second_one_ser
 
 
 def test_of_two_daemon_processes_started_together_the_loser_exits_at_once(short_tmp, apiserver):
-    from crash_support import registers
+    from tests.node.plugin.crash_support import registers
 
     (short_tmp / "state").mkdir()
     made = [_daemon_process(apiserver, short_tmp) for _ in range(2)]

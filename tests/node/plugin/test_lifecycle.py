@@ -6,8 +6,8 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import make_settings
-from example_backend import DRIVER, ExampleBackend
+from tests.node.conftest import make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from tests.support import eventually
 from dra_driver.node.daemon import Daemon

@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import make_settings
+from tests.node.conftest import make_settings
 
 from dra_driver.node.daemon import Daemon
 from dra_driver.backend.hardware_profiles import load_profile

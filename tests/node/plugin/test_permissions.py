@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from example_backend import DRIVER
+from tests.node.example_backend import DRIVER
+from tests.node.plugin.crash_support import DAEMON
 from tests.unprivileged import as_nobody
 
 from tests.support import eventually
@@ -30,7 +31,6 @@ from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
 
-DAEMON = Path(__file__).parent / "example_daemon.py"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crash_support import hold_at, registers, start_daemon
+from tests.node.plugin.crash_support import hold_at, registers, start_daemon
 from tests.support import eventually
 
-from example_backend import DRIVER, ExampleBackend
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node import cdi
 from dra_driver.node.checkpoint import Checkpoint

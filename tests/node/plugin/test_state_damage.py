@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_settings
-from example_backend import DRIVER, ExampleBackend
-from state_damage import DAMAGE_KINDS, damage_record
+from tests.node.conftest import make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
+from tests.node.plugin.state_damage import DAMAGE_KINDS, damage_record
 
 from dra_driver.common import atomic_file
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from crash_support import hold_at, registers, start_daemon
+from tests.node.plugin.crash_support import hold_at, registers, start_daemon
 from tests.support import eventually
-from example_backend import DRIVER, journal
-from state_damage import DAMAGE_KINDS, damage_record
+from tests.node.example_backend import DRIVER, journal
+from tests.node.plugin.state_damage import DAMAGE_KINDS, damage_record
 
 from dra_driver.node import cdi
 from dra_driver.simulation.claims import allocated_claim_object

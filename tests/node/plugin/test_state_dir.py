@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import make_settings
-from example_backend import DRIVER, ExampleBackend
+from tests.node.conftest import make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.common import atomic_file
 from dra_driver.node.daemon import Daemon

@@ -10,8 +10,8 @@ import textwrap
 
 import grpc
 import pytest
-from conftest import Node
-from example_backend import DRIVER
+from tests.node.conftest import Node
+from tests.node.example_backend import DRIVER
 
 from tests.support import eventually
 from dra_driver.node.plugin.health import HealthServicer

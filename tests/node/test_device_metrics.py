@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import make_settings
+from tests.node.conftest import make_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.backend.hardware_profiles import load_profile

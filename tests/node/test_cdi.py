@@ -1,4 +1,4 @@
-"""CDI spec rendering/versions/atomic files, and the checkpoint's checksum, boot ID and corruption handling."""
+"""CDI specs (dra_driver/node/cdi.py): rendering, minimum versions, names, atomic files and which files are ours."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from dra_driver.node import cdi
-from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.backend.interface import ContainerEdits, DeviceNode, Mount
 
 
@@ -50,64 +49,3 @@ def test_atomic_write_and_ownership(tmp_path: Path):
     assert cdi.claims_on_disk(path.parent, "gpu.nvidia.com") == {"uid-1", "uid-3"}
     assert cdi.claims_on_disk(path.parent / "missing", "gpu.nvidia.com") == set()
     assert cdi.remove_spec(path) and not cdi.remove_spec(path)
-
-
-def record(uid: str, phase=PREPARE_COMPLETED) -> ClaimRecord:
-    return ClaimRecord(uid, "ns", "c", phase, [CheckpointDevice("gpu", "pool", "gpu-0", cdi_ids=["k/c=x"])], {"mig": [1, 2]})
-
-
-def test_checkpoint_round_trip(tmp_path: Path):
-    boot = tmp_path / "boot"
-    boot.write_text("b1\n")
-    ckpt = Checkpoint(tmp_path / "cp.json", boot)
-    ckpt.put(record("u1"))
-    ckpt.put(record("u2", PREPARE_STARTED))
-    ckpt.remove("u2")
-    again = Checkpoint(tmp_path / "cp.json", boot)
-    again.load()
-    assert [r.uid for r in again.records()] == ["u1"]
-    assert again.get("u1") == record("u1")
-
-
-def test_checkpoint_from_other_boot_is_void(tmp_path: Path):
-    boot = tmp_path / "boot"
-    boot.write_text("b1")
-    Checkpoint(tmp_path / "cp.json", boot).put(record("u1"))
-    boot.write_text("b2")
-    fresh = Checkpoint(tmp_path / "cp.json", boot)
-    fresh.load()
-    assert fresh.records() == []
-
-
-def test_corrupt_record_is_moved_aside_and_the_others_survive(tmp_path: Path, caplog):
-    boot = tmp_path / "boot"
-    boot.write_text("b1")
-    path = tmp_path / "cp"
-    writer = Checkpoint(path, boot)
-    writer.put(record("u1"))
-    writer.put(record("u2"))
-    doc = json.loads((path / "u1.json").read_text())
-    doc["body"]["record"]["devices"][0]["device"] = "gpu-9"  # tampered: checksum no longer matches
-    (path / "u1.json").write_text(json.dumps(doc))
-    ckpt = Checkpoint(path, boot)
-    ckpt.load()
-    assert [r.uid for r in ckpt.records()] == ["u2"]
-    assert sorted(p.name.split(".corrupt-")[0] for p in path.iterdir()) == ["u1.json", "u2.json"]
-    assert not (path / "u1.json").exists() and len(list(path.glob("u1.json.corrupt-*"))) == 1
-    assert "checksum mismatch" in caplog.text
-    (path / "u2.json").write_text("{not json")
-    ckpt.load()
-    assert ckpt.records() == []
-
-def test_concurrent_puts_are_all_on_disk(tmp_path: Path):
-    from concurrent.futures import ThreadPoolExecutor
-
-    boot = tmp_path / "boot"
-    boot.write_text("b1")
-    ckpt = Checkpoint(tmp_path / "cp.json", boot)
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: ckpt.put(record(f"u{i}")), range(64)))
-    ckpt.remove("u3")
-    again = Checkpoint(tmp_path / "cp.json", boot)
-    again.load()
-    assert sorted(r.uid for r in again.records()) == sorted(f"u{i}" for i in range(64) if i != 3)

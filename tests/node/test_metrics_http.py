@@ -13,8 +13,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from conftest import make_settings
-from example_backend import DRIVER, ExampleBackend
+from tests.node.conftest import make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader

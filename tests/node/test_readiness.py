@@ -16,8 +16,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import make_settings
-from example_backend import DRIVER, ExampleBackend
+from tests.node.conftest import make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
 
 from tests.hostile_paths import HOSTILE, plant, returns_within
 
@@ -247,7 +247,7 @@ def test_ready_never_exits_0_when_no_daemon_runs_whatever_the_file_says(short_tm
 def test_a_killed_daemon_is_unready_at_once(short_tmp: Path, apiserver: SimApiServer, capsys: pytest.CaptureFixture[str]) -> None:
     """A real daemon process, registered and ready, then kill -9: the next probe says not ready (the status file it
     left still holds a fresh heartbeat; before the liveness lock the probe said ready for 15 s more)."""
-    from crash_support import registers, start_daemon
+    from tests.node.plugin.crash_support import registers, start_daemon
 
     (short_tmp / "state").mkdir()
     daemon = start_daemon(apiserver.url, short_tmp)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Node
-from example_backend import DRIVER
+from tests.node.conftest import Node
+from tests.node.example_backend import DRIVER
 
 from dra_driver.node import cdi
 from dra_driver.backend.interface import ClaimRef, ContainerEdits

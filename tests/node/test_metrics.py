@@ -6,8 +6,8 @@ import socket
 import urllib.request
 from pathlib import Path
 
-from conftest import make_settings
-from example_backend import DRIVER, ExampleBackend
+from tests.node.conftest import make_settings
+from tests.node.example_backend import DRIVER, ExampleBackend
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.node.daemon import Daemon

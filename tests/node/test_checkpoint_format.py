@@ -1,4 +1,4 @@
-"""Checkpoint format 2: one record file per claim; torn/corrupt files, boot ID."""
+"""Checkpoint format 2 (dra_driver/node/checkpoint.py): one record file per claim; round trips, torn/corrupt files, boot ID."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,50 @@ def boot(tmp_path: Path) -> Path:
     path = tmp_path / "boot_id"
     path.write_text("boot-1\n")
     return path
+
+
+def test_round_trip(tmp_path: Path, boot: Path):
+    ckpt = Checkpoint(tmp_path / "cp", boot)
+    ckpt.put(record("u1"))
+    ckpt.put(record("u2", PREPARE_STARTED))
+    ckpt.remove("u2")
+    again = Checkpoint(tmp_path / "cp", boot)
+    again.load()
+    assert [r.uid for r in again.records()] == ["u1"]
+    assert again.get("u1") == record("u1")
+
+
+def test_checkpoint_from_other_boot_is_void(tmp_path: Path, boot: Path):
+    Checkpoint(tmp_path / "cp", boot).put(record("u1"))
+    boot.write_text("boot-2\n")
+    assert loaded(tmp_path / "cp", boot) == {}
+
+
+def test_corrupt_record_is_moved_aside_and_the_others_survive(tmp_path: Path, boot: Path, caplog):
+    path = tmp_path / "cp"
+    writer = Checkpoint(path, boot)
+    writer.put(record("u1"))
+    writer.put(record("u2"))
+    doc = json.loads((path / "u1.json").read_text())
+    doc["body"]["record"]["devices"][0]["device"] = "gpu-9"  # tampered: checksum no longer matches
+    (path / "u1.json").write_text(json.dumps(doc))
+    ckpt = Checkpoint(path, boot)
+    ckpt.load()
+    assert [r.uid for r in ckpt.records()] == ["u2"]
+    assert sorted(p.name.split(".corrupt-")[0] for p in path.iterdir()) == ["u1.json", "u2.json"]
+    assert not (path / "u1.json").exists() and len(list(path.glob("u1.json.corrupt-*"))) == 1
+    assert "checksum mismatch" in caplog.text
+    (path / "u2.json").write_text("{not json")
+    ckpt.load()
+    assert ckpt.records() == []
+
+
+def test_concurrent_puts_are_all_on_disk(tmp_path: Path, boot: Path):
+    ckpt = Checkpoint(tmp_path / "cp", boot)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: ckpt.put(record(f"u{i}")), range(64)))
+    ckpt.remove("u3")
+    assert sorted(loaded(tmp_path / "cp", boot)) == sorted(f"u{i}" for i in range(64) if i != 3)
 
 
 def test_torn_record_is_ignored_and_set_aside(tmp_path: Path, boot: Path, caplog):

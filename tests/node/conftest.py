@@ -1,8 +1,8 @@
-"""Fixtures: the simulated API server (real HTTP, real kubernetes client), a daemon on tmp paths, the kubelet client."""
+"""Fixtures of the node tests: the simulated API server (real HTTP, real kubernetes client), a daemon with the example
+backend on tmp paths, the kubelet client. Tests import `Node` and `make_settings` from here as tests.node.conftest."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,19 +10,16 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.node.example_backend import DRIVER, ExampleBackend
 
-from example_backend import DRIVER, ExampleBackend  # noqa: E402
-
-from dra_driver.node.daemon import Daemon  # noqa: E402
-from dra_driver.simulation import api_server as sim_apiserver  # noqa: E402
-from dra_driver.kube.claims import ClaimReader  # noqa: E402
-from dra_driver.simulation.claims import allocated_claim_object  # noqa: E402
-from dra_driver.node.plugin.driver import PluginSettings  # noqa: E402
-from dra_driver.node.plugin.kubelet_client import PluginConnection, register  # noqa: E402
-from dra_driver.node.plugin.sockets import PluginPaths  # noqa: E402
-from dra_driver.backend.interface import BackendSettings, ClaimRef  # noqa: E402
-
+from dra_driver.node.daemon import Daemon
+from dra_driver.simulation import api_server as sim_apiserver
+from dra_driver.kube.claims import ClaimReader
+from dra_driver.simulation.claims import allocated_claim_object
+from dra_driver.node.plugin.driver import PluginSettings
+from dra_driver.node.plugin.kubelet_client import PluginConnection, register
+from dra_driver.node.plugin.sockets import PluginPaths
+from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_settings
-from test_device_metrics import Samples, free_port, one, scrape, series
+from tests.node.conftest import make_settings
+from tests.node.test_device_metrics import Samples, free_port, one, scrape, series
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings, ClaimRef, VendorBackend
