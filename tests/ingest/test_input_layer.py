@@ -240,6 +240,7 @@ def test_json_value_estimate_and_errors_with_line_and_column() -> None:
     ({"kind": ["Pod"]}, "kind", "not a list"),
     ({"kind": 7}, "kind", "not a int"),
     ({"kind": "Pod Disruption"}, "kind", "type name"),
+    ({"kind": "ResourceClaim\n"}, "kind", "type name"),  # Python's `$` also matches before a final newline
     ({"apiVersion": 1}, "apiVersion", "must be a string"),
     ({"apiVersion": "a/b/c"}, "apiVersion", "GROUP/VERSION"),
     ({"metadata": "x"}, "metadata", "must be a map"),
@@ -251,6 +252,8 @@ def test_json_value_estimate_and_errors_with_line_and_column() -> None:
     ({"metadata": {"labels": {"app": 1}}}, "metadata.labels['app']", "must be a string"),
     ({"metadata": {"labels": {"bad key!": "x"}}}, "metadata.labels['bad key!']", "name"),
     ({"metadata": {"labels": {"app": "x" * 64}}}, "metadata.labels['app']", "at most 63"),
+    ({"metadata": {"labels": {"app": "x\n"}}}, "metadata.labels['app']", "ending alphanumeric"),
+    ({"metadata": {"labels": {"app": "x\n\n"}}}, "metadata.labels['app']", "ending alphanumeric"),
     ({"metadata": {"annotations": {"a": "x" * (256 * 1024)}}}, "metadata.annotations", "at most 262,144"),
 ])
 def test_envelope_rules_name_the_field(obj: dict[str, object], field: str, words: str) -> None:

@@ -98,7 +98,7 @@ def test_link_loops_end(tmp_path: Path) -> None:
     assert driver_files.resolve_in_root(tmp_path, "/a") is None
 
 
-@pytest.mark.parametrize("version", ["../../etc", "580.95.05/..", "", "580"])
+@pytest.mark.parametrize("version", ["../../etc", "580.95.05/..", "", "580", f"{VERSION}\n"])  # `$` matches before a final newline
 def test_a_version_that_is_not_a_number_names_no_paths(root: Path, version: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         found = driver_files.discover(root, version)

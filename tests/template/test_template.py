@@ -223,6 +223,8 @@ def test_impossible_request_names_the_nearest_known_devices(capsys: pytest.Captu
     (["--vendor", "gaudi", "--sharing", "time-slicing"], ["--sharing", "cannot be shared", "one process at a time"]),
     (["--vendor", "nvidia", "--admin-access", "--fallback", "2"], ["--admin-access", "fallbacks"]),
     (["--model", 'H100") || true || ("'], ["model", "letters, digits"]),
+    (["--model", "H100\n"], ["model", "letters, digits"]),  # Python's `$` also matches before a final newline
+    (["--mig", "1g.10gb\n"], ["mig", "profile name"]),
     (["--vendor", "acme"], ["vendor", "nvidia, amd, gaudi, any"]),
     (["--memory", "lots"], ["memory", "40Gi"]),
     (["--count", "0"], ["count", "1 to"]),
