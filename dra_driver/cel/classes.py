@@ -21,11 +21,12 @@ from dra_driver.cel.selector import CompiledSelector, compile_selector
 from dra_driver.common.errors import FieldError, ValidationError
 from dra_driver.ingest import SourcedObject, read_documents, read_objects
 from dra_driver.model.api_base import field_errors, validate_authored
+from dra_driver.model.api_group import API_VERSION, GROUP
 from dra_driver.model.resource_v1 import DeviceClass, DeviceClassSpec
 from dra_driver.model.resource_v1_validation import class_spec_errors
 
 ENV_DIR = "DRA_DRIVER_DEVICECLASSES"
-API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
+API_VERSIONS = (API_VERSION, f"{GROUP}/v1beta1", f"{GROUP}/v1beta2")
 
 
 @dataclass(frozen=True)

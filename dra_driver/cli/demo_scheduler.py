@@ -13,6 +13,7 @@ from typing import Any
 
 from dra_driver.allocator import Allocator, CelMatcher, Node, build_pools
 from dra_driver.allocator.types import Pool
+from dra_driver.model.api_group import API_VERSION
 from dra_driver.model.resource_v1 import ResourceClaim
 from dra_driver.sources.claims import parse_object
 from dra_driver.explain import ClaimInput, Subject, validated_claims
@@ -26,7 +27,7 @@ from dra_driver.kube.k8s import client
 def claim_object(name: str, namespace: str, device_class: str, count: int) -> dict[str, Any]:
     """The example claim a user would write: `count` devices of one DeviceClass."""
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": API_VERSION,
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {

@@ -18,7 +18,8 @@ from dra_driver.allocator.types import Pool, PoolDevice
 from dra_driver.common.errors import FieldError
 from dra_driver.explain.gates import FeatureGates
 from dra_driver.model.api_base import field_errors, validate_authored
-from dra_driver.model.resource_v1alpha3 import API_VERSION, DeviceTaintRule, DeviceTaintSelector
+from dra_driver.model.api_group import TAINT_RULE_API_VERSION
+from dra_driver.model.resource_v1alpha3 import DeviceTaintRule, DeviceTaintSelector
 
 
 def parse_rules(docs: Iterable[Mapping[str, Any]], source: str) -> tuple[list[DeviceTaintRule], list[FieldError]]:
@@ -27,8 +28,8 @@ def parse_rules(docs: Iterable[Mapping[str, Any]], source: str) -> tuple[list[De
     for index, doc in enumerate(docs):
         name = str((doc.get("metadata") or {}).get("name") or f"[{index}]")
         label = f"{source}: DeviceTaintRule {name}"
-        if doc.get("apiVersion") != API_VERSION:
-            errors.append(FieldError(f"{label}.apiVersion", f"must be {API_VERSION} (DeviceTaintRule exists only there in 1.35)"))
+        if doc.get("apiVersion") != TAINT_RULE_API_VERSION:
+            errors.append(FieldError(f"{label}.apiVersion", f"must be {TAINT_RULE_API_VERSION} (DeviceTaintRule exists only there in 1.35)"))
             continue
         try:
             rules.append(validate_authored(DeviceTaintRule, doc))

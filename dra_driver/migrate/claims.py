@@ -30,7 +30,8 @@ from dra_driver.migrate.names import dns_label, dns_subdomain, spec_digest
 from dra_driver.migrate.node_modes import GPU, PRODUCT_LABEL, gpu_meaning
 from dra_driver.migrate.labels import is_gpu_label
 from dra_driver.migrate.placement import AFFINITY, PlacementPlan, plan_placement
-from dra_driver.model.resource_v1 import API_VERSION, MAX_REQUESTS
+from dra_driver.model.api_group import API_VERSION
+from dra_driver.model.resource_v1 import MAX_REQUESTS
 from dra_driver.migrate.report import Action
 from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, DeviceKind, Unsupported, classify
 from dra_driver.migrate.tolerations import add_missing as add_tolerations

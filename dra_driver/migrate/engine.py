@@ -21,6 +21,7 @@ from dra_driver.migrate.edit import to_ruamel
 from dra_driver.migrate.relevance import SHARING_MARKERS, may_matter
 from dra_driver.migrate.report import Action, Finding, Location, MigrationError, Report
 from dra_driver.backend.vocabulary import VENDOR_DOMAINS
+from dra_driver.model.api_group import API_VERSION
 from dra_driver.migrate.resources import HAMI_REASON, HAMI_SLICES, DeviceKind, Unsupported, mentions_resource
 from dra_driver.migrate.node_modes import GPU, gpu_meaning
 from dra_driver.migrate.counts import device_count
@@ -304,7 +305,7 @@ def _existing_extended(all_streams: list[streams.Stream]) -> set[str]:
 
 def _generated_extended_class(kind: DeviceKind) -> dict[str, Any]:
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": API_VERSION,
         "kind": "DeviceClass",
         "metadata": {"name": kind.extended_class},
         "spec": {

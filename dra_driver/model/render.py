@@ -14,9 +14,8 @@ from dra_driver.model.device import (
     Inventory,
     Version,
 )
+from dra_driver.model.api_group import API_VERSION
 from dra_driver.model.layout import SliceContent, layout_pool
-
-API_VERSION = "resource.k8s.io/v1"
 
 
 def render_attribute(value: AttributeValue) -> dict[str, Any]:

@@ -15,10 +15,9 @@ from typing import Any
 from pydantic import Field
 
 from dra_driver.model.api_base import ApiModel, Tolerant
+from dra_driver.model.api_group import API_VERSION
 from dra_driver.model.core_v1 import ObjectMeta
 from dra_driver.model.names import MAX_DNS_SUBDOMAIN
-
-API_VERSION = "resource.k8s.io/v1"
 
 # The API's limits (pkg/apis/resource/types.go).
 MAX_REQUESTS = 32

@@ -14,8 +14,6 @@ from pydantic import Field
 from dra_driver.model.api_base import ApiModel
 from dra_driver.model.core_v1 import ObjectMeta
 
-API_VERSION = "resource.k8s.io/v1alpha3"
-
 
 class DeviceTaintSelector(ApiModel):
     driver: str | None = None

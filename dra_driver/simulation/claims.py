@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dra_driver.model.api_group import API_VERSION
+
 
 def allocated_claim_object(
     name: str,
@@ -24,7 +26,7 @@ def allocated_claim_object(
     ]
     results = [{"request": request, "driver": driver, "pool": pool, "device": device} for request, names in devices.items() for device in names]
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": API_VERSION,
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"devices": {"requests": requests}},

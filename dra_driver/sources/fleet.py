@@ -27,6 +27,7 @@ from dra_driver.allocator.types import Allocated, DeviceID, Node
 from dra_driver.common.errors import DraError, FieldError, UsageError, ValidationError
 from dra_driver.ingest import SourcedObject, read_objects
 from dra_driver.kube.api_source import ApiSource
+from dra_driver.model.api_group import TAINT_RULE_API_VERSION
 from dra_driver.model.validation import slice_errors
 
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -402,7 +403,7 @@ def _taint_rules(api: Any, listed: Any) -> list[dict[str, Any]]:
     """DeviceTaintRules exist only in resource.k8s.io/v1alpha3, served only where the cluster enables it."""
     try:
         return [
-            {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", **item}
+            {"apiVersion": TAINT_RULE_API_VERSION, "kind": "DeviceTaintRule", **item}
             for item in listed(api.list_device_taint_rule, "DeviceTaintRules")
         ]
     except FleetError as exc:

@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from dra_driver.backend.vocabulary import NVIDIA_DRIVER
+from dra_driver.model.api_group import API_VERSION
 from dra_driver.template.intent import Intent
 from dra_driver.template.resolve import Choice, Resolved
 
@@ -95,7 +96,7 @@ def build_document(intent: Intent, resolved: Resolved) -> CommentedMap:
     metadata = CommentedMap(name=intent.name)
     if intent.namespace:
         metadata["namespace"] = intent.namespace
-    doc = CommentedMap(apiVersion="resource.k8s.io/v1", kind="ResourceClaim" if intent.as_claim else "ResourceClaimTemplate", metadata=metadata)
+    doc = CommentedMap(apiVersion=API_VERSION, kind="ResourceClaim" if intent.as_claim else "ResourceClaimTemplate", metadata=metadata)
     if intent.as_claim:
         doc["spec"] = CommentedMap(devices=_devices(intent, resolved, 4))
     else:

@@ -5,6 +5,7 @@ adds; a user's object names every unknown field with its path and the fix."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,18 @@ def test_no_pydantic_base_outside_the_model_decides_strictness() -> None:
             is_config = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "ConfigDict"
             if is_config and any(k.arg == "extra" for k in node.keywords):
                 offenders.append(path.relative_to(PACKAGE).as_posix())
+    assert offenders == []
+
+
+def test_the_resource_api_version_is_spelled_only_in_api_group() -> None:
+    """model/api_group.py names resource.k8s.io and its versions; render.py and resource_v1.py each had a copy of the v1
+    string, and other modules wrote it out again."""
+    version = re.compile(r"resource\.k8s\.io/v[0-9a-z]+\Z")
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and version.match(node.value):
+                offenders.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
     assert offenders == []
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from dra_driver.model.device import Device, DeviceTaint, Inventory
 from dra_driver.model.layout import SliceContent, layout_pool
-from dra_driver.model.render import API_VERSION, render_slice_spec
+from dra_driver.model.api_group import API_VERSION
+from dra_driver.model.render import render_slice_spec
 from dra_driver.model.validation import validate_slices
 
 JsonObject = dict[str, Any]

@@ -61,7 +61,7 @@ from dra_driver.kube.client import JsonApi, WatchStream, cached_list_query, newe
 from dra_driver.kube.k8s import ApiException, client
 from dra_driver.common.logs import fields
 from dra_driver.model.device import DeviceTaint, Inventory, TaintEffect
-from dra_driver.model.render import API_VERSION
+from dra_driver.model.api_group import API_VERSION
 from dra_driver.node.checks.same_name import (
     FIELD_MANAGER,
     OWNER_LABEL,
