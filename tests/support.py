@@ -1,7 +1,8 @@
-"""What many tests share: waiting for a condition that another thread or process brings about."""
+"""What many tests share: waiting for a condition that another thread or process brings about, and a free local port."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -36,3 +37,10 @@ def eventually(
             extra = f"\n{details()}" if details is not None else ""
             raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
         time.sleep(step)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago (for a server the test starts next)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.monitoring.live import (
-    dashboard_and_alert_checks, free_port, prometheus_command, prometheus_config, query, rules_unhealthy, spawn, stop,
+    dashboard_and_alert_checks, prometheus_command, prometheus_config, query, rules_unhealthy, spawn, stop,
     tails, unanswered,
 )  # fmt: skip
 from tests.monitoring.manifests import alerts, tool
@@ -28,7 +28,7 @@ from tests.monitoring.manifests import alerts, tool
 from .conftest import REPO
 from .daemonset import DRIVER, DS_NAMESPACE, install_simulated, remove_simulated
 from .kit import Kit, allocated_devices
-from tests.support import eventually
+from tests.support import eventually, free_port
 from .workloads import NAMESPACE, claim_pod, claim_template
 
 FLEET_EXPORTER = REPO / "deploy" / "fleet-exporter"

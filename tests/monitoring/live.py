@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +20,6 @@ PLUGIN_JOB = "dra-driver/dra-driver-kubelet-plugin"  # the job names the PodMoni
 FLEET_JOB = "dra-driver/dra-driver-fleet-exporter"
 # An alert expression ends in one comparison with a number: what is left is the series it compares.
 THRESHOLD = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.]+\s*$")
-
-
-def free_port() -> int:
-    with closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:

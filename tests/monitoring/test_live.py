@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from tests.monitoring.live import (
-    dashboard_and_alert_checks, free_port, prometheus_command, prometheus_config, query,
+    dashboard_and_alert_checks, prometheus_command, prometheus_config, query,
     rules_unhealthy, spawn, stop, tails, unanswered,
 )  # fmt: skip
 from tests.monitoring.manifests import alerts, tool
-from tests.support import eventually
+from tests.support import eventually, free_port
 from dra_driver.backend.interface import ClaimRef
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.simulation.api_server import SimApiServer

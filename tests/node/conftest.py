@@ -12,6 +12,7 @@ import pytest
 
 from tests.node.example_backend import DRIVER, ExampleBackend
 
+from dra_driver.node.checkpoint import Checkpoint, ClaimRecord
 from dra_driver.node.daemon import Daemon
 from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.kube.claims import ClaimReader
@@ -77,3 +78,18 @@ def node(short_tmp: Path, apiserver: sim_apiserver.SimApiServer) -> Iterator[Nod
         yield Node(short_tmp, apiserver, daemon, backend, settings)
     finally:
         daemon.stop()
+
+
+@pytest.fixture
+def boot(tmp_path: Path) -> Path:
+    """A boot ID file (the kernel's boot_id): a checkpoint's records of another boot are void."""
+    path = tmp_path / "boot_id"
+    path.write_text("boot-1\n")
+    return path
+
+
+def records_on_disk(path: Path, boot: Path) -> dict[str, ClaimRecord]:
+    """A checkpoint directory's records as a restarted process loads them, by claim UID."""
+    checkpoint = Checkpoint(path, boot)
+    checkpoint.load()
+    return {record.uid: record for record in checkpoint.records()}

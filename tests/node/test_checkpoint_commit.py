@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.node.conftest import records_on_disk
+
 from dra_driver.common import atomic_file
 from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 
@@ -18,19 +20,6 @@ from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Check
 def record(uid: str, phase=PREPARE_STARTED, devices: int = 1) -> ClaimRecord:
     devs = [CheckpointDevice("gpu", "pool", f"gpu-{i}", share_id="s" if i else None, cdi_ids=[f"k/c={uid}-{i}"]) for i in range(devices)]
     return ClaimRecord(uid, "ns", uid, phase, devs, {"created": [{"gi": 1}]}, "/cdi/x.json")
-
-
-def on_disk(path: Path, boot: Path) -> dict[str, ClaimRecord]:
-    again = Checkpoint(path, boot)
-    again.load()
-    return {r.uid: r for r in again.records()}
-
-
-@pytest.fixture
-def boot(tmp_path: Path) -> Path:
-    path = tmp_path / "boot"
-    path.write_text("b1")
-    return path
 
 
 @pytest.fixture
@@ -88,7 +77,7 @@ def test_with_a_boot_id_nothing_is_flushed_yet_every_write_is_visible_to_a_resta
     ckpt.put(replace(record("u1"), phase=PREPARE_COMPLETED))
     ckpt.commit(ckpt.stage(record("u2")))
     assert syncs == []  # a reboot voids the records, so a device flush would protect nothing
-    found = on_disk(ckpt.path, boot)
+    found = records_on_disk(ckpt.path, boot)
     assert found["u1"].completed and "u2" in found
 
 
@@ -98,11 +87,11 @@ def test_non_durable_write_is_visible_but_a_durable_commit_still_flushes(tmp_pat
     assert ckpt.flush
     ckpt.put(record("u1"), durable=False)
     assert syncs == []
-    assert "u1" in on_disk(ckpt.path, boot)  # a restarted process reads it
+    assert "u1" in records_on_disk(ckpt.path, boot)  # a restarted process reads it
     version = ckpt.stage(replace(record("u1"), phase=PREPARE_COMPLETED))
     ckpt.commit(version)
     assert len(syncs) == 1  # written by the non-durable path is not "durable"
-    assert on_disk(ckpt.path, boot)["u1"].completed
+    assert records_on_disk(ckpt.path, boot)["u1"].completed
     ckpt.commit(version)
     assert len(syncs) == 1  # already durable: nothing more to do
 
@@ -112,13 +101,13 @@ def test_staged_record_reaches_the_file_only_on_commit_and_forget_drops_it(tmp_p
     ckpt.put(record("keep"))
     version = ckpt.stage(record("u1"))
     assert ckpt.get("u1") is not None  # visible to the conflict check at once
-    assert "u1" not in on_disk(ckpt.path, boot)
+    assert "u1" not in records_on_disk(ckpt.path, boot)
     ckpt.commit(version)
-    assert "u1" in on_disk(ckpt.path, boot)
+    assert "u1" in records_on_disk(ckpt.path, boot)
     ckpt.forget("u1")
     assert ckpt.get("u1") is None
     ckpt.put(record("u2"))
-    assert sorted(on_disk(ckpt.path, boot)) == ["keep", "u2"]
+    assert sorted(records_on_disk(ckpt.path, boot)) == ["keep", "u2"]
 
 
 def test_completed_device_count_follows_every_change(tmp_path: Path, boot: Path):
@@ -160,7 +149,7 @@ def test_concurrent_durable_puts_each_return_durable_and_flush_only_their_own_re
         copy = tmp_path / f"copy-{i}" / "cp.json"
         copy.mkdir(parents=True)
         shutil.copy(ckpt.path / f"{uid}.json", copy / f"{uid}.json")
-        if uid not in on_disk(copy, boot):
+        if uid not in records_on_disk(copy, boot):
             with lock:
                 missing.append(uid)
 
@@ -168,7 +157,7 @@ def test_concurrent_durable_puts_each_return_durable_and_flush_only_their_own_re
         list(pool.map(put, range(32)))
     assert missing == []
     assert len(flushes) == 32  # one small file per claim: nobody flushes (or waits for) another claim's record
-    assert sorted(on_disk(ckpt.path, boot)) == sorted(f"u{i}" for i in range(32))
+    assert sorted(records_on_disk(ckpt.path, boot)) == sorted(f"u{i}" for i in range(32))
 
 
 def test_failed_write_leaves_no_temp_file(tmp_path: Path, no_boot: Path, monkeypatch: pytest.MonkeyPatch):
@@ -183,7 +172,7 @@ def test_failed_write_leaves_no_temp_file(tmp_path: Path, no_boot: Path, monkeyp
     with pytest.raises(OSError):
         ckpt.put(record("u2"))
     assert sorted(p.name for p in (tmp_path / "cp.json").iterdir()) == ["u1.json"]
-    assert sorted(on_disk(ckpt.path, boot)) == ["u1"]
+    assert sorted(records_on_disk(ckpt.path, boot)) == ["u1"]
 
 
 def test_device_index_lists_every_holder_and_follows_changes(tmp_path: Path, boot: Path):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.node.conftest import records_on_disk
+
 from dra_driver.node.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 
 
@@ -18,34 +20,18 @@ def record(uid: str, phase: str = PREPARE_COMPLETED) -> ClaimRecord:
     return ClaimRecord(uid, "ns", f"claim-{uid}", phase, [CheckpointDevice("gpu", "pool", "gpu-0", cdi_ids=["k/c=x"])], {"mig": [1]})  # type: ignore[arg-type]
 
 
-def loaded(path: Path, boot: Path) -> dict[str, ClaimRecord]:
-    ckpt = Checkpoint(path, boot)
-    ckpt.load()
-    return {r.uid: r for r in ckpt.records()}
-
-
-@pytest.fixture
-def boot(tmp_path: Path) -> Path:
-    path = tmp_path / "boot_id"
-    path.write_text("boot-1\n")
-    return path
-
-
 def test_round_trip(tmp_path: Path, boot: Path):
     ckpt = Checkpoint(tmp_path / "cp", boot)
     ckpt.put(record("u1"))
     ckpt.put(record("u2", PREPARE_STARTED))
     ckpt.remove("u2")
-    again = Checkpoint(tmp_path / "cp", boot)
-    again.load()
-    assert [r.uid for r in again.records()] == ["u1"]
-    assert again.get("u1") == record("u1")
+    assert records_on_disk(tmp_path / "cp", boot) == {"u1": record("u1")}
 
 
 def test_checkpoint_from_other_boot_is_void(tmp_path: Path, boot: Path):
     Checkpoint(tmp_path / "cp", boot).put(record("u1"))
     boot.write_text("boot-2\n")
-    assert loaded(tmp_path / "cp", boot) == {}
+    assert records_on_disk(tmp_path / "cp", boot) == {}
 
 
 def test_corrupt_record_is_moved_aside_and_the_others_survive(tmp_path: Path, boot: Path, caplog):
@@ -72,7 +58,7 @@ def test_concurrent_puts_are_all_on_disk(tmp_path: Path, boot: Path):
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: ckpt.put(record(f"u{i}")), range(64)))
     ckpt.remove("u3")
-    assert sorted(loaded(tmp_path / "cp", boot)) == sorted(f"u{i}" for i in range(64) if i != 3)
+    assert sorted(records_on_disk(tmp_path / "cp", boot)) == sorted(f"u{i}" for i in range(64) if i != 3)
 
 
 def test_torn_record_is_ignored_and_set_aside(tmp_path: Path, boot: Path, caplog):
@@ -82,9 +68,9 @@ def test_torn_record_is_ignored_and_set_aside(tmp_path: Path, boot: Path, caplog
         ckpt.put(record(uid))
     data = (path / "b.json").read_bytes()
     (path / "b.json").write_bytes(data[: len(data) // 2])  # a write cut short (power loss without rename ordering)
-    assert sorted(loaded(path, boot)) == ["a", "c"]
+    assert sorted(records_on_disk(path, boot)) == ["a", "c"]
     assert "not JSON" in caplog.text
-    assert sorted(loaded(path, boot)) == ["a", "c"]  # set aside once, not re-read as a record
+    assert sorted(records_on_disk(path, boot)) == ["a", "c"]  # set aside once, not re-read as a record
 
 
 def test_valid_json_with_a_bad_record_is_corrupt_not_a_crash(tmp_path: Path, boot: Path):
@@ -93,7 +79,7 @@ def test_valid_json_with_a_bad_record_is_corrupt_not_a_crash(tmp_path: Path, boo
     body = {"boot_id": "boot-1", "record": {"uid": "a"}, "version": 2}  # signed, but fields are missing
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     (path / "a.json").write_text(json.dumps({"body": body, "checksum": hashlib.sha256(canonical.encode()).hexdigest()}))
-    assert loaded(path, boot) == {}
+    assert records_on_disk(path, boot) == {}
 
 
 def test_records_from_another_boot_are_void_and_deleted(tmp_path: Path, boot: Path, caplog):
@@ -101,7 +87,7 @@ def test_records_from_another_boot_are_void_and_deleted(tmp_path: Path, boot: Pa
     Checkpoint(path, boot).put(record("old"))
     boot.write_text("boot-2\n")
     Checkpoint(path, boot).put(record("new"))
-    assert sorted(loaded(path, boot)) == ["new"]
+    assert sorted(records_on_disk(path, boot)) == ["new"]
     assert sorted(p.name for p in path.iterdir()) == ["new.json"]
     assert "another boot" in caplog.text
 
@@ -124,21 +110,21 @@ def test_uid_that_is_not_a_file_name_round_trips_under_its_hash(tmp_path: Path, 
     odd = "../../etc/passwd"
     Checkpoint(path, boot).put(record(odd))
     assert [p.parent for p in path.iterdir()] == [path]  # nothing written outside the directory
-    assert list(loaded(path, boot)) == [odd]
+    assert list(records_on_disk(path, boot)) == [odd]
 
 
 def test_record_copied_under_another_claims_name_is_rejected(tmp_path: Path, boot: Path):
     path = tmp_path / "cp"
     Checkpoint(path, boot).put(record("a"))
     (path / "b.json").write_bytes((path / "a.json").read_bytes())
-    assert sorted(loaded(path, boot)) == ["a"]
+    assert sorted(records_on_disk(path, boot)) == ["a"]
 
 
 def test_leftover_temp_files_are_not_records(tmp_path: Path, boot: Path):
     path = tmp_path / "cp"
     Checkpoint(path, boot).put(record("a"))
     (path / ".b.json.x1.tmp").write_bytes((path / "a.json").read_bytes())
-    assert sorted(loaded(path, boot)) == ["a"]
+    assert sorted(records_on_disk(path, boot)) == ["a"]
 
 
 def test_reload_sees_another_writers_changes(tmp_path: Path, boot: Path):
@@ -184,7 +170,7 @@ def test_append_after_a_torn_line_starts_a_fresh_line(tmp_path: Path, boot: Path
     with open(path / "a.json", "ab") as handle:
         handle.write(b'\n{"body":{"boot_id":"boo')  # a crash mid-append, no newline after it
     ckpt.put(record("a"))
-    assert loaded(path, boot)["a"].completed
+    assert records_on_disk(path, boot)["a"].completed
 
 
 def test_every_change_is_one_appended_line(tmp_path: Path, boot: Path):
@@ -201,7 +187,7 @@ def test_empty_record_file_is_no_record_and_is_removed(tmp_path: Path, boot: Pat
     path = tmp_path / "cp"
     Checkpoint(path, boot).put(record("a"))
     (path / "b.json").write_bytes(b"")  # created, then killed before its first line
-    assert sorted(loaded(path, boot)) == ["a"]
+    assert sorted(records_on_disk(path, boot)) == ["a"]
     assert not (path / "b.json").exists()  # nothing left behind once its claim is gone
 
 
@@ -304,5 +290,5 @@ def test_leftover_temp_files_of_rewrites_are_removed_on_load(tmp_path: Path, boo
     path = tmp_path / "cp"
     Checkpoint(path, boot).put(record("a"))
     (path / ".a.json.k3j4.tmp").write_bytes(b"partial")
-    loaded(path, boot)
+    records_on_disk(path, boot)
     assert sorted(p.name for p in path.iterdir()) == ["a.json"]

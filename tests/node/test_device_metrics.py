@@ -3,65 +3,30 @@ real prepare over gRPC, and the /metrics text as Prometheus parses it."""
 
 from __future__ import annotations
 
-import socket
 import threading
-import urllib.request
 from pathlib import Path
 
 import pytest
 from tests.node.conftest import make_settings
+from tests.node.metrics_support import one, scrape, series, serving_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings, ClaimRef
-from dra_driver.node.metrics_http import BindAddress
-from dra_driver.kube.claims import ClaimReader
 from dra_driver.simulation.claims import allocated_claim_object
-from dra_driver.node.daemon import Daemon
 from dra_driver.node.device_metrics import DeviceMetricsCollector, DriverSource
 from dra_driver.node.metrics import Metrics
 from dra_driver.node.plugin.kubelet_client import register
 
 nvidia = pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def scrape(port: int) -> Samples:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def series(got: Samples, name: str, **labels: str) -> dict[tuple[tuple[str, str], ...], float]:
-    return {key: value for (metric, key), value in got.items() if metric == name and all((k, v) in key for k, v in labels.items())}
-
-
-def one(got: Samples, name: str, **labels: str) -> float:
-    found = series(got, name, **labels)
-    assert len(found) == 1, (name, labels, found)
-    return next(iter(found.values()))
 
 
 @pytest.fixture
 def h100_daemon(short_tmp: Path, apiserver):
-    port = free_port()
-    settings = make_settings(short_tmp)
     backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
-    daemon = Daemon(
-        [backend], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port), device_metrics_interval=3600
-    )
-    assert daemon.start().running == [DRIVER]
-    try:
+    with serving_metrics(make_settings(short_tmp), apiserver, backend, device_metrics_interval=3600) as (daemon, port):
         yield daemon, port, backend
-    finally:
-        daemon.stop()
-        backend.close()
 
 
 def test_held_device_carries_its_claim_and_pod_and_reads_busier_than_idle_ones(h100_daemon, apiserver):

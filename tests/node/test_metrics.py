@@ -3,43 +3,25 @@
 from __future__ import annotations
 
 import socket
-import urllib.request
 from pathlib import Path
 
 from tests.node.conftest import make_settings
-from tests.node.example_backend import DRIVER, ExampleBackend
+from tests.node.example_backend import DRIVER
+from tests.node.metrics_support import metrics_daemon, scrape
+from tests.support import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node import metrics_http
-from dra_driver.node.metrics_http import BindAddress
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
-from dra_driver.backend.interface import BackendSettings, ClaimRef
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+from dra_driver.backend.interface import ClaimRef
 
 
 def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: Path, apiserver):
     port = free_port()
     settings = make_settings(short_tmp)
-    daemon = Daemon(
-        [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
-        settings,
-        metrics_address=BindAddress("127.0.0.1", port),
-    )
+    daemon = metrics_daemon(settings, apiserver, port)
     assert daemon.start().running == [DRIVER]
     try:
         good = apiserver.store.put(allocated_claim_object("good", "default", DRIVER, "node-a", {"gpu": ["gpu-0", "gpu-1"]}))
@@ -57,7 +39,7 @@ def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: P
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
         response = conn.prepare(refs)
         assert response.claims[refs[0].uid].error == "" and response.claims[refs[1].uid].error != ""
-        got = samples(port)
+        got = scrape(port)
         method = next(
             labels
             for (name, labels) in got
@@ -72,7 +54,7 @@ def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: P
         count = got[("dra_driver_request_duration_seconds_count", (("driver", DRIVER), ("method", method_labels)))]
         assert count == 1
         conn.unprepare(refs[:1])
-        assert samples(port)[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 0
+        assert scrape(port)[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 0
         conn.close()
     finally:
         daemon.stop()
@@ -82,11 +64,10 @@ def test_error_and_claim_counters_exist_at_zero_before_any_claim(short_tmp: Path
     """A node that never failed reads 0 errors, not "no data": the dashboard's prepare-errors panel and the
     DraPrepareErrorsRising alert see a series on a healthy cluster (it was empty there until the first failure)."""
     port = free_port()
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp),
-                    metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
+    daemon = metrics_daemon(make_settings(short_tmp), apiserver, port)
     assert daemon.start().running == [DRIVER]
     try:
-        got = samples(port)
+        got = scrape(port)
         for operation in ("prepare", "unprepare"):
             assert got[("dra_driver_errors_total", (("driver", DRIVER), ("operation", operation)))] == 0
             for result in ("ok", "error"):
@@ -104,8 +85,7 @@ def test_busy_metrics_port_never_stops_the_daemon_and_is_taken_once_free(short_t
     holder.listen()
     port = holder.getsockname()[1]
     settings = make_settings(short_tmp)
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings,
-                    metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
+    daemon = metrics_daemon(settings, apiserver, port)
     try:
         assert daemon.start().running == [DRIVER]
         endpoint = daemon.metrics_endpoint
@@ -114,14 +94,14 @@ def test_busy_metrics_port_never_stops_the_daemon_and_is_taken_once_free(short_t
         conn.close()
         holder.close()
         assert endpoint.wait_bound(5.0)
-        assert samples(port)[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 0
+        assert scrape(port)[("dra_driver_prepared_devices", (("driver", DRIVER),))] == 0
     finally:
         holder.close()
         daemon.stop()
 
 
 def holder_series(port: int) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]]:
-    got = samples(port)
+    got = scrape(port)
     devices = {tuple(v for _, v in labels) for (name, labels), value in got.items() if name == "dra_driver_device_claim" and value > 0}
     pods = {tuple(v for _, v in labels) for (name, labels), value in got.items() if name == "dra_driver_claim_pod" and value > 0}
     return devices, pods
@@ -139,12 +119,7 @@ def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, ap
     train = apiserver.store.put(train)
     infer = apiserver.store.put(allocated_claim_object("infer", "team-b", DRIVER, "node-a", {"gpu": ["gpu-2"]}))
     refs = [ClaimRef(o["metadata"]["namespace"], o["metadata"]["name"], o["metadata"]["uid"]) for o in (train, infer)]
-    daemon = Daemon(
-        [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
-        settings,
-        metrics_address=BindAddress("127.0.0.1", port),
-    )
+    daemon = metrics_daemon(settings, apiserver, port)
     daemon.start()
     try:
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)
@@ -166,12 +141,7 @@ def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, ap
         daemon.stop()
     # A restarted daemon republishes what the checkpoint holds (pods are unknown until the next claim read).
     port = free_port()
-    daemon = Daemon(
-        [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
-        settings,
-        metrics_address=BindAddress("127.0.0.1", port),
-    )
+    daemon = metrics_daemon(settings, apiserver, port)
     daemon.start()
     try:
         assert holder_series(port) == ({("train", "gpu-0", DRIVER, "team-a", "node-a"), ("train", "gpu-1", DRIVER, "team-a", "node-a")}, set())
@@ -189,12 +159,7 @@ def test_failed_prepare_leaves_no_holder_series(short_tmp: Path, apiserver):
     held = apiserver.store.put(allocated_claim_object("held", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     thief = apiserver.store.put(allocated_claim_object("thief", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
     thief["status"]["reservedFor"] = "garbage"  # odd status from the server must not fail the claim for metrics' sake
-    daemon = Daemon(
-        [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
-        settings,
-        metrics_address=BindAddress("127.0.0.1", port),
-    )
+    daemon = metrics_daemon(settings, apiserver, port)
     daemon.start()
     try:
         conn = register(PluginPaths(settings.kubelet_dir, DRIVER).registration_socket)

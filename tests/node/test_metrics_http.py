@@ -14,22 +14,16 @@ from pathlib import Path
 
 import pytest
 from tests.node.conftest import make_settings
-from tests.node.example_backend import DRIVER, ExampleBackend
+from tests.node.example_backend import DRIVER
+from tests.node.metrics_support import metrics_daemon
+from tests.support import free_port
 
-from dra_driver.node.daemon import Daemon
-from dra_driver.kube.claims import ClaimReader
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.metrics_http import DEFAULT_MAX_CONNECTIONS, BindAddress, HttpEndpoint, Response
 from dra_driver.node.plugin.kubelet_client import register
-from dra_driver.backend.interface import BackendSettings, ClaimRef
+from dra_driver.backend.interface import ClaimRef
 
 IDLE = 1000
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def rss_kib() -> int:
@@ -74,8 +68,7 @@ def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
 def test_a_thousand_idle_connections_cost_no_thread_are_capped_and_prepare_is_unaffected(short_tmp: Path, apiserver, idle_sockets) -> None:
     port = free_port()
     settings = make_settings(short_tmp, pod_uid="pod-a")
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings,
-                    metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
+    daemon = metrics_daemon(settings, apiserver, port)
     daemon.start()
     try:
         conn = register(daemon.plugins[DRIVER].paths.registration_socket)

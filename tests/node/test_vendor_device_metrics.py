@@ -1,23 +1,22 @@
 """Per-device metrics of the AMD and Intel Gaudi backends: each real backend over its simulated lowest layer
 (amdsmi module, HLML library and sysfs tree), a real daemon, real prepare over gRPC, and the /metrics text as
-Prometheus parses it. The NVIDIA side is in test_device_metrics.py (its helpers are reused here)."""
+Prometheus parses it. The NVIDIA side is in test_device_metrics.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.node.conftest import make_settings
-from tests.node.test_device_metrics import Samples, free_port, one, scrape, series
+from tests.node.metrics_support import Samples, one, scrape, series, serving_metrics
 
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.backend.interface import BackendSettings, ClaimRef, VendorBackend
-from dra_driver.kube.claims import ClaimReader
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.daemon import Daemon
-from dra_driver.node.metrics_http import BindAddress
 from dra_driver.node.plugin.kubelet_client import register
 
 amd = pytest.importorskip("dra_driver_amd.backend")
@@ -26,40 +25,23 @@ AMD = "gpu.amd.com"
 GAUDI = "gaudi.intel.com"
 
 
-def start_daemon(short_tmp: Path, apiserver: Any, backend: VendorBackend) -> tuple[Daemon, int]:
-    port = free_port()
-    daemon = Daemon(
-        [backend],
-        ClaimReader(apiserver.api_client()),
-        make_settings(short_tmp),
-        metrics_address=BindAddress("127.0.0.1", port),
-        device_metrics_interval=3600,
-    )
-    assert daemon.start().running == [backend.driver_name]
-    return daemon, port
+def serving(short_tmp: Path, apiserver: Any, backend: VendorBackend) -> AbstractContextManager[tuple[Daemon, int]]:
+    return serving_metrics(make_settings(short_tmp), apiserver, backend, device_metrics_interval=3600)
 
 
 @pytest.fixture
 def amd_daemon(short_tmp: Path, apiserver: Any, request: pytest.FixtureRequest) -> Iterator[tuple[Daemon, int, Any]]:
     profile = getattr(request, "param", "mi300x")
     backend = amd.AmdBackend.from_profile(load_profile(profile).sections["amd"], BackendSettings(node_name="node-a"))
-    daemon, port = start_daemon(short_tmp, apiserver, backend)
-    try:
+    with serving(short_tmp, apiserver, backend) as (daemon, port):
         yield daemon, port, backend
-    finally:
-        daemon.stop()
-        backend.close()
 
 
 @pytest.fixture
 def gaudi_daemon(short_tmp: Path, apiserver: Any) -> Iterator[tuple[Daemon, int, Any]]:
     backend = gaudi.GaudiBackend.from_profile(load_profile("gaudi3-hls").sections["gaudi"], BackendSettings(node_name="node-a"))
-    daemon, port = start_daemon(short_tmp, apiserver, backend)
-    try:
+    with serving(short_tmp, apiserver, backend) as (daemon, port):
         yield daemon, port, backend
-    finally:
-        daemon.stop()
-        backend.close()
 
 
 def prepare(daemon: Daemon, apiserver: Any, driver: str, device: str) -> tuple[Any, ClaimRef]:
@@ -189,13 +171,9 @@ def test_gaudi_a_failing_call_leaves_the_other_readings_and_resets_are_counted(g
 def test_gaudi_without_hlml_reports_the_sysfs_counters_only(short_tmp, apiserver):
     """gaudi2-hls has no HLML (like Intel's faker): no readings, but every device and its reset counters."""
     backend = gaudi.GaudiBackend.from_profile(load_profile("gaudi2-hls").sections["gaudi"], BackendSettings(node_name="node-a"))
-    daemon, port = start_daemon(short_tmp, apiserver, backend)
-    try:
+    with serving(short_tmp, apiserver, backend) as (daemon, port):
         daemon.device_metrics.collect_once()
         got = scrape(port)
         assert len(series(got, "dra_driver_device_info")) == 8
         assert not series(got, "dra_driver_device_utilization_ratio")
         assert one(got, "dra_driver_device_errors_total", device="0000-19-00-0-0x1020", kind="soft_reset") == 0
-    finally:
-        daemon.stop()
-        backend.close()
