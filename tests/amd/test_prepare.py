@@ -92,13 +92,19 @@ def test_dynamic_same_mode_claims_share_a_gpu_and_other_modes_are_refused(open_b
     assert backend.library.current_mode("0000:05:00.0") == ("SPX", "NPS1")
 
 
-def test_memory_mode_change_that_needs_a_reload_fails_clearly(open_backend):
+def _refused_memory_mode_change(open_backend):
+    """An MI300X whose memory mode change needs a driver reload, after claim a asked for CPX/NPS4 and was refused."""
     section = dict(load_profile("mi300x").sections["amd"])
     section["memory_reload_required"] = True
     backend = open_backend(section=section, partitioning="dynamic")
     backend.discover()
     with pytest.raises(DeviceError, match="driver reload"):
         backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
+    return backend
+
+
+def test_memory_mode_change_that_needs_a_reload_fails_clearly(open_backend):
+    backend = _refused_memory_mode_change(open_backend)
     # A compute-only change needs no reload.
     prepared = backend.prepare(CLAIM_B, _alloc("gpu-8-136-cpx-nps1-7"))
     assert _paths(prepared.devices[0])[1] == "/dev/dri/renderD143"
@@ -158,12 +164,7 @@ def test_unprepare_with_empty_state_releases_the_claims_gpus(open_backend):
 
 
 def test_failed_mode_switch_is_rolled_back(open_backend):
-    section = dict(load_profile("mi300x").sections["amd"])
-    section["memory_reload_required"] = True
-    backend = open_backend(section=section, partitioning="dynamic")
-    backend.discover()
-    with pytest.raises(DeviceError, match="driver reload"):
-        backend.prepare(CLAIM_A, _alloc("gpu-0-128-cpx-nps4-0"))
+    backend = _refused_memory_mode_change(open_backend)
     assert backend.library.current_mode("0000:05:00.0") == ("SPX", "NPS1")
     backend.prepare(CLAIM_B, _alloc("gpu-0-128-dpx-nps1-0"))  # no hold of claim a is left
 

@@ -17,14 +17,7 @@ from dra_driver.simulation.api_server import SimApiServer
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[SimApiServer, Path]]:
     with SimApiServer() as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
-            "clusters": [{"name": "sim", "cluster": {"server": server.url}}],
-            "users": [{"name": "sim", "user": {}}],
-            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
-        }))
-        yield server, kubeconfig
+        yield server, server.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def test_cluster_slices_classes_and_allocated_claims(cluster: tuple[SimApiServer, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

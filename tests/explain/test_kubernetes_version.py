@@ -95,14 +95,7 @@ def cluster_136(tmp_path: Path) -> Iterator[Path]:
     with SimApiServer(ServerOptions(git_version="v1.36.2")) as server:
         server.add_node("node-0")
         server.store.put(b.resource_slice("node-0", [b.device("gpu-0")]))
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
-            "clusters": [{"name": "sim", "cluster": {"server": server.url}}],
-            "users": [{"name": "sim", "user": {}}],
-            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
-        }))  # fmt: skip
-        yield kubeconfig
+        yield server.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def test_a_cluster_brings_its_own_release_unless_one_is_given(cluster_136: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
