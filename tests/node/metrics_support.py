@@ -57,3 +57,17 @@ def one(got: Samples, name: str, **labels: str) -> float:
     found = series(got, name, **labels)
     assert len(found) == 1, (name, labels, found)
     return next(iter(found.values()))
+
+
+def assert_errors_counted_and_a_failed_power_reading_alone(
+    got: Samples, driver: str, ecc: tuple[str, float, float], failed: str, other: str
+) -> None:
+    """After a collection with ECC errors injected on one device (`ecc`: device, corrected, uncorrected) and the power
+    call failing on another (`failed`): the errors are counted, only that reading is missing, no collection failed."""
+    device, corrected, uncorrected = ecc
+    assert one(got, "dra_driver_device_errors_total", device=device, kind="ecc_corrected") == corrected
+    assert one(got, "dra_driver_device_errors_total", device=device, kind="ecc_uncorrected") == uncorrected
+    assert not series(got, "dra_driver_device_power_watts", device=failed)
+    assert one(got, "dra_driver_device_temperature_celsius", device=failed) > 0
+    assert one(got, "dra_driver_device_power_watts", device=other) > 0
+    assert one(got, "dra_driver_device_metrics_errors_total", driver=driver) == 0

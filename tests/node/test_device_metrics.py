@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.node.conftest import make_settings
-from tests.node.metrics_support import one, scrape, series, serving_metrics
+from tests.node.metrics_support import assert_errors_counted_and_a_failed_power_reading_alone, one, scrape, series, serving_metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.backend.hardware_profiles import load_profile
@@ -75,12 +75,7 @@ def test_error_counters_and_a_failing_reading_leave_the_other_readings(h100_daem
     backend.simulator.fail("nvmlDeviceGetPowerUsage", "UNKNOWN", gpu=1)
     daemon.device_metrics.collect_once()
     got = scrape(port)
-    assert one(got, "dra_driver_device_errors_total", device="gpu-2", kind="ecc_corrected") == 5
-    assert one(got, "dra_driver_device_errors_total", device="gpu-2", kind="ecc_uncorrected") == 1
-    assert not series(got, "dra_driver_device_power_watts", device="gpu-1")
-    assert one(got, "dra_driver_device_temperature_celsius", device="gpu-1") > 0
-    assert one(got, "dra_driver_device_power_watts", device="gpu-0") > 0
-    assert one(got, "dra_driver_device_metrics_errors_total", driver=DRIVER) == 0
+    assert_errors_counted_and_a_failed_power_reading_alone(got, DRIVER, ecc=("gpu-2", 5, 1), failed="gpu-1", other="gpu-0")
 
 
 def test_xid_events_are_counted_per_gpu(h100_daemon):
