@@ -1,4 +1,5 @@
-"""Checks every test gets: simulated backends are closed by the test (or its fixtures) that opened them."""
+"""Checks every test gets: simulated backends are closed by the test (or its fixtures) that opened them; and the fixtures
+many folders share (short_tmp, apiserver)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from dra_driver.simulation import scratch as sim_scratch
+
+if TYPE_CHECKING:
+    from dra_driver.simulation.api_server import SimApiServer
 
 _reported: set[Path] = set()  # leaks already blamed on a test, not blamed again when collected later
 
@@ -55,3 +60,12 @@ def short_tmp() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[SimApiServer]:
+    """The in-process simulated API server (real HTTP; the real kubernetes client talks to it), stopped after the test."""
+    from dra_driver.simulation.api_server import SimApiServer  # loaded only by the tests that serve one
+
+    with SimApiServer() as server:
+        yield server

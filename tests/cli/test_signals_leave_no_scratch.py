@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,12 +19,6 @@ from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.simulation.api_server import SimApiServer
 
 DRIVERS = 3  # gpu.nvidia.com, gpu.amd.com and gaudi.intel.com: each simulated backend makes a scratch dir
-
-
-@pytest.fixture
-def apiserver() -> Iterator[SimApiServer]:
-    with SimApiServer() as server:
-        yield server
 
 
 @pytest.fixture

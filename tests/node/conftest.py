@@ -1,5 +1,6 @@
-"""Fixtures of the node tests: the simulated API server (real HTTP, real kubernetes client), a daemon with the example
-backend on tmp paths, the kubelet client. Tests import `Node` and `make_settings` from here as tests.node.conftest."""
+"""Fixtures of the node tests: a daemon with the example backend on tmp paths, reading the simulated API server of
+tests/conftest.py, and the kubelet client; a boot ID and a checkpoint's records on disk. Tests import `Node`,
+`make_settings` and `records_on_disk` from here as tests.node.conftest."""
 
 from __future__ import annotations
 
@@ -21,12 +22,6 @@ from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.kubelet_client import PluginConnection, register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import BackendSettings, ClaimRef
-
-
-@pytest.fixture
-def apiserver() -> Iterator[sim_apiserver.SimApiServer]:
-    with sim_apiserver.SimApiServer() as server:
-        yield server
 
 
 @dataclass

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,6 @@ from dra_driver.backend.interface import ClaimRef
 pytest.importorskip("dra_driver_nvidia.backend")
 DRIVER = "gpu.nvidia.com"
 FIRST, SECOND = "gpu-2-mig-1g10gb-19-0", "gpu-2-mig-1g10gb-19-1"  # dgx-h100: GPU 2 starts with MIG off
-
-
-@pytest.fixture
-def apiserver() -> Iterator[SimApiServer]:
-    with SimApiServer() as server:
-        yield server
 
 
 def spawn(server: SimApiServer, work: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -1,4 +1,4 @@
-"""The watch-fed claim cache: hits skip the GET, anything uncertain falls back to a GET.
+"""The watch-fed claim cache (dra_driver/kube/claim_cache.py): hits skip the GET, anything uncertain falls back to a GET.
 
 Real kubernetes client against the in-process simulated API server; claim GETs
 are counted from the server's request counters.
@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from tests.node.conftest import make_settings
-from tests.node.example_backend import DRIVER, ExampleBackend
 
 from tests.support import eventually
-from dra_driver.node.daemon import Daemon
 from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.kube.claim_cache import CachedClaimReader, ClaimCache
 from dra_driver.kube.claims import ClaimLookupError, ClaimReader
 from dra_driver.simulation.claims import allocated_claim_object
-from dra_driver.backend.interface import BackendSettings, ClaimRef
+
+DRIVER = "gpu.example.com"
 
 
 def claim_gets(server: sim_apiserver.SimApiServer) -> int:
@@ -163,36 +160,3 @@ def test_410_gone_relists(apiserver: sim_apiserver.SimApiServer) -> None:
         eventually(lambda: cache.lookup("default", "c1", uid) is not None, timeout=4.0, what="claim after the re-list")
     finally:
         cache.stop()
-
-
-def _daemon(root: Path, server: sim_apiserver.SimApiServer, cache: ClaimCache | None) -> Daemon:
-    settings = make_settings(root)
-    state = root / "state"
-    state.mkdir(exist_ok=True)
-    backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=state))
-    return Daemon([backend], ClaimReader(server.api_client()), settings, claim_cache=cache)
-
-
-@pytest.mark.parametrize("with_cache", [False, True])
-def test_daemon_prepare_gets_claims_only_without_the_cache(short_tmp: Path, apiserver: sim_apiserver.SimApiServer, with_cache: bool) -> None:
-    cache = ClaimCache(apiserver.api_client()) if with_cache else None
-    daemon = _daemon(short_tmp, apiserver, cache)
-    daemon.start()
-    try:
-        uid = put_claim(apiserver, "c1", device="gpu-1")
-        if cache is not None:
-            eventually(lambda: cache.lookup("default", "c1", uid) is not None, what="claim cached")
-        service = daemon.plugins[DRIVER].service
-        before = claim_gets(apiserver)
-        outcome = service.prepare([ClaimRef("default", "c1", uid)])[uid]
-        assert outcome.error == ""
-        assert [d.device for d in outcome.devices] == ["gpu-1"]
-        assert claim_gets(apiserver) == before + (0 if with_cache else 1)
-        # A stale kubelet request (old UID) still fails with the UID message, via a GET.
-        stale = service.prepare([ClaimRef("default", "c1", "0000-old")])["0000-old"]
-        assert "UID" in stale.error
-        assert claim_gets(apiserver) == before + (1 if with_cache else 2)
-    finally:
-        daemon.stop()
-    if cache is not None:
-        assert not cache.live  # stopped with the daemon
