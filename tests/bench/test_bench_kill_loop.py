@@ -15,7 +15,7 @@ from dra_driver.node.checkpoint import PREPARE_COMPLETED, CheckpointDevice, Clai
 from dra_driver.node.plugin.recovery import claim_file_data
 from dra_driver.backend.interface import ClaimRef, ContainerEdits
 
-BENCH = Path(__file__).parents[3] / "bench" / "bench_kill_loop.py"
+BENCH = Path(__file__).parents[2] / "bench" / "bench_kill_loop.py"
 
 
 def bench_module() -> ModuleType:
