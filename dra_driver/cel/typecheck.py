@@ -223,17 +223,18 @@ class _Checker:
             raise TypeCheckError(
                 "found no matching overload for '_[_]' applied to device: it is an object, use device.driver, device.attributes, device.capacity"
             )
+        no_overload = f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'"
         if isinstance(target, tuple) and target[0] == "list":
             if index not in (DYN, "int"):
-                raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
+                raise TypeCheckError(no_overload)
             return cast(CelType, target[1])
         if isinstance(target, tuple) and target[0] == "map":
             if not compatible(target[1], index):
-                raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
+                raise TypeCheckError(no_overload)
             return cast(CelType, target[2])
         if target in (DYN, "null"):
             return DYN
-        raise TypeCheckError(f"found no matching overload for '_[_]' applied to '({_name(target)}, {_name(index)})'")
+        raise TypeCheckError(no_overload)
 
     # ------------------------------------------------------------ primaries
 
