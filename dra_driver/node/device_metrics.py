@@ -24,6 +24,7 @@ from typing import Any
 from dra_driver.backend.interface import DeviceSample, VendorBackend
 from dra_driver.backend.vocabulary import PCI_BUS_ID
 from dra_driver.common.logs import fields
+from dra_driver.common.periodic import Periodic
 from dra_driver.node.metrics import DeviceHolders, HolderView
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,7 @@ class DeviceMetricsCollector:
         self._collected: dict[str, _Collected] = {}
         self._lock = threading.Lock()  # guards the two dicts above; held only to swap references
         self._collecting = threading.Lock()  # one collection at a time (never a lock prepare takes)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("device-metrics", self.collect_once, interval, log, "device metrics collection failed")
 
     # ---- the collector thread -------------------------------------------------------
 
@@ -129,27 +129,18 @@ class DeviceMetricsCollector:
             collected.duration_s = duration
             collected.errors += int(failed)
 
+    @property
+    def running(self) -> bool:
+        """Whether the collector thread runs (never with interval 0: device metrics off)."""
+        return self._periodic.running
+
     def start(self) -> DeviceMetricsCollector:
-        if not self.interval or self._thread is not None:
-            return self
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="device-metrics", daemon=True)
-        self._thread.start()
+        if self.interval and not self._periodic.running:
+            self._periodic.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.collect_once()
-            except Exception as exc:  # never end the loop
-                log.error("device metrics collection failed", extra=fields(error=repr(exc)))
-            self._stop.wait(self.interval)
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._periodic.stop()
 
     # ---- rendering (prometheus_client custom collector) ---------------------------
 

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, TypeGuard
 from dra_driver.common import json_text, node_file
 from dra_driver.common.atomic_file import replace_file
 from dra_driver.common.logs import fields
+from dra_driver.common.periodic import Periodic
 from dra_driver.common import file_modes
 
 if TYPE_CHECKING:
@@ -240,11 +241,10 @@ class ReadinessMonitor:
         self._plugins = plugins
         self._api_connected = api_connected
         self.status_file = status_file
-        self._interval = interval
         self._stand_down = stand_down or (lambda driver: None)
         self._liveness_fd: int | None = None  # the flock on liveness_path(status_file), held while running
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A check must never end the loop: a stale file turns the probe red anyway.
+        self._periodic = Periodic("readiness", self.check_and_record, interval, log, "readiness check failed")
         self._last: ReadinessReport | None = None
         self._lock = threading.Lock()
 
@@ -278,7 +278,7 @@ class ReadinessMonitor:
 
     def _restore_lost_registrations(self) -> None:
         for driver, plugin in dict(self._plugins()).items():
-            if self._stop.is_set():
+            if self._periodic.stopping:
                 return
             if plugin.serving and not _socket_present(plugin.paths.registration_socket):
                 log.warning("registration socket removed; serving it again so the kubelet registers this instance",
@@ -323,25 +323,12 @@ class ReadinessMonitor:
             return self._last
 
     def start(self) -> ReadinessMonitor:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="readiness", daemon=True)
-        self._thread.start()
+        self._periodic.start()
         return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.check_and_record()
-            except Exception as exc:  # a check must never end the loop: a stale file turns the probe red anyway
-                log.error("readiness check failed", extra=fields(error=repr(exc)))
-            self._stop.wait(self._interval)
 
     def stop(self) -> None:
         """Stop checking and remove the status file (only one this daemon wrote): a stopping daemon is not ready."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._periodic.stop()
         if self.status_file is not None and self._liveness_fd is not None:
             try:
                 os.unlink(self.status_file)

@@ -128,7 +128,7 @@ def test_interval_below_the_floor_is_refused_and_zero_collects_nothing(short_tmp
     with pytest.raises(ValueError, match="device-metrics-interval"):
         DeviceMetricsCollector(Metrics().holders, 0.1)
     collector = DeviceMetricsCollector(Metrics().holders, 0)
-    assert collector.start()._thread is None
+    assert not collector.start().running
 
 
 def test_devices_without_readings_take_their_identity_from_the_published_attributes():
