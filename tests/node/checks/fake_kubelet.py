@@ -15,6 +15,8 @@ from typing import Any
 
 import grpc
 
+from tests.node.conftest import make_settings
+
 from dra_driver.api.podresources.v1 import api_pb2 as pr_pb2
 from dra_driver.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from dra_driver.api.podresources.v1 import api_pb2_grpc as pr_grpc
@@ -22,7 +24,6 @@ from dra_driver.node.daemon import Daemon
 from dra_driver.backend.hardware_profiles import load_profile
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.node.checks.same_name import ConflictBoard
-from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.registration import RegistrationServicer
 from dra_driver.node.plugin.sockets import UnixServer
 from dra_driver.node.publisher.daemon_adapter import publisher_factory
@@ -39,7 +40,7 @@ def nvidia_daemon(
 
     from dra_driver_nvidia.backend import NvidiaBackend
 
-    settings = dataclasses.replace(node_settings(root), pod_uid=pod_uid, flags=flags or {})
+    settings = dataclasses.replace(make_settings(root, pod_uid), flags=flags or {})
     backend = NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
     api = server.api_client()
     conflicts = ConflictBoard()
@@ -51,20 +52,6 @@ def nvidia_daemon(
     finally:
         daemon.stop()
         backend.close()
-
-
-def node_settings(root: Path) -> PluginSettings:
-    """A daemon laid out as deployed, under `root`: kubelet dir, CDI dir, state dir, boot ID."""
-    (root / "boot_id").write_text("boot-1\n")
-    return PluginSettings(
-        node_name="node-a",
-        kubelet_dir=root / "kubelet",
-        cdi_dir=root / "cdi",
-        state_dir=root / "run",
-        boot_id_path=root / "boot_id",
-        prepare_workers=2,
-        grpc_workers=8,
-    )
 
 
 @dataclass

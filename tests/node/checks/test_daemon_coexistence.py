@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.node.checks.fake_kubelet import PodResourcesState, node_settings, pod_resources_server
+from tests.node.checks.fake_kubelet import PodResourcesState, pod_resources_server
+from tests.node.conftest import make_settings
 
 from dra_driver.node.daemon import Daemon
 from dra_driver.backend.hardware_profiles import load_profile
@@ -23,7 +24,7 @@ DRIVER = "gpu.nvidia.com"
 
 
 def test_device_plugin_gpus_are_neither_published_nor_prepared(short_tmp: Path):
-    settings = node_settings(short_tmp)
+    settings = make_settings(short_tmp)
     sock = settings.kubelet_dir / "pod-resources" / "kubelet.sock"
     backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
     inventory = backend.discover()
