@@ -36,7 +36,7 @@ class Node:
 
     @property
     def paths(self) -> PluginPaths:
-        return PluginPaths(self.settings.kubelet_dir, DRIVER, self.settings.pod_uid, self.settings.state_dir)
+        return paths_of(self.settings)
 
     @property
     def cdi_dir(self) -> Path:
@@ -46,8 +46,24 @@ class Node:
         return register(self.paths.registration_socket, only=only)
 
     def add_claim(self, name: str, devices: dict[str, list[str]], namespace: str = "default", config: list[dict[str, Any]] | None = None) -> ClaimRef:
-        stored = self.server.store.put(allocated_claim_object(name, namespace, DRIVER, "node-a", devices, config=config))
-        return ClaimRef(namespace, name, stored["metadata"]["uid"])
+        return put_claim(self.server, name, devices, namespace, config)
+
+
+def put_claim(
+    server: sim_apiserver.SimApiServer,
+    name: str,
+    devices: dict[str, list[str]],
+    namespace: str = "default",
+    config: list[dict[str, Any]] | None = None,
+) -> ClaimRef:
+    """An allocated claim of the example driver on node-a, stored in `server`; `devices`: request name -> its devices."""
+    stored = server.store.put(allocated_claim_object(name, namespace, DRIVER, "node-a", devices, config=config))
+    return ClaimRef(namespace, name, stored["metadata"]["uid"])
+
+
+def paths_of(settings: PluginSettings) -> PluginPaths:
+    """The example driver's sockets, checkpoint and locks under `settings`."""
+    return PluginPaths(settings.kubelet_dir, DRIVER, settings.pod_uid, settings.state_dir)
 
 
 def make_settings(root: Path, pod_uid: str | None = None) -> PluginSettings:

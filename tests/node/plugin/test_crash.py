@@ -19,12 +19,6 @@ from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
 
-@pytest.fixture
-def root(short_tmp: Path) -> Path:
-    (short_tmp / "state").mkdir()
-    (short_tmp / "boot_id").write_text("boot-1\n")
-    return short_tmp
-
 
 def test_kill_mid_prepare_rolls_back_on_restart(apiserver, root: Path):
     paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")

@@ -37,13 +37,6 @@ PREPARE_POINTS = {"at-started": "after-started", "at-backend": "after-backend", 
 HALF_PREPARED = ("at-started", "at-backend", "at-cdi")
 
 
-@pytest.fixture
-def root(short_tmp: Path) -> Path:
-    (short_tmp / "state").mkdir()
-    (short_tmp / "boot_id").write_text("boot-1\n")
-    return short_tmp
-
-
 def _spec(root: Path, uid: str) -> Path:
     return cdi.spec_path(root / "cdi", DRIVER, uid)
 

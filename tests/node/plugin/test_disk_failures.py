@@ -176,7 +176,7 @@ def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(sh
     from tests.node.conftest import make_settings
     from tests.node.plugin.crash_support import registers, start_daemon
     from tests.support import eventually
-    from tests.node.plugin.test_instance_lock import add_claim, paths_of
+    from tests.node.conftest import paths_of, put_claim
 
     from dra_driver.node.plugin.kubelet_client import register
 
@@ -189,7 +189,7 @@ def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(sh
     restarted = None
     try:
         eventually(lambda: registers(paths), what="the daemon serves")
-        kept = add_claim(apiserver, "kept", "gpu-0")
+        kept = put_claim(apiserver, "kept", {"gpu": ["gpu-0"]})
         answer = register(paths.registration_socket).prepare([kept]).claims[kept.uid]
         assert answer.error == ""
         daemon.kill()
@@ -201,7 +201,7 @@ def test_a_daemon_killed_with_a_full_state_dir_restarts_and_serves_its_claims(sh
         conn = register(paths.registration_socket)
         again = conn.prepare([kept]).claims[kept.uid]
         assert again.error == "" and list(again.devices) == list(answer.devices)
-        new = add_claim(apiserver, "new", "gpu-1")
+        new = put_claim(apiserver, "new", {"gpu": ["gpu-1"]})
         refused = conn.prepare([new]).claims[new.uid].error
         assert f"state directory {paths.checkpoint}: No space left on device (ENOSPC); free space (or inodes)" in refused
         conn.close()

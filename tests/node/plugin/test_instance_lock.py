@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.node.conftest import make_settings
+from tests.node.conftest import make_settings, paths_of, put_claim
 from tests.hostile_paths import HOSTILE, plant, returns_within
 from tests.support import eventually
 from tests.node.example_backend import DRIVER, ExampleBackend
@@ -23,14 +23,13 @@ from tests.node.example_backend import DRIVER, ExampleBackend
 from dra_driver.node.checkpoint import PREPARE_STARTED, Checkpoint, CheckpointDevice, ClaimRecord
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin import instance_lock
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.plugin.instance_lock import InstanceLock, InstanceLockError
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV
 from dra_driver.node.plugin.sockets import MAX_SOCKET_PATH, PluginPaths, SocketError, UnixServer
-from dra_driver.backend.interface import BackendSettings, ClaimRef
+from dra_driver.backend.interface import BackendSettings
 
 
 @pytest.fixture
@@ -49,15 +48,6 @@ def start(daemons: list[Daemon], apiserver, settings: PluginSettings) -> tuple[D
     return daemon, backend
 
 
-def paths_of(settings: PluginSettings) -> PluginPaths:
-    return PluginPaths(settings.kubelet_dir, DRIVER, settings.pod_uid, settings.state_dir)
-
-
-def add_claim(apiserver, name: str, device: str) -> ClaimRef:
-    stored = apiserver.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", {"gpu": [device]}))
-    return ClaimRef("default", name, stored["metadata"]["uid"])
-
-
 def inodes(paths: PluginPaths) -> list[int]:
     return [os.lstat(path).st_ino for path in paths.sockets]
 
@@ -71,7 +61,7 @@ def test_a_second_instance_without_pod_uid_is_refused_and_the_first_keeps_its_cl
     settings = make_settings(short_tmp)
     first, first_backend = start(daemons, apiserver, settings)
     monkeypatch.delenv(HOLD_ENV)
-    ref = add_claim(apiserver, "job", "gpu-0")
+    ref = put_claim(apiserver, "job", {"gpu": ["gpu-0"]})
     (hold / f"{ref.uid}.point").write_text("after-started")
     answer: dict[str, object] = {}
     worker = threading.Thread(target=lambda: answer.setdefault("r", register(paths_of(settings).registration_socket).prepare([ref])))
@@ -111,7 +101,7 @@ def test_instances_that_cannot_share_a_state_dir_never_do(short_tmp, apiserver, 
     assert f"pid {os.getpid()} on host {socket.gethostname()} {named}" in second.status.failed[DRIVER]
     assert backend.calls == []
     # The first one still serves.
-    ref = add_claim(apiserver, "job", "gpu-3")
+    ref = put_claim(apiserver, "job", {"gpu": ["gpu-3"]})
     assert register(paths_of(make_settings(short_tmp, pod_uid=first_uid)).registration_socket).prepare([ref]).claims[ref.uid].error == ""
 
 
@@ -271,7 +261,7 @@ def test_two_plain_daemons_on_one_kubelet_dir_with_separate_state_dirs(short_tmp
     assert "is served by a live process" in second.status.failed[DRIVER]
     second.stop()
     assert inodes(paths_of(first_settings)) == before
-    ref = add_claim(apiserver, "job", "gpu-1")
+    ref = put_claim(apiserver, "job", {"gpu": ["gpu-1"]})
     assert register(paths_of(first_settings).registration_socket).prepare([ref]).claims[ref.uid].error == ""
 
 
@@ -301,7 +291,7 @@ def test_the_longest_socket_path_allowed_serves(short_tmp, apiserver, daemons):
     settings = _settings_with_socket_path(short_tmp, MAX_SOCKET_PATH)
     daemon, _ = start(daemons, apiserver, settings)
     assert daemon.status.running == [DRIVER]
-    ref = add_claim(apiserver, "job", "gpu-2")
+    ref = put_claim(apiserver, "job", {"gpu": ["gpu-2"]})
     assert register(paths_of(settings).registration_socket).prepare([ref]).claims[ref.uid].error == ""
 
 
@@ -459,7 +449,7 @@ def test_deleting_the_lock_files_under_a_live_daemon_never_lets_a_second_one_ser
         assert second.wait(timeout=60) == 1, "the second daemon kept running"
         assert "is in use by another dra-driver instance" in _stop(second)
         assert not paths_of(other).registration_socket.exists()
-        ref = add_claim(apiserver, "job", "gpu-0")
+        ref = put_claim(apiserver, "job", {"gpu": ["gpu-0"]})
         assert register(paths_of(settings).registration_socket).prepare([ref]).claims[ref.uid].error == ""
     finally:
         if second is not None and second.poll() is None:

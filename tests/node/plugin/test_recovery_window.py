@@ -20,28 +20,16 @@ import pytest
 from tests.node.plugin.crash_support import hold_at, registers, start_daemon
 from tests.support import eventually
 
+from tests.node.conftest import put_claim
 from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node import cdi
 from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import RECOVERY_HOLD, PrepareService
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import BackendSettings, ClaimRef
-
-
-@pytest.fixture
-def root(short_tmp: Path) -> Path:
-    (short_tmp / "state").mkdir()
-    (short_tmp / "boot_id").write_text("boot-1\n")
-    return short_tmp
-
-
-def _claim(apiserver: Any, name: str, device: str) -> ClaimRef:
-    stored = apiserver.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", {"gpu": [device]}))
-    return ClaimRef("default", name, stored["metadata"]["uid"])
 
 
 def _ids(response: Any, uid: str) -> list[list[str]]:
@@ -52,7 +40,7 @@ def _ids(response: Any, uid: str) -> list[list[str]]:
 
 def _prepared_then_stopped(apiserver: Any, root: Path, paths: PluginPaths) -> tuple[dict[str, ClaimRef], dict[str, list[list[str]]]]:
     """Claims a (gpu-0) and b (gpu-1) prepared by a daemon stopped with SIGTERM; x (gpu-0) allocated, not prepared."""
-    refs = {"a": _claim(apiserver, "a", "gpu-0"), "b": _claim(apiserver, "b", "gpu-1"), "x": _claim(apiserver, "x", "gpu-0")}
+    refs = {name: put_claim(apiserver, name, {"gpu": [device]}) for name, device in (("a", "gpu-0"), ("b", "gpu-1"), ("x", "gpu-0"))}
     proc = start_daemon(apiserver.url, root)
     try:
         eventually(lambda: registers(paths), what="daemon to serve")
@@ -149,7 +137,7 @@ def test_failed_recovery_refuses_every_claim_call_saying_why(tmp_path: Path, api
     (tmp_path / "boot_id").write_text("boot-1\n")
     backend = _BrokenReconcile(BackendSettings(node_name="node-a"))
     service = PrepareService(backend, ClaimReader(apiserver.api_client()), Checkpoint(tmp_path / "ckpt", tmp_path / "boot_id"), tmp_path / "cdi")
-    ref = _claim(apiserver, "a", "gpu-0")
+    ref = put_claim(apiserver, "a", {"gpu": ["gpu-0"]})
     try:
         service.start_recovery()
         assert service.wait_recovered(10)

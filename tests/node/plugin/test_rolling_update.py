@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.node.conftest import make_settings
+from tests.node.conftest import make_settings, put_claim
 from tests.node.example_backend import DRIVER, ExampleBackend
 
 from tests.support import eventually
@@ -15,11 +15,10 @@ from dra_driver.node import checkpoint as checkpoint_module
 from dra_driver.node.checkpoint import Checkpoint, ClaimRecord, CheckpointDevice, PREPARE_STARTED
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.prepare import HOLD_ENV
 from dra_driver.node.plugin.sockets import PluginPaths
-from dra_driver.backend.interface import BackendSettings, ClaimRef
+from dra_driver.backend.interface import BackendSettings
 
 
 class Instance:
@@ -49,11 +48,6 @@ def instances(short_tmp: Path, apiserver) -> Iterator[list[Instance]]:
         inst.daemon.stop()
 
 
-def add_claim(apiserver, name: str, devices: dict[str, list[str]]) -> ClaimRef:
-    stored = apiserver.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", devices))
-    return ClaimRef("default", name, stored["metadata"]["uid"])
-
-
 def test_new_instance_start_leaves_a_claim_the_old_instance_is_preparing(short_tmp, apiserver, instances, monkeypatch):
     hold = short_tmp / "hold"
     hold.mkdir()
@@ -61,7 +55,7 @@ def test_new_instance_start_leaves_a_claim_the_old_instance_is_preparing(short_t
     old = Instance(short_tmp, apiserver, "pod-old")
     instances.append(old.start())
     monkeypatch.delenv(HOLD_ENV)
-    ref = add_claim(apiserver, "job", {"gpu": ["gpu-0"]})
+    ref = put_claim(apiserver, "job", {"gpu": ["gpu-0"]})
     answer: dict[str, object] = {}
     worker = threading.Thread(target=lambda: answer.setdefault("r", old.connect().prepare([ref])))
     worker.start()
@@ -86,10 +80,10 @@ def test_claim_prepared_by_one_instance_is_unprepared_by_the_other(short_tmp, ap
     old = Instance(short_tmp, apiserver, "pod-old")
     new = Instance(short_tmp, apiserver, "pod-new")
     instances.extend([old.start(), new.start()])
-    ref = add_claim(apiserver, "job", {"gpu": ["gpu-1"]})
+    ref = put_claim(apiserver, "job", {"gpu": ["gpu-1"]})
     assert old.connect().prepare([ref]).claims[ref.uid].error == ""
     # The new instance sees the device as held, and can release it.
-    other = add_claim(apiserver, "other", {"gpu": ["gpu-1"]})
+    other = put_claim(apiserver, "other", {"gpu": ["gpu-1"]})
     assert "gpu-1" in new.connect().prepare([other]).claims[other.uid].error
     assert new.connect().unprepare([ref]).claims[ref.uid].error == ""
     assert ("unprepare", {"uid": ref.uid, "state": {"uid": ref.uid, "devices": ["gpu-1"]}}) in new.backend.calls
@@ -105,7 +99,7 @@ def test_an_instance_alone_never_rereads_the_checkpoint(short_tmp, apiserver, in
     instances.append(old.start())
     service = old.daemon.plugins[DRIVER].service
     conn = old.connect()
-    refs = [add_claim(apiserver, f"c{i}", {"gpu": [f"gpu-{i}"]}) for i in range(6)]
+    refs = [put_claim(apiserver, f"c{i}", {"gpu": [f"gpu-{i}"]}) for i in range(6)]
     for ref in refs:
         assert conn.prepare([ref]).claims[ref.uid].error == ""
     assert service.checkpoint_reloads == 1  # the start-up load only
@@ -142,7 +136,7 @@ def test_different_claims_run_in_parallel_with_pod_uid(short_tmp, apiserver, ins
             return original(claim, devices)
 
         inst.backend.prepare = slow  # type: ignore[method-assign]
-    a, b, c = (add_claim(apiserver, n, {"gpu": [f"gpu-{i}"]}) for i, n in enumerate(("a", "b", "c")))
+    a, b, c = (put_claim(apiserver, n, {"gpu": [f"gpu-{i}"]}) for i, n in enumerate(("a", "b", "c")))
     results: dict[str, str] = {}
     t = threading.Thread(target=lambda: results.update({c.uid: new.connect().prepare([c]).claims[c.uid].error}))
     t.start()
@@ -155,7 +149,7 @@ def test_same_claim_from_two_instances_prepares_once(short_tmp, apiserver, insta
     old = Instance(short_tmp, apiserver, "pod-old")
     new = Instance(short_tmp, apiserver, "pod-new")
     instances.extend([old.start(), new.start()])
-    ref = add_claim(apiserver, "job", {"gpu": ["gpu-3"]})
+    ref = put_claim(apiserver, "job", {"gpu": ["gpu-3"]})
     out: list[object] = []
     threads = [threading.Thread(target=lambda i=i: out.append(i.connect().prepare([ref]).claims[ref.uid])) for i in (old, new)]
     for t in threads:

@@ -16,28 +16,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tests.node.conftest import make_settings
+from tests.node.conftest import make_settings, put_claim
 from tests.node.example_backend import DRIVER, ExampleBackend
 
 from dra_driver.node.daemon import ApiWiring, Daemon
 from dra_driver.common.errors import DraError
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.pending_claims import ClientNotReady, PendingClaims
 from dra_driver.node.plugin.sockets import PluginPaths
-from dra_driver.backend.interface import BackendSettings, ClaimRef, HealthEvent
-
-
-def put_claim(apiserver, name: str, device: str = "gpu-0") -> ClaimRef:
-    stored = apiserver.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", {"gpu": [device]}))
-    return ClaimRef("default", name, stored["metadata"]["uid"])
+from dra_driver.backend.interface import BackendSettings, HealthEvent
 
 
 def test_connect_runs_after_registration_and_a_prepare_in_the_gap_waits(short_tmp: Path, apiserver) -> None:
     settings = make_settings(short_tmp)
     paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
-    claim = put_claim(apiserver, "early")
+    claim = put_claim(apiserver, "early", {"gpu": ["gpu-0"]})
     in_connect, release = threading.Event(), threading.Event()
     answers: list[object] = []
 
@@ -70,7 +64,7 @@ def test_connect_runs_after_registration_and_a_prepare_in_the_gap_waits(short_tm
 def test_failing_connect_fails_waiting_prepares_with_the_reason_and_deregisters(short_tmp: Path, apiserver) -> None:
     settings = make_settings(short_tmp)
     paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
-    claim = put_claim(apiserver, "early")
+    claim = put_claim(apiserver, "early", {"gpu": ["gpu-0"]})
     waiting: list[object] = []
 
     def connect() -> ApiWiring:

@@ -18,26 +18,13 @@ import grpc
 import pytest
 from tests.node.plugin.crash_support import hold_at, registers, start_daemon
 from tests.support import eventually
+from tests.node.conftest import put_claim
 from tests.node.example_backend import DRIVER, journal
 from tests.node.plugin.state_damage import DAMAGE_KINDS, damage_record
 
 from dra_driver.node import cdi
-from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
-from dra_driver.backend.interface import ClaimRef
-
-
-@pytest.fixture
-def root(short_tmp: Path) -> Path:
-    (short_tmp / "state").mkdir()
-    (short_tmp / "boot_id").write_text("boot-1\n")
-    return short_tmp
-
-
-def _claim(apiserver, name: str, device: str) -> ClaimRef:
-    stored = apiserver.store.put(allocated_claim_object(name, "default", DRIVER, "node-a", {"gpu": [device]}))
-    return ClaimRef("default", name, stored["metadata"]["uid"])
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
@@ -49,8 +36,8 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
     paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")
     kinds = list(DAMAGE_KINDS)
     devices = len(kinds) + 1
-    refs = {kind: _claim(apiserver, kind, f"gpu-{i}") for i, kind in enumerate(kinds)}
-    refs["intact"] = _claim(apiserver, "intact", f"gpu-{len(kinds)}")
+    refs = {kind: put_claim(apiserver, kind, {"gpu": [f"gpu-{i}"]}) for i, kind in enumerate(kinds)}
+    refs["intact"] = put_claim(apiserver, "intact", {"gpu": [f"gpu-{len(kinds)}"]})
     proc = start_daemon(apiserver.url, root, devices=devices)
     try:
         eventually(lambda: registers(paths), what="daemon to serve")
@@ -72,7 +59,7 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
         assert {name: cdi.spec_path(root / "cdi", DRIVER, r.uid).read_bytes() for name, r in refs.items()} == specs
 
         conn = register(paths.registration_socket)
-        rivals = {kind: _claim(apiserver, f"rival-{kind}", f"gpu-{i}") for i, kind in enumerate(kinds)}
+        rivals = {kind: put_claim(apiserver, f"rival-{kind}", {"gpu": [f"gpu-{i}"]}) for i, kind in enumerate(kinds)}
         refused = conn.prepare(list(rivals.values()))
         for kind, rival in rivals.items():
             assert refs[kind].uid in refused.claims[rival.uid].error, (kind, refused.claims[rival.uid].error)
@@ -96,7 +83,7 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
 
 def test_unprepare_killed_after_removing_the_spec_is_finished_and_never_answered_from(apiserver, root: Path) -> None:
     paths = PluginPaths(root / "kubelet", DRIVER, state_dir=root / "run")
-    ref = _claim(apiserver, "a", "gpu-2")
+    ref = put_claim(apiserver, "a", {"gpu": ["gpu-2"]})
     hold = root / "hold"
     hold.mkdir()
     hold_at(hold, ref.uid, "after-spec-removed")
