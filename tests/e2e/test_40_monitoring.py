@@ -20,10 +20,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.monitoring.live import (
-    dashboard_and_alert_checks, prometheus_command, prometheus_config, query, rules_unhealthy, spawn, stop,
-    tails, unanswered,
+    assert_every_check_answers_and_every_rule_loads, dashboard_and_alert_checks, prometheus_command, prometheus_config, query,
+    spawn, stop, tails,
 )  # fmt: skip
-from tests.monitoring.manifests import alerts, tool
+from tests.monitoring.manifests import tool
 
 from .conftest import REPO
 from .daemonset import DRIVER, DS_NAMESPACE, install_simulated, remove_simulated
@@ -188,19 +188,7 @@ def test_prometheus_answers_every_dashboard_query_and_alert_expression(scene: Sc
         eventually(lambda: len(query(port, "up == 1")) == 2, "Prometheus scraping both pods", 90, step=0.5)
         # dra_driver_mps_daemon_up exists only while an MPS claim is prepared (tests/monitoring/test_live.py has one).
         checks = [check for check in dashboard_and_alert_checks(QUIET_IN_CLUSTER) if check[0] != "metric dra_driver_mps_daemon_up"]
-        empty: list[str] = []
-
-        def all_answer() -> bool:
-            empty[:] = unanswered(port, checks)
-            return not empty
-
-        try:
-            eventually(all_answer, "every query to return series", 90, step=1)
-        except AssertionError:
-            raise AssertionError("no series for:\n  " + "\n  ".join(empty) + "\n" + tails(scene.logs)) from None
-        unhealthy, loaded = rules_unhealthy(port)
-        assert unhealthy == []
-        assert loaded == sorted(a["alert"] for a in alerts())
+        loaded = assert_every_check_answers_and_every_rule_loads(port, checks, scene.logs, 90, step=1)
         print(f"prometheus: {len(checks)} queries answered, {len(loaded)} rules loaded")
     finally:
         stop(process)

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from tests.monitoring.manifests import alerts, panel_queries, write_rules
+from tests.support import eventually
 
 PLUGIN_JOB = "dra-driver/dra-driver-kubelet-plugin"  # the job names the PodMonitors give
 FLEET_JOB = "dra-driver/dra-driver-fleet-exporter"
@@ -92,6 +93,27 @@ def dashboard_and_alert_checks(quiet: set[str]) -> list[tuple[str, str]]:
 def unanswered(port: int, checks: list[tuple[str, str]]) -> list[str]:
     """The checks whose query returns no series now."""
     return [f"{what}: {promql}" for what, promql in checks if not query(port, promql)]
+
+
+def assert_every_check_answers_and_every_rule_loads(
+    port: int, checks: list[tuple[str, str]], logs: list[Path], timeout: float, step: float
+) -> list[str]:
+    """Waits until each check's query returns series (else AssertionError naming those that never did, with the end
+    of each process's log), then asserts that Prometheus loaded every alert rule, all healthy; the rules' names."""
+    empty: list[str] = []
+
+    def all_answer() -> bool:
+        empty[:] = unanswered(port, checks)
+        return not empty
+
+    try:
+        eventually(all_answer, "every query to return series", timeout, step=step)
+    except AssertionError:
+        raise AssertionError("no series for:\n  " + "\n  ".join(empty) + "\n" + tails(logs)) from None
+    unhealthy, loaded = rules_unhealthy(port)
+    assert unhealthy == []
+    assert loaded == sorted(a["alert"] for a in alerts())
+    return loaded
 
 
 def rules_unhealthy(port: int) -> tuple[list[tuple[str, str]], list[str]]:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.monitoring.live import (
-    dashboard_and_alert_checks, prometheus_command, prometheus_config, query,
-    rules_unhealthy, spawn, stop, tails, unanswered,
+    assert_every_check_answers_and_every_rule_loads, dashboard_and_alert_checks, prometheus_command, prometheus_config, query,
+    spawn, stop, tails,
 )  # fmt: skip
-from tests.monitoring.manifests import alerts, tool
+from tests.monitoring.manifests import tool
 from tests.support import eventually, free_port
 from dra_driver.backend.interface import ClaimRef
 from dra_driver.simulation.claims import allocated_claim_object
@@ -112,17 +112,4 @@ def scene(short_tmp: Path) -> Iterator[tuple[int, list[Path]]]:
 
 def test_every_panel_query_and_alert_expression_returns_series(scene: tuple[int, list[Path]]) -> None:
     port, logs = scene
-    checks = dashboard_and_alert_checks(QUIET_IN_SCENE)
-    empty: list[str] = []
-
-    def all_answer() -> bool:
-        empty[:] = unanswered(port, checks)
-        return not empty
-
-    try:
-        eventually(all_answer, "every query to return series", DEADLINE_S, step=0.2)
-    except AssertionError:
-        raise AssertionError("no series for:\n  " + "\n  ".join(empty) + "\n" + tails(logs)) from None
-    unhealthy, loaded = rules_unhealthy(port)
-    assert unhealthy == []
-    assert loaded == sorted(a["alert"] for a in alerts())
+    assert_every_check_answers_and_every_rule_loads(port, dashboard_and_alert_checks(QUIET_IN_SCENE), logs, DEADLINE_S, step=0.2)
