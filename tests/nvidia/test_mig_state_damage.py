@@ -45,7 +45,7 @@ def claim(server: sim_apiserver.SimApiServer, name: str) -> ClaimRef:
 
 def service(backend: NvidiaBackend, server: sim_apiserver.SimApiServer, root: Path) -> PrepareService:
     (root / "boot_id").write_text("boot-1\n")
-    return PrepareService(backend, ClaimReader(server.api_client()), Checkpoint(root / "ckpt", root / "boot_id"), root / "cdi")
+    return PrepareService(backend, ClaimReader(server.json_api()), Checkpoint(root / "ckpt", root / "boot_id"), root / "cdi")
 
 
 @pytest.mark.parametrize("damage", ["record-flipped", "record-missing", "record-and-spec-missing"])

@@ -178,7 +178,7 @@ def test_dra_socket_serves_before_registration_socket_appears(short_tmp: Path, a
 
     monkeypatch.setattr(driver_module, "UnixServer", ProbingServer)
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([backend], ClaimReader(apiserver.json_api()), settings)
     daemon.start()
     try:
         assert len(probes) == 1
@@ -230,7 +230,7 @@ def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path,
     backend.discover()
 
     def service(on: nvidia.NvidiaBackend) -> PrepareService:
-        return PrepareService(on, ClaimReader(apiserver.api_client()), Checkpoint(short_tmp / "ckpt", short_tmp / "boot_id"), cdi_dir)
+        return PrepareService(on, ClaimReader(apiserver.json_api()), Checkpoint(short_tmp / "ckpt", short_tmp / "boot_id"), cdi_dir)
 
     first = service(backend)
     first.recover()

@@ -54,7 +54,7 @@ def h100_daemon(short_tmp: Path, apiserver):
     settings = make_settings(short_tmp)
     backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
     daemon = Daemon(
-        [backend], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port), device_metrics_interval=3600
+        [backend], ClaimReader(apiserver.json_api()), settings, metrics_address=BindAddress("127.0.0.1", port), device_metrics_interval=3600
     )
     assert daemon.start().running == [DRIVER]
     try:

@@ -36,7 +36,7 @@ def test_metrics_endpoint_counts_requests_claims_devices_and_errors(short_tmp: P
     settings = make_settings(short_tmp)
     daemon = Daemon(
         [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
+        ClaimReader(apiserver.json_api()),
         settings,
         metrics_address=BindAddress("127.0.0.1", port),
     )
@@ -82,7 +82,7 @@ def test_error_and_claim_counters_exist_at_zero_before_any_claim(short_tmp: Path
     """A node that never failed reads 0 errors, not "no data": the dashboard's prepare-errors panel and the
     DraPrepareErrorsRising alert see a series on a healthy cluster (it was empty there until the first failure)."""
     port = free_port()
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp),
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), make_settings(short_tmp),
                     metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
     assert daemon.start().running == [DRIVER]
     try:
@@ -104,7 +104,7 @@ def test_busy_metrics_port_never_stops_the_daemon_and_is_taken_once_free(short_t
     holder.listen()
     port = holder.getsockname()[1]
     settings = make_settings(short_tmp)
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings,
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings,
                     metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
     try:
         assert daemon.start().running == [DRIVER]
@@ -141,7 +141,7 @@ def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, ap
     refs = [ClaimRef(o["metadata"]["namespace"], o["metadata"]["name"], o["metadata"]["uid"]) for o in (train, infer)]
     daemon = Daemon(
         [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
+        ClaimReader(apiserver.json_api()),
         settings,
         metrics_address=BindAddress("127.0.0.1", port),
     )
@@ -168,7 +168,7 @@ def test_holder_series_follow_prepare_unprepare_and_recovery(short_tmp: Path, ap
     port = free_port()
     daemon = Daemon(
         [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
+        ClaimReader(apiserver.json_api()),
         settings,
         metrics_address=BindAddress("127.0.0.1", port),
     )
@@ -191,7 +191,7 @@ def test_failed_prepare_leaves_no_holder_series(short_tmp: Path, apiserver):
     thief["status"]["reservedFor"] = "garbage"  # odd status from the server must not fail the claim for metrics' sake
     daemon = Daemon(
         [ExampleBackend(BackendSettings(node_name="node-a"))],
-        ClaimReader(apiserver.api_client()),
+        ClaimReader(apiserver.json_api()),
         settings,
         metrics_address=BindAddress("127.0.0.1", port),
     )

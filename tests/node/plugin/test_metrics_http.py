@@ -74,7 +74,7 @@ def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
 def test_a_thousand_idle_connections_cost_no_thread_are_capped_and_prepare_is_unaffected(short_tmp: Path, apiserver, idle_sockets) -> None:
     port = free_port()
     settings = make_settings(short_tmp, pod_uid="pod-a")
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings,
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings,
                     metrics_address=BindAddress("127.0.0.1", port))  # fmt: skip
     daemon.start()
     try:

@@ -148,7 +148,7 @@ class _BrokenReconcile(ExampleBackend):
 def test_failed_recovery_refuses_every_claim_call_saying_why(tmp_path: Path, apiserver: Any) -> None:
     (tmp_path / "boot_id").write_text("boot-1\n")
     backend = _BrokenReconcile(BackendSettings(node_name="node-a"))
-    service = PrepareService(backend, ClaimReader(apiserver.api_client()), Checkpoint(tmp_path / "ckpt", tmp_path / "boot_id"), tmp_path / "cdi")
+    service = PrepareService(backend, ClaimReader(apiserver.json_api()), Checkpoint(tmp_path / "ckpt", tmp_path / "boot_id"), tmp_path / "cdi")
     ref = _claim(apiserver, "a", "gpu-0")
     try:
         service.start_recovery()

@@ -47,7 +47,7 @@ class Node:
 
     def start(self) -> PluginConnection:
         self.backend = ExampleBackend(BackendSettings(node_name="node-a"))
-        self.daemon = Daemon([self.backend], ClaimReader(self.apiserver.api_client()), self.settings)
+        self.daemon = Daemon([self.backend], ClaimReader(self.apiserver.json_api()), self.settings)
         assert self.daemon.start().running == [DRIVER]
         self.conn = register(self.paths.registration_socket)
         return self.conn
@@ -270,7 +270,7 @@ def test_unprepare_of_a_claim_without_a_record_undoes_what_its_spec_records(node
     node.record_file(a).unlink()
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
     service = PrepareService(
-        backend, ClaimReader(node.apiserver.api_client()), Checkpoint(node.paths.checkpoint, node.settings.boot_id_path), node.settings.cdi_dir
+        backend, ClaimReader(node.apiserver.json_api()), Checkpoint(node.paths.checkpoint, node.settings.boot_id_path), node.settings.cdi_dir
     )
     try:
         assert service.unprepare([a]) == {a.uid: ""}
@@ -321,7 +321,7 @@ def test_rolling_update_peer_finding_a_damaged_record_keeps_the_reservation(shor
     def instance() -> tuple[PrepareService, ExampleBackend]:
         backend = ExampleBackend(BackendSettings(node_name="node-a"))
         checkpoint = Checkpoint(state / "checkpoint.d", short_tmp / "boot_id")
-        return PrepareService(backend, ClaimReader(apiserver.api_client()), checkpoint, cdi_dir, shared_lock=state / "serialize.lock"), backend
+        return PrepareService(backend, ClaimReader(apiserver.json_api()), checkpoint, cdi_dir, shared_lock=state / "serialize.lock"), backend
 
     (old, _), (new, new_backend) = instance(), instance()
     try:
@@ -351,7 +351,7 @@ def test_directories_where_lock_files_should_be_do_not_stop_the_driver(short_tmp
     assert paths.serialize_lock is not None and paths.claim_locks_dir is not None
     (paths.serialize_lock / "x").mkdir(parents=True)
     (paths.claim_locks_dir / f"{a.uid}.lock" / "x").mkdir(parents=True)
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings)
     assert daemon.start().running == [DRIVER]
     try:
         conn = register(paths.registration_socket)

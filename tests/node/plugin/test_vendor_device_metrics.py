@@ -30,7 +30,7 @@ def start_daemon(short_tmp: Path, apiserver: Any, backend: VendorBackend) -> tup
     port = free_port()
     daemon = Daemon(
         [backend],
-        ClaimReader(apiserver.api_client()),
+        ClaimReader(apiserver.json_api()),
         make_settings(short_tmp),
         metrics_address=BindAddress("127.0.0.1", port),
         device_metrics_interval=3600,
