@@ -43,8 +43,8 @@ def count_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     written: list[Path] = []
     real: Callable[..., None] = atomic_file.replace_file
 
-    def spy(path: Path, data: bytes, **options: Any) -> None:
-        written.append(path)
+    def spy(path: Path | str, data: bytes, **options: Any) -> None:
+        written.append(Path(path))
         real(path, data, **options)
 
     monkeypatch.setattr(atomic_file, "replace_file", spy)

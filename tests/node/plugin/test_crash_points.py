@@ -45,7 +45,7 @@ def root(short_tmp: Path) -> Path:
 
 
 def _spec(root: Path, uid: str) -> Path:
-    return cdi.spec_path(root / "cdi", DRIVER, uid)
+    return Path(cdi.spec_path(root / "cdi", DRIVER, uid))
 
 
 def _ids(response, uid: str) -> list[list[str]]:
@@ -249,10 +249,10 @@ def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path,
                 assert restarted.checkpoint_record(ref.uid) is None  # not loaded yet
                 restarted.recover()
                 assert list(fake.live_instances()) == [], "the instance of the half-prepared claim survived recovery"
-                assert restarted.checkpoint_record(ref.uid) is None and not cdi.spec_path(cdi_dir, driver, ref.uid).exists()
+                assert restarted.checkpoint_record(ref.uid) is None and not Path(cdi.spec_path(cdi_dir, driver, ref.uid)).exists()
                 outcome = restarted.prepare([ref])[ref.uid]
                 assert outcome.error == "", outcome.error
-                assert len(list(fake.live_instances())) == 1 and cdi.spec_path(cdi_dir, driver, ref.uid).exists()
+                assert len(list(fake.live_instances())) == 1 and Path(cdi.spec_path(cdi_dir, driver, ref.uid)).exists()
                 assert restarted.unprepare([ref]) == {ref.uid: ""} and list(fake.live_instances()) == []
                 result.write_text("ok")
             except BaseException:

@@ -97,12 +97,12 @@ def test_calls_during_recovery_wait_and_are_answered_as_after_it(apiserver: Any,
             conflicting = pool.submit(conn.prepare, [refs["x"]], 30.0)
             time.sleep(0.5)
             assert not (again.done() or released.done() or conflicting.done()), "a claim call ran before recovery finished"
-            assert cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid).exists()
+            assert Path(cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid)).exists()
             (hold / RECOVERY_HOLD).unlink()
             assert _ids(again.result(30), refs["a"].uid) == first["a"]
             assert released.result(30).claims[refs["b"].uid].error == ""
             assert refs["a"].uid in conflicting.result(30).claims[refs["x"].uid].error  # gpu-0 is a's
-        assert not cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid).exists()
+        assert not Path(cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid)).exists()
         conn.close()
     finally:
         proc.terminate()

@@ -65,7 +65,7 @@ class Node:
         return ClaimRef("default", name, stored["metadata"]["uid"])
 
     def spec(self, ref: ClaimRef) -> Path:
-        return cdi.spec_path(self.settings.cdi_dir, DRIVER, ref.uid)
+        return Path(cdi.spec_path(self.settings.cdi_dir, DRIVER, ref.uid))
 
     def record_file(self, ref: ClaimRef) -> Path:
         return self.paths.checkpoint / f"{ref.uid}.json"
@@ -116,7 +116,7 @@ def test_damaged_record_keeps_claim_reserved_answerable_and_unpreparable(node: N
     assert error_of(conn.unprepare([a]), a) == ""
     assert node.unprepares_of(a) == [{"uid": a.uid, "devices": ["gpu-0"]}]  # with the state the spec carried
     assert not node.spec(a).exists() and not os.path.lexists(node.record_file(a))
-    assert not cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).exists()
+    assert not Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).exists()
     assert error_of(conn.prepare([b]), b) == ""  # and now the device is free
 
 
@@ -130,7 +130,7 @@ def test_damaged_record_without_its_spec(node: Node, kind: str, caplog: pytest.L
     node.stop()
     damage_record(node.paths.checkpoint, a.uid, kind, other.uid)
     node.spec(a).unlink()
-    cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
+    Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).unlink()
 
     caplog.set_level(logging.ERROR)
     conn = node.start()
@@ -290,10 +290,10 @@ def test_spec_without_a_record_that_proves_nothing(node: Node, spec_kind: str) -
     node.stop()
     spec = node.spec(a)
     if spec_kind == "older-build":  # a spec without its claim file
-        cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
+        Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).unlink()
     elif spec_kind == "not-a-spec":
         spec.write_text('{"half": ')
-        cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
+        Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).unlink()
     else:
         node.settings.boot_id_path.write_text("boot-2\n")  # a reboot: records and specs of boot-1 are void
     if spec_kind != "other-boot":
