@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 from dra_driver.common import suggest
 from dra_driver.common.logs import fields
 from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource, KubeConfigError, api_source
-from dra_driver.kube.k8s import ApiException, client
+from dra_driver.kube.k8s import ApiException, Configuration, client
 
 __all__ = [
     "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for", "cached_list_query",
@@ -29,10 +29,10 @@ __all__ = [
 Timeout = float | tuple[float, float] | None
 
 
-def configuration_for_url(base_url: str) -> client.Configuration:
+def configuration_for_url(base_url: str) -> Configuration:
     """A configuration for a plain base URL (the simulated API server, `kubectl proxy`)."""
     source = api_source(base_url=base_url)
-    return client.Configuration(host=source.location.rstrip("/"))
+    return Configuration(host=source.location.rstrip("/"))
 
 
 def _kubeconfig_documents(source: ApiSource) -> list[dict[str, Any]]:
@@ -74,12 +74,12 @@ def chosen_context(source: ApiSource) -> str | None:
 
 def load_configuration(
     base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None, source: ApiSource | None = None
-) -> client.Configuration:
+) -> Configuration:
     """The client configuration of `source` (found from the other arguments as kubectl would when not given)."""
     source = source or api_source(base_url, kubeconfig, context)
     if source.kind == "url":
         return configuration_for_url(source.location)
-    configuration = client.Configuration()
+    configuration = Configuration()
     if source.kind == "in-cluster":
         from kubernetes.config.incluster_config import load_incluster_config
 
@@ -95,12 +95,12 @@ def load_configuration(
     return configuration
 
 
-def server_label(source: ApiSource, configuration: client.Configuration) -> str:
+def server_label(source: ApiSource, configuration: Configuration) -> str:
     """The server as a message names it: its URL, and the kubeconfig or context it came from."""
     return configuration.host if source.kind == "url" else f"{configuration.host} ({source.describe()})"
 
 
-def api_client_for(configuration: client.Configuration) -> client.ApiClient:
+def api_client_for(configuration: Configuration) -> client.ApiClient:
     """The ApiClient every part of the driver uses: `configuration`'s server and auth, our User-Agent.
 
     A server whose certificate is not verified (insecure-skip-tls-verify) is said once, in one line, instead of
@@ -115,7 +115,7 @@ log = logging.getLogger(__name__)
 _TLS_UNVERIFIED: set[str] = set()  # servers already said to be unverified: once per process
 
 
-def _say_if_unverified(configuration: client.Configuration) -> None:
+def _say_if_unverified(configuration: Configuration) -> None:
     if not configuration.verify_ssl and configuration.host.startswith("https:"):
         _say_tls_unverified(configuration.host)
 
@@ -181,7 +181,7 @@ class JsonApi:
     The tools that use the typed ResourceV1Api/CoreV1Api share their ApiClient's pool through `JsonApi.of`.
     """
 
-    def __init__(self, configuration: client.Configuration, rest: Any = None) -> None:
+    def __init__(self, configuration: Configuration, rest: Any = None) -> None:
         from kubernetes.client.rest import RESTClientObject
 
         _say_if_unverified(configuration)
