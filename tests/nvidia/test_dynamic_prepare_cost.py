@@ -194,8 +194,8 @@ def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
     read: list[Path] = []
     real = OwnershipJournal._parse
 
-    def spy(self: OwnershipJournal, path: Path) -> Any:
-        read.append(path)
+    def spy(self: OwnershipJournal, path: Path | str) -> Any:
+        read.append(Path(path))
         return real(self, path)
 
     monkeypatch.setattr(OwnershipJournal, "_parse", spy)
