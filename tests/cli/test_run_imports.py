@@ -23,10 +23,12 @@ FORBIDDEN = (
     "kubernetes.client.api_client", "multiprocessing.pool", "dateutil",  # the typed client: the daemon sends plain JSON
 )  # fmt: skip
 
-# The daemon as `dra-driver run` starts it; its modules written to a file when it exits after SIGTERM.
+# The daemon as `dra-driver run` starts it; its modules (and whether kubernetes.client's init ran: kube/k8s.py defers
+# its table of typed classes) written to a file when it exits after SIGTERM.
 _DAEMON = (
     "import atexit, json, sys\n"
-    "atexit.register(lambda: open(sys.argv[1], 'w').write(json.dumps(sorted(sys.modules))))\n"
+    "atexit.register(lambda: open(sys.argv[1], 'w').write(json.dumps([sorted(sys.modules), "
+    "getattr(sys.modules.get('kubernetes.client'), '_deferred_init', None)])))\n"
     "from dra_driver.cli.main import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
 )
@@ -55,6 +57,7 @@ def test_the_running_daemon_imports_no_tool_and_only_the_client_it_uses(short_tm
             daemon.send_signal(signal.SIGTERM)
             _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 0, err
-    modules = json.loads(listed.read_text())
+    modules, client_init = json.loads(listed.read_text())
     assert "dra_driver.node.publisher.publisher" in modules and "kubernetes.client.rest" in modules  # it did publish
     assert _forbidden(modules) == []
+    assert client_init == "deferred"
