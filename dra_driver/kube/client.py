@@ -101,7 +101,7 @@ def server_label(source: ApiSource, configuration: Configuration) -> str:
 
 
 def api_client_for(configuration: Configuration) -> client.ApiClient:
-    """The ApiClient every part of the driver uses: `configuration`'s server and auth, our User-Agent.
+    """The tools' typed client (ResourceV1Api, CoreV1Api on it): `configuration`'s server and auth, our User-Agent.
 
     A server whose certificate is not verified (insecure-skip-tls-verify) is said once, in one line, instead of
     urllib3's two-line InsecureRequestWarning (with a source path) on every request."""
