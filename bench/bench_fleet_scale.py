@@ -53,7 +53,10 @@ from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from dra_driver.backend.interface import Partitioning
 
 ROOT = Path(__file__).resolve().parent.parent
 MIX: tuple[tuple[str, str], ...] = (
@@ -97,9 +100,9 @@ class Kit:
 
 
 def api(kubeconfig: str) -> Any:
-    from dra_driver.kube.client import JsonApi, make_api_client
+    from dra_driver.kube.client import make_json_api
 
-    return JsonApi(make_api_client(kubeconfig=kubeconfig))
+    return make_json_api(kubeconfig=kubeconfig)
 
 
 _METRIC = re.compile(r'^(\w+)\{([^}]*)\} ([0-9.e+-]+)$')
@@ -180,7 +183,7 @@ def inventories(mixes: Iterable[int]) -> dict[int, list[Any]]:
 
 
 def shared_client(kubeconfig: str, pool: int = POOL) -> Any:
-    """One ApiClient (one urllib3 pool) for every publisher of a process, as the daemon shares one across its drivers.
+    """One JsonApi (one urllib3 pool) for every publisher of a process, as the daemon shares one across its drivers.
 
     A client per publisher cost ~0.55 MiB each: ~830 MiB per process at 1,500 publishers before a slice was
     written. The pool keeps `pool` idle connections; requests
@@ -188,18 +191,19 @@ def shared_client(kubeconfig: str, pool: int = POOL) -> Any:
     when done, which urllib3 would report once per connection at WARNING: that line is silenced here."""
     import logging
 
-    from dra_driver.kube.client import api_client_for, load_configuration
+    from dra_driver.kube.client import JsonApi, load_configuration
 
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     configuration = load_configuration(kubeconfig=kubeconfig)
     configuration.connection_pool_maxsize = pool
-    return api_client_for(configuration)
+    return JsonApi(configuration)
 
 
 def make_publisher(api_client: Any, node: str, inventory: Any, partitioning: str) -> Any:
     from dra_driver.node.publisher import PublisherOptions, SlicePublisher
 
-    return SlicePublisher(api_client, node, inventory.driver, lambda _mode: inventory, PublisherOptions(partitioning=partitioning))  # type: ignore[arg-type]
+    options = PublisherOptions(partitioning=cast("Partitioning", partitioning))
+    return SlicePublisher(api_client, node, inventory.driver, lambda _mode: inventory, options)
 
 
 class Timed:

@@ -137,11 +137,11 @@ class Node:
 def spec_of(node: Node, uid: str) -> tuple[set[str], set[str]] | None:
     """(CDI device names, devices its claim file records) of a claim's spec on disk, or None without one."""
     try:
-        spec = cdi.parse_spec(cdi.spec_path(node.cdi_dir, DRIVER, uid).read_bytes())
+        spec = cdi.parse_spec(Path(cdi.spec_path(node.cdi_dir, DRIVER, uid)).read_bytes())
     except FileNotFoundError:
         return None
     try:
-        record = cdi.read_claim_file(cdi.claim_file_path(node.cdi_dir, DRIVER, uid))["record"]
+        record = cdi.read_claim_file(Path(cdi.claim_file_path(node.cdi_dir, DRIVER, uid)))["record"]
     except FileNotFoundError:
         raise Violation(f"claim {uid}: a CDI spec without its claim file") from None
     return cdi.device_names(spec), {d["device"] for d in record["devices"]}

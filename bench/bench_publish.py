@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dra_driver.kube.client import make_api_client
+from dra_driver.kube.client import make_json_api
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
 from dra_driver.node.publisher import PublisherOptions, SlicePublisher
@@ -86,7 +86,7 @@ def run_mode(profile: str, partitioning: Partitioning, repeat: int) -> dict[str,
             with SimApiServer() as server:
                 server.add_node(NODE)
                 publisher = SlicePublisher(
-                    make_api_client(server.url), NODE, driver, source, PublisherOptions(partitioning=partitioning, debounce=0.0)
+                    make_json_api(server.url), NODE, driver, source, PublisherOptions(partitioning=partitioning, debounce=0.0)
                 )
                 started = time.perf_counter()
                 publisher.sync_once()  # discovery + list + writes, as at daemon start

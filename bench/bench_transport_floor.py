@@ -105,14 +105,14 @@ def grpc_floor(work: Path, calls: int) -> float:
 
 def get_floor(work: Path, calls: int) -> tuple[float, float]:
     from dra_driver.kube.claims import ClaimReader
-    from dra_driver.kube.client import make_api_client
+    from dra_driver.kube.client import make_json_api
 
     port_file = work / "port"
     helper = subprocess.Popen([sys.executable, __file__, "--serve-claim", str(port_file)])
     try:
         wait_for(port_file)
         port = int(port_file.read_text())
-        reader = ClaimReader(make_api_client(f"http://127.0.0.1:{port}"))
+        reader = ClaimReader(make_json_api(f"http://127.0.0.1:{port}"))
         client_ms = median_ms(lambda: reader.get("default", "c1"), calls)
         connection = http.client.HTTPConnection("127.0.0.1", port)
 

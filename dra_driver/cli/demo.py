@@ -163,15 +163,16 @@ def _demo(backend: VendorBackend, profile: str, wish: Wish, work: Path, server: 
         print(text, file=out)
 
     settings = PluginSettings(node_name=NODE, kubelet_dir=work / "kubelet", cdi_dir=work / "cdi", state_dir=work / "state")
-    api = server.api_client()
-    JsonApi(api).request("POST", "/api/v1/nodes", body={"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
-    daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE))
+    api = server.api_client()  # the typed client: the claim's status is written as the scheduler writes it
+    json_api = JsonApi.of(api)  # the daemon's transport, on the same pool
+    json_api.request("POST", "/api/v1/nodes", body={"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
+    daemon = Daemon([backend], ClaimReader(json_api), settings, publisher_factory=publisher_factory(json_api, NODE))
     status = daemon.start()
     if not status.running:
         raise DraError(f"the daemon could not start {backend.driver_name}: {status.failed}")
     try:
         plugin = daemon.plugins[backend.driver_name]
-        slices = wait_for_pool(api, backend.driver_name, NODE)
+        slices = wait_for_pool(json_api, backend.driver_name, NODE)
         request = choose_request(backend.driver_name, slices, wish)
         say("== What you write: a ResourceClaimTemplate (which devices) and a Pod that uses it")
         say(_indent(_user_side(request.device_class, request.count)))
@@ -238,7 +239,7 @@ def _create_and_allocate(api: client.ApiClient, request: Request) -> ClaimRef:
     """Create the claim through the real kubernetes client and write the allocation chosen before creating it (a claim
     that cannot be allocated is not left behind) as status.allocation, as the scheduler does."""
     body = claim_object("demo-claim", NAMESPACE, request.device_class, request.count)
-    created = JsonApi(api).request("POST", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims", body=body)
+    created = JsonApi.of(api).request("POST", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims", body=body)
     meta = created["metadata"]
     client.ResourceV1Api(api).patch_namespaced_resource_claim_status(
         meta["name"], NAMESPACE, {"status": {"allocation": request.allocation}}, _content_type="application/merge-patch+json"

@@ -21,7 +21,6 @@ from dra_driver.ingest.errors import InputError
 from dra_driver.sources.classes import SHIPPED, ClassLayer, merge_classes, shipped_class_documents
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi
-from dra_driver.kube.k8s import client
 
 
 def claim_object(name: str, namespace: str, device_class: str, count: int) -> dict[str, Any]:
@@ -36,11 +35,11 @@ def claim_object(name: str, namespace: str, device_class: str, count: int) -> di
     }
 
 
-def wait_for_pool(api: client.ApiClient, driver: str, node: str, timeout_s: float = 15.0) -> list[dict[str, Any]]:
+def wait_for_pool(api: JsonApi, driver: str, node: str, timeout_s: float = 15.0) -> list[dict[str, Any]]:
     """The node's slices for `driver` once the pool is complete (every slice of its newest generation is there)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        listed = JsonApi(api).request(
+        listed = api.request(
             "GET", "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.driver={driver},spec.nodeName={node}"}
         )
         slices: list[dict[str, Any]] = listed.get("items") or []

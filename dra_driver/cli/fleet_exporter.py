@@ -63,7 +63,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dra_driver.fleet.exporter import FleetExporter
     from dra_driver.kube.api_source import api_source
-    from dra_driver.kube.client import api_client_for, load_configuration, server_label
+    from dra_driver.kube.client import JsonApi, load_configuration, server_label
     from dra_driver.node.metrics_http import HttpEndpoint, Response
 
     try:
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         configuration = load_configuration(source=source)
     except DraError as exc:
         return failures.report(exc)
-    exporter = FleetExporter(api_client_for(configuration), min_interval=args.refresh_interval)
+    exporter = FleetExporter(JsonApi(configuration), min_interval=args.refresh_interval)
     registry = _registry(exporter)
 
     def metrics() -> Response:

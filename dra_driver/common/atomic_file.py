@@ -13,7 +13,7 @@ from dra_driver.common import file_modes
 TEMP_SUFFIX = ".tmp"
 
 
-def replace_file(path: Path, data: bytes, *, durable: bool, mode: int | None = None) -> None:
+def replace_file(path: Path | str, data: bytes, *, durable: bool, mode: int | None = None) -> None:
     """Write `data` to a temp file in the same directory, optionally flush it, rename it over `path`.
 
     The temp name is random: two plugin instances in a rolling update both
@@ -27,7 +27,7 @@ def replace_file(path: Path, data: bytes, *, durable: bool, mode: int | None = N
     try:
         fd, tmp = create_temp(target)
     except FileNotFoundError:
-        file_modes.make_dirs(path.parent, file_modes.CDI_DIR)
+        file_modes.make_dirs(Path(os.path.dirname(target) or "."), file_modes.CDI_DIR)
         fd, tmp = create_temp(target)
     try:
         if mode is not None and mode != _TEMP_MODE:

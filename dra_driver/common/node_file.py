@@ -24,6 +24,19 @@ _KINDS = (
 )
 
 
+def child_path(directory: Path | str, name: str) -> str:
+    """`directory/name` as a str: the path of a per-claim file (CDI spec, claim file, lock, checkpoint and vendor records).
+
+    Not `directory / name`: Python 3.11's pathlib interns every component it parses, so each claim's file names
+    would enter CPython's table of interned strings, which then grows by a step over the first thousand claims
+    (docs/performance.md, "Memory over cycles"). `name` is one component, already validated by the caller (a
+    UID checked or hashed); a separator, "." or ".." in it is refused here too, so it can never steer the path."""
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        raise ValueError(f"{name!r} is not a file name: no path is built from it")
+    head = os.fspath(directory)
+    return f"{head}{name}" if head.endswith("/") else f"{head}/{name}"
+
+
 class NodeFileError(OSError):
     """A node file that is not read: not a regular file, a symlink where none is followed, or too large."""
 

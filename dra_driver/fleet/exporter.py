@@ -36,6 +36,7 @@ from dra_driver.sources.fleet_source import fleet_nodes
 from dra_driver.explain.pending import DEFAULT_LIMIT, PendingClaim, cluster_classes, pending_claims
 from dra_driver.fleet.build import Filters, build_view
 from dra_driver.fleet.model import NO_NODE, DeviceRow
+from dra_driver.kube.client import JsonApi
 from dra_driver.kube.reflector import Keep, Reflector
 from dra_driver.model import quantity
 from dra_driver.sources.fleet import Fleet
@@ -232,7 +233,7 @@ class FleetExporter:
 
     def __init__(
         self,
-        api_client: Any,
+        api: JsonApi,
         min_interval: float = DEFAULT_MIN_INTERVAL_S,
         watch_timeout_s: int = 300,
         pending_limit: int = DEFAULT_LIMIT,
@@ -244,7 +245,7 @@ class FleetExporter:
         self._stop = threading.Event()
         self.reflectors = {
             name: Reflector(
-                api_client, path, KEEP[name], name, watch_timeout_s=watch_timeout_s, backoff_initial_s=backoff_initial_s, on_change=self._dirty.set
+                api, path, KEEP[name], name, watch_timeout_s=watch_timeout_s, backoff_initial_s=backoff_initial_s, on_change=self._dirty.set
             )
             for name, path in RESOURCE_PATHS.items()
         }

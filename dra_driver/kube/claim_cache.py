@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from dra_driver.kube.k8s import client as k8s
+from dra_driver.kube.client import JsonApi
 from dra_driver.model.resource_v1 import ResourceClaim
 from dra_driver.kube.reflector import Reflector
 
@@ -51,13 +51,13 @@ class ClaimCache:
 
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        api: JsonApi,
         watch_timeout_s: int = 300,
         backoff_initial_s: float = 0.5,
         backoff_cap_s: float = 30.0,
     ) -> None:
         self._reflector = Reflector(
-            api_client, CLAIMS_PATH, _trimmed, "resourceclaims",
+            api, CLAIMS_PATH, _trimmed, "resourceclaims",
             watch_timeout_s=watch_timeout_s, backoff_initial_s=backoff_initial_s, backoff_cap_s=backoff_cap_s,
         )  # fmt: skip
 

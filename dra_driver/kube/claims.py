@@ -8,11 +8,11 @@ every release and the plugin must keep working with newer servers. (Opaque
 *driver* configuration is the opposite case and is validated strictly by the
 backend.)
 
-The GET goes through the official kubernetes ApiClient (its host, auth, TLS
-and urllib3 pool) but not through the generated ResourceV1Api method: that one
-validates its arguments with pydantic and would build typed models. The raw
-JSON is parsed straight into the models below; this is the hot path of every
-NodePrepareResources call.
+The GET goes through the driver's JsonApi (kube/client.py: the kubernetes
+client's REST layer, its host, auth, TLS and urllib3 pool) but not through the
+generated ResourceV1Api method: that one validates its arguments with pydantic
+and would build typed models. The raw JSON is parsed straight into the models
+below; this is the hot path of every NodePrepareResources call.
 
 Deadlines: a GET made for a kubelet call must end before that call's deadline
 (the kubelet gives up after 45 s and ignores a late answer). So the request's
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import urllib3
 from pydantic import ValidationError as PydanticValidationError
@@ -34,7 +35,7 @@ from dra_driver.common.errors import DraError
 from dra_driver.model.resource_v1 import ResourceClaim
 
 if TYPE_CHECKING:  # imported when a reader is built: the plugin serves its sockets before loading the client
-    from dra_driver.kube.k8s import client as k8s
+    from dra_driver.kube.client import JsonApi
 
 
 class ClaimLookupError(DraError):
@@ -45,11 +46,10 @@ class ClaimReader:
     """GET a ResourceClaim by namespace/name, within the caller's deadline."""
 
     _PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
-    _HEADERS = {"Accept": "application/json"}
     _ATTEMPTS = 3  # for requests that reached no server; a slow answer is never repeated
 
-    def __init__(self, api_client: k8s.ApiClient, timeout_s: float = 10.0) -> None:
-        self._client = api_client
+    def __init__(self, api: JsonApi, timeout_s: float = 10.0) -> None:
+        self._api = api
         self._timeout_s = timeout_s  # per request when the caller has no deadline
         self._hosts: dict[str, urllib3.HTTPConnectionPool] = {}  # scheme://host:port -> the manager's pool for it
 
@@ -61,7 +61,7 @@ class ClaimReader:
         and the caller's headers, exactly as before. Through a proxy every request goes by the manager, which
         rewrites it for the proxy.
         """
-        manager = self._client.rest_client.pool_manager
+        manager = self._api.rest.pool_manager
         if isinstance(manager, urllib3.ProxyManager):
             return manager.request("GET", url, headers=headers, timeout=timeout, retries=False)
         scheme, sep, rest = url.partition("://")
@@ -76,14 +76,9 @@ class ClaimReader:
         """The claim as stored now. `uid` (what the kubelet asked for) is not needed for a GET: the caller
         compares. `deadline` (time.monotonic()) bounds the whole lookup, retries included."""
         where = f"ResourceClaim {namespace}/{name}"
+        url = self._api.url(self._PATH.format(namespace=quote(namespace, safe=""), name=quote(name, safe="")))
         try:
-            _, url, headers, _, _ = self._client.param_serialize(
-                method="GET",
-                resource_path=self._PATH,
-                path_params={"namespace": namespace, "name": name},  # quoted by the client
-                header_params=dict(self._HEADERS),
-                auth_settings=["BearerToken"],
-            )
+            headers = self._api.headers()  # the auth as of now: a rotated token is sent from its first request
         except Exception as exc:  # e.g. an auth hook that fails: the claim fails, not the daemon
             raise ClaimLookupError(f"reading {where} failed: {exc}") from exc
         status, data = self._fetch(url, headers, where, deadline)

@@ -1,4 +1,5 @@
-"""Build a kubernetes ApiClient: from a base URL, a kubeconfig (merged, with its context, as kubectl), or in-cluster.
+"""Reach the API server: a client configuration from a base URL, a kubeconfig (merged, with its context, as kubectl),
+or in-cluster; the daemon's plain-JSON transport on it (JsonApi), and the tools' typed ApiClient.
 
 The driver runs in a pod (in-cluster config); `demo` and the tests point it at
 the simulated API server by URL; a developer laptop uses a kubeconfig.
@@ -11,26 +12,28 @@ import logging
 import socket
 from dataclasses import replace
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
+from urllib.parse import quote, urlencode
 
 from dra_driver.common import suggest
 from dra_driver.common.logs import fields
 from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource, KubeConfigError, api_source
-from dra_driver.kube.k8s import ApiException, client
+from dra_driver.kube.k8s import ApiException, Configuration, client
 
 __all__ = [
-    "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for", "cached_list_query",
-    "chosen_context", "configuration_for_url", "load_configuration", "make_api_client", "newer_version", "server_label", "too_large_version",
+    "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for",
+    "cached_list_query", "chosen_context", "configuration_for_url", "load_configuration", "make_api_client", "make_json_api",
+    "newer_version", "server_label", "too_large_version",
 ]  # fmt: skip
 
 # A request timeout as the kubernetes client takes it: seconds, or (connect, read) seconds; None: its default.
 Timeout = float | tuple[float, float] | None
 
 
-def configuration_for_url(base_url: str) -> client.Configuration:
+def configuration_for_url(base_url: str) -> Configuration:
     """A configuration for a plain base URL (the simulated API server, `kubectl proxy`)."""
     source = api_source(base_url=base_url)
-    return client.Configuration(host=source.location.rstrip("/"))
+    return Configuration(host=source.location.rstrip("/"))
 
 
 def _kubeconfig_documents(source: ApiSource) -> list[dict[str, Any]]:
@@ -72,12 +75,12 @@ def chosen_context(source: ApiSource) -> str | None:
 
 def load_configuration(
     base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None, source: ApiSource | None = None
-) -> client.Configuration:
+) -> Configuration:
     """The client configuration of `source` (found from the other arguments as kubectl would when not given)."""
     source = source or api_source(base_url, kubeconfig, context)
     if source.kind == "url":
         return configuration_for_url(source.location)
-    configuration = client.Configuration()
+    configuration = Configuration()
     if source.kind == "in-cluster":
         from kubernetes.config.incluster_config import load_incluster_config
 
@@ -93,18 +96,17 @@ def load_configuration(
     return configuration
 
 
-def server_label(source: ApiSource, configuration: client.Configuration) -> str:
+def server_label(source: ApiSource, configuration: Configuration) -> str:
     """The server as a message names it: its URL, and the kubeconfig or context it came from."""
     return configuration.host if source.kind == "url" else f"{configuration.host} ({source.describe()})"
 
 
-def api_client_for(configuration: client.Configuration) -> client.ApiClient:
-    """The ApiClient every part of the driver uses: `configuration`'s server and auth, our User-Agent.
+def api_client_for(configuration: Configuration) -> client.ApiClient:
+    """The tools' typed client (ResourceV1Api, CoreV1Api on it): `configuration`'s server and auth, our User-Agent.
 
     A server whose certificate is not verified (insecure-skip-tls-verify) is said once, in one line, instead of
     urllib3's two-line InsecureRequestWarning (with a source path) on every request."""
-    if not configuration.verify_ssl and configuration.host.startswith("https:"):
-        _say_tls_unverified(configuration.host)
+    _say_if_unverified(configuration)
     api_client = client.ApiClient(configuration)
     api_client.user_agent = USER_AGENT
     return api_client
@@ -112,6 +114,11 @@ def api_client_for(configuration: client.Configuration) -> client.ApiClient:
 
 log = logging.getLogger(__name__)
 _TLS_UNVERIFIED: set[str] = set()  # servers already said to be unverified: once per process
+
+
+def _say_if_unverified(configuration: Configuration) -> None:
+    if not configuration.verify_ssl and configuration.host.startswith("https:"):
+        _say_tls_unverified(configuration.host)
 
 
 def _say_tls_unverified(host: str) -> None:
@@ -163,30 +170,56 @@ def newer_version(current: str | None, seen: str | None) -> str | None:
 
 
 class JsonApi:
-    """Plain-JSON requests through a kubernetes ApiClient: same host, auth, TLS and urllib3 retries, no typed models.
+    """The driver's connection to one API server: plain-JSON requests and raw watches on the kubernetes client's REST
+    layer (`kubernetes.client.rest.RESTClientObject`: TLS, client certificates, proxy, the urllib3 pool and its
+    retries), with `configuration`'s host and auth and our User-Agent. Every module of the daemon takes one.
 
-    The generated methods turn a dict body into pydantic models and back before
-    sending it; for a 64-device ResourceSlice that costs tens of milliseconds per
-    request, and the typed models would also drop fields newer than the client.
-    The publisher writes whole slices often enough (every repair) to avoid both.
+    Not through `ApiClient`: its module imports multiprocessing.pool and dateutil for the typed models, which the
+    daemon does not use (docs/performance.md, "Memory over cycles"), and its generated methods turn a dict body into
+    models and back (tens of milliseconds for a 64-device ResourceSlice, and fields newer than the client dropped).
+    The auth header is asked of the configuration on every request, so a token the configuration's
+    `refresh_api_key_hook` rotates (the in-cluster loader re-reads the service-account token) is sent from then on.
+    The tools that use the typed ResourceV1Api/CoreV1Api share their ApiClient's pool through `JsonApi.of`.
     """
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self.api_client = api_client
+    def __init__(self, configuration: Configuration, rest: Any = None) -> None:
+        from kubernetes.client.rest import RESTClientObject
 
-    def _send(self, method: str, path: str, query: Mapping[str, str] | None, body: Any, timeout: Timeout = None) -> Any:
-        headers = {"Accept": "application/json"}
-        if body is not None:
+        _say_if_unverified(configuration)
+        self.configuration = configuration
+        self.rest: RESTClientObject = rest if rest is not None else RESTClientObject(configuration)
+
+    @classmethod
+    def of(cls, api_client: client.ApiClient) -> JsonApi:
+        """Plain JSON through a tool's ApiClient: its configuration and its pool."""
+        return cls(api_client.configuration, api_client.rest_client)
+
+    @property
+    def host(self) -> str:
+        return str(self.configuration.host)
+
+    def headers(self, body: bool = False) -> dict[str, str]:
+        """A request's headers: JSON, our User-Agent and the configuration's auth as of now (its refresh hook run)."""
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if body:
             headers["Content-Type"] = "application/json"
-        params = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        return self.api_client.call_api(*params, _request_timeout=timeout)
+        # Every header setting, as ApiClient.update_params_for_auth applies them (the typed dict names only BearerToken).
+        settings = cast("Mapping[str, Mapping[str, Any]]", self.configuration.auth_settings())
+        for setting in settings.values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"])] = str(setting["value"])
+        return headers
+
+    def url(self, path: str, query: Mapping[str, str] | None = None) -> str:
+        """`path` (already quoted) under the host, with `query`'s values quoted."""
+        if not query:
+            return self.host + path
+        return f"{self.host}{path}?{urlencode(list(query.items()), quote_via=quote)}"
+
+    def send(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None, timeout: Timeout = None) -> Any:
+        """One request; the client's RESTResponse, whatever its status (not read yet)."""
+        headers = self.headers(body is not None)
+        return self.rest.request(method, self.url(path, query), headers=headers, body=body, _request_timeout=timeout)
 
     @staticmethod
     def _raise_for_status(response: Any) -> None:
@@ -198,7 +231,7 @@ class JsonApi:
     def request(self, method: str, path: str, query: Mapping[str, str] | None = None, body: Any = None, timeout: Timeout = None) -> dict[str, Any]:
         """One request (`timeout` in seconds, or (connect, read); None: the client's default); the decoded JSON answer,
         or ApiException carrying the server's Status."""
-        response = self._send(method, path, query, body, timeout)
+        response = self.send(method, path, query, body, timeout)
         self._raise_for_status(response)
         response.read()
         decoded: dict[str, Any] = json.loads(response.data) if response.data else {}
@@ -206,9 +239,24 @@ class JsonApi:
 
     def watch(self, path: str, query: Mapping[str, str]) -> WatchStream:
         """Open a watch (`?watch=true` is added); iterate the returned stream for raw events."""
-        response = self._send("GET", path, {**query, "watch": "true"}, None)
+        response = self.send("GET", path, {**query, "watch": "true"})
         self._raise_for_status(response)
         return WatchStream(response.response)
+
+    def close(self) -> None:
+        """Close the pool's connections (a JsonApi sharing a tool's ApiClient closes that client's)."""
+        self.rest.close()
+
+    def __enter__(self) -> JsonApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def make_json_api(base_url: str | None = None, kubeconfig: str | None = None, context: str | None = None) -> JsonApi:
+    """A JsonApi found from a URL, kubeconfig or the in-cluster account, as `load_configuration` finds it."""
+    return JsonApi(load_configuration(base_url, kubeconfig, context))
 
 
 class WatchStream:

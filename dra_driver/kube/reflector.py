@@ -27,7 +27,6 @@ from typing import Any
 
 from dra_driver.common.logs import fields
 from dra_driver.kube.k8s import ApiException
-from dra_driver.kube.k8s import client as k8s
 from dra_driver.kube.client import JsonApi, WatchStream, cached_list_query, newer_version, too_large_version
 from dra_driver.common.backoff import Backoff, jittered
 
@@ -54,7 +53,7 @@ class Reflector:
 
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        api: JsonApi,
         path: str,
         keep: Keep,
         name: str,
@@ -65,7 +64,7 @@ class Reflector:
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self.name = name  # what logs and metrics call the resource (resourceslices, resourceclaims, ...)
-        self._api = JsonApi(api_client)
+        self._api = api
         self._path = path
         self._query = dict(query or {})  # a labelSelector / fieldSelector for both LIST and WATCH
         self._keep = keep

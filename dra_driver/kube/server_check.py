@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.common.errors import DraError
 from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource
+
+if TYPE_CHECKING:  # the kubernetes client is loaded only where a check goes through it
+    from dra_driver.kube.client import JsonApi
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -53,16 +56,13 @@ def _served_versions(body: bytes) -> list[str]:
 Fetch = Callable[[str], "tuple[int, bytes]"]  # GET path -> (HTTP status, body); raises on a connection failure
 
 
-def check_dra_served(api_client: Any, server: str) -> None:
-    """Raise ClusterError unless `server` (reached through a kubernetes ApiClient) serves resource.k8s.io/v1."""
+def check_dra_served(api: JsonApi, server: str) -> None:
+    """Raise ClusterError unless `server` (reached through `api`) serves resource.k8s.io/v1."""
     from dra_driver.kube.k8s import ApiException
 
     def fetch(path: str) -> tuple[int, bytes]:
-        params = api_client.param_serialize(
-            method="GET", resource_path=path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
-        )
         try:
-            response = api_client.call_api(*params, _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+            response = api.send("GET", path, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
             response.read()
         except ApiException as exc:  # the client raises for some statuses itself
             return int(exc.status or 0), exc.body.encode() if isinstance(exc.body, str) else (exc.body or b"")
@@ -111,11 +111,11 @@ def check_source(source: ApiSource) -> None:
         check_with(plain_fetch(url, token, str(ca_file) if ca_file.exists() else None), f"{url} (in-cluster service account)")
         return
 
-    from dra_driver.kube.client import api_client_for, load_configuration, server_label
+    from dra_driver.kube.client import JsonApi, load_configuration, server_label
 
     configuration = without_retries(load_configuration(source=source))
-    with api_client_for(configuration) as api_client:
-        check_dra_served(api_client, server_label(source, configuration))
+    with JsonApi(configuration) as api:
+        check_dra_served(api, server_label(source, configuration))
 
 
 def check_with(fetch: Fetch, server: str) -> None:

@@ -30,9 +30,8 @@ from dra_driver.node.daemon import ApiWiring, Daemon
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.settings import NO_SIMULATED_ROOT, DaemonSettings
 
-if TYPE_CHECKING:  # a real node never imports the simulation's modules
-    from kubernetes.client import ApiClient
-
+if TYPE_CHECKING:  # the client is loaded once the sockets serve; a real node never imports the simulation's modules
+    from dra_driver.kube.client import JsonApi
     from dra_driver.simulation.node import SimulatedRoot
 
 log = logging.getLogger(__name__)
@@ -192,7 +191,7 @@ def coexistence_settings(config: DaemonSettings) -> CoexistenceSettings:
 def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, conflicts: ConflictBoard | None = None) -> ApiWiring:
     """The kubernetes client and what uses it: the claim reader, one slice publisher per backend, the claim cache."""
     from dra_driver.kube.claims import ClaimReader
-    from dra_driver.kube.client import api_client_for, load_configuration
+    from dra_driver.kube.client import JsonApi, load_configuration
     from dra_driver.node.publisher.daemon_adapter import publisher_factory
 
     try:
@@ -204,27 +203,25 @@ def connect_api(config: DaemonSettings, guard: DevicePluginGuard | None = None, 
             f"cannot load the API client configuration ({api_source(config.api_server, config.kubeconfig, config.context).kind}): {exc}"
         ) from exc
     configuration.connection_pool_maxsize = 32  # one connection per concurrent prepare worker
-    api_client = api_client_for(configuration)
+    api = JsonApi(configuration)
     if guard is not None:
-        guard.set_node(read_node(api_client, config.node_name))
+        guard.set_node(read_node(api, config.node_name))
     claim_cache = None
     if config.claim_cache:  # off by default: its module and the reflector's stay out of the daemon's memory then
         from dra_driver.kube.claim_cache import ClaimCache
 
-        claim_cache = ClaimCache(api_client)
+        claim_cache = ClaimCache(api)
     return ApiWiring(
-        claims=ClaimReader(api_client),
-        publisher_factory=publisher_factory(api_client, config.node_name, guard=guard, conflicts=conflicts),
+        claims=ClaimReader(api),
+        publisher_factory=publisher_factory(api, config.node_name, guard=guard, conflicts=conflicts),
         claim_cache=claim_cache,
     )
 
 
-def read_node(api_client: ApiClient, node_name: str) -> dict[str, object] | None:
+def read_node(api: JsonApi, node_name: str) -> dict[str, object] | None:
     """The Node (its allocatable names device-plugin resources); None when it cannot be read (logged)."""
-    from dra_driver.kube.client import JsonApi
-
     try:
-        return JsonApi(api_client).request("GET", f"/api/v1/nodes/{node_name}")
+        return api.request("GET", f"/api/v1/nodes/{node_name}")
     except Exception as exc:  # RBAC or a missing Node: the kubelet's own sources still count
         log.warning("cannot read the Node to find device-plugin resources", extra=fields(node=node_name, error=str(exc)))
         return None

@@ -94,12 +94,18 @@ def qualified_id(driver: str, name: str) -> str:
     return f"{cdi_kind(driver)}={name}"
 
 
-def spec_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
-    """The claim's spec file; refuses a UID that is not one (no path is ever built from it)."""
+def spec_path(cdi_dir: Path, driver: str, claim_uid: str) -> str:
+    """The claim's spec file; refuses a UID that is not one (no path is ever built from it). A str, not a Path:
+    a Path would intern the claim's file name (node_file.child_path)."""
+    return node_file.child_path(cdi_dir, _spec_name(driver, claim_uid) + SPEC_SUFFIX)
+
+
+def _spec_name(driver: str, claim_uid: str) -> str:
+    """`k8s.<driver>-device_<claimUID>`: the spec's name without its suffix; the claim UID checked first."""
     problem = uid_problem(claim_uid)
     if problem is not None:
         raise ValueError(f"claim UID {problem}: no CDI spec path is built from it")
-    return cdi_dir / f"{cdi_vendor(driver)}-{CDI_CLASS}_{claim_uid}{SPEC_SUFFIX}"
+    return f"{cdi_vendor(driver)}-{CDI_CLASS}_{claim_uid}"
 
 
 def claim_uid_of(path: Path, driver: str) -> str | None:
@@ -272,10 +278,9 @@ def device_names(spec: dict[str, Any]) -> set[str]:
     return {str(d.get("name")) for d in spec.get("devices", []) if isinstance(d, dict)}
 
 
-def claim_file_path(cdi_dir: Path, driver: str, claim_uid: str) -> Path:
+def claim_file_path(cdi_dir: Path, driver: str, claim_uid: str) -> str:
     """The claim file beside the claim's spec: a dot-name not ending in .json/.yaml, so runtimes skip it."""
-    spec = spec_path(cdi_dir, driver, claim_uid)
-    return spec.with_name(f".{spec.name[: -len(SPEC_SUFFIX)]}{CLAIM_FILE_SUFFIX}")
+    return node_file.child_path(cdi_dir, f".{_spec_name(driver, claim_uid)}{CLAIM_FILE_SUFFIX}")
 
 
 def claim_uid_of_claim_file(path: Path, driver: str) -> str | None:
@@ -287,23 +292,23 @@ def our_claim_files(cdi_dir: Path, driver: str) -> dict[str, Path]:
     return _by_claim(cdi_dir, lambda path: claim_uid_of_claim_file(path, driver))
 
 
-def write_claim_file(path: Path, claim_data: dict[str, Any]) -> None:
+def write_claim_file(path: Path | str, claim_data: dict[str, Any]) -> None:
     """The claim's data, checksummed, written like a spec (atomic, not flushed)."""
     replace_file(path, signed_text(claim_data).encode(), durable=False, mode=0o600)
 
 
-def read_spec_file(path: Path) -> bytes:
+def read_spec_file(path: Path | str) -> bytes:
     """A spec's or claim file's bytes: a regular file, never a symlink or a pipe, at most MAX_FILE_BYTES."""
     return node_file.read_regular(path, MAX_FILE_BYTES)
 
 
-def read_claim_file(path: Path) -> dict[str, Any]:
+def read_claim_file(path: Path | str) -> dict[str, Any]:
     """A claim file's data, checksum verified; FileNotFoundError without one, SpecUnreadable if damaged."""
     raw = read_spec_file(path)
     try:
         return verified_body(raw)
     except SignedJsonError as exc:
-        raise SpecUnreadable(f"claim file {path.name}: {exc}") from exc
+        raise SpecUnreadable(f"claim file {os.path.basename(path)}: {exc}") from exc
 
 
 # --- version rules (reference section 5.2) --------------------------------------
@@ -343,7 +348,7 @@ def minimum_version(spec: dict[str, Any]) -> str:
 # --- files -------------------------------------------------------------------
 
 
-def write_spec_atomic(path: Path, spec: dict[str, Any]) -> str:
+def write_spec_atomic(path: Path | str, spec: dict[str, Any]) -> str:
     """Write so that readers see either no file or the complete file, never a partial one.
 
     Atomic (temp file, rename) but not flushed to the device: a spec matters
@@ -362,14 +367,14 @@ def write_spec_atomic(path: Path, spec: dict[str, Any]) -> str:
     return text
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path | str, text: str) -> None:
     """A spec's text, written as write_spec_atomic describes (also used to restore a lost spec)."""
     # The temp name (see replace_file) does not end in .json/.yaml: runtimes watching the
     # directory ignore it; 0644 because runtimes may read it as another user.
     replace_file(path, text.encode(), durable=False, mode=0o644)
 
 
-def remove_spec(path: Path) -> bool:
+def remove_spec(path: Path | str) -> bool:
     """Delete a spec file; True if it existed. Not flushed, for the reason write_spec_atomic gives.
 
     A CDI directory that is missing or not a directory holds no spec (False), and so does a
@@ -377,7 +382,7 @@ def remove_spec(path: Path) -> bool:
     failure raises, so the caller keeps the claim's reservation.
     """
     try:
-        path.unlink()
+        os.unlink(path)
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError:

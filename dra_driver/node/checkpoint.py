@@ -457,13 +457,13 @@ class Checkpoint:
         Something that is not a file in its place (a directory) is moved aside; a file that
         cannot be deleted raises and the record stays: the reservation is kept.
         """
-        path = self.path / _file_name(uid)
+        path = self._record_path(uid)
         try:
             _unlink(path)
         except IsADirectoryError:
             _set_aside(path, "a directory in a record's place", "nothing was read from it")
         except OSError as exc:
-            if exc.errno != errno.EPERM or not path.is_dir():
+            if exc.errno != errno.EPERM or not os.path.isdir(path):
                 raise
             _set_aside(path, "a directory in a record's place", "nothing was read from it")
         self._drop(uid)
@@ -476,7 +476,7 @@ class Checkpoint:
         """
         self._drop(uid)
         try:
-            _unlink(self.path / _file_name(uid))
+            _unlink(self._record_path(uid))
         except OSError as exc:
             log.warning("could not delete a failed claim's checkpoint record", extra=fields(uid=uid, error=str(exc)))
 
@@ -489,7 +489,11 @@ class Checkpoint:
                 self._account(record, -1)
 
     def _write_record(self, record: ClaimRecord, durable: bool) -> None:
-        _append_file(self.path / _file_name(record.uid), self._line(record), durable)
+        _append_file(self._record_path(record.uid), self._line(record), durable)
+
+    def _record_path(self, uid: str) -> str:
+        # A str, not a Path: a Path would intern the claim's file name (node_file.child_path).
+        return node_file.child_path(self.path, _file_name(uid))
 
     def _line(self, record: ClaimRecord) -> bytes:
         """One signed line: canonical body (keys sorted: boot_id < record < version) and its SHA-256."""
@@ -612,12 +616,12 @@ def _read_regular_file(path: Path) -> bytes:
         raise CheckpointCorrupt(f"{exc.problem} (in a record's place; never followed or read)") from exc
 
 
-def _set_aside(path: Path, reason: object, consequence: str) -> Path | None:
+def _set_aside(path: Path | str, reason: object, consequence: str) -> Path | None:
     """Rename a damaged file (or directory, or symlink: the entry itself) out of the loader's way.
 
     Returns the new path, or None if it was gone or could not be moved (logged either way).
     """
-    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+    aside = Path(f"{os.fspath(path)}.corrupt-{time.time_ns()}")
     try:
         os.replace(path, aside)
     except FileNotFoundError:
@@ -639,7 +643,7 @@ def _set_aside(path: Path, reason: object, consequence: str) -> Path | None:
     return aside
 
 
-def _unlink(path: Path) -> None:
+def _unlink(path: Path | str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -653,14 +657,14 @@ def _unlink_quietly(path: Path) -> None:
         log.warning("cannot remove a leftover temp file", extra=fields(path=str(path), error=str(exc)))
 
 
-def _append_file(path: Path, data: bytes, durable: bool) -> None:
+def _append_file(path: Path | str, data: bytes, durable: bool) -> None:
     """Append one line (created if missing); flushed to the device before returning when durable."""
     # Never through a symlink in the record's place: the write would land wherever it points.
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o600)
     except FileNotFoundError:
-        file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
+        file_modes.make_dirs(Path(os.path.dirname(path)), file_modes.PRIVATE_DIR)
         fd = os.open(path, flags, 0o600)
     written = 0
     try:
@@ -679,7 +683,7 @@ def _append_file(path: Path, data: bytes, durable: bool) -> None:
         os.close(fd)
 
 
-def _undo_append(path: Path, fd: int, written: int) -> None:
+def _undo_append(path: Path | str, fd: int, written: int) -> None:
     """Best effort after a failed append: the line must not count (a file it created goes entirely).
 
     The claim's lock keeps other writers of this file away, so the size before

@@ -1247,10 +1247,16 @@ class SimApiServer:
         return config
 
     def api_client(self) -> Any:
-        """A client as the driver builds one (its User-Agent too), pointing at this server."""
+        """A typed client as the tools build one (its User-Agent too), pointing at this server."""
         from dra_driver.kube.client import api_client_for
 
         return api_client_for(self.client_configuration())
+
+    def json_api(self) -> Any:
+        """The transport as the daemon builds one (kube/client.py's JsonApi), pointing at this server."""
+        from dra_driver.kube.client import JsonApi
+
+        return JsonApi(self.client_configuration())
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig file pointing at this server (no auth), for commands that take --kubeconfig."""

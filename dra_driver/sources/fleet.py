@@ -326,13 +326,13 @@ def from_cluster(source: ApiSource, with_pods: bool = False, progress: Callable[
     """
     from dra_driver.kube.k8s import ApiException, client
 
-    from dra_driver.kube.client import api_client_for, load_configuration, server_label
+    from dra_driver.kube.client import JsonApi, api_client_for, load_configuration, server_label
     from dra_driver.kube.server_check import check_dra_served, without_retries
 
     configuration = without_retries(load_configuration(source=source))
     server = server_label(source, configuration)
     api_client = api_client_for(configuration)
-    check_dra_served(api_client, server)
+    check_dra_served(JsonApi.of(api_client), server)
     resource = client.ResourceV1Api(api_client)
     core = client.CoreV1Api(api_client)
 
@@ -393,7 +393,7 @@ def _server_version(api_client: Any) -> str | None:
 
     try:
         # raw JSON: the client's model refuses a /version that lacks fields it does not need
-        version = JsonApi(api_client).request("GET", "/version", timeout=LIST_TIMEOUT_S).get("gitVersion")
+        version = JsonApi.of(api_client).request("GET", "/version", timeout=LIST_TIMEOUT_S).get("gitVersion")
     except Exception:  # an old or odd server: the tools fall back to their default release and say so
         return None
     return version[:64] if isinstance(version, str) and version else None

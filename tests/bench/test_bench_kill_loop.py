@@ -46,8 +46,8 @@ def write_spec(cdi_dir: Path, uid: str, devices: list[str]) -> list[str]:
     spec = cdi.build_claim_spec(
         "gpu.nvidia.com", [cdi.SpecDevice(n, d, ContainerEdits(env=["A=1"])) for n, d in zip(names, devices)], ContainerEdits()
     )
-    cdi.write_spec_atomic(cdi.spec_path(cdi_dir, "gpu.nvidia.com", uid), spec)
-    cdi.write_claim_file(cdi.claim_file_path(cdi_dir, "gpu.nvidia.com", uid), claim_file_data("b", record))
+    cdi.write_spec_atomic(Path(cdi.spec_path(cdi_dir, "gpu.nvidia.com", uid)), spec)
+    cdi.write_claim_file(Path(cdi.claim_file_path(cdi_dir, "gpu.nvidia.com", uid)), claim_file_data("b", record))
     return ids
 
 
@@ -68,9 +68,9 @@ def test_check_node_catches(tmp_path: Path, violation: str) -> None:
         b.status = "maybe"
         write_spec(tmp_path, "uid-b", ["gpu-0"])
     elif violation == "prepared-without-spec":
-        cdi.spec_path(tmp_path, "gpu.nvidia.com", "uid-a").unlink()
+        Path(cdi.spec_path(tmp_path, "gpu.nvidia.com", "uid-a")).unlink()
     elif violation == "spec-without-claim-file":
-        cdi.claim_file_path(tmp_path, "gpu.nvidia.com", "uid-a").unlink()
+        Path(cdi.claim_file_path(tmp_path, "gpu.nvidia.com", "uid-a")).unlink()
     else:
         a.answered = [("gpu-0", ["k8s.gpu.nvidia.com/device=uid-a-kill-node-gpu-7"])]
     with pytest.raises(bench.Violation):

@@ -13,19 +13,22 @@ from pathlib import Path
 from dra_driver.simulation.api_server import SimApiServer
 
 # Loaded by the tools (explain, template, fleet, migrate: CEL, the allocator, ruamel.yaml) or by parts of the
-# kubernetes package the daemon does not use (dynamic, stream, the kubeconfig loader and their dependencies).
+# kubernetes package the daemon does not use (dynamic, stream, the kubeconfig loader, ApiClient and their dependencies).
 FORBIDDEN = (
     "celpy", "lark", "ruamel", "re2", "dra_driver.cel", "dra_driver.allocator", "dra_driver.explain", "dra_driver.template",
     "dra_driver.fleet", "dra_driver.migrate", "dra_driver.sources",
     "kubernetes.dynamic", "kubernetes.stream", "kubernetes.leaderelection", "kubernetes.informer", "kubernetes.config.kube_config",
     "kubernetes.utils.create_from_yaml", "kubernetes_validate", "jsonschema", "websocket", "requests", "requests_oauthlib", "oauthlib",
     "dra_driver.kube.claim_cache", "dra_driver.kube.reflector",  # the claim cache is off unless asked for
+    "kubernetes.client.api_client", "multiprocessing.pool", "dateutil",  # the typed client: the daemon sends plain JSON
 )  # fmt: skip
 
-# The daemon as `dra-driver run` starts it; its modules written to a file when it exits after SIGTERM.
+# The daemon as `dra-driver run` starts it; its modules (and whether kubernetes.client's init ran: kube/k8s.py defers
+# its table of typed classes) written to a file when it exits after SIGTERM.
 _DAEMON = (
     "import atexit, json, sys\n"
-    "atexit.register(lambda: open(sys.argv[1], 'w').write(json.dumps(sorted(sys.modules))))\n"
+    "atexit.register(lambda: open(sys.argv[1], 'w').write(json.dumps([sorted(sys.modules), "
+    "getattr(sys.modules.get('kubernetes.client'), '_deferred_init', None)])))\n"
     "from dra_driver.cli.main import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
 )
@@ -54,6 +57,7 @@ def test_the_running_daemon_imports_no_tool_and_only_the_client_it_uses(short_tm
             daemon.send_signal(signal.SIGTERM)
             _, err = daemon.communicate(timeout=60)
     assert daemon.returncode == 0, err
-    modules = json.loads(listed.read_text())
-    assert "dra_driver.node.publisher.publisher" in modules and "kubernetes.client.api_client" in modules  # it did publish
+    modules, client_init = json.loads(listed.read_text())
+    assert "dra_driver.node.publisher.publisher" in modules and "kubernetes.client.rest" in modules  # it did publish
     assert _forbidden(modules) == []
+    assert client_init == "deferred"

@@ -27,7 +27,7 @@ def umask_027() -> Iterator[None]:
 
 
 def test_temp_name_is_dot_target_random_tmp_and_names_its_claim(tmp_path: Path) -> None:
-    spec = cdi.spec_path(tmp_path, "gpu.nvidia.com", UID)
+    spec = Path(cdi.spec_path(tmp_path, "gpu.nvidia.com", UID))
     fd, name = atomic_file.create_temp(str(spec))
     os.close(fd)
     temp = Path(name)

@@ -217,7 +217,7 @@ def profile_node(profile: str, partitioning: str = "static", **backend: Any) -> 
     opened = open_backends(backend_settings, load_profile(profile))
     assert opened.backends, [str(p) for p in opened.unavailable]
     with sim_apiserver.SimApiServer() as server:
-        daemon = Daemon(opened.backends, ClaimReader(server.api_client()), settings)
+        daemon = Daemon(opened.backends, ClaimReader(server.json_api()), settings)
         daemon.start()
         try:
             yield ProfileNode(root, server, daemon, dev_root)

@@ -15,7 +15,7 @@ from dra_driver.kube.claim_cache import ClaimCache
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.simulation.claims import allocated_claim_object
-from dra_driver.kube.client import make_api_client
+from dra_driver.kube.client import make_json_api
 from dra_driver.node.plugin.driver import PluginSettings
 from dra_driver.node.publisher.daemon_adapter import publisher_factory
 from dra_driver.simulation.api_server import SimApiServer
@@ -46,7 +46,7 @@ def make_daemon(root: Path, server: SimApiServer, backends: list[ToyBackend], cl
     settings = PluginSettings(
         node_name=NODE, kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8
     )
-    api = make_api_client(server.url)
+    api = make_json_api(server.url)
     return Daemon(backends, ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE, FAST), claim_cache=claim_cache)
 
 
@@ -68,7 +68,7 @@ def test_cluster_role_verbs_equal_the_verbs_the_daemon_uses(short_tmp: Path) -> 
         stale = server.store.put(_slice("stale", pool="old-pool"))  # from an earlier run: obsolete
         server.reset_counters()
         backend = ToyBackend(DRIVER, BackendSettings(node_name=NODE, partitioning="static"))
-        cache = ClaimCache(server.api_client())
+        cache = ClaimCache(server.json_api())
         daemon = make_daemon(short_tmp, server, [backend], claim_cache=cache)
         daemon.start()
         try:

@@ -51,7 +51,7 @@ def server() -> Iterator[SimApiServer]:
 
 @pytest.fixture
 def exporter(server: SimApiServer) -> Iterator[FleetExporter]:
-    started = FleetExporter(server.api_client(), min_interval=0.05, watch_timeout_s=1, backoff_initial_s=5.0).start()
+    started = FleetExporter(server.json_api(), min_interval=0.05, watch_timeout_s=1, backoff_initial_s=5.0).start()
     try:
         assert started.wait_refreshed(0, 30), "no first picture"
         yield started
@@ -172,7 +172,7 @@ def test_410_gone_relists_at_once_and_keeps_counting(server: SimApiServer, expor
 
 def test_a_list_is_read_in_pages(server: SimApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reflectors, "LIST_PAGE", 1)
-    reflector = reflectors.Reflector(server.api_client(), "/api/v1/nodes", lambda obj: obj, "nodes").start()
+    reflector = reflectors.Reflector(server.json_api(), "/api/v1/nodes", lambda obj: obj, "nodes").start()
     try:
         assert reflector.wait_live(10)
         assert reflector.list_requests == 2

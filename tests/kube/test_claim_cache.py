@@ -44,7 +44,7 @@ def cached_device(cache: ClaimCache, name: str, uid: str) -> str | None:
 
 @pytest.fixture
 def cached(apiserver: sim_apiserver.SimApiServer) -> Iterator[CachedClaimReader]:
-    api = apiserver.api_client()
+    api = apiserver.json_api()
     cache = ClaimCache(api, watch_timeout_s=30, backoff_initial_s=0.05, backoff_cap_s=0.2)
     cache.start()
     assert cache.wait_live(10)
@@ -68,7 +68,7 @@ def test_allocated_claim_with_matching_uid_is_served_without_a_get(apiserver: si
 
 def test_claims_present_before_start_come_from_the_list(apiserver: sim_apiserver.SimApiServer) -> None:
     uid = put_claim(apiserver, "early", namespace="team-b")
-    cache = ClaimCache(apiserver.api_client())
+    cache = ClaimCache(apiserver.json_api())
     cache.start()
     try:
         assert cache.wait_live(10)
@@ -148,7 +148,7 @@ def test_dropped_watch_relists(apiserver: sim_apiserver.SimApiServer, cached: Ca
 
 
 def test_410_gone_relists(apiserver: sim_apiserver.SimApiServer) -> None:
-    cache = ClaimCache(apiserver.api_client(), watch_timeout_s=1, backoff_initial_s=5.0)
+    cache = ClaimCache(apiserver.json_api(), watch_timeout_s=1, backoff_initial_s=5.0)
     cache.start()
     try:
         assert cache.wait_live(10)

@@ -14,6 +14,7 @@ from kubernetes import client
 
 from dra_driver.simulation import api_server as sim_apiserver
 from dra_driver.kube.claims import ClaimReader
+from dra_driver.kube.client import JsonApi
 from dra_driver.simulation.claims import allocated_claim_object
 
 CLAIM = allocated_claim_object("c1", "default", "gpu.nvidia.com", "node-a", {"gpu": ["gpu-0"]})
@@ -64,7 +65,7 @@ def test_gets_share_one_kept_alive_connection(monkeypatch: pytest.MonkeyPatch) -
         connections = []
         real_track = server._track
         monkeypatch.setattr(server, "_track", lambda sock: (connections.append(sock), real_track(sock)))
-        reader = ClaimReader(server.api_client())
+        reader = ClaimReader(server.json_api())
         for _ in range(20):
             assert reader.get("default", "c1").metadata.name == "c1"
         assert len(connections) == 1
@@ -72,7 +73,7 @@ def test_gets_share_one_kept_alive_connection(monkeypatch: pytest.MonkeyPatch) -
 
 def test_a_host_with_a_path_prefix_keeps_it(recorder: _Recorder) -> None:
     host = f"http://127.0.0.1:{recorder.server_address[1]}/k8s/clusters/c-1"
-    reader = ClaimReader(client.ApiClient(client.Configuration(host=host)))
+    reader = ClaimReader(JsonApi(client.Configuration(host=host)))
     assert reader.get("default", "c1").metadata.uid == "u-1"
     assert recorder.targets == ["/k8s/clusters/c-1/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1"]
 
@@ -80,7 +81,7 @@ def test_a_host_with_a_path_prefix_keeps_it(recorder: _Recorder) -> None:
 def test_a_proxy_gets_the_absolute_url(recorder: _Recorder) -> None:
     configuration = client.Configuration(host="http://apiserver.invalid:6443")
     configuration.proxy = f"http://127.0.0.1:{recorder.server_address[1]}"
-    reader = ClaimReader(client.ApiClient(configuration))
+    reader = ClaimReader(JsonApi(configuration))
     assert reader.get("default", "c1").metadata.uid == "u-1"
     assert recorder.targets == ["http://apiserver.invalid:6443/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1"]
 
@@ -88,7 +89,7 @@ def test_a_proxy_gets_the_absolute_url(recorder: _Recorder) -> None:
 def test_every_request_carries_the_clients_current_token(recorder: _Recorder) -> None:
     configuration = client.Configuration(host=f"http://127.0.0.1:{recorder.server_address[1]}")
     configuration.api_key = {"authorization": "Bearer first"}
-    reader = ClaimReader(client.ApiClient(configuration))
+    reader = ClaimReader(JsonApi(configuration))
     reader.get("default", "c1")
     configuration.api_key = {"authorization": "Bearer rotated"}  # a refreshed service-account token
     reader.get("default", "c1")
@@ -98,7 +99,7 @@ def test_every_request_carries_the_clients_current_token(recorder: _Recorder) ->
 def test_a_restarted_server_is_reached_again_on_a_fresh_connection() -> None:
     with sim_apiserver.SimApiServer() as server:
         server.store.put(CLAIM)
-        reader = ClaimReader(server.api_client())
+        reader = ClaimReader(server.json_api())
         reader.get("default", "c1")
         server.stop()  # cuts the kept-alive connection
         server.start()

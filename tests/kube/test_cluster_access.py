@@ -96,22 +96,24 @@ def server_without(request: pytest.FixtureRequest) -> Iterator[SimApiServer]:
     indirect=["server_without"],
 )  # fmt: skip
 def test_a_server_without_resource_v1_is_named_with_what_is_missing(server_without: SimApiServer, reason: str, text: str) -> None:
-    with server_without.api_client() as api:
+    with server_without.json_api() as api:
         with pytest.raises(ClusterError, match=text) as info:
             check_dra_served(api, server_without.url)
     assert info.value.reason == reason and info.value.permanent and server_without.url in str(info.value)
 
 
 def test_a_server_with_resource_v1_passes() -> None:
-    with SimApiServer() as server, server.api_client() as api:
+    with SimApiServer() as server, server.json_api() as api:
         check_dra_served(api, server.url)
 
 
 def test_an_unreachable_server_is_one_quick_line_without_retry_warnings(caplog: pytest.LogCaptureFixture) -> None:
     from kubernetes import client
 
+    from dra_driver.kube.client import JsonApi
+
     configuration = without_retries(client.Configuration(host="http://127.0.0.1:1"))
-    with client.ApiClient(configuration) as api, pytest.raises(ClusterError, match=r"API server http://127.0.0.1:1: unreachable \(.*refused") as info:
+    with JsonApi(configuration) as api, pytest.raises(ClusterError, match=r"API server http://127.0.0.1:1: unreachable \(.*refused") as info:
         check_dra_served(api, "http://127.0.0.1:1")
     assert not info.value.permanent and "\n" not in str(info.value)
     assert not [r for r in caplog.records if "Retrying" in r.getMessage()]

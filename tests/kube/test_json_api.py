@@ -1,14 +1,17 @@
-"""JsonApi: plain-JSON requests and raw watches through the real kubernetes ApiClient."""
+"""JsonApi: plain-JSON requests and raw watches through the real kubernetes client's REST layer, with its auth."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from kubernetes.client.configuration import Configuration
 from kubernetes.client.rest import ApiException
 
-from dra_driver.kube.client import JsonApi, KubeConfigError, load_configuration, make_api_client
+from dra_driver.kube.client import USER_AGENT, JsonApi, KubeConfigError, api_client_for, load_configuration, make_json_api
 from dra_driver.simulation.api_server import SimApiServer
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -35,20 +38,19 @@ def server() -> Iterator[SimApiServer]:
 
 
 def test_request_round_trip_sends_the_bearer_token(server: SimApiServer) -> None:
-    api_client = make_api_client(server.url)
-    api_client.configuration.api_key = {"authorization": "secret-token"}
-    api_client.configuration.api_key_prefix = {"authorization": "Bearer"}
-    api = JsonApi(api_client)
+    api = make_json_api(server.url)
+    api.configuration.api_key = {"authorization": "secret-token"}
+    api.configuration.api_key_prefix = {"authorization": "Bearer"}
     created = api.request("POST", SLICES, body=body())
     assert created["metadata"]["name"].startswith("node-a-")
     listed = api.request("GET", SLICES, {"fieldSelector": "spec.nodeName=node-a"})
     assert [i["metadata"]["name"] for i in listed["items"]] == [created["metadata"]["name"]]
     headers = {k.lower(): v for k, v in server.request_log[-1].headers.items()}
-    assert headers.get("authorization") == "Bearer secret-token"
+    assert headers.get("authorization") == "Bearer secret-token" and headers.get("user-agent") == USER_AGENT
 
 
 def test_errors_raise_api_exception_with_the_status_body(server: SimApiServer) -> None:
-    api = JsonApi(make_api_client(server.url))
+    api = make_json_api(server.url)
     with pytest.raises(ApiException) as caught:
         api.request("GET", f"{SLICES}/absent")
     assert caught.value.status == 404 and '"NotFound"' in caught.value.body
@@ -60,7 +62,7 @@ def test_errors_raise_api_exception_with_the_status_body(server: SimApiServer) -
 
 
 def test_watch_stream_yields_raw_events_and_raises_on_expiry(server: SimApiServer) -> None:
-    api = JsonApi(make_api_client(server.url))
+    api = make_json_api(server.url)
     api.request("POST", SLICES, body=body("node-z"))
     start = api.request("GET", SLICES)["metadata"]["resourceVersion"]
     created = api.request("POST", SLICES, body=body())
@@ -73,7 +75,7 @@ def test_watch_stream_yields_raw_events_and_raises_on_expiry(server: SimApiServe
 
 
 def test_watch_stop_unblocks_a_reader(server: SimApiServer) -> None:
-    stream = JsonApi(make_api_client(server.url)).watch(SLICES, {"timeoutSeconds": "60"})
+    stream = make_json_api(server.url).watch(SLICES, {"timeoutSeconds": "60"})
     done = threading.Event()
 
     def read() -> None:
@@ -97,3 +99,37 @@ def test_configuration_sources(tmp_path: object, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     with pytest.raises(KubeConfigError, match="kubeconfig"):
         load_configuration()
+
+
+def test_query_values_are_quoted(server: SimApiServer) -> None:
+    api = make_json_api(server.url)
+    for node in ("node-a", "node-b"):
+        api.request("POST", SLICES, body=body(node))
+    listed = api.request("GET", SLICES, {"fieldSelector": "spec.nodeName=node-b,spec.driver=gpu.example.com", "limit": "10"})
+    assert [i["spec"]["nodeName"] for i in listed["items"]] == ["node-b"]
+    assert server.request_log[-1].path.endswith("?fieldSelector=spec.nodeName%3Dnode-b%2Cspec.driver%3Dgpu.example.com&limit=10")
+
+
+def test_a_rotated_in_cluster_token_is_sent_from_the_next_request(tmp_path: Path, server: SimApiServer) -> None:
+    """The in-cluster loader's refresh hook re-reads the service-account token (kubelet rotates it): every request asks."""
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("first")
+    ca.write_text("not checked here")
+    configuration = Configuration()
+    loader = InClusterConfigLoader(str(token), str(ca), environ={"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1"})
+    loader.load_and_set(configuration)
+    api = JsonApi(configuration)
+    assert api.headers()["authorization"] == "bearer first"
+    token.write_text("rotated")
+    loader.token_expires_at = datetime.datetime.now()  # its minute has passed
+    assert api.headers()["authorization"] == "bearer rotated"
+
+
+def test_a_tools_client_and_the_transport_share_one_pool(server: SimApiServer) -> None:
+    api_client = api_client_for(server.client_configuration())
+    api = JsonApi.of(api_client)
+    assert api.rest is api_client.rest_client and api.configuration is api_client.configuration
+    assert api.request("GET", SLICES)["items"] == []
+

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_NEEDED = ("kubernetes.dynamic", "kubernetes.stream", "kubernetes.config.kube_config", "kubernetes.leaderelection",
               "kubernetes.informer", "kubernetes.utils.create_from_yaml", "kubernetes_validate", "jsonschema", "websocket",
               "requests", "requests_oauthlib", "oauthlib")  # fmt: skip
+# What the typed client (ApiClient, the tools' ResourceV1Api/CoreV1Api) loads that the daemon's transport does not.
+TYPED_CLIENT = ("kubernetes.client.api_client", "multiprocessing.pool", "dateutil")
 
 
 def _run(code: str) -> object:
@@ -28,29 +30,33 @@ def _run(code: str) -> object:
 
 
 def test_the_client_the_driver_uses_loads_without_the_rest_of_the_package() -> None:
+    """The daemon's transport (JsonApi: the REST layer and the configuration) loads neither the rest of the package nor
+    ApiClient's module, which brings multiprocessing.pool and dateutil for the typed models the daemon does not use."""
     loaded = _run(
         "import json, sys\n"
-        "from dra_driver.kube.client import JsonApi, WatchStream, api_client_for, configuration_for_url\n"
+        "from dra_driver.kube.client import JsonApi, WatchStream, configuration_for_url\n"
         "from dra_driver.kube.k8s import ApiException\n"
-        "api = JsonApi(api_client_for(configuration_for_url('http://127.0.0.1:1')))\n"
+        "JsonApi(configuration_for_url('http://127.0.0.1:1')).headers()\n"
         "import kubernetes.config.incluster_config, kubernetes.watch.watch\n"  # the in-cluster loader and the watch reader
-        f"print(json.dumps(sorted(m for m in {NOT_NEEDED!r} if m in sys.modules)))\n"
+        f"loaded = sorted(m for m in {NOT_NEEDED + TYPED_CLIENT!r} if m in sys.modules)\n"
+        "print(json.dumps([loaded, sys.modules['kubernetes.client']._deferred_init]))\n"  # its table of classes not built
     )
-    assert loaded == []
+    assert loaded == [[], "deferred"]
 
 
 def test_the_deferred_packages_give_what_the_whole_package_gives() -> None:
     """Attributes that only the packages' __init__ sets (load_kube_config, parse_quantity, __version__) run it on first use."""
     names = (
-        "import json, kubernetes, kubernetes.config, kubernetes.utils\n"
+        "import json, kubernetes, kubernetes.config, kubernetes.utils, kubernetes.client\n"
+        "kubernetes.client.ResourceV1Api, kubernetes.client.Configuration\n"  # lazy exports: bound once asked for
         "print(json.dumps({m.__name__: sorted(n for n in vars(m) if not n.startswith('_')) + [m.__version__ if m is kubernetes else '']"
-        " for m in (kubernetes, kubernetes.config, kubernetes.utils)}))\n"
+        " for m in (kubernetes, kubernetes.config, kubernetes.utils, kubernetes.client)}))\n"
     )
     eager = _run(names)
     deferred = _run(
         "import json\n"
         "import dra_driver.kube.k8s\n"
-        "import kubernetes, kubernetes.config, kubernetes.utils\n"
+        "import kubernetes, kubernetes.config, kubernetes.utils, kubernetes.client\n"
         "from kubernetes.utils import create_from_yaml\n"  # a function the init binds over the submodule of that name
         "assert callable(create_from_yaml) and create_from_yaml.__name__ == 'create_from_yaml'\n"
         "assert kubernetes.config.load_kube_config.__module__ == 'kubernetes.config.kube_config'\n"

@@ -29,7 +29,7 @@ def start(server: SimApiServer) -> Iterator[Start]:
     started: list[reflectors.Reflector] = []
 
     def build() -> reflectors.Reflector:
-        reflector = reflectors.Reflector(server.api_client(), "/api/v1/nodes", lambda obj: obj, NODES, backoff_initial_s=0.01)
+        reflector = reflectors.Reflector(server.json_api(), "/api/v1/nodes", lambda obj: obj, NODES, backoff_initial_s=0.01)
         started.append(reflector.start())
         assert reflector.wait_live(10)
         return reflector

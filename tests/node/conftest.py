@@ -83,7 +83,7 @@ def node(short_tmp: Path, apiserver: sim_apiserver.SimApiServer) -> Iterator[Nod
     state = short_tmp / "state"
     state.mkdir()
     backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=state))
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([backend], ClaimReader(apiserver.json_api()), settings)
     daemon.start()
     try:
         yield Node(short_tmp, apiserver, daemon, backend, settings)

@@ -11,10 +11,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from example_backend import ExampleBackend  # noqa: E402
-from kubernetes import client  # noqa: E402
 
 from dra_driver.node.daemon import Daemon  # noqa: E402
 from dra_driver.kube.claims import ClaimReader  # noqa: E402
+from dra_driver.kube.client import make_json_api  # noqa: E402
 from dra_driver.common.logs import configure_logging  # noqa: E402
 from dra_driver.node.plugin.driver import PluginSettings  # noqa: E402
 from dra_driver.backend.interface import BackendSettings  # noqa: E402
@@ -29,7 +29,7 @@ def main() -> int:
     )
     devices = int(sys.argv[3]) if len(sys.argv) > 3 else 8
     backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=root / "state"), devices)
-    claims = ClaimReader(client.ApiClient(client.Configuration(host=api_url)))
+    claims = ClaimReader(make_json_api(api_url))
     return Daemon([backend], claims, settings).run_until_signal()
 
 

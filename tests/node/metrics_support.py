@@ -26,7 +26,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 def metrics_daemon(settings: PluginSettings, apiserver: SimApiServer, port: int, backend: VendorBackend | None = None, **options: Any) -> Daemon:
     """A daemon (not started) with `backend`, the example backend by default, serving /metrics on 127.0.0.1:`port`."""
     backend = backend if backend is not None else ExampleBackend(BackendSettings(node_name="node-a"))
-    return Daemon([backend], ClaimReader(apiserver.api_client()), settings, metrics_address=BindAddress("127.0.0.1", port), **options)
+    return Daemon([backend], ClaimReader(apiserver.json_api()), settings, metrics_address=BindAddress("127.0.0.1", port), **options)
 
 
 @contextmanager

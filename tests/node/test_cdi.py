@@ -36,7 +36,7 @@ def test_kind_names_and_empty_device_edits():
 
 
 def test_atomic_write_and_ownership(tmp_path: Path):
-    path = cdi.spec_path(tmp_path / "cdi", "gpu.nvidia.com", "uid-1")
+    path = Path(cdi.spec_path(tmp_path / "cdi", "gpu.nvidia.com", "uid-1"))
     cdi.write_spec_atomic(path, {"cdiVersion": "0.3.0"})
     cdi.write_spec_atomic(path, {"cdiVersion": "0.5.0"})
     assert json.loads(path.read_text()) == {"cdiVersion": "0.5.0"}
@@ -44,7 +44,7 @@ def test_atomic_write_and_ownership(tmp_path: Path):
     (path.parent / "k8s.amd.com-device_uid-2.json").write_text("{}")
     (path.parent / "other.json").write_text("{}")
     assert cdi.our_spec_files(path.parent, "gpu.nvidia.com") == {"uid-1": path}
-    cdi.claim_file_path(path.parent, "gpu.nvidia.com", "uid-3").write_text("{}")  # a claim file whose spec is gone
+    Path(cdi.claim_file_path(path.parent, "gpu.nvidia.com", "uid-3")).write_text("{}")  # a claim file whose spec is gone
     (path.parent / "k8s.gpu.nvidia.com-device_bad uid!.json").write_text("{}")  # no claim UID: never ours
     assert cdi.claims_on_disk(path.parent, "gpu.nvidia.com") == {"uid-1", "uid-3"}
     assert cdi.claims_on_disk(path.parent / "missing", "gpu.nvidia.com") == set()

@@ -26,12 +26,12 @@ def _daemon(root: Path, server: SimApiServer, cache: ClaimCache | None) -> Daemo
     state = root / "state"
     state.mkdir(exist_ok=True)
     backend = ExampleBackend(BackendSettings(node_name="node-a", state_dir=state))
-    return Daemon([backend], ClaimReader(server.api_client()), settings, claim_cache=cache)
+    return Daemon([backend], ClaimReader(server.json_api()), settings, claim_cache=cache)
 
 
 @pytest.mark.parametrize("with_cache", [False, True])
 def test_daemon_prepare_gets_claims_only_without_the_cache(short_tmp: Path, apiserver: SimApiServer, with_cache: bool) -> None:
-    cache = ClaimCache(apiserver.api_client()) if with_cache else None
+    cache = ClaimCache(apiserver.json_api()) if with_cache else None
     daemon = _daemon(short_tmp, apiserver, cache)
     daemon.start()
     try:

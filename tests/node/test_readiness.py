@@ -29,7 +29,7 @@ from dra_driver.cli.main import main
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.simulation.claims import allocated_claim_object
-from dra_driver.kube.client import make_api_client
+from dra_driver.kube.client import make_json_api
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.metrics_http import BindAddress
 from dra_driver.node.plugin.kubelet_client import register
@@ -50,7 +50,7 @@ def cluster() -> Iterator[SimApiServer]:
 
 
 def make_daemon(root: Path, api_url: str, pod_uid: str, metrics: BindAddress | None = None) -> Daemon:
-    api = make_api_client(api_url)
+    api = make_json_api(api_url)
     settings = make_settings(root, pod_uid=pod_uid)
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
     return Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a", FAST), metrics_address=metrics)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dra_driver.cli.main import main
-from dra_driver.kube.client import make_api_client
+from dra_driver.kube.client import make_json_api
 from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 from dra_driver.model.render import render_pool
 from dra_driver.model.validation import slice_errors
@@ -139,7 +139,7 @@ def test_publisher_falls_back_to_one_claim_per_gpu_when_the_server_drops_the_fie
     inventory = shared.discover()
     with SimApiServer(ServerOptions(consumable_capacity=False)) as server:
         server.add_node("node-a")
-        publisher = SlicePublisher(make_api_client(server.url), "node-a", shared.driver_name, lambda _partitioning: inventory,
+        publisher = SlicePublisher(make_json_api(server.url), "node-a", shared.driver_name, lambda _partitioning: inventory,
                                    PublisherOptions())  # fmt: skip
         try:
             publisher.sync_once()

@@ -43,8 +43,8 @@ def count_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     written: list[Path] = []
     real: Callable[..., None] = atomic_file.replace_file
 
-    def spy(path: Path, data: bytes, **options: Any) -> None:
-        written.append(path)
+    def spy(path: Path | str, data: bytes, **options: Any) -> None:
+        written.append(Path(path))
         real(path, data, **options)
 
     monkeypatch.setattr(atomic_file, "replace_file", spy)
@@ -194,8 +194,8 @@ def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
     read: list[Path] = []
     real = OwnershipJournal._parse
 
-    def spy(self: OwnershipJournal, path: Path) -> Any:
-        read.append(path)
+    def spy(self: OwnershipJournal, path: Path | str) -> Any:
+        read.append(Path(path))
         return real(self, path)
 
     monkeypatch.setattr(OwnershipJournal, "_parse", spy)

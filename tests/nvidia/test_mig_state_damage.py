@@ -45,7 +45,7 @@ def claim(server: sim_apiserver.SimApiServer, name: str) -> ClaimRef:
 
 def service(backend: NvidiaBackend, server: sim_apiserver.SimApiServer, root: Path) -> PrepareService:
     (root / "boot_id").write_text("boot-1\n")
-    return PrepareService(backend, ClaimReader(server.api_client()), Checkpoint(root / "ckpt", root / "boot_id"), root / "cdi")
+    return PrepareService(backend, ClaimReader(server.json_api()), Checkpoint(root / "ckpt", root / "boot_id"), root / "cdi")
 
 
 @pytest.mark.parametrize("damage", ["record-flipped", "record-missing", "record-and-spec-missing"])
@@ -64,7 +64,7 @@ def test_damaged_record_never_destroys_the_instance_in_use(
     live = instances(fake)
     assert len(live) == 1
     record = tmp_path / "ckpt" / f"{a.uid}.json"
-    spec = cdi.spec_path(tmp_path / "cdi", DRIVER, a.uid)
+    spec = Path(cdi.spec_path(tmp_path / "cdi", DRIVER, a.uid))
     if damage == "record-flipped":
         data = record.read_bytes()
         at = data.rindex(b'"giId"') + 2
@@ -73,7 +73,7 @@ def test_damaged_record_never_destroys_the_instance_in_use(
         record.unlink()
     if damage == "record-and-spec-missing":  # only the MIG ownership journal is left
         spec.unlink()
-        cdi.claim_file_path(tmp_path / "cdi", DRIVER, a.uid).unlink()
+        Path(cdi.claim_file_path(tmp_path / "cdi", DRIVER, a.uid)).unlink()
 
     caplog.set_level(logging.ERROR)
     again = restarted(backend)

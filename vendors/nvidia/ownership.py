@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -161,7 +162,7 @@ class OwnershipJournal:
             return []
         return entries
 
-    def _parse(self, path: Path) -> tuple[str, list[OwnedInstance]] | None:
+    def _parse(self, path: Path | str) -> tuple[str, list[OwnedInstance]] | None:
         """(claim UID, entries), or None for a missing, unreadable, corrupt or other-boot file."""
         try:
             raw = node_file.read_regular(path, MAX_RECORD_BYTES)
@@ -242,12 +243,12 @@ class OwnershipJournal:
         if claim_uid in self._held:
             self._held[claim_uid] = list(entries)
 
-    def _unlink(self, path: Path) -> None:
+    def _unlink(self, path: Path | str) -> None:
         remove_record(path, "MIG ownership record")
 
-    def _path(self, claim_uid: str) -> Path:
+    def _path(self, claim_uid: str) -> str:
         assert self.directory is not None
-        return self.directory / (claim_file_stem(claim_uid) + _SUFFIX)
+        return node_file.child_path(self.directory, claim_file_stem(claim_uid) + _SUFFIX)  # a str: see child_path
 
 
 def claim_file_stem(claim_uid: str) -> str:
@@ -257,10 +258,10 @@ def claim_file_stem(claim_uid: str) -> str:
     return "sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest()
 
 
-def remove_record(path: Path, what: str) -> None:
+def remove_record(path: Path | str, what: str) -> None:
     """Remove a record file; gone already is fine, a failure is logged (a stale record is dropped at a later start)."""
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         pass
     except OSError as exc:

@@ -111,7 +111,7 @@ class SharingRecords:
                 return
             self._unlink(self._path(claim_uid))
 
-    def _parse(self, path: Path) -> SharingRecord | None:
+    def _parse(self, path: Path | str) -> SharingRecord | None:
         try:
             raw = node_file.read_regular(path, MAX_RECORD_BYTES)
         except FileNotFoundError:
@@ -133,9 +133,9 @@ class SharingRecords:
             return None
         return record
 
-    def _unlink(self, path: Path) -> None:
+    def _unlink(self, path: Path | str) -> None:
         remove_record(path, "sharing record")
 
-    def _path(self, claim_uid: str) -> Path:
+    def _path(self, claim_uid: str) -> str:
         assert self.directory is not None
-        return self.directory / (claim_file_stem(claim_uid) + _SUFFIX)
+        return node_file.child_path(self.directory, claim_file_stem(claim_uid) + _SUFFIX)  # a str: see child_path

@@ -159,12 +159,12 @@ def _backend_settings(settings: DoctorSettings) -> BackendSettings:
 
 def _connect(settings: DoctorSettings, facts: NodeFacts) -> None:
     try:
-        from dra_driver.kube.client import JsonApi, api_client_for, load_configuration
+        from dra_driver.kube.client import JsonApi, load_configuration
         from dra_driver.kube.server_check import without_retries
 
         # No retries: the doctor reports an unreachable server now, it does not wait for it.
         configuration = without_retries(load_configuration(settings.api_server, settings.kubeconfig, settings.context))
-        facts.api = JsonApi(api_client_for(configuration))
+        facts.api = JsonApi(configuration)
     except DraError as exc:
         facts.api_problem = str(exc)
         return

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dra_driver.common import file_modes
+from dra_driver.common.node_file import child_path
 from dra_driver.common.logs import fields
 from dra_driver.model.names import file_stem
 
@@ -60,7 +61,7 @@ def file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def open_lock_file(path: Path) -> int:
+def open_lock_file(path: Path | str) -> int:
     """Open (creating) a lock file, never following a link and never blocking. Anything but a regular file in
     its place (damage: a directory, a symlink, a FIFO, a device) is moved aside, logged, and replaced by a fresh
     file: a lock file holds no state, a lock that cannot open stops the driver, and a planted link must never
@@ -84,8 +85,8 @@ def open_lock_file(path: Path) -> int:
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
-def _move_aside(path: Path, what: str) -> None:
-    aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+def _move_aside(path: Path | str, what: str) -> None:
+    aside = f"{os.fspath(path)}.corrupt-{time.time_ns()}"
     try:
         os.replace(path, aside)  # renames a link itself, never its target
     except FileNotFoundError:
@@ -106,7 +107,7 @@ def flock_or_close(fd: int, operation: int) -> int | None:
     return fd
 
 
-def open_locked(path: Path, blocking: bool) -> int | None:
+def open_locked(path: Path | str, blocking: bool) -> int | None:
     """Open and flock `path`; retry if the file was unlinked (released for good) while we waited.
 
     A holder may unlink its lock file on release (see ClaimFileLocks.release), so
@@ -117,7 +118,7 @@ def open_locked(path: Path, blocking: bool) -> int | None:
         try:
             fd = open_lock_file(path)
         except FileNotFoundError:  # the first lock in a new directory (not checked up front: this runs per claim)
-            file_modes.make_dirs(path.parent, file_modes.PRIVATE_DIR)
+            file_modes.make_dirs(Path(os.path.dirname(path)), file_modes.PRIVATE_DIR)
             fd = open_lock_file(path)
         if flock_or_close(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)) is None:
             return None
@@ -142,9 +143,10 @@ class ClaimFileLocks:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def path(self, uid: str) -> Path:
-        # Recovery locks UIDs read back from file names; an odd one is hashed, never joined as a path.
-        return self.directory / f"{file_stem(uid)}.lock"
+    def path(self, uid: str) -> str:
+        # Recovery locks UIDs read back from file names; an odd one is hashed, never joined as a path. A str, not a
+        # Path: a Path would intern the name (node_file.child_path).
+        return child_path(self.directory, f"{file_stem(uid)}.lock")
 
     @contextmanager
     def hold(self, uid: str, drop_when: Callable[[], bool] = lambda: False) -> Iterator[None]:

@@ -36,6 +36,7 @@ refused, saying why) rather than answer from a partial picture.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -157,7 +158,7 @@ class SpecEvidence:
             log.error("CDI spec unreadable; left in place", extra=fields(path=str(spec), error=str(exc)))
         return None, "no-claim-data"
 
-    def _from_claim_file(self, uid: str, path: Path) -> ClaimRecord | str | None:
+    def _from_claim_file(self, uid: str, path: Path | str) -> ClaimRecord | str | None:
         try:
             data = cdi.read_claim_file(path)
         except FileNotFoundError:
@@ -389,12 +390,13 @@ def _unique(devices: list[CheckpointDevice]) -> list[CheckpointDevice]:
     return out
 
 
-def _set_aside(path: Path) -> None:
+def _set_aside(path: Path | str) -> None:
     """A spec that is no CDI spec, or a damaged claim file: renamed to a dot-name without .json/.yaml, so runtimes
     and recovery skip it and a human can still look."""
-    aside = path.with_name(f".{path.name.lstrip('.')}.corrupt")
+    head, name = os.path.split(path)
+    aside = os.path.join(head, f".{name.lstrip('.')}.corrupt")
     try:
-        path.replace(aside)
+        os.replace(path, aside)
     except OSError as exc:
         log.error("cannot move an unusable file in the CDI directory aside", extra=fields(path=str(path), error=str(exc)))
         return

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from dra_driver.common.logs import fields
-from dra_driver.kube.k8s import client
+from dra_driver.kube.client import JsonApi
 from dra_driver.model.device import Inventory
 from dra_driver.node.checks.coexistence import WITHHELD_ANNOTATION, DevicePluginGuard, withheld_note
 from dra_driver.node.checks.same_name import ConflictBoard
@@ -84,7 +84,7 @@ def _withheld_notes(guard: DevicePluginGuard, vendor: str) -> dict[str, str | No
 
 
 def publisher_factory(
-    api_client: client.ApiClient,
+    api: JsonApi,
     node_name: str,
     options: PublisherOptions | None = None,
     guard: DevicePluginGuard | None = None,
@@ -105,7 +105,7 @@ def publisher_factory(
             source = _withholding(source, guard, backend.vendor)
             notes = functools.partial(_withheld_notes, guard, backend.vendor)
         options = dataclasses.replace(base, partitioning=partitioning)
-        publisher = SlicePublisher(api_client, node_name, backend.driver_name, source, options, conflicts=conflicts, notes=notes)
+        publisher = SlicePublisher(api, node_name, backend.driver_name, source, options, conflicts=conflicts, notes=notes)
         if guard is not None:
             guard.subscribe(backend.vendor, publisher.refresh_inventory)
         return DaemonPublisher(publisher)

@@ -58,7 +58,7 @@ import urllib3
 
 from dra_driver.common.errors import DraError
 from dra_driver.kube.client import JsonApi, WatchStream, cached_list_query, newer_version, too_large_version
-from dra_driver.kube.k8s import ApiException, client
+from dra_driver.kube.k8s import ApiException
 from dra_driver.common.logs import fields
 from dra_driver.model.device import DeviceTaint, Inventory, TaintEffect
 from dra_driver.model.api_group import API_VERSION
@@ -111,7 +111,7 @@ class SameNameConflict(DraError):
 class SlicePublisher:
     def __init__(
         self,
-        api: client.ApiClient | client.ResourceV1Api,
+        api: JsonApi,
         node_name: str,
         driver: str,
         inventory_source: InventorySource,
@@ -119,13 +119,11 @@ class SlicePublisher:
         conflicts: ConflictBoard | None = None,
         notes: Callable[[], Mapping[str, str | None]] | None = None,
     ) -> None:
-        # Not isinstance(api, client.ResourceV1Api): that attribute access imports the whole generated API and its models.
-        api_client = api if isinstance(api, client.ApiClient) else api.api_client
         self.node_name = node_name
         self.driver = driver
         self.options = options or PublisherOptions()
         self.pool_name = self.options.pool_name or node_name
-        self._api = JsonApi(api_client)
+        self._api = api
         self._source = inventory_source
         self._partitioning: Partitioning = self.options.partitioning
         self._taints_supported = True

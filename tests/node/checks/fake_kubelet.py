@@ -42,7 +42,7 @@ def nvidia_daemon(
 
     settings = dataclasses.replace(make_settings(root, pod_uid), flags=flags or {})
     backend = NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], BackendSettings(node_name="node-a"))
-    api = server.api_client()
+    api = server.json_api()
     conflicts = ConflictBoard()
     factory = publisher_factory(api, "node-a", conflicts=conflicts)
     daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=factory, conflicts=conflicts, recheck_interval=recheck_interval)

@@ -34,7 +34,7 @@ def test_device_plugin_gpus_are_neither_published_nor_prepared(short_tmp: Path):
         server.add_node("node-a")
         clock = [0.0]
         guard = DevicePluginGuard(CoexistenceSettings(settings.kubelet_dir, sock), clock=lambda: clock[0])
-        api = server.api_client()
+        api = server.json_api()
         daemon = Daemon([backend], ClaimReader(api), settings, publisher_factory=publisher_factory(api, "node-a", guard=guard), guard=guard)
         try:
             assert daemon.start().running == [DRIVER]

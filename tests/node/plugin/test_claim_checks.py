@@ -235,7 +235,7 @@ def test_spec_path_refuses_a_uid_that_is_not_one(tmp_path: Path, uid: str):
 @pytest.mark.parametrize("uid", ["../../victim", "a/b", "..", "x" * 5000])
 def test_lock_file_of_an_odd_uid_stays_in_its_directory(tmp_path: Path, uid: str):
     locks = ClaimFileLocks(tmp_path / "claims")
-    path = locks.path(uid)
+    path = Path(locks.path(uid))
     assert path.parent == tmp_path / "claims" and path.name.startswith("sha256-")
     with locks.hold(uid):
         assert path.exists()
@@ -252,7 +252,7 @@ def test_spec_file_with_an_odd_uid_is_not_ours(tmp_path: Path, uid: str):
 
 
 def test_spec_file_with_a_valid_uid_is_ours(tmp_path: Path):
-    assert cdi.claim_uid_of(cdi.spec_path(tmp_path, DRIVER, UID), DRIVER) == UID
+    assert cdi.claim_uid_of(Path(cdi.spec_path(tmp_path, DRIVER, UID)), DRIVER) == UID
 
 
 # --- property: no value that passes the rules can steer a path or a CDI name ----------------------
@@ -271,8 +271,8 @@ def test_an_accepted_uid_never_leaves_its_directory(uid: str):
         with pytest.raises(ValueError):
             cdi.spec_path(base, DRIVER, uid)
         return
-    assert cdi.spec_path(base, DRIVER, uid).parent == base
-    assert ClaimFileLocks(base).path(uid).parent == base
+    assert Path(cdi.spec_path(base, DRIVER, uid)).parent == base
+    assert Path(ClaimFileLocks(base).path(uid)).parent == base
     assert _CDI_NAME.match(cdi.request_device_name(uid, "gpu"))
 
 

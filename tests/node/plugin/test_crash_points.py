@@ -38,7 +38,7 @@ HALF_PREPARED = ("at-started", "at-backend", "at-cdi")
 
 
 def _spec(root: Path, uid: str) -> Path:
-    return cdi.spec_path(root / "cdi", DRIVER, uid)
+    return Path(cdi.spec_path(root / "cdi", DRIVER, uid))
 
 
 def _ids(response, uid: str) -> list[list[str]]:
@@ -171,7 +171,7 @@ def test_dra_socket_serves_before_registration_socket_appears(short_tmp: Path, a
 
     monkeypatch.setattr(driver_module, "UnixServer", ProbingServer)
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([backend], ClaimReader(apiserver.json_api()), settings)
     daemon.start()
     try:
         assert len(probes) == 1
@@ -223,7 +223,7 @@ def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path,
     backend.discover()
 
     def service(on: nvidia.NvidiaBackend) -> PrepareService:
-        return PrepareService(on, ClaimReader(apiserver.api_client()), Checkpoint(short_tmp / "ckpt", short_tmp / "boot_id"), cdi_dir)
+        return PrepareService(on, ClaimReader(apiserver.json_api()), Checkpoint(short_tmp / "ckpt", short_tmp / "boot_id"), cdi_dir)
 
     first = service(backend)
     first.recover()
@@ -242,10 +242,10 @@ def test_dynamic_mig_instance_created_before_crash_is_destroyed(short_tmp: Path,
                 assert restarted.checkpoint_record(ref.uid) is None  # not loaded yet
                 restarted.recover()
                 assert list(fake.live_instances()) == [], "the instance of the half-prepared claim survived recovery"
-                assert restarted.checkpoint_record(ref.uid) is None and not cdi.spec_path(cdi_dir, driver, ref.uid).exists()
+                assert restarted.checkpoint_record(ref.uid) is None and not Path(cdi.spec_path(cdi_dir, driver, ref.uid)).exists()
                 outcome = restarted.prepare([ref])[ref.uid]
                 assert outcome.error == "", outcome.error
-                assert len(list(fake.live_instances())) == 1 and cdi.spec_path(cdi_dir, driver, ref.uid).exists()
+                assert len(list(fake.live_instances())) == 1 and Path(cdi.spec_path(cdi_dir, driver, ref.uid)).exists()
                 assert restarted.unprepare([ref]) == {ref.uid: ""} and list(fake.live_instances()) == []
                 result.write_text("ok")
             except BaseException:

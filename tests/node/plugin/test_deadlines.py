@@ -88,7 +88,7 @@ def stored(apiserver: SimApiServer) -> tuple[ClaimReader, str]:
     from dra_driver.simulation.claims import allocated_claim_object
 
     apiserver.store.put(allocated_claim_object("c", "default", DRIVER, "node-a", {"gpu": ["gpu-0"]}))
-    return ClaimReader(apiserver.api_client(), timeout_s=0.5), "c"
+    return ClaimReader(apiserver.json_api(), timeout_s=0.5), "c"
 
 
 def test_slow_get_is_tried_once_within_the_deadline(apiserver: SimApiServer, stored: tuple[ClaimReader, str]):

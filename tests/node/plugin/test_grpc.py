@@ -199,7 +199,7 @@ def test_stop_removes_own_sockets_only(short_tmp, apiserver):
     other.parent.mkdir(parents=True)
     keep = socket.socket(socket.AF_UNIX)
     keep.bind(str(other))
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings)
     assert daemon.start().running == [DRIVER]
     register(paths.registration_socket)  # the new server answers on the reused path
     daemon.stop()
@@ -210,7 +210,7 @@ def test_stop_removes_own_sockets_only(short_tmp, apiserver):
 
 def test_pod_uid_gives_per_instance_sockets(short_tmp, apiserver):
     settings = make_settings(short_tmp, pod_uid="pod-1234")
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings)
     daemon.start()
     try:
         paths = PluginPaths(settings.kubelet_dir, DRIVER, "pod-1234", settings.state_dir)
@@ -232,7 +232,7 @@ def test_one_failing_backend_does_not_stop_others(short_tmp, apiserver):
             raise RuntimeError("library exploded")
 
     settings = make_settings(short_tmp)
-    daemon = Daemon([Broken(BackendSettings()), ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([Broken(BackendSettings()), ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings)
     status = daemon.start()
     try:
         assert status.running == [DRIVER] and "library exploded" in status.failed["broken.example.com"]

@@ -42,7 +42,7 @@ def _start(root: Path, server: sim_apiserver.SimApiServer, outcome: str) -> tupl
     state = root / "state"
     state.mkdir()
     backend = ScriptedHealthBackend(BackendSettings(node_name="node-a", state_dir=state), outcome)
-    daemon = Daemon([backend], ClaimReader(server.api_client()), settings)
+    daemon = Daemon([backend], ClaimReader(server.json_api()), settings)
     daemon.start()
     return daemon, backend
 

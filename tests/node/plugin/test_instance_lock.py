@@ -42,7 +42,7 @@ def daemons() -> Iterator[list[Daemon]]:
 
 def start(daemons: list[Daemon], apiserver, settings: PluginSettings) -> tuple[Daemon, ExampleBackend]:
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([backend], ClaimReader(apiserver.json_api()), settings)
     daemons.append(daemon)
     daemon.start()
     return daemon, backend
@@ -120,7 +120,7 @@ def test_rolling_update_instances_share_and_the_next_plain_one_starts_after_them
 
 def test_the_refusal_is_one_line_from_run(short_tmp, apiserver, daemons):
     start(daemons, apiserver, make_settings(short_tmp))
-    second = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp))
+    second = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), make_settings(short_tmp))
     with pytest.raises(Exception) as raised:
         second.run_until_signal()
     text = str(raised.value)
@@ -317,7 +317,7 @@ def test_holders_under_a_state_dir_by_driver(short_tmp, apiserver, daemons):
 
 def test_of_two_plain_instances_started_at_the_same_moment_one_serves(short_tmp, apiserver, daemons):
     made = [
-        Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), make_settings(short_tmp)) for _ in range(2)
+        Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), make_settings(short_tmp)) for _ in range(2)
     ]
     daemons.extend(made)
     barrier = threading.Barrier(2)
@@ -488,7 +488,7 @@ def test_the_loser_of_a_start_race_leaves_the_winner_s_readiness_and_metrics_alo
         address = BindAddress("127.0.0.1", free.getsockname()[1])
     settings = make_settings(short_tmp)
     made = [
-        Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings, metrics_address=address)
+        Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings, metrics_address=address)
         for _ in range(2)
     ]
     daemons.extend(made)

@@ -30,7 +30,7 @@ def test_driver_failing_to_register_never_publishes(short_tmp: Path, apiserver):
     paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
     paths.registry_dir.mkdir(parents=True)
     paths.registration_socket.write_text("not a socket")
-    api = apiserver.api_client()
+    api = apiserver.json_api()
     built: list[str] = []
 
     def factory(backend, inventory):
@@ -55,7 +55,7 @@ def test_publisher_failing_after_registration_stops_the_driver_and_withdraws(sho
     apiserver.add_node("node-a")
     settings = make_settings(short_tmp)
     paths = PluginPaths(settings.kubelet_dir.absolute(), DRIVER, state_dir=settings.state_dir)
-    api = apiserver.api_client()
+    api = apiserver.json_api()
     build = publisher_factory(api, "node-a")
 
     def factory(backend, inventory):
@@ -133,7 +133,7 @@ def test_only_the_lease_holder_publishes_and_the_other_takes_over(tmp_path: Path
 
 def test_second_daemon_publishes_once_the_first_stops(short_tmp: Path, apiserver):
     apiserver.add_node("node-a")
-    api = apiserver.api_client()
+    api = apiserver.json_api()
     daemons = []
     for pod in ("pod-old", "pod-new"):
         settings = make_settings(short_tmp, pod_uid=pod)

@@ -24,7 +24,7 @@ def test_prepare_unprepare_with_nvidia_backend(short_tmp, apiserver):
     settings = make_settings(short_tmp)
     profile = load_profile("dgx-h100")
     backend = nvidia.NvidiaBackend.from_profile(profile.sections["nvidia"], BackendSettings(node_name="node-a"))
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([backend], ClaimReader(apiserver.json_api()), settings)
     assert daemon.start().running == ["gpu.nvidia.com"]
     try:
         plugin = daemon.plugins["gpu.nvidia.com"]
@@ -151,7 +151,7 @@ def test_shares_never_add_up_to_more_than_a_gpus_memory(short_tmp, apiserver):
 
     def start() -> tuple[Daemon, object]:
         backend = nvidia.NvidiaBackend.from_profile(load_profile("dgx-h100").sections["nvidia"], backend_settings)
-        daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+        daemon = Daemon([backend], ClaimReader(apiserver.json_api()), settings)
         assert daemon.start().running == ["gpu.nvidia.com"]
         return daemon, backend
 

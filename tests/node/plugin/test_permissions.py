@@ -104,8 +104,8 @@ def test_nothing_the_daemon_creates_under_umask_000_lets_another_user_in(apiserv
             paths.checkpoint: file_modes.PRIVATE_DIR,
             paths.plugin_dir: file_modes.PLUGIN_DIR,
             root / "cdi": file_modes.CDI_DIR,  # group/other write removed from the existing one
-            cdi.spec_path(root / "cdi", DRIVER, ref.uid): file_modes.SPEC_FILE,
-            cdi.claim_file_path(root / "cdi", DRIVER, ref.uid): file_modes.PRIVATE_FILE,
+            Path(cdi.spec_path(root / "cdi", DRIVER, ref.uid)): file_modes.SPEC_FILE,
+            Path(cdi.claim_file_path(root / "cdi", DRIVER, ref.uid)): file_modes.PRIVATE_FILE,
             paths.checkpoint / f"{ref.uid}.json": file_modes.PRIVATE_FILE,
         }
         assert {str(p): oct(stat.S_IMODE(os.lstat(p).st_mode)) for p in modes} == {str(p): oct(m) for p, m in modes.items()}

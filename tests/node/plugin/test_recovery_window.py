@@ -85,12 +85,12 @@ def test_calls_during_recovery_wait_and_are_answered_as_after_it(apiserver: Any,
             conflicting = pool.submit(conn.prepare, [refs["x"]], 30.0)
             time.sleep(0.5)
             assert not (again.done() or released.done() or conflicting.done()), "a claim call ran before recovery finished"
-            assert cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid).exists()
+            assert Path(cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid)).exists()
             (hold / RECOVERY_HOLD).unlink()
             assert _ids(again.result(30), refs["a"].uid) == first["a"]
             assert released.result(30).claims[refs["b"].uid].error == ""
             assert refs["a"].uid in conflicting.result(30).claims[refs["x"].uid].error  # gpu-0 is a's
-        assert not cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid).exists()
+        assert not Path(cdi.spec_path(root / "cdi", DRIVER, refs["b"].uid)).exists()
         conn.close()
     finally:
         proc.terminate()
@@ -136,7 +136,7 @@ class _BrokenReconcile(ExampleBackend):
 def test_failed_recovery_refuses_every_claim_call_saying_why(tmp_path: Path, apiserver: Any) -> None:
     (tmp_path / "boot_id").write_text("boot-1\n")
     backend = _BrokenReconcile(BackendSettings(node_name="node-a"))
-    service = PrepareService(backend, ClaimReader(apiserver.api_client()), Checkpoint(tmp_path / "ckpt", tmp_path / "boot_id"), tmp_path / "cdi")
+    service = PrepareService(backend, ClaimReader(apiserver.json_api()), Checkpoint(tmp_path / "ckpt", tmp_path / "boot_id"), tmp_path / "cdi")
     ref = put_claim(apiserver, "a", {"gpu": ["gpu-0"]})
     try:
         service.start_recovery()

@@ -25,7 +25,7 @@ class Instance:
     def __init__(self, root: Path, apiserver, pod_uid: str) -> None:
         self.settings = make_settings(root, pod_uid=pod_uid)
         self.backend = ExampleBackend(BackendSettings(node_name="node-a"))
-        self.daemon = Daemon([self.backend], ClaimReader(apiserver.api_client()), self.settings)
+        self.daemon = Daemon([self.backend], ClaimReader(apiserver.json_api()), self.settings)
         self.paths = PluginPaths(self.settings.kubelet_dir, DRIVER, pod_uid, self.settings.state_dir)
 
     def start(self) -> Instance:

@@ -46,7 +46,7 @@ def test_connect_runs_after_registration_and_a_prepare_in_the_gap_waits(short_tm
         assert not pending.done(), "the prepare did not wait for the API client"
         release.set()
         answers.append((pool, pending, conn))
-        return ApiWiring(claims=ClaimReader(apiserver.api_client()))
+        return ApiWiring(claims=ClaimReader(apiserver.json_api()))
 
     daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], None, settings, connect=connect)
     try:
@@ -103,7 +103,7 @@ def test_publisher_attached_after_start_gets_the_health_seen_before(short_tmp: P
 
     def connect() -> ApiWiring:
         daemons[0].plugins[DRIVER].on_health_event(HealthEvent(device="gpu-3", healthy=False, reason="xid 79"))
-        return ApiWiring(claims=ClaimReader(apiserver.api_client()), publisher_factory=lambda backend, inventory: Recording())
+        return ApiWiring(claims=ClaimReader(apiserver.json_api()), publisher_factory=lambda backend, inventory: Recording())
 
     daemons.append(Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], None, settings, connect=connect))
     try:

@@ -47,7 +47,7 @@ class Node:
 
     def start(self) -> PluginConnection:
         self.backend = ExampleBackend(BackendSettings(node_name="node-a"))
-        self.daemon = Daemon([self.backend], ClaimReader(self.apiserver.api_client()), self.settings)
+        self.daemon = Daemon([self.backend], ClaimReader(self.apiserver.json_api()), self.settings)
         assert self.daemon.start().running == [DRIVER]
         self.conn = register(self.paths.registration_socket)
         return self.conn
@@ -65,7 +65,7 @@ class Node:
         return ClaimRef("default", name, stored["metadata"]["uid"])
 
     def spec(self, ref: ClaimRef) -> Path:
-        return cdi.spec_path(self.settings.cdi_dir, DRIVER, ref.uid)
+        return Path(cdi.spec_path(self.settings.cdi_dir, DRIVER, ref.uid))
 
     def record_file(self, ref: ClaimRef) -> Path:
         return self.paths.checkpoint / f"{ref.uid}.json"
@@ -116,7 +116,7 @@ def test_damaged_record_keeps_claim_reserved_answerable_and_unpreparable(node: N
     assert error_of(conn.unprepare([a]), a) == ""
     assert node.unprepares_of(a) == [{"uid": a.uid, "devices": ["gpu-0"]}]  # with the state the spec carried
     assert not node.spec(a).exists() and not os.path.lexists(node.record_file(a))
-    assert not cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).exists()
+    assert not Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).exists()
     assert error_of(conn.prepare([b]), b) == ""  # and now the device is free
 
 
@@ -130,7 +130,7 @@ def test_damaged_record_without_its_spec(node: Node, kind: str, caplog: pytest.L
     node.stop()
     damage_record(node.paths.checkpoint, a.uid, kind, other.uid)
     node.spec(a).unlink()
-    cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
+    Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).unlink()
 
     caplog.set_level(logging.ERROR)
     conn = node.start()
@@ -270,7 +270,7 @@ def test_unprepare_of_a_claim_without_a_record_undoes_what_its_spec_records(node
     node.record_file(a).unlink()
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
     service = PrepareService(
-        backend, ClaimReader(node.apiserver.api_client()), Checkpoint(node.paths.checkpoint, node.settings.boot_id_path), node.settings.cdi_dir
+        backend, ClaimReader(node.apiserver.json_api()), Checkpoint(node.paths.checkpoint, node.settings.boot_id_path), node.settings.cdi_dir
     )
     try:
         assert service.unprepare([a]) == {a.uid: ""}
@@ -290,10 +290,10 @@ def test_spec_without_a_record_that_proves_nothing(node: Node, spec_kind: str) -
     node.stop()
     spec = node.spec(a)
     if spec_kind == "older-build":  # a spec without its claim file
-        cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
+        Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).unlink()
     elif spec_kind == "not-a-spec":
         spec.write_text('{"half": ')
-        cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid).unlink()
+        Path(cdi.claim_file_path(node.settings.cdi_dir, DRIVER, a.uid)).unlink()
     else:
         node.settings.boot_id_path.write_text("boot-2\n")  # a reboot: records and specs of boot-1 are void
     if spec_kind != "other-boot":
@@ -321,7 +321,7 @@ def test_rolling_update_peer_finding_a_damaged_record_keeps_the_reservation(shor
     def instance() -> tuple[PrepareService, ExampleBackend]:
         backend = ExampleBackend(BackendSettings(node_name="node-a"))
         checkpoint = Checkpoint(state / "checkpoint.d", short_tmp / "boot_id")
-        return PrepareService(backend, ClaimReader(apiserver.api_client()), checkpoint, cdi_dir, shared_lock=state / "serialize.lock"), backend
+        return PrepareService(backend, ClaimReader(apiserver.json_api()), checkpoint, cdi_dir, shared_lock=state / "serialize.lock"), backend
 
     (old, _), (new, new_backend) = instance(), instance()
     try:
@@ -351,7 +351,7 @@ def test_directories_where_lock_files_should_be_do_not_stop_the_driver(short_tmp
     assert paths.serialize_lock is not None and paths.claim_locks_dir is not None
     (paths.serialize_lock / "x").mkdir(parents=True)
     (paths.claim_locks_dir / f"{a.uid}.lock" / "x").mkdir(parents=True)
-    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([ExampleBackend(BackendSettings(node_name="node-a"))], ClaimReader(apiserver.json_api()), settings)
     assert daemon.start().running == [DRIVER]
     try:
         conn = register(paths.registration_socket)

@@ -46,7 +46,7 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
         assert all(first.claims[r.uid].error == "" for r in refs.values())
         conn.close()
         _kill(proc)
-        specs = {name: cdi.spec_path(root / "cdi", DRIVER, r.uid).read_bytes() for name, r in refs.items()}
+        specs = {name: Path(cdi.spec_path(root / "cdi", DRIVER, r.uid)).read_bytes() for name, r in refs.items()}
         for kind in kinds:
             damage_record(paths.checkpoint, refs[kind].uid, kind, refs["intact"].uid)
         before = len(journal(root / "state"))
@@ -56,7 +56,7 @@ def test_every_damage_kind_after_kill_keeps_each_claim_reserved_answerable_and_u
         ops = journal(root / "state")[before:]
         assert [e["op"] for e in ops] == ["reconcile"]  # nothing undone at start
         assert sorted(s["uid"] for s in ops[0]["data"]) == sorted(r.uid for r in refs.values())  # every claim live
-        assert {name: cdi.spec_path(root / "cdi", DRIVER, r.uid).read_bytes() for name, r in refs.items()} == specs
+        assert {name: Path(cdi.spec_path(root / "cdi", DRIVER, r.uid)).read_bytes() for name, r in refs.items()} == specs
 
         conn = register(paths.registration_socket)
         rivals = {kind: put_claim(apiserver, f"rival-{kind}", {"gpu": [f"gpu-{i}"]}) for i, kind in enumerate(kinds)}
@@ -95,7 +95,7 @@ def test_unprepare_killed_after_removing_the_spec_is_finished_and_never_answered
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(conn.unprepare, [ref], 30.0)
             eventually((hold / ref.uid).exists, what="unprepare to remove the spec")
-            spec = cdi.spec_path(root / "cdi", DRIVER, ref.uid)
+            spec = Path(cdi.spec_path(root / "cdi", DRIVER, ref.uid))
             assert not spec.exists() and (paths.checkpoint / f"{ref.uid}.json").exists()
             _kill(proc)
             with pytest.raises(grpc.RpcError):

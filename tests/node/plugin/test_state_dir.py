@@ -19,7 +19,7 @@ from dra_driver.backend.interface import BackendSettings, ClaimRef
 
 def start(settings, apiserver) -> tuple[Daemon, ExampleBackend]:
     backend = ExampleBackend(BackendSettings(node_name="node-a"))
-    daemon = Daemon([backend], ClaimReader(apiserver.api_client()), settings)
+    daemon = Daemon([backend], ClaimReader(apiserver.json_api()), settings)
     assert daemon.start().running == [DRIVER]
     return daemon, backend
 

@@ -8,10 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from tests import support
-from dra_driver.kube.client import make_api_client
+from dra_driver.kube.client import JsonApi, make_json_api
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
 from dra_driver.node.publisher import PublisherOptions, SlicePublisher
@@ -64,16 +63,16 @@ def server() -> Iterator[SimApiServer]:
 
 
 @pytest.fixture
-def api_client(server: SimApiServer) -> client.ApiClient:
-    return make_api_client(server.url)
+def api_client(server: SimApiServer) -> JsonApi:
+    return make_json_api(server.url)
 
 
 @pytest.fixture
-def make_publisher(api_client: client.ApiClient) -> Iterator[Callable[..., SlicePublisher]]:
+def make_publisher(api_client: JsonApi) -> Iterator[Callable[..., SlicePublisher]]:
     started: list[SlicePublisher] = []
 
     def build(
-        source: Any, options: PublisherOptions = FAST, node: str = NODE, driver: str = DRIVER, api: client.ApiClient | None = None
+        source: Any, options: PublisherOptions = FAST, node: str = NODE, driver: str = DRIVER, api: JsonApi | None = None
     ) -> SlicePublisher:
         publisher = SlicePublisher(api or api_client, node, driver, source, options)
         started.append(publisher)

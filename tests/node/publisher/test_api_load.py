@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.kube.client import USER_AGENT, make_api_client
+from dra_driver.kube.client import USER_AGENT, make_json_api
 from dra_driver.simulation.api_server import SimApiServer
 from dra_driver.node.publisher import PublisherOptions, SlicePublisher
 from tests.node.publisher.conftest import NODE, Source, eventually, pool_consistent, slices
@@ -83,6 +83,6 @@ def test_watch_timeouts_are_jittered_between_one_and_two_times_the_setting(serve
 def test_every_request_carries_the_driver_user_agent(server: SimApiServer, make_publisher: Build) -> None:
     make_publisher(Source(10)).start()
     eventually(lambda: pool_consistent(slices(server), names(10)) and server.open_watches == 1, what="first publish")
-    make_api_client(server.url)  # as the daemon builds its client
+    make_json_api(server.url)  # as the daemon builds its client
     agents = {record.headers.get("User-Agent") for record in server.request_log}
     assert agents == {USER_AGENT} and USER_AGENT.startswith("dra-driver/")

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from dra_driver.node.daemon import Daemon
 from dra_driver.kube.claims import ClaimReader
-from dra_driver.kube.client import make_api_client
+from dra_driver.kube.client import make_json_api
 from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 from dra_driver.model.device import CounterConsumption, CounterSet, Device, Inventory
 from dra_driver.node.plugin.driver import PluginSettings
@@ -69,7 +69,7 @@ def make_daemon(root: Path, server: SimApiServer, backends: list[VendorBackend])
     settings = PluginSettings(
         node_name=NODE, kubelet_dir=root / "kubelet", cdi_dir=root / "cdi", boot_id_path=root / "boot_id", prepare_workers=2, grpc_workers=8
     )
-    api = make_api_client(server.url)
+    api = make_json_api(server.url)
     return Daemon(backends, ClaimReader(api), settings, publisher_factory=publisher_factory(api, NODE, FAST))
 
 

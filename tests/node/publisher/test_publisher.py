@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from dra_driver.kube.client import make_api_client
+from dra_driver.kube.client import make_json_api
 from dra_driver.simulation.api_server import ServerOptions, SimApiServer
 from dra_driver.model.device import DeviceTaint
 from dra_driver.node.publisher import SlicePublisher
@@ -179,7 +179,7 @@ def test_partitionable_fields_dropped_fall_back_to_static(make_publisher: Build,
     with SimApiServer(ServerOptions(partitionable_devices=False)) as server:
         server.add_node(NODE)
         source = Source(4)
-        publisher = make_publisher(source, api=make_api_client(server.url), options=FAST.__class__(**{**FAST.__dict__, "partitioning": "dynamic"}))
+        publisher = make_publisher(source, api=make_json_api(server.url), options=FAST.__class__(**{**FAST.__dict__, "partitioning": "dynamic"}))
         with caplog.at_level(logging.WARNING, logger="dra_driver.node.publisher"):
             publisher.sync_once()
             publisher.sync_once()
@@ -221,7 +221,7 @@ def test_health_change_is_exactly_one_slice_write(server: SimApiServer, make_pub
 def test_taints_dropped_withdraw_unhealthy_devices(make_publisher: Build, caplog: pytest.LogCaptureFixture) -> None:
     with SimApiServer(ServerOptions(taints=False)) as server:
         server.add_node(NODE)
-        publisher = make_publisher(Source(100), api=make_api_client(server.url))
+        publisher = make_publisher(Source(100), api=make_json_api(server.url))
         publisher.sync_once()
         with caplog.at_level(logging.WARNING, logger="dra_driver.node.publisher"):
             publisher.set_device_health("gpu-3", healthy=False)
@@ -294,13 +294,14 @@ def test_an_unverified_tls_server_is_said_once_without_urllib3s_warning(caplog: 
     import urllib3
     from kubernetes import client
 
-    from dra_driver.kube.client import api_client_for
+    from dra_driver.kube.client import JsonApi, api_client_for
 
     configuration = client.Configuration(host="https://192.0.2.7:6443")
     configuration.verify_ssl = False
     with caplog.at_level(logging.WARNING, logger="dra_driver.kube.client"), warnings.catch_warnings(record=True) as shown:
-        api_client_for(configuration)
-        api_client_for(configuration)
+        JsonApi(configuration)  # the daemon's transport
+        JsonApi(configuration)
+        api_client_for(configuration)  # a tool's typed client
         warnings.warn("insecure", urllib3.exceptions.InsecureRequestWarning)  # what urllib3 does on each request
     assert [r.getMessage() for r in caplog.records].count(
         "the API server's TLS certificate is not verified (insecure-skip-tls-verify in the kubeconfig)"
