@@ -535,6 +535,13 @@ class NvidiaBackend(VendorBackend):
             # A stale entry is harmless: the next start drops it (its placement is then empty or listed).
             log.warning("cannot update MIG ownership record", extra=fields(claim=claim_uid, error=str(exc)))
 
+    @property
+    def undoes_from_own_records(self) -> bool:
+        """With a state dir, yes: every MIG instance is journaled by placement before it is created and every sharing
+        change is recorded before it is made, so `unprepare(claim, {})` finds and undoes them all
+        (tests/nvidia/test_mig_crash_points.py kills each step). Without one both live in this process only."""
+        return self._journal.directory is not None and self._sharing.records.directory is not None
+
     def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
         """Destroy the instances the state lists, and those the journal holds for the claim.
 
