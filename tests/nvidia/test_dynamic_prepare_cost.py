@@ -192,13 +192,15 @@ def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
     """The second write of a prepare and the removals of an unprepare use what the call read or wrote itself (the
     claim is held by the call); each call still reads the file once, as a rolling-update peer may have written it."""
     read: list[Path] = []
-    real = OwnershipJournal._parse
+    files = backend._journal._files
+    assert files is not None
+    real = files._parse
 
-    def spy(self: OwnershipJournal, path: Path) -> Any:
+    def spy(path: Path) -> Any:
         read.append(path)
-        return real(self, path)
+        return real(path)
 
-    monkeypatch.setattr(OwnershipJournal, "_parse", spy)
+    monkeypatch.setattr(files, "_parse", spy)
     prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
     assert read == [tmp_path / SUBDIR / "uid-8.json"]
     read.clear()
