@@ -24,7 +24,7 @@ from dra_driver.node import cdi
 from dra_driver.node.plugin.prepare import HOLD_ENV
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.simulation.api_server import SimApiServer
-from dra_driver.simulation.state import last_document
+from dra_driver.simulation.state import current_document
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
@@ -55,7 +55,7 @@ def spawn(server: SimApiServer, work: Path, log: Path) -> subprocess.Popen[bytes
 def gpu2(work: Path) -> dict[str, Any]:
     """GPU 2 in the node's simulated-hardware state file (what a real GPU would keep)."""
     path = work / "s" / "simulated-hardware" / "nvidia.json"
-    document = last_document(path.read_bytes(), path)  # the current line: each change appends one
+    document = current_document(path.read_bytes(), path)  # each change appends one line
     return next(gpu for uuid, gpu in document["hardware"]["gpus"].items() if uuid.startswith("GPU-daf2b511"))
 
 
