@@ -222,3 +222,12 @@ def test_the_mig_uuids_of_a_claim_are_found_in_one_walk_per_gpu(backend: NvidiaB
     uuids = [e.split("=", 1)[1] for d in prepared.devices for e in d.edits.env if e.startswith("NVIDIA_DRA_UUID")]
     assert len(set(uuids)) == 8 and all(u.startswith("MIG-") for u in uuids)
     assert uuids == [entry["uuid"] for entry in prepared.state["migInstances"]]  # each device got its own instance's UUID
+
+
+def test_a_gpus_mig_device_count_is_read_once(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk for new MIG devices' UUIDs covers the GPU's MIG device slots: their number is the board's, asked once
+    per GPU, not once per prepare."""
+    calls = count(monkeypatch, backend.simulator, "nvmlDeviceGetMaxMigDeviceCount")  # type: ignore[arg-type]
+    for number, device in enumerate(EIGHT[:3]):
+        assert backend.prepare(claim(f"uid-{number}"), alloc(device)).state["migInstances"][0]["uuid"].startswith("MIG-")
+    assert calls["nvmlDeviceGetMaxMigDeviceCount"] == 1

@@ -125,6 +125,7 @@ class NvidiaBackend(VendorBackend):
         # Dynamic partitioning: GPU uuid -> claims using the GPU whole, whose MIG mode must stay off until released.
         self._whole_users: dict[str, set[str]] = {}
         self._compute_profiles = mig.ComputeProfiles()  # read once per (GPU, GI profile), not per lookup
+        self._mig_slots: dict[str, int] = {}  # GPU uuid -> its MIG device count (the board's: read once)
         self._xids: Counter[str] = Counter()  # GPU uuid -> XID events seen by the health watcher (the xid error counter)
         self._xid_lock = threading.Lock()
         self._sharing = _sharing_manager(settings, files, driver_root or settings.driver_root, scratch, simulated=simulator is not None)
@@ -462,7 +463,9 @@ class NvidiaBackend(VendorBackend):
         found: dict[tuple[str, int, int], str] = {}
         for gpu, pairs in wanted.values():
             try:
-                found.update({(gpu.uuid, gi, ci): uuid for (gi, ci), uuid in mig.mig_uuids(gpu.handle, pairs).items()})
+                slots = self._mig_slots.get(gpu.uuid) or nvml.max_mig_device_count(gpu.handle)
+                self._mig_slots[gpu.uuid] = slots
+                found.update({(gpu.uuid, gi, ci): uuid for (gi, ci), uuid in mig.mig_uuids(gpu.handle, pairs, slots).items()})
             except NvmlError as exc:
                 raise DeviceError(gpu.name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
         return found

@@ -180,11 +180,12 @@ def mig_uuid(handle: Handle, gi_id: int, ci_id: int) -> str:
     return mig_uuids(handle, {(gi_id, ci_id)})[(gi_id, ci_id)]
 
 
-def mig_uuids(handle: Handle, wanted: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
+def mig_uuids(handle: Handle, wanted: Collection[tuple[int, int]], slots: int | None = None) -> dict[tuple[int, int], str]:
     """The UUIDs of the MIG devices backed by each (GI, CI) in `wanted`, in one walk of the parent's MIG handles
-    (NVML has no lookup by ID: a claim's instances found one walk each cost a walk per instance)."""
+    (NVML has no lookup by ID: a claim's instances found one walk each cost a walk per instance). `slots`: the GPU's
+    MIG device count if known (it is the board's: it never changes), else asked for."""
     left, found = set(wanted), {}
-    for position in range(nvml.max_mig_device_count(handle)):
+    for position in range(slots if slots is not None else nvml.max_mig_device_count(handle)):
         if not left:
             break
         try:
