@@ -106,9 +106,9 @@ def test_each_placement_is_looked_up_once(backend: NvidiaBackend, monkeypatch: p
     looked_up: list[tuple[int, int]] = []
     real = mig.find_instance
 
-    def spy(handle: Any, profile_id: int, start: int) -> Any:
+    def spy(handle: Any, profile_id: int, start: int, capacity: int) -> Any:
         looked_up.append((profile_id, start))
-        return real(handle, profile_id, start)
+        return real(handle, profile_id, start, capacity)
 
     monkeypatch.setattr(mig, "find_instance", spy)
     backend.prepare(claim("uid-a"), alloc(*EIGHT))
@@ -121,7 +121,7 @@ def test_a_new_gpu_instance_is_not_asked_for_its_compute_instances(backend: Nvid
     first = backend.prepare(claim("uid-a"), alloc(*EIGHT))
     assert calls["nvmlGpuInstanceGetComputeInstances"] == 0  # was one per instance
     again = backend.prepare(claim("uid-a"), alloc(*EIGHT))  # the kubelet's retry: every GI is there already
-    assert calls["nvmlGpuInstanceGetComputeInstances"] == 2 * len(EIGHT)  # per reused GI: the count, then the list
+    assert calls["nvmlGpuInstanceGetComputeInstances"] == len(EIGHT)  # per reused GI, one call with a buffer (was two)
     assert again.state == first.state  # the same instances, no second CI in any of them
     assert all(len(gi.computes) == 1 for gpu in backend.simulator.gpus for gi in gpu.instances.values())  # type: ignore[union-attr]
 
@@ -231,3 +231,15 @@ def test_a_gpus_mig_device_count_is_read_once(backend: NvidiaBackend, monkeypatc
     for number, device in enumerate(EIGHT[:3]):
         assert backend.prepare(claim(f"uid-{number}"), alloc(device)).state["migInstances"][0]["uuid"].startswith("MIG-")
     assert calls["nvmlDeviceGetMaxMigDeviceCount"] == 1
+
+
+def test_instances_are_listed_in_one_call_with_a_buffer_for_the_profile(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvmlDeviceGetGpuInstances and nvmlGpuInstanceGetComputeInstances take a buffer as large as the profile's
+    instanceCount (the simulated library refuses a NULL buffer, as nvml.h's contract has it): one call per lookup,
+    not a count query first."""
+    calls = count(monkeypatch, backend.simulator, "nvmlDeviceGetGpuInstances", "nvmlGpuInstanceGetComputeInstances")  # type: ignore[arg-type]
+    prepared = backend.prepare(claim("uid-1"), alloc(EIGHT[0]))
+    assert calls["nvmlDeviceGetGpuInstances"] == 1  # the placement's lookup
+    backend.unprepare(claim("uid-1"), prepared.state)
+    assert calls["nvmlGpuInstanceGetComputeInstances"] == 1  # the 1g GI's one compute profile, before it is destroyed
+    assert list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]

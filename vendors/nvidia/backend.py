@@ -402,7 +402,7 @@ class NvidiaBackend(VendorBackend):
         if name in index.placements:
             gpu, profile, placement = index.placements[name]
             self._set_mig_mode(gpu, claim, enabled=True)
-            existing = mig.find_instance(gpu.handle, profile.info.id, placement.start)
+            existing = mig.find_instance(gpu.handle, profile.info.id, placement.start, profile.info.instance_count)
             if existing is not None and (gpu.uuid, profile.info.id, placement.start) not in self._owned:
                 raise DeviceError(name, "its placement holds a MIG device this driver did not create (admin-created?); "
                                         "it is never taken over: run discovery again, or destroy it with nvidia-smi mig -dci/-dgi")

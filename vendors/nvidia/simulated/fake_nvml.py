@@ -785,11 +785,13 @@ class FakeNvmlLibrary:
             ret, gpu = self._gpu_call("nvmlDeviceGetGpuInstances", handle)
             if gpu is None:
                 return ret
+            if instances is None:  # nvml.h: a buffer for the profile's instanceCount, not a count query
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
             found = [gi for gi in sorted(gpu.instances.values(), key=lambda g: g.id) if gi.profile.id == _int(profile_id)]
             counter = _out(count)
-            if instances is None or counter.value < len(found):
+            if counter.value < len(found):
                 counter.value = len(found)
-                return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
             for position, gi in enumerate(found):
                 _store_handle(instances, gi._address, position * _PTR)
             counter.value = len(found)
@@ -871,11 +873,13 @@ class FakeNvmlLibrary:
             gi = self._lookup(handle, FakeGpuInstance)
             if gi is None:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if instances is None:  # as nvmlDeviceGetGpuInstances: a buffer for the profile's instanceCount
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
             found = [ci for ci in sorted(gi.computes.values(), key=lambda c: c.id) if ci.profile_id == _int(profile_id)]
             counter = _out(count)
-            if instances is None or counter.value < len(found):
+            if counter.value < len(found):
                 counter.value = len(found)
-                return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
             for position, ci in enumerate(found):
                 _store_handle(instances, ci._address, position * _PTR)
             counter.value = len(found)
