@@ -284,6 +284,18 @@ class VendorBackend(ABC):
     def reconcile(self, live_states: Sequence[Mapping[str, Any]]) -> None:  # noqa: B027 - optional hook
         """After a restart: destroy dynamic partitions that no live claim state lists."""
 
+    @property
+    def undoes_from_own_records(self) -> bool:
+        """Whether `unprepare(claim, {})` undoes everything `prepare` did for the claim from the backend's own
+        durable records (under `state_dir`), wherever a kill -9 stopped prepare or the plugin after it: each change
+        is recorded before it is made, and the records prove which partitions are the backend's.
+
+        When True, the plugin does not record the state `prepare` returned before writing the CDI spec (one
+        checkpoint write per claim fewer): a crash before PrepareCompleted rolls the claim back with the
+        PrepareStarted record's empty state. The PrepareCompleted record holds the state as always.
+        Default False: the state is recorded before the spec whenever it has a non-empty value."""
+        return False
+
     def recorded_claims(self) -> list[RecordedClaim]:
         """Claims the backend's own records (kept under state_dir) show as holding devices.
 

@@ -10,11 +10,13 @@ keeps what the driver can change in `<state_dir>/simulated-hardware/<vendor>.jso
   dead process's scratch directories never takes it; it lives as long as the node's other runtime state;
 - every change is made under an exclusive flock on `<vendor>.lock`, so two processes (a rolling update) change
   it one at a time, and each reads the file again when the other has changed it since. The file is a sequence
-  of lines, each a whole state document, the last complete one current: a process appends a line to the file it
-  wrote itself last (one `write`, no new file: a simulated NVML call that changes hardware saves before it
-  returns, twice per MIG instance created), and writes the file anew (a temp file renamed over it, one line)
-  when another process wrote last or the file has grown past `_COMPACT_BYTES`. A kill -9 leaves the old state or
-  the new: a line it cut short is the last, and the one before it is read instead;
+  of lines: a whole state document, then changes to it, each `{"patch": {...}}` holding only the parts of the
+  hardware that changed (a GPU's entry under "gpus", the "serial"; see `_patch`). A process appends one line to
+  the file it wrote itself last (one `write`, no new file: a simulated NVML call that changes hardware saves
+  before it returns, twice per MIG instance created; encoding one GPU's part instead of the node's is what keeps
+  a save cheap with dozens of instances live), and writes the file anew (a temp file renamed over it, one whole
+  document) when another process wrote last or the file has grown past `_COMPACT_BYTES`. A kill -9 leaves the old
+  state or the new: a line it cut short is the last, and it is passed over (`current_document`);
 - the file names the profile it was made from (a digest) and the boot: state of another profile is
   ignored (the node's hardware changed), and the library decides what a reboot keeps (`boot_changed`).
 
@@ -100,6 +102,7 @@ class SimulatedState:
         self._held_inode: int | None = None
         self._held_size: int | None = None  # its size as last read or written: another process's append changes it
         self._appendable = False  # the held file is the one this process wrote last (its temp's descriptor, O_APPEND)
+        self._saved: dict[str, Any] | None = None  # the hardware the held file says now, as this process saved it
         self._warned = False
         self._lock_fd: int | None = None
 
@@ -136,7 +139,7 @@ class SimulatedState:
                 return None
             raw = node_file.read_fd(fd, self.path, _MAX_BYTES)
             self._held_size = len(raw)
-            document = last_document(raw, self.path)
+            document = current_document(raw, self.path)
             if not isinstance(document, dict) or not isinstance(document.get("hardware"), dict):
                 raise ValueError("not a simulated-hardware state document")
         except (OSError, ValueError) as exc:
@@ -172,16 +175,24 @@ class SimulatedState:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def save(self, hardware: dict[str, Any]) -> None:
-        """Make `hardware` the current state: appended to the file this process wrote last, else written anew (call
-        inside `locked`, after reading another process's change: see `changed`)."""
-        document = {"version": FORMAT_VERSION, "profile": self._digest, "boot": self._boot_id, "hardware": hardware}
+        """Make `hardware` the current state: its changes appended to the file this process wrote last, else the file
+        written anew (call inside `locked`, after reading another process's change: see `changed`). `hardware` is
+        kept as the saved state: the caller builds a new one for each save."""
         # Each line starts with a newline, so a line a kill -9 cut short never runs into the next one appended.
-        line = b"\n" + json.dumps(document).encode()
         # Not flushed to disk: a kill -9 keeps the page cache, and the state dir is a tmpfs on a node.
-        if self._appendable and self._held is not None and self._held_size is not None:
-            if self._held_size + len(line) <= _COMPACT_BYTES and not self.changed() and self._append(self._held, line):
+        if self._appendable and self._held is not None and self._held_size is not None and not self.changed():
+            patch = _patch(self._saved, hardware)
+            if patch == {}:
+                return  # the file says this already
+            line = b"\n" + json.dumps({"patch": patch} if patch is not None else self._document(hardware)).encode()
+            if self._held_size + len(line) <= _COMPACT_BYTES and self._append(self._held, line):
+                self._saved = hardware
                 return
-        self._replace(line)
+        if self._replace(b"\n" + json.dumps(self._document(hardware)).encode()):
+            self._saved = hardware
+
+    def _document(self, hardware: dict[str, Any]) -> dict[str, Any]:
+        return {"version": FORMAT_VERSION, "profile": self._digest, "boot": self._boot_id, "hardware": hardware}
 
     def _append(self, fd: int, line: bytes) -> bool:
         """One line appended to the held file; False (the file to be written anew) when the write fails."""
@@ -200,15 +211,15 @@ class SimulatedState:
         self._held_size = (self._held_size or 0) + len(line)
         return True
 
-    def _replace(self, line: bytes) -> None:
-        """The file written anew, one line: a temp file renamed over it. Its descriptor is kept as the file held (a
-        rename keeps the inode) and appended to from then on. Not atomic_file.replace_file: this is the simulated
-        hardware's write, which tests counting the driver's writes must not see."""
+    def _replace(self, line: bytes) -> bool:
+        """The file written anew, one line: a temp file renamed over it (False: it could not be). Its descriptor is
+        kept as the file held (a rename keeps the inode) and appended to from then on. Not atomic_file.replace_file:
+        this is the simulated hardware's write, which tests counting the driver's writes must not see."""
         try:
             fd, temp = create_temp(str(self.path))
         except OSError as exc:
             self._unwritable(exc)
-            return
+            return False
         try:
             data = memoryview(line)
             while data:
@@ -222,9 +233,10 @@ class SimulatedState:
             if not isinstance(exc, OSError):
                 raise
             self._unwritable(exc)
-            return
+            return False
         self._release()
         self._held, self._held_inode, self._held_size, self._appendable = fd, os.fstat(fd).st_ino, len(line), True
+        return True
 
     def close(self) -> None:
         self._release()
@@ -258,19 +270,63 @@ class SimulatedState:
             os.close(self._held)
         self._held = self._held_inode = self._held_size = None
         self._appendable = False
+        self._saved = None
 
 
-def last_document(raw: bytes, path: Path | str) -> Any:
-    """The current document of a state file: its last line, or the one before when a kill -9 cut the last short
-    (ValueError when neither parses)."""
+def _patch(saved: dict[str, Any] | None, hardware: dict[str, Any]) -> dict[str, Any] | None:
+    """What changed from `saved` to `hardware`, as a patch line holds it: each top-level value that differs, and of a
+    top-level mapping (a vendor's "gpus") only the entries that differ. None when a patch cannot say it (nothing
+    saved, a top-level key or a mapping's entry gone): the whole document is written then."""
+    if saved is None or saved.keys() - hardware.keys():
+        return None
+    patch: dict[str, Any] = {}
+    for key, value in hardware.items():
+        before = saved.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            if before.keys() - value.keys():
+                return None
+            changed = {name: part for name, part in value.items() if before.get(name) != part}
+            if changed:
+                patch[key] = changed
+        elif before != value or key not in saved:
+            patch[key] = value
+    return patch
+
+
+def _applied(document: dict[str, Any], patch: Any) -> dict[str, Any]:
+    """`document` with a patch line's changes (see `_patch`); ValueError when it is no patch of such a document."""
+    hardware = document.get("hardware")
+    if not isinstance(patch, dict) or not isinstance(hardware, dict):
+        raise ValueError("a change that is no patch of a simulated-hardware state document")
+    merged = dict(hardware)
+    for key, value in patch.items():
+        before = merged.get(key)
+        merged[key] = {**before, **value} if isinstance(value, dict) and isinstance(before, dict) else value
+    return {**document, "hardware": merged}
+
+
+def current_document(raw: bytes, path: Path | str) -> Any:
+    """The current document of a state file: its last whole document with the changes appended after it applied. A
+    last line that does not parse is a change a kill -9 cut short: passed over (ValueError when nothing is left, or
+    any other line does not parse)."""
     lines = [line for line in raw.split(b"\n") if line.strip()]
     if not lines:
         raise ValueError("empty")
-    try:
-        return json_text.loads(lines[-1])
-    except ValueError:
-        if len(lines) < 2:
-            raise
-    log.info("simulated hardware state: last change cut short (a kill during its save); the one before it is read",
-             extra=fields(path=str(path)))  # fmt: skip
-    return json_text.loads(lines[-2])
+    parsed: list[Any] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            parsed.append(json_text.loads(line))
+        except ValueError:
+            if number < len(lines) or number == 1:
+                raise
+            log.info("simulated hardware state: last change cut short (a kill during its save); the state before it is read",
+                     extra=fields(path=str(path)))  # fmt: skip
+    whole = max((i for i, item in enumerate(parsed) if not (isinstance(item, dict) and "patch" in item)), default=None)
+    if whole is None:
+        raise ValueError("changes with no state document before them")
+    document = parsed[whole]
+    for change in parsed[whole + 1 :]:
+        if not isinstance(document, dict):
+            raise ValueError("not a simulated-hardware state document")
+        document = _applied(document, change["patch"])
+    return document

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.simulation.state import last_document
+from dra_driver.simulation.state import current_document
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 
 from dra_driver_amd.backend import AmdBackend
@@ -126,7 +126,7 @@ def test_saved_modes_of_the_wrong_type_are_logged_and_ignored(
     first.discover()
     first.prepare(DONE, alloc(DONE_DEVICE))
     path = state_dir / "simulated-hardware" / "amd.json"
-    document = last_document(path.read_bytes(), path)  # the current line: each change appends one
+    document = current_document(path.read_bytes(), path)  # each change appends one line
     document["hardware"]["gpus"] = gpus
     path.write_text(json.dumps(document))
     with caplog.at_level(logging.WARNING):

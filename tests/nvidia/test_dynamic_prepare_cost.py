@@ -106,9 +106,9 @@ def test_each_placement_is_looked_up_once(backend: NvidiaBackend, monkeypatch: p
     looked_up: list[tuple[int, int]] = []
     real = mig.find_instance
 
-    def spy(handle: Any, profile_id: int, start: int) -> Any:
+    def spy(handle: Any, profile_id: int, start: int, capacity: int) -> Any:
         looked_up.append((profile_id, start))
-        return real(handle, profile_id, start)
+        return real(handle, profile_id, start, capacity)
 
     monkeypatch.setattr(mig, "find_instance", spy)
     backend.prepare(claim("uid-a"), alloc(*EIGHT))
@@ -121,7 +121,7 @@ def test_a_new_gpu_instance_is_not_asked_for_its_compute_instances(backend: Nvid
     first = backend.prepare(claim("uid-a"), alloc(*EIGHT))
     assert calls["nvmlGpuInstanceGetComputeInstances"] == 0  # was one per instance
     again = backend.prepare(claim("uid-a"), alloc(*EIGHT))  # the kubelet's retry: every GI is there already
-    assert calls["nvmlGpuInstanceGetComputeInstances"] == 2 * len(EIGHT)  # per reused GI: the count, then the list
+    assert calls["nvmlGpuInstanceGetComputeInstances"] == len(EIGHT)  # per reused GI, one call with a buffer (was two)
     assert again.state == first.state  # the same instances, no second CI in any of them
     assert all(len(gi.computes) == 1 for gpu in backend.simulator.gpus for gi in gpu.instances.values())  # type: ignore[union-attr]
 
@@ -192,13 +192,15 @@ def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
     """The second write of a prepare and the removals of an unprepare use what the call read or wrote itself (the
     claim is held by the call); each call still reads the file once, as a rolling-update peer may have written it."""
     read: list[Path] = []
-    real = OwnershipJournal._parse
+    files = backend._journal._files
+    assert files is not None
+    real = files._parse
 
-    def spy(self: OwnershipJournal, path: Path | str) -> Any:
+    def spy(path: Path | str) -> Any:
         read.append(Path(path))
-        return real(self, path)
+        return real(path)
 
-    monkeypatch.setattr(OwnershipJournal, "_parse", spy)
+    monkeypatch.setattr(files, "_parse", spy)
     prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
     assert read == [tmp_path / SUBDIR / "uid-8.json"]
     read.clear()
@@ -220,3 +222,24 @@ def test_the_mig_uuids_of_a_claim_are_found_in_one_walk_per_gpu(backend: NvidiaB
     uuids = [e.split("=", 1)[1] for d in prepared.devices for e in d.edits.env if e.startswith("NVIDIA_DRA_UUID")]
     assert len(set(uuids)) == 8 and all(u.startswith("MIG-") for u in uuids)
     assert uuids == [entry["uuid"] for entry in prepared.state["migInstances"]]  # each device got its own instance's UUID
+
+
+def test_a_gpus_mig_device_count_is_read_once(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk for new MIG devices' UUIDs covers the GPU's MIG device slots: their number is the board's, asked once
+    per GPU, not once per prepare."""
+    calls = count(monkeypatch, backend.simulator, "nvmlDeviceGetMaxMigDeviceCount")  # type: ignore[arg-type]
+    for number, device in enumerate(EIGHT[:3]):
+        assert backend.prepare(claim(f"uid-{number}"), alloc(device)).state["migInstances"][0]["uuid"].startswith("MIG-")
+    assert calls["nvmlDeviceGetMaxMigDeviceCount"] == 1
+
+
+def test_instances_are_listed_in_one_call_with_a_buffer_for_the_profile(backend: NvidiaBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvmlDeviceGetGpuInstances and nvmlGpuInstanceGetComputeInstances take a buffer as large as the profile's
+    instanceCount (the simulated library refuses a NULL buffer, as nvml.h's contract has it): one call per lookup,
+    not a count query first."""
+    calls = count(monkeypatch, backend.simulator, "nvmlDeviceGetGpuInstances", "nvmlGpuInstanceGetComputeInstances")  # type: ignore[arg-type]
+    prepared = backend.prepare(claim("uid-1"), alloc(EIGHT[0]))
+    assert calls["nvmlDeviceGetGpuInstances"] == 1  # the placement's lookup
+    backend.unprepare(claim("uid-1"), prepared.state)
+    assert calls["nvmlGpuInstanceGetComputeInstances"] == 1  # the 1g GI's one compute profile, before it is destroyed
+    assert list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]

@@ -29,7 +29,8 @@ from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.simulated.fake_nvml import FakeNvmlLibrary
-from dra_driver_nvidia.ownership import OwnershipJournal
+from dra_driver_nvidia.claim_files import ClaimFiles
+from dra_driver_nvidia.ownership import SUBDIR, OwnershipJournal
 
 from .conftest import OpenBackend
 from .nvml_spy import intercept
@@ -77,8 +78,14 @@ def install(switch: KillSwitch, fake: FakeNvmlLibrary, monkeypatch: pytest.Monke
         intercept(monkeypatch, fake, symbol, lambda original, *args: switch.step(lambda: original(*args)))
     real = atomic_file.replace_file
     monkeypatch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: real(*args, **kw)))
-    unlink = OwnershipJournal._unlink  # the journal's other change: a claim's file removed with its last entry
-    monkeypatch.setattr(OwnershipJournal, "_unlink", lambda self, path: switch.step(lambda: unlink(self, path)))
+    remove = ClaimFiles.remove  # the journal's other change: a claim's file removed with its last entry
+
+    def removing(files: ClaimFiles[Any], uid: str) -> None:
+        if files.directory.name == SUBDIR.name:  # the journal's, not the sharing records'
+            return switch.step(lambda: remove(files, uid))
+        return remove(files, uid)
+
+    monkeypatch.setattr(ClaimFiles, "remove", removing)
 
 
 def alloc(devices: tuple[str, ...]) -> list[AllocatedDevice]:

@@ -115,6 +115,13 @@ def test_rollback_with_empty_state_destroys_the_recorded_instance(crashed: Nvidi
     assert instances(fake) == [(fake.gpus[0].spec.uuid, ADMIN_START)]
 
 
+def test_only_a_backend_with_a_state_dir_undoes_claims_from_its_own_records(open_backend: OpenBackend, tmp_path: Path) -> None:
+    """The plugin skips recording the backend state before the CDI spec only when the journal and the sharing
+    records are on disk: without a state dir they die with the process, and the state must be recorded."""
+    assert open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path).undoes_from_own_records
+    assert not open_backend("dgx-h100", partitioning="dynamic").undoes_from_own_records
+
+
 def test_crash_between_creation_and_recording_the_ids(open_backend: OpenBackend, tmp_path: Path) -> None:
     """Only the intent reached the disk, but the instance was created: found by GPU, profile and placement."""
     backend = open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path)

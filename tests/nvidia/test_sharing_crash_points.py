@@ -24,7 +24,7 @@ import pytest
 from dra_driver.common import atomic_file
 from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia.backend import SHARING_KEY, NvidiaBackend
-from dra_driver_nvidia.sharing_records import SharingRecords
+from dra_driver_nvidia.claim_files import ClaimFiles
 
 from .conftest import OpenBackend
 from .nvml_spy import intercept
@@ -48,8 +48,14 @@ def install(switch: KillSwitch, backend: NvidiaBackend, patch: pytest.MonkeyPatc
     patch.setattr(subprocess, "run", lambda *args, **kw: switch.step(lambda: run(*args, **kw)))
     replace = atomic_file.replace_file
     patch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: replace(*args, **kw)))
-    unlink = SharingRecords._unlink
-    patch.setattr(SharingRecords, "_unlink", lambda self, path: switch.step(lambda: unlink(self, path)))
+    remove = ClaimFiles.remove
+
+    def removing(files: ClaimFiles[Any], uid: str) -> None:
+        if files.directory.name == "sharing":  # the sharing records', not the MIG ownership journal's
+            return switch.step(lambda: remove(files, uid))
+        return remove(files, uid)
+
+    patch.setattr(ClaimFiles, "remove", removing)
 
 
 @pytest.fixture

@@ -125,6 +125,7 @@ class NvidiaBackend(VendorBackend):
         # Dynamic partitioning: GPU uuid -> claims using the GPU whole, whose MIG mode must stay off until released.
         self._whole_users: dict[str, set[str]] = {}
         self._compute_profiles = mig.ComputeProfiles()  # read once per (GPU, GI profile), not per lookup
+        self._mig_slots: dict[str, int] = {}  # GPU uuid -> its MIG device count (the board's: read once)
         self._xids: Counter[str] = Counter()  # GPU uuid -> XID events seen by the health watcher (the xid error counter)
         self._xid_lock = threading.Lock()
         self._sharing = _sharing_manager(settings, files, driver_root or settings.driver_root, scratch, simulated=simulator is not None)
@@ -401,7 +402,7 @@ class NvidiaBackend(VendorBackend):
         if name in index.placements:
             gpu, profile, placement = index.placements[name]
             self._set_mig_mode(gpu, claim, enabled=True)
-            existing = mig.find_instance(gpu.handle, profile.info.id, placement.start)
+            existing = mig.find_instance(gpu.handle, profile.info.id, placement.start, profile.info.instance_count)
             if existing is not None and (gpu.uuid, profile.info.id, placement.start) not in self._owned:
                 raise DeviceError(name, "its placement holds a MIG device this driver did not create (admin-created?); "
                                         "it is never taken over: run discovery again, or destroy it with nvidia-smi mig -dci/-dgi")
@@ -462,7 +463,9 @@ class NvidiaBackend(VendorBackend):
         found: dict[tuple[str, int, int], str] = {}
         for gpu, pairs in wanted.values():
             try:
-                found.update({(gpu.uuid, gi, ci): uuid for (gi, ci), uuid in mig.mig_uuids(gpu.handle, pairs).items()})
+                slots = self._mig_slots.get(gpu.uuid) or nvml.max_mig_device_count(gpu.handle)
+                self._mig_slots[gpu.uuid] = slots
+                found.update({(gpu.uuid, gi, ci): uuid for (gi, ci), uuid in mig.mig_uuids(gpu.handle, pairs, slots).items()})
             except NvmlError as exc:
                 raise DeviceError(gpu.name, f"prepare for claim {claim.namespace}/{claim.name} failed: {exc}") from exc
         return found
@@ -534,6 +537,13 @@ class NvidiaBackend(VendorBackend):
         except OSError as exc:
             # A stale entry is harmless: the next start drops it (its placement is then empty or listed).
             log.warning("cannot update MIG ownership record", extra=fields(claim=claim_uid, error=str(exc)))
+
+    @property
+    def undoes_from_own_records(self) -> bool:
+        """With a state dir, yes: every MIG instance is journaled by placement before it is created and every sharing
+        change is recorded before it is made, so `unprepare(claim, {})` finds and undoes them all
+        (tests/nvidia/test_mig_crash_points.py kills each step). Without one both live in this process only."""
+        return self._journal.directory is not None and self._sharing.records.directory is not None
 
     def unprepare(self, claim: ClaimRef, state: Mapping[str, Any]) -> None:
         """Destroy the instances the state lists, and those the journal holds for the claim.

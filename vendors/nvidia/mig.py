@@ -154,7 +154,7 @@ class ComputeProfiles:
             self._known = {key: value for key, value in self._known.items() if key[0] != gpu_uuid}
 
 
-def _full_compute_profile(profiles: Sequence[nvml.ComputeInstanceProfileInfo], slice_count: int) -> int:
+def _full_compute_profile(profiles: Sequence[nvml.ComputeInstanceProfileInfo], slice_count: int) -> nvml.ComputeInstanceProfileInfo:
     """The compute-instance profile that spans the whole GPU instance (what `nvidia-smi mig -C` creates)."""
     best: nvml.ComputeInstanceProfileInfo | None = None
     for info in profiles:
@@ -164,12 +164,12 @@ def _full_compute_profile(profiles: Sequence[nvml.ComputeInstanceProfileInfo], s
         raise NvmlError(
             "nvmlGpuInstanceGetComputeInstanceProfileInfo", pynvml.NVML_ERROR_NOT_SUPPORTED, "no compute instance profile fits the GPU instance"
         )
-    return best.id
+    return best
 
 
-def find_instance(handle: Handle, profile_id: int, start: int) -> Handle | None:
-    """An existing GPU instance of this profile at this placement, if any."""
-    for gi in nvml.gpu_instances(handle, profile_id):
+def find_instance(handle: Handle, profile_id: int, start: int, capacity: int = nvml.MAX_GPU_INSTANCES) -> Handle | None:
+    """An existing GPU instance of this profile at this placement, if any (`capacity`: the profile's instanceCount)."""
+    for gi in nvml.gpu_instances(handle, profile_id, capacity):
         if nvml.gpu_instance_info(gi).placement.start == start:
             return gi
     return None
@@ -180,11 +180,12 @@ def mig_uuid(handle: Handle, gi_id: int, ci_id: int) -> str:
     return mig_uuids(handle, {(gi_id, ci_id)})[(gi_id, ci_id)]
 
 
-def mig_uuids(handle: Handle, wanted: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
+def mig_uuids(handle: Handle, wanted: Collection[tuple[int, int]], slots: int | None = None) -> dict[tuple[int, int], str]:
     """The UUIDs of the MIG devices backed by each (GI, CI) in `wanted`, in one walk of the parent's MIG handles
-    (NVML has no lookup by ID: a claim's instances found one walk each cost a walk per instance)."""
+    (NVML has no lookup by ID: a claim's instances found one walk each cost a walk per instance). `slots`: the GPU's
+    MIG device count if known (it is the board's: it never changes), else asked for."""
     left, found = set(wanted), {}
-    for position in range(nvml.max_mig_device_count(handle)):
+    for position in range(slots if slots is not None else nvml.max_mig_device_count(handle)):
         if not left:
             break
         try:
@@ -207,7 +208,7 @@ def create_instance(
     handle: Handle, profile: MigProfile, placement: Placement, compute_profiles: ComputeProfilesOf = read_compute_profiles
 ) -> CreatedInstance:
     """Create (or reuse, for idempotent prepare) the GI at `placement` and one full-size CI in it."""
-    existing = find_instance(handle, profile.info.id, placement.start)
+    existing = find_instance(handle, profile.info.id, placement.start, profile.info.instance_count)
     return create_instance_in(handle, profile, placement, existing, compute_profiles)
 
 
@@ -233,7 +234,7 @@ def create_instance_in(
         ci_profile = _full_compute_profile(compute_profiles(gi, profile.info.id), profile.info.slice_count)
         # A GI made just now has no compute instance: only a reused one (idempotent prepare) is asked for its own.
         existing = [] if made else nvml.compute_instances(gi, ci_profile)
-        ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile)
+        ci = existing[0] if existing else nvml.create_compute_instance(gi, ci_profile.id)
         ci_id = nvml.compute_instance_id_of(ci)
         return CreatedInstance(gi_id, ci_id, mig_uuid(handle, gi_id, ci_id) if find_uuid else "")
     except NvmlError:
@@ -269,7 +270,7 @@ def destroy_instance(handle: Handle, gi_id: int, profile_id: int, start: int, co
 
 def destroy_gpu_instance_tree(gi: Handle, gi_profile_id: int, compute_profiles: ComputeProfilesOf = read_compute_profiles) -> None:
     for info in compute_profiles(gi, gi_profile_id):
-        for ci in nvml.compute_instances(gi, info.id):
+        for ci in nvml.compute_instances(gi, info):
             nvml.destroy_compute_instance(ci)
     nvml.destroy_gpu_instance(gi)
 
@@ -278,6 +279,6 @@ def live_instances(handle: Handle, profiles: list[MigProfile]) -> list[tuple[Han
     """Every GPU instance on this GPU with its info."""
     found = []
     for profile in profiles:
-        for gi in nvml.gpu_instances(handle, profile.info.id):
+        for gi in nvml.gpu_instances(handle, profile.info.id, profile.info.instance_count):
             found.append((gi, nvml.gpu_instance_info(gi)))
     return found

@@ -353,12 +353,18 @@ def create_gpu_instance(handle: Handle, profile_id: int, placement: Placement) -
     return call(pynvml.nvmlDeviceCreateGpuInstanceWithPlacement, handle, profile_id, ctypes.byref(wanted))
 
 
-def gpu_instances(handle: Handle, profile_id: int) -> list[Handle]:
-    count = ctypes.c_uint(0)
-    call(pynvml.nvmlDeviceGetGpuInstances, handle, profile_id, None, ctypes.byref(count))
-    if not count.value:
-        return []
-    array = (pynvml.c_nvmlGpuInstance_t * count.value)()
+# A GPU has 8 memory slices and a GPU instance takes at least one: no profile has more instances. The buffer for a
+# caller that does not know the profile's instanceCount.
+MAX_GPU_INSTANCES = 8
+
+
+def gpu_instances(handle: Handle, profile_id: int, capacity: int = MAX_GPU_INSTANCES) -> list[Handle]:
+    """The GPU instances of one profile, in one call with a buffer of `capacity` (the profile's instanceCount).
+
+    nvml.h: the buffer "must be large enough to accommodate the instances supported by the profile"; NVML's own
+    bindings (go-nvml) pass one of instanceCount entries and never ask for the count with a NULL buffer."""
+    count = ctypes.c_uint(capacity)
+    array = (pynvml.c_nvmlGpuInstance_t * max(1, capacity))()
     call(pynvml.nvmlDeviceGetGpuInstances, handle, profile_id, array, ctypes.byref(count))
     return [array[i] for i in range(count.value)]
 
@@ -389,24 +395,24 @@ class ComputeInstanceProfileInfo:
     id: int
     slice_count: int
     multiprocessors: int
+    instance_count: int  # how many compute instances of this profile the GPU instance can hold
 
 
 def compute_instance_profile_info(gi: Handle, profile: int) -> ComputeInstanceProfileInfo:
     raw = call(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, profile, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-    return ComputeInstanceProfileInfo(profile, raw.id, raw.sliceCount, raw.multiprocessorCount)
+    return ComputeInstanceProfileInfo(profile, raw.id, raw.sliceCount, raw.multiprocessorCount, raw.instanceCount)
 
 
 def create_compute_instance(gi: Handle, profile_id: int) -> Handle:
     return call(pynvml.nvmlGpuInstanceCreateComputeInstance, gi, profile_id)
 
 
-def compute_instances(gi: Handle, profile_id: int) -> list[Handle]:
-    count = ctypes.c_uint(0)
-    call(pynvml.nvmlGpuInstanceGetComputeInstances, gi, profile_id, None, ctypes.byref(count))
-    if not count.value:
-        return []
-    array = (pynvml.c_nvmlComputeInstance_t * count.value)()
-    call(pynvml.nvmlGpuInstanceGetComputeInstances, gi, profile_id, array, ctypes.byref(count))
+def compute_instances(gi: Handle, profile: ComputeInstanceProfileInfo) -> list[Handle]:
+    """The compute instances of one profile in a GPU instance, in one call with a buffer of the profile's
+    instanceCount (as `gpu_instances`)."""
+    count = ctypes.c_uint(profile.instance_count)
+    array = (pynvml.c_nvmlComputeInstance_t * max(1, profile.instance_count))()
+    call(pynvml.nvmlGpuInstanceGetComputeInstances, gi, profile.id, array, ctypes.byref(count))
     return [array[i] for i in range(count.value)]
 
 

@@ -11,47 +11,34 @@ claim). The GI/CI IDs are not journaled: the placement names the instance (recon
 matches by it), and the IDs are in the claim state the plugin records right after
 prepare.
 
-Layout: one file per claim, `<state_dir>/nvidia/mig-owned/<uid>.json` (a UID
-that is not a plain file name is stored under its SHA-256), replaced atomically
-and flushed on every change. One file per claim because claims are serialised
-per UID, also across the two plugin instances of a rolling update, so two
-writers never rewrite one file; every change re-reads the file instead of
-trusting memory, for the same reason.
-
-Each file carries the boot ID: MIG instances do not survive a reboot, and an
-instance at the same placement in another boot (mig-parted at boot time) is an
-admin's, never ours, so entries of another boot are void.
-
-A file that cannot be read or parsed is logged and ignored (never fatal, and
-never a reason to destroy anything); the next write for that claim replaces it.
+Layout (claim_files.py, shared with the sharing records): one file per claim,
+`<state_dir>/nvidia/mig-owned/<uid>.json`, replaced atomically and flushed on every change, re-read by
+every change instead of trusting memory (a rolling-update peer may have written it). Each file carries
+the boot ID: MIG instances do not survive a reboot, and an instance at the same placement in another boot
+(mig-parted at boot time) is an admin's, never ours, so entries of another boot are void. A file that
+cannot be read or parsed is logged and ignored (never fatal, and never a reason to destroy anything); the
+next write for that claim replaces it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from dra_driver.common import atomic_file, json_text, node_file
 from dra_driver.common.boot_id import read_boot_id
-from dra_driver.common.logs import fields
+from dra_driver_nvidia.claim_files import ClaimFile, ClaimFiles
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 SUBDIR = Path("nvidia") / "mig-owned"
-_SUFFIX = ".json"
-MAX_RECORD_BYTES = 1 << 20  # a record names a few MIG instances
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 GiKey = tuple[str, int, int]  # (parent GPU uuid, GI profile ID, placement start)
 
 
@@ -79,12 +66,7 @@ class _EntryFile(BaseModel):
     start: int
 
 
-class _ClaimFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    version: int
-    bootId: str
-    claimUID: str
+class _ClaimFile(ClaimFile):
     instances: list[_EntryFile]
 
 
@@ -94,6 +76,7 @@ class OwnershipJournal:
     def __init__(self, directory: Path | None, boot_id_path: Path | None = None) -> None:
         self.directory = directory
         self.boot_id = read_boot_id(boot_id_path) if boot_id_path is not None else read_boot_id()
+        self._files = ClaimFiles(directory, _ClaimFile, FORMAT_VERSION, self.boot_id, "MIG ownership record") if directory is not None else None
         self._memory: dict[str, list[OwnedInstance]] = {}  # used when there is no directory
         # Claims inside `held`: their record as last read or written in this call (None: not read yet).
         self._held: dict[str, list[OwnedInstance] | None] = {}
@@ -127,68 +110,21 @@ class OwnershipJournal:
     def all_entries(self) -> list[OwnedInstance]:
         """Every valid entry of this boot, read from disk now (another instance may have written since)."""
         with self._lock:
-            if self.directory is None:
+            if self._files is None:
                 return [e for entries in self._memory.values() for e in entries]
-            try:
-                paths = sorted(self.directory.glob("*" + _SUFFIX))
-            except OSError as exc:
-                log.warning("MIG ownership journal unreadable", extra=fields(path=str(self.directory), error=str(exc)))
-                return []
-            found: list[OwnedInstance] = []
-            for path in paths:
-                parsed = self._parse(path)
-                if parsed is not None:
-                    found += parsed[1]
-            return found
+            return [entry for record in self._files.read_all() for entry in _entries(record)]
 
     def _read(self, claim_uid: str) -> list[OwnedInstance]:
-        if self.directory is None:
+        if self._files is None:
             return list(self._memory.get(claim_uid, []))
         known = self._held.get(claim_uid)
         if known is not None:
             return list(known)
-        entries = self._read_file(claim_uid)
+        record = self._files.read(claim_uid)
+        entries = _entries(record) if record is not None else []
         if claim_uid in self._held:
             self._held[claim_uid] = list(entries)
         return entries
-
-    def _read_file(self, claim_uid: str) -> list[OwnedInstance]:
-        parsed = self._parse(self._path(claim_uid))
-        if parsed is None:
-            return []
-        uid, entries = parsed
-        if uid != claim_uid:  # a hashed name shared by two UIDs: not this claim's record
-            log.warning("MIG ownership record names another claim; ignored", extra=fields(claim=claim_uid, recorded=uid))
-            return []
-        return entries
-
-    def _parse(self, path: Path | str) -> tuple[str, list[OwnedInstance]] | None:
-        """(claim UID, entries), or None for a missing, unreadable, corrupt or other-boot file."""
-        try:
-            raw = node_file.read_regular(path, MAX_RECORD_BYTES)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("MIG ownership record unreadable; ignored", extra=fields(path=str(path), error=str(exc)))
-            return None
-        try:
-            record = _ClaimFile.model_validate(json_text.loads(raw))
-        except (ValueError, ValidationError) as exc:  # json errors are ValueErrors (also bad UTF-8)
-            log.warning("MIG ownership record is corrupt; ignored (the instances it named are left alone)",
-                        extra=fields(path=str(path), error=str(exc).splitlines()[0]))
-            return None
-        if record.version != FORMAT_VERSION:
-            log.warning("MIG ownership record of an unknown format; ignored", extra=fields(path=str(path), version=record.version))
-            return None
-        if record.bootId != self.boot_id:
-            # Instances never outlive a boot; at these placements now there can only be someone else's.
-            log.info("MIG ownership record of another boot; dropped", extra=fields(path=str(path)))
-            self._unlink(path)
-            return None
-        entries = [
-            OwnedInstance(record.claimUID, e.device, e.parentUUID, e.profileId, e.start) for e in record.instances
-        ]
-        return record.claimUID, entries
 
     # ---- writing (OSError propagates: the caller decides whether that is fatal) -----------
 
@@ -216,17 +152,16 @@ class OwnershipJournal:
                 self._write(claim_uid, kept)
 
     def _write(self, claim_uid: str, entries: list[OwnedInstance]) -> None:
-        if self.directory is None:
+        if self._files is None:
             if entries:
                 self._memory[claim_uid] = entries
             else:
                 self._memory.pop(claim_uid, None)
             return
-        path = self._path(claim_uid)
         if claim_uid in self._held:
             self._held[claim_uid] = None  # read again if this write fails half-way; set once it is done
         if not entries:
-            self._unlink(path)
+            self._files.remove(claim_uid)
             if claim_uid in self._held:
                 self._held[claim_uid] = []
             return
@@ -239,30 +174,10 @@ class OwnershipJournal:
                 for e in entries
             ],
         }
-        atomic_file.replace_file(path, json.dumps(body, sort_keys=True).encode(), durable=True)
+        self._files.write(claim_uid, json.dumps(body, sort_keys=True).encode())  # a dict: cheaper than building the model
         if claim_uid in self._held:
             self._held[claim_uid] = list(entries)
 
-    def _unlink(self, path: Path | str) -> None:
-        remove_record(path, "MIG ownership record")
 
-    def _path(self, claim_uid: str) -> str:
-        assert self.directory is not None
-        return node_file.child_path(self.directory, claim_file_stem(claim_uid) + _SUFFIX)  # a str: see child_path
-
-
-def claim_file_stem(claim_uid: str) -> str:
-    """A file (or directory) name for a claim's record: the UID when it is a plain name, its SHA-256 otherwise."""
-    if _PLAIN_NAME.fullmatch(claim_uid):
-        return claim_uid
-    return "sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest()
-
-
-def remove_record(path: Path | str, what: str) -> None:
-    """Remove a record file; gone already is fine, a failure is logged (a stale record is dropped at a later start)."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        log.warning(f"cannot remove {what}", extra=fields(path=str(path), error=str(exc)))
+def _entries(record: _ClaimFile) -> list[OwnedInstance]:
+    return [OwnedInstance(record.claimUID, e.device, e.parentUUID, e.profileId, e.start) for e in record.instances]

@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 HOLD_ENV = "DRA_DRIVER_TEST_HOLD_PREPARE"
 HOLD_POINTS = (
     "after-started",  # PrepareStarted is durable, the backend has not been called
-    "after-backend",  # the backend prepared and its state is recorded, no CDI spec yet
+    "after-backend",  # the backend prepared and its state is recorded (if needed: see undoes_from_own_records), no CDI spec yet
     "after-cdi",  # the CDI spec is written, PrepareCompleted is not recorded
     "after-completed",  # PrepareCompleted is recorded, the answer is not sent
     "during-unprepare",  # the backend unprepared, the spec and the record are still there
@@ -267,10 +267,10 @@ class PrepareService:
             self._hold_for_tests(ref.uid, "after-started")
             prepared = self.backend.prepare(ref, allocated)
             started = replace(started, backend_state=dict(prepared.state))
-            if any(prepared.state.values()):
+            if any(prepared.state.values()) and not self.backend.undoes_from_own_records:
                 # Recorded before anything else so a crash from here on is undone with the real state.
-                # A state with only empty values (nothing was created: whole GPUs) adds nothing to the
-                # PrepareStarted record a rollback would use, so that write is skipped.
+                # Skipped when it adds nothing a rollback needs: a state with only empty values (nothing was
+                # created: whole GPUs), or a backend whose own records undo the claim from an empty state.
                 with self._checkpoint_section(), in_place(self._state_place, f"recording the prepare of ResourceClaim {_name(ref)}"):
                     self._checkpoint.put(started, durable=False)
             self._hold_for_tests(ref.uid, "after-backend")

@@ -1,4 +1,5 @@
-"""Which checkpoint lines a prepare writes: the backend-state line only when there is state to record."""
+"""Which checkpoint lines a prepare writes: the backend-state line only when there is state to record and the
+backend cannot undo the claim from its own records."""
 
 from __future__ import annotations
 
@@ -43,11 +44,20 @@ def phases_written(checkpoint_dir: Path, uid: str) -> list[tuple[str, Any]]:
     return [(line["body"]["record"]["phase"], line["body"]["record"]["backend_state"]) for line in lines]
 
 
+class SelfRecordingBackend(ExampleBackend):
+    """Undoes a claim from its own records (as NVIDIA with a state dir): its state need not be recorded before the spec."""
+
+    @property
+    def undoes_from_own_records(self) -> bool:
+        return True
+
+
 @pytest.mark.parametrize(
     ("backend_class", "expected"),
     [
         (ExampleBackend, ["PrepareStarted", "PrepareStarted", "PrepareCompleted"]),  # state recorded before the CDI write
         (StatelessBackend, ["PrepareStarted", "PrepareCompleted"]),  # nothing to record: one write fewer
+        (SelfRecordingBackend, ["PrepareStarted", "PrepareCompleted"]),  # its own records undo it: one write fewer
     ],
 )
 def test_backend_state_line_is_written_only_when_there_is_state(tmp_path: Path, backend_class: type[ExampleBackend], expected: list[str]) -> None:

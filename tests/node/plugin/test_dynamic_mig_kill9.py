@@ -1,7 +1,8 @@
 """kill -9 of a real `dra-driver run --partitioning dynamic` process with a MIG device prepared: the restarted
 process finds the GPU as the killed one left it (MIG on, the claim's instance with its IDs, in the node's
 simulated-hardware state under --state-dir), answers the kubelet's repeated prepare with the same devices
-without switching MIG mode again, prepares a second slice of the same GPU beside it, and unprepares both."""
+without switching MIG mode again, prepares a second slice of the same GPU beside it, and unprepares both; and a
+kill -9 between a MIG instance's creation and PrepareCompleted, rolled back from the ownership journal alone."""
 
 from __future__ import annotations
 
@@ -9,16 +10,20 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.node.plugin.crash_support import hold_at, record_of
 from tests.support import eventually
 
+from dra_driver.node import cdi
+from dra_driver.node.plugin.prepare import HOLD_ENV
 from dra_driver.simulation.claims import allocated_claim_object
 from dra_driver.simulation.api_server import SimApiServer
-from dra_driver.simulation.state import last_document
+from dra_driver.simulation.state import current_document
 from dra_driver.node.plugin.kubelet_client import register
 from dra_driver.node.plugin.sockets import PluginPaths
 from dra_driver.backend.interface import ClaimRef
@@ -43,8 +48,13 @@ def spawn(server: SimApiServer, work: Path, log: Path) -> subprocess.Popen[bytes
 def gpu2(work: Path) -> dict[str, Any]:
     """GPU 2 in the node's simulated-hardware state file (what a real GPU would keep)."""
     path = work / "s" / "simulated-hardware" / "nvidia.json"
-    document = last_document(path.read_bytes(), path)  # the current line: each change appends one
+    document = current_document(path.read_bytes(), path)  # each change appends one line
     return next(gpu for uuid, gpu in document["hardware"]["gpus"].items() if uuid.startswith("GPU-daf2b511"))
+
+
+def _prepare_once(paths: PluginPaths, ref: ClaimRef) -> None:
+    with closing(register(paths.registration_socket)) as conn:
+        conn.prepare([ref])
 
 
 def claim(server: SimApiServer, name: str, device: str) -> ClaimRef:
@@ -88,3 +98,58 @@ def test_a_restarted_daemon_recovers_against_the_mig_state_the_killed_one_left(a
     log = (short_tmp / "second.log").read_text()
     assert "switched MIG mode for a claim" not in log  # the GPU kept its MIG mode: nothing to switch
     assert "destroyed MIG device" in log
+
+
+def test_a_daemon_killed_between_mig_creation_and_prepare_completed_leaves_nothing(
+    apiserver: SimApiServer, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 while one claim waits after the backend created its MIG instance (no CDI spec yet) and another after
+    its CDI spec was written (PrepareCompleted not recorded). NVIDIA with a state dir undoes a claim from its own
+    journal (`undoes_from_own_records`), so the plugin recorded no backend state before the spec: the PrepareStarted
+    records hold none. The restart rolls both back from the journal alone (instances destroyed, journal, specs and
+    records gone) and both prepare again."""
+    paths = PluginPaths(short_tmp / "k", DRIVER, state_dir=short_tmp / "s")
+    hold = short_tmp / "hold"
+    hold.mkdir()
+    refs = {"after-backend": claim(apiserver, "at-backend", FIRST), "after-cdi": claim(apiserver, "at-cdi", SECOND)}
+    for point, ref in refs.items():
+        hold_at(hold, ref.uid, point)
+    monkeypatch.setenv(HOLD_ENV, str(hold))
+    daemon = spawn(apiserver, short_tmp, short_tmp / "first.log")
+    pool = ThreadPoolExecutor(len(refs))
+    try:
+        eventually(paths.registration_socket.exists, what="the first daemon's registration socket")
+        for ref in refs.values():  # answered never: the daemon dies holding them
+            pool.submit(_prepare_once, paths, ref)
+            eventually((hold / ref.uid).exists, what=f"claim {ref.name} to reach its hold point")
+        assert len(gpu2(short_tmp)["instances"]) == 2
+        for ref in refs.values():
+            record = record_of(paths, ref.uid)
+            assert record is not None and record["phase"] == "PrepareStarted" and not record["backend_state"]
+        assert Path(cdi.spec_path(short_tmp / "c", DRIVER, refs["after-cdi"].uid)).exists()
+        assert sorted(p.name for p in (short_tmp / "s" / "nvidia" / "mig-owned").iterdir()) == sorted(f"{r.uid}.json" for r in refs.values())
+    finally:
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+        pool.shutdown(wait=True)
+    monkeypatch.delenv(HOLD_ENV)
+
+    daemon = spawn(apiserver, short_tmp, short_tmp / "second.log")
+    try:
+        eventually(paths.registration_socket.exists, what="the restarted daemon's registration socket")
+        with closing(register(paths.registration_socket)) as conn:
+            eventually(lambda: gpu2(short_tmp)["instances"] == [], what="recovery to destroy the half-prepared claims' instances")
+            for ref in refs.values():
+                eventually(lambda r=ref: record_of(paths, r.uid) is None, what=f"the record of {ref.name} to be rolled back")
+                assert not Path(cdi.spec_path(short_tmp / "c", DRIVER, ref.uid)).exists()
+            assert list((short_tmp / "s" / "nvidia" / "mig-owned").iterdir()) == []
+            answers = conn.prepare(list(refs.values())).claims
+            assert all(answers[ref.uid].error == "" for ref in refs.values()), answers
+            assert len(gpu2(short_tmp)["instances"]) == 2
+            released = conn.unprepare(list(refs.values())).claims
+            assert all(released[ref.uid].error == "" for ref in refs.values())
+        assert gpu2(short_tmp)["instances"] == []
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert "rolling back half-prepared claim" in (short_tmp / "second.log").read_text()

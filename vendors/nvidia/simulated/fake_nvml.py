@@ -104,6 +104,18 @@ def _failures(entries: dict[str, str], where: str) -> dict[str, int]:
     return result
 
 
+def _gpu_part(gpu: FakeGpu) -> dict[str, Any]:
+    """One GPU's part of the saved state (SavedGpu)."""
+    return {
+        "migMode": gpu.mig_mode, "migPending": gpu.mig_pending, "computeMode": gpu.compute_mode,
+        "instances": [
+            {"id": gi.id, "profileId": gi.profile.id, "start": gi.start,
+             "computes": [{"id": ci.id, "profileId": ci.profile_id, "uuid": ci.uuid} for ci in gi.computes.values()]}
+            for gi in gpu.instances.values()
+        ],
+    }  # fmt: skip
+
+
 def _out(ref: Any) -> Any:
     """The object behind an out-parameter (byref(x) or a pointer)."""
     return ref._obj if hasattr(ref, "_obj") else ref.contents
@@ -183,6 +195,10 @@ class FakeNvmlLibrary:
         self.created: list[tuple[str, int]] = []  # (GPU uuid, GI id) in creation order
         self.destroyed: list[tuple[str, int]] = []
         self._serial = 0  # GPU instances ever created on this node: part of each new MIG UUID
+        # Each GPU's part of the saved state as last exported, and the GPUs a change in progress looked up: a save
+        # exports those anew and hands the others over as they were (SimulatedState appends only what differs).
+        self._exported: dict[int, dict[str, Any]] = {}
+        self._touched: set[int] | None = None
         self.load = SimulatedLoad(seed="nvidia")  # readings of the metric calls (keys: GPU and MIG UUIDs)
         for index, spec in enumerate(section.gpus):
             model = section.models[spec.model]
@@ -203,22 +219,21 @@ class FakeNvmlLibrary:
     # ---- persistent state ------------------------------------------------
 
     def _export(self) -> dict[str, Any]:
-        gpus = {
-            gpu.spec.uuid: {
-                "migMode": gpu.mig_mode, "migPending": gpu.mig_pending, "computeMode": gpu.compute_mode,
-                "instances": [
-                    {"id": gi.id, "profileId": gi.profile.id, "start": gi.start,
-                     "computes": [{"id": ci.id, "profileId": ci.profile_id, "uuid": ci.uuid} for ci in gi.computes.values()]}
-                    for gi in gpu.instances.values()
-                ],
-            }
-            for gpu in self.gpus
-        }  # fmt: skip
+        """The state to save: the GPUs the change looked up exported anew, the others' parts as exported before (the
+        same objects: never changed once made, so comparing them with what was saved costs nothing)."""
+        touched = self._touched if self._touched is not None else set()
+        gpus = {}
+        for gpu in self.gpus:
+            part = self._exported.get(gpu.index)
+            if part is None or gpu.index in touched:
+                part = self._exported[gpu.index] = _gpu_part(gpu)
+            gpus[gpu.spec.uuid] = part
         return {"serial": self._serial, "gpus": gpus}
 
     def _read_state(self) -> None:
         """Take the saved state (what another process or an earlier daemon left), keeping the handles of what is unchanged."""
         assert self.state is not None
+        self._exported.clear()  # whatever it changes is exported anew
         loaded = self.state.load(SavedHardware)
         if loaded is None:
             return
@@ -274,9 +289,18 @@ class FakeNvmlLibrary:
 
     @contextmanager
     def _changing(self) -> Iterator[None]:
-        """A call that may change the hardware: under the state's lock, on its latest version, saved after."""
-        with self._lock, changing(self.state, self._sync, self._export):
-            yield
+        """A call that may change the hardware: under the state's lock, on its latest version, saved after. Every GPU
+        it looks a handle up on (a GPU's, or that of one of its instances: `_lookup`) is exported anew."""
+        with self._lock:
+            outer = self._touched is None
+            if outer:
+                self._touched = set()
+            try:
+                with changing(self.state, self._sync, self._export):
+                    yield
+            finally:
+                if outer:
+                    self._touched = None
 
     def close(self) -> None:
         if self.state is not None:
@@ -318,6 +342,7 @@ class FakeNvmlLibrary:
         """A GPU reset (nvidia-smi -r): MIG instances are gone and a pending MIG mode takes effect."""
         with self._changing():
             target = self.gpus[gpu]
+            self._touch(target)
             for gi in list(target.instances.values()):
                 self._forget_gpu_instance(gi)
             target.mig_mode = target.mig_pending
@@ -343,7 +368,22 @@ class FakeNvmlLibrary:
         with self._lock:
             self._sync()
             obj = self._objects.get(_address(handle) or 0)
+            if self._touched is not None and obj is not None:
+                self._touch(obj)
         return obj if isinstance(obj, kind) else None
+
+    def _touch(self, obj: Any) -> None:
+        """A change in progress reached `obj`: its GPU's part of the state is exported anew."""
+        assert self._touched is not None
+        gpu: FakeGpu | None = None
+        if isinstance(obj, FakeGpu):
+            gpu = obj
+        elif isinstance(obj, FakeGpuInstance):
+            gpu = obj.gpu
+        elif isinstance(obj, FakeComputeInstance):
+            gpu = obj.gi.gpu
+        if gpu is not None:
+            self._touched.add(gpu.index)
 
     def _gpu_call(self, symbol: str, handle: Any) -> tuple[int, FakeGpu | None]:
         """Common checks of a per-device call: init, handle, injected failures, lost GPU."""
@@ -751,11 +791,13 @@ class FakeNvmlLibrary:
             ret, gpu = self._gpu_call("nvmlDeviceGetGpuInstances", handle)
             if gpu is None:
                 return ret
+            if instances is None:  # nvml.h: a buffer for the profile's instanceCount, not a count query
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
             found = [gi for gi in sorted(gpu.instances.values(), key=lambda g: g.id) if gi.profile.id == _int(profile_id)]
             counter = _out(count)
-            if instances is None or counter.value < len(found):
+            if counter.value < len(found):
                 counter.value = len(found)
-                return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
             for position, gi in enumerate(found):
                 _store_handle(instances, gi._address, position * _PTR)
             counter.value = len(found)
@@ -837,11 +879,13 @@ class FakeNvmlLibrary:
             gi = self._lookup(handle, FakeGpuInstance)
             if gi is None:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if instances is None:  # as nvmlDeviceGetGpuInstances: a buffer for the profile's instanceCount
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
             found = [ci for ci in sorted(gi.computes.values(), key=lambda c: c.id) if ci.profile_id == _int(profile_id)]
             counter = _out(count)
-            if instances is None or counter.value < len(found):
+            if counter.value < len(found):
                 counter.value = len(found)
-                return pynvml.NVML_SUCCESS if instances is None else pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
             for position, ci in enumerate(found):
                 _store_handle(instances, ci._address, position * _PTR)
             counter.value = len(found)

@@ -1,0 +1,145 @@
+"""The one reader of NVIDIA's per-claim record files (claim_files.py), used by the MIG ownership journal and the sharing
+records: hostile files are refused without blocking or following links, damaged and foreign records are ignored,
+records of another boot are dropped."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.hostile_paths import HOSTILE, plant, returns_within
+
+from dra_driver_nvidia.claim_files import ClaimFile, ClaimFiles, claim_file_stem
+from dra_driver_nvidia.ownership import OwnedInstance, OwnershipJournal
+from dra_driver_nvidia.sharing_records import SharingRecords
+
+BOOT = "boot-1"
+
+
+class Note(ClaimFile):
+    text: str
+
+
+def files(tmp_path: Path, max_bytes: int = 1 << 20) -> ClaimFiles[Note]:
+    (tmp_path / "records").mkdir(parents=True, exist_ok=True)
+    return ClaimFiles(tmp_path / "records", Note, 1, BOOT, "test record", max_bytes=max_bytes)
+
+
+def put(records: ClaimFiles[Note], uid: str, **changes: Any) -> Path:
+    body = {"version": 1, "bootId": BOOT, "claimUID": uid, "text": "hello", **changes}
+    records.write(uid, json.dumps(body).encode())
+    return path_of(records, uid)
+
+
+def path_of(records: ClaimFiles[Note], uid: str) -> Path:
+    return Path(records.path(uid))  # the product keeps it a str (node_file.child_path)
+
+
+def test_a_record_written_is_read_back_by_its_claim(tmp_path: Path) -> None:
+    records = files(tmp_path)
+    put(records, "uid-1", text="one")
+    put(records, "uid-2", text="two")
+    assert records.read("uid-1") == Note(version=1, bootId=BOOT, claimUID="uid-1", text="one")
+    assert [note.text for note in records.read_all()] == ["one", "two"]
+    records.remove("uid-1")
+    records.remove("uid-1")  # gone already: fine
+    assert records.read("uid-1") is None and [note.claimUID for note in records.read_all()] == ["uid-2"]
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_pipe_or_a_link_in_a_records_place_is_refused_without_blocking(tmp_path: Path, kind: str) -> None:
+    records = files(tmp_path)
+    put(records, "uid-2")
+    plant(path_of(records, "uid-1"), kind)
+    assert returns_within(lambda: records.read("uid-1"), path_of(records, "uid-1")) is None
+    assert [note.claimUID for note in returns_within(records.read_all, path_of(records, "uid-1"))] == ["uid-2"]
+
+
+def test_a_link_to_a_valid_record_is_not_followed(tmp_path: Path) -> None:
+    records = files(tmp_path)
+    elsewhere = put(files(tmp_path / "other"), "uid-1")
+    path_of(records, "uid-1").symlink_to(elsewhere)
+    assert records.read("uid-1") is None
+
+
+def test_a_record_larger_than_the_bound_is_not_read(tmp_path: Path) -> None:
+    records = files(tmp_path, max_bytes=200)
+    put(records, "uid-1", text="x" * 300)
+    assert records.read("uid-1") is None
+
+
+@pytest.mark.parametrize(
+    ("content", "expected_log"),
+    [
+        (b"{not json", "is corrupt"),
+        (b'{"version": 1, "bootId": "boot-1", "claimUID": "uid-1"}', "is corrupt"),  # a field missing
+        (b'{"version": 1, "bootId": "boot-1", "claimUID": "uid-1", "text": "t", "extra": 1}', "is corrupt"),
+        (b'{"version": 2, "bootId": "boot-1", "claimUID": "uid-1", "text": "t"}', "unknown format"),
+        (b'{"version": 1, "bootId": "boot-1", "claimUID": "uid-9", "text": "t"}', "names another claim"),
+        (b"\xff\xfe", "is corrupt"),
+    ],
+)
+def test_a_damaged_or_foreign_record_is_ignored_and_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, expected_log: str
+) -> None:
+    records = files(tmp_path)
+    path_of(records, "uid-1").write_bytes(content)
+    with caplog.at_level(logging.INFO):
+        assert records.read("uid-1") is None
+    assert expected_log in caplog.text
+    assert path_of(records, "uid-1").exists()  # never removed: the next write for the claim replaces it
+
+
+def test_a_record_of_another_boot_is_dropped(tmp_path: Path) -> None:
+    records = files(tmp_path)
+    path = put(records, "uid-1", bootId="boot-0")
+    assert records.read_all() == [] and not path.exists()
+
+
+def test_a_uid_that_is_no_plain_file_name_is_stored_under_its_hash(tmp_path: Path) -> None:
+    records = files(tmp_path)
+    uid = "../../etc/passwd"
+    path = put(records, uid)
+    assert path.parent == records.directory and path.name == claim_file_stem(uid) + ".json" and path.name.startswith("sha256-")
+    assert records.read(uid) is not None
+
+
+Write = Callable[[Path], Path]
+
+
+def _journal(state: Path) -> Path:
+    journal = OwnershipJournal(state / "mig-owned", boot_id_path=_boot(state))
+    journal.record(OwnedInstance("uid-1", "gpu-0-mig-1g10gb-19-0", "GPU-0", 19, 0))
+    return state / "mig-owned" / "uid-1.json"
+
+
+def _sharing(state: Path) -> Path:
+    records = SharingRecords(state / "sharing", boot_id_path=_boot(state))
+    records.put(records.new("uid-1", ["gpu-0"]))
+    return state / "sharing" / "uid-1.json"
+
+
+def _boot(state: Path) -> Path:
+    state.mkdir(exist_ok=True)
+    (state / "boot_id").write_text(BOOT + "\n")
+    return state / "boot_id"
+
+
+@pytest.mark.parametrize("write", [_journal, _sharing], ids=["ownership-journal", "sharing-records"])
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_both_kinds_of_record_are_read_by_it(tmp_path: Path, write: Write, kind: str) -> None:
+    """The ownership journal and the sharing records read their files through ClaimFiles: what it refuses, they do."""
+    path = write(tmp_path)
+    boot = tmp_path / "boot_id"
+    reread = (
+        (lambda: OwnershipJournal(path.parent, boot_id_path=boot).all_entries())
+        if write is _journal
+        else (lambda: SharingRecords(path.parent, boot_id_path=boot).all())
+    )
+    assert len(reread()) == 1
+    plant(path, kind)
+    assert returns_within(reread, path) == []

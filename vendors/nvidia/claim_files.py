@@ -1,0 +1,129 @@
+"""One directory of per-claim record files: the one reader and writer of the MIG ownership journal (ownership.py) and
+the sharing records (sharing_records.py).
+
+Layout: `<directory>/<uid>.json`, one file per claim (claims are serialised per UID, also across the two plugin
+instances of a rolling update, so two writers never rewrite one file), replaced atomically and flushed; a UID that
+is not a plain file name is stored under its SHA-256. Every file carries its format version, the boot ID and the
+claim UID: what a record names (MIG instances, MPS daemons, compute modes) does not survive a reboot, so a record
+of another boot is void and dropped.
+
+Reading never trusts the file: no symlink is followed, anything but a regular file is refused without blocking
+(a named pipe), at most `max_bytes` are read (common.node_file). A file that cannot be read or parsed, of another
+format, or naming another claim is logged and ignored, never fatal and never a reason to act on what it names; the
+next write for the claim replaces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dra_driver.common import atomic_file, json_text, node_file
+from dra_driver.common.logs import fields
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".json"
+MAX_RECORD_BYTES = 1 << 20  # a record names a few MIG instances or one MPS daemon: a few hundred bytes
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+
+
+class ClaimFile(BaseModel):
+    """What every record file holds besides its kind's own fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    bootId: str
+    claimUID: str
+
+
+Record = TypeVar("Record", bound=ClaimFile)
+
+
+class ClaimFiles(Generic[Record]):
+    """The record files of one kind (`model`, format `version`) under `directory`; `what` names them in log lines."""
+
+    def __init__(self, directory: Path, model: type[Record], version: int, boot_id: str, what: str, max_bytes: int = MAX_RECORD_BYTES) -> None:
+        self.directory = directory
+        self._model = model
+        self._version = version
+        self._boot_id = boot_id
+        self._what = what
+        self._max_bytes = max_bytes
+
+    def path(self, claim_uid: str) -> str:
+        return node_file.child_path(self.directory, claim_file_stem(claim_uid) + SUFFIX)  # a str: see child_path
+
+    def read(self, claim_uid: str) -> Record | None:
+        """The claim's record; None when there is none or it is unusable (logged)."""
+        record = self._parse(self.path(claim_uid))
+        if record is not None and record.claimUID != claim_uid:  # a hashed name shared by two UIDs: not this claim's
+            log.warning(f"{self._what} names another claim; ignored", extra=fields(claim=claim_uid, recorded=record.claimUID))
+            return None
+        return record
+
+    def read_all(self) -> list[Record]:
+        """Every usable record of this boot, read from disk now (another instance may have written since)."""
+        try:
+            paths = sorted(self.directory.glob("*" + SUFFIX))
+        except OSError as exc:
+            log.warning(f"{self._what}s unreadable", extra=fields(path=str(self.directory), error=str(exc)))
+            return []
+        return [record for path in paths if (record := self._parse(path)) is not None]
+
+    def write(self, claim_uid: str, body: bytes) -> None:
+        """Replace the claim's file with `body` (a JSON document of `model`) atomically, durable before returning;
+        OSError propagates (the caller must not act unrecorded)."""
+        atomic_file.replace_file(self.path(claim_uid), body, durable=True)
+
+    def remove(self, claim_uid: str) -> None:
+        remove_record(self.path(claim_uid), self._what)
+
+    def _parse(self, path: Path | str) -> Record | None:
+        """The record at `path`, or None for a missing, unreadable, corrupt, other-format or other-boot file."""
+        try:
+            raw = node_file.read_regular(path, self._max_bytes)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # a pipe, a link, a directory, too large, no permission
+            log.warning(f"{self._what} unreadable; ignored", extra=fields(path=str(path), error=str(exc)))
+            return None
+        try:
+            record = self._model.model_validate(json_text.loads(raw))
+        except (ValueError, ValidationError) as exc:  # json errors are ValueErrors (also bad UTF-8)
+            log.warning(f"{self._what} is corrupt; ignored (nothing it names is acted on)",
+                        extra=fields(path=str(path), error=str(exc).splitlines()[0]))  # fmt: skip
+            return None
+        if record.version != self._version:
+            log.warning(f"{self._what} of an unknown format; ignored", extra=fields(path=str(path), version=record.version))
+            return None
+        if record.bootId != self._boot_id:
+            # What it names never outlives a boot: at its places now there can only be someone else's.
+            log.info(f"{self._what} of another boot; dropped", extra=fields(path=str(path)))
+            remove_record(path, self._what)
+            return None
+        return record
+
+
+def claim_file_stem(claim_uid: str) -> str:
+    """A file (or directory) name for a claim's record: the UID when it is a plain name, its SHA-256 otherwise."""
+    if _PLAIN_NAME.fullmatch(claim_uid):
+        return claim_uid
+    return "sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest()
+
+
+def remove_record(path: Path | str, what: str) -> None:
+    """Remove a record file; gone already is fine, a failure is logged (a stale record is dropped at a later start)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning(f"cannot remove {what}", extra=fields(path=str(path), error=str(exc)))
