@@ -75,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
     registry = _registry(exporter)
 
     def metrics() -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from dra_driver.common.prometheus_text import CONTENT_TYPE, generate_text
 
-        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        return Response(200, generate_text(registry), CONTENT_TYPE)
 
     def readyz() -> Response:
         return Response(200, b"ok\n") if exporter.ready else Response(503, b"not ready: the first lists are not done\n")
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _registry(exporter: Any) -> Any:
-    from prometheus_client import CollectorRegistry
+    from dra_driver.common.prometheus import CollectorRegistry
 
     registry = CollectorRegistry()
     registry.register(exporter)

@@ -325,7 +325,7 @@ class FleetExporter:
     # ---- rendering (prometheus_client custom collector) ---------------------------
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from dra_driver.common.prometheus import CounterMetricFamily, GaugeMetricFamily
 
         with self._lock:
             shown = self._picture

@@ -19,6 +19,7 @@ from dra_driver.common import suggest
 from dra_driver.common.logs import fields
 from dra_driver.kube.api_source import IN_CLUSTER_TOKEN, USER_AGENT, ApiSource, KubeConfigError, api_source
 from dra_driver.kube.k8s import ApiException, Configuration, client
+from dra_driver.kube.watch_lines import READ_BYTES, watch_lines
 
 __all__ = [
     "IN_CLUSTER_TOKEN", "USER_AGENT", "ApiSource", "JsonApi", "KubeConfigError", "WatchStream", "api_client_for",
@@ -260,16 +261,15 @@ def make_json_api(base_url: str | None = None, kubeconfig: str | None = None, co
 
 
 class WatchStream:
-    """Raw watch events ({"type", "object"}) as dicts; ERROR events raise ApiException (410 = expired)."""
+    """Raw watch events ({"type", "object"}) as dicts; ERROR events raise ApiException (410 = expired), a line beyond
+    watch_lines.MAX_LINE_BYTES raises WatchLineTooLong."""
 
     def __init__(self, response: Any) -> None:
         self._response = response
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        from kubernetes.watch.watch import iter_resp_lines
-
         try:
-            for line in iter_resp_lines(self._response):
+            for line in watch_lines(self._response.stream(amt=READ_BYTES, decode_content=False)):
                 if not line.strip():
                     continue
                 event = json.loads(line)

@@ -167,7 +167,7 @@ class DeviceMetricsCollector:
 
 def _families() -> list[Any]:
     """Fresh, empty metric families (one set per scrape)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from dra_driver.common.prometheus import CounterMetricFamily, GaugeMetricFamily
 
     def gauge(name: str, text: str, labels: Sequence[str]) -> Any:
         return GaugeMetricFamily(name, text, labels=list(labels))

@@ -3,9 +3,10 @@
 Each daemon owns its own CollectorRegistry (not the process-global one) so
 several daemons in one process (tests, demo) do not collide.
 
-prometheus_client is imported by load(), not by this module: with its HTTP
-server it costs a sizeable part of the daemon's start-up, which the kubelet
-waits for. The daemon creates Metrics(load=False) and loads them once its
+prometheus_client is imported by load(), not by this module: it costs a
+sizeable part of the daemon's start-up, which the kubelet waits for (and only
+its metric types, through dra_driver.common.prometheus; /metrics is written by
+dra_driver.common.prometheus_text). The daemon creates Metrics(load=False) and loads them once its
 sockets serve; what is counted before that is kept and replayed.
 """
 
@@ -311,11 +312,13 @@ class Metrics:
     def exposition(self) -> Response:
         """The Prometheus text format of every series (the /metrics answer of dra_driver.node.metrics_http)."""
         self.load()
-        prometheus = _prometheus()
-        return Response(200, prometheus.generate_latest(self.registry), prometheus.CONTENT_TYPE_LATEST)
+        from dra_driver.common.prometheus_text import CONTENT_TYPE, generate_text
+
+        return Response(200, generate_text(self.registry), CONTENT_TYPE)
 
 
 def _prometheus() -> Any:
-    import prometheus_client
+    """prometheus_client's metric types and registry, imported on first use (dra_driver.common.prometheus)."""
+    import dra_driver.common.prometheus as prometheus
 
-    return prometheus_client
+    return prometheus

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import eventually
 from dra_driver.sources.classes import shipped_class_documents
+from dra_driver.common.prometheus_text import generate_text
 from dra_driver.fleet.exporter import FleetExporter
 from dra_driver.kube import reflector as reflectors
 from dra_driver.simulation.claims import allocated_claim_object
@@ -63,7 +64,9 @@ def scrape(exporter: FleetExporter) -> Samples:
     registry = CollectorRegistry()
     registry.register(exporter)
     out: Samples = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+    text = generate_text(registry)
+    assert text == generate_latest(registry)  # the exporter's one writer, byte for byte what prometheus_client writes
+    for family in text_string_to_metric_families(text.decode()):
         for sample in family.samples:
             out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return out

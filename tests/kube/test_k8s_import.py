@@ -37,7 +37,7 @@ def test_the_client_the_driver_uses_loads_without_the_rest_of_the_package() -> N
         "from dra_driver.kube.client import JsonApi, WatchStream, configuration_for_url\n"
         "from dra_driver.kube.k8s import ApiException\n"
         "JsonApi(configuration_for_url('http://127.0.0.1:1')).headers()\n"
-        "import kubernetes.config.incluster_config, kubernetes.watch.watch\n"  # the in-cluster loader and the watch reader
+        "import kubernetes.config.incluster_config\n"  # the in-cluster loader
         f"loaded = sorted(m for m in {NOT_NEEDED + TYPED_CLIENT!r} if m in sys.modules)\n"
         "print(json.dumps([loaded, sys.modules['kubernetes.client']._deferred_init]))\n"  # its table of classes not built
     )
@@ -79,12 +79,13 @@ def test_a_package_imported_before_is_used_as_it_is() -> None:
 
 
 def test_a_package_that_is_not_a_regular_package_is_refused_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dra_driver.kube.k8s import _deferred_module
+    from dra_driver.common.deferred_packages import deferred_module
+    from dra_driver.kube.k8s import FIX
 
     (tmp_path / "namespace_only").mkdir()  # no __init__.py: a layout the deferral does not know
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ImportError, match=r"namespace_only: not a regular package with an __init__.py .* pyproject.toml"):
-        _deferred_module("namespace_only")
+        deferred_module("namespace_only", FIX)
     assert "namespace_only" not in sys.modules
 
 
