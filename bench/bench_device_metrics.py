@@ -5,7 +5,7 @@ Default: the real NVIDIA backend over the simulated NVML, `dgx-h100` (8 GPUs) an
 vendor the profile describes instead, through its real backend over its simulated lowest layer (amdsmi module,
 HLML library and sysfs tree), e.g. mi300x, mi300x-cpx (64 partitions), gaudi3-hls. A quarter of the devices
 are held by a claim, so the holder labels are rendered too. Reports the median and max of R collections and
-of R scrapes (prometheus_client's text exposition of the whole registry).
+of R scrapes (the text exposition of the whole registry, dra_driver/common/prometheus_text.py).
 
 The simulated libraries answer in-process, so this measures the driver's own cost per device (bindings,
 sample building, rendering), not the vendor driver's: on a real host each library call adds its own time

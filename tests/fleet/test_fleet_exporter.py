@@ -60,9 +60,19 @@ def exporter(server: SimApiServer) -> Iterator[FleetExporter]:
         started.stop()
 
 
+class _Collected:
+    """A collector answering the families collected once."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self._families)
+
+
 def scrape(exporter: FleetExporter) -> Samples:
     registry = CollectorRegistry()
-    registry.register(exporter)
+    registry.register(_Collected(list(exporter.collect())))  # one collection for both writers: ages move on between two
     out: Samples = {}
     text = generate_text(registry)
     assert text == generate_latest(registry)  # the exporter's one writer, byte for byte what prometheus_client writes
