@@ -8,6 +8,7 @@ GPU's MIG mode changes, and a GPU instance made by the prepare is not asked for 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,11 @@ from typing import Any
 import pynvml
 import pytest
 
-from dra_driver.common import atomic_file
 from dra_driver.common.errors import DeviceError
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig
 from dra_driver_nvidia.backend import NvidiaBackend
+from dra_driver_nvidia.claim_files import ClaimFiles
 from dra_driver_nvidia.ownership import SUBDIR, OwnedInstance, OwnershipJournal
 
 from .conftest import OpenBackend
@@ -39,15 +40,15 @@ def alloc(*devices: str) -> list[AllocatedDevice]:
 
 
 def count_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every file the journal replaces, in order (atomic_file.replace_file is its only way to write)."""
+    """Every record file written, in order (ClaimFiles.write is the only way the journal writes)."""
     written: list[Path] = []
-    real: Callable[..., None] = atomic_file.replace_file
+    real: Callable[..., None] = ClaimFiles.write
 
-    def spy(path: Path | str, data: bytes, **options: Any) -> None:
-        written.append(Path(path))
-        real(path, data, **options)
+    def spy(files: ClaimFiles[Any], claim_uid: str, body: bytes) -> None:
+        written.append(Path(files.path(claim_uid)))
+        real(files, claim_uid, body)
 
-    monkeypatch.setattr(atomic_file, "replace_file", spy)
+    monkeypatch.setattr(ClaimFiles, "write", spy)
     return written
 
 
@@ -80,6 +81,34 @@ def test_unprepare_drops_the_journal_file_without_rewriting_it(
     backend.unprepare(claim("uid-8"), prepared.state)
     assert written == []  # was one rewrite per destroyed instance but the last
     assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
+
+
+def test_an_unprepare_removes_the_claims_journal_file_once_and_a_whole_gpus_never(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The destroy drops the last entries with the file; the unprepare's final drop (for a corrupt record or entries
+    on unknown GPUs) knows it is gone. A claim with no journal file (a whole GPU) removes nothing."""
+    journal_dir = str(tmp_path / SUBDIR)
+    removed: list[str] = []
+    unlink = os.unlink
+
+    def spy(path: Any, *args: Any, **kw: Any) -> None:
+        if os.fspath(path).startswith(journal_dir):
+            removed.append(os.fspath(path))
+        unlink(path, *args, **kw)
+
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    whole = backend.prepare(claim("uid-w"), alloc("gpu-3"))
+    monkeypatch.setattr(os, "unlink", spy)
+    backend.unprepare(claim("uid-8"), prepared.state)
+    assert removed == [str(tmp_path / SUBDIR / "uid-8.json")]  # was twice: the second found nothing
+    removed.clear()
+    backend.unprepare(claim("uid-w"), whole.state)
+    assert removed == []
+    # A corrupt record is still dropped by the claim's unprepare.
+    (tmp_path / SUBDIR / "uid-c.json").write_bytes(b"{")
+    backend.unprepare(claim("uid-c"), {})
+    assert removed == [str(tmp_path / SUBDIR / "uid-c.json")] and list((tmp_path / SUBDIR).glob("*")) == []
 
 
 def test_journal_takes_one_claim_per_write(tmp_path: Path) -> None:
@@ -196,9 +225,9 @@ def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
     assert files is not None
     real = files._parse
 
-    def spy(path: Path | str) -> Any:
+    def spy(path: Path | str, **options: Any) -> Any:
         read.append(Path(path))
-        return real(path)
+        return real(path, **options)
 
     monkeypatch.setattr(files, "_parse", spy)
     prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))

@@ -78,8 +78,11 @@ class OwnershipJournal:
         self.boot_id = read_boot_id(boot_id_path) if boot_id_path is not None else read_boot_id()
         self._files = ClaimFiles(directory, _ClaimFile, FORMAT_VERSION, self.boot_id, "MIG ownership record") if directory is not None else None
         self._memory: dict[str, list[OwnedInstance]] = {}  # used when there is no directory
-        # Claims inside `held`: their record as last read or written in this call (None: not read yet).
+        # Claims inside `held`: their record as last read or written in this call (None: not read yet), and those
+        # whose file this call found missing or removed (nothing to remove again: an unprepare drops the entries
+        # of the instances it destroyed, then whatever is left, usually nothing).
         self._held: dict[str, list[OwnedInstance] | None] = {}
+        self._no_file: set[str] = set()
         self._lock = threading.Lock()
 
     @classmethod
@@ -100,6 +103,7 @@ class OwnershipJournal:
         finally:
             with self._lock:
                 self._held.pop(claim_uid, None)
+                self._no_file.discard(claim_uid)
 
     # ---- reading -------------------------------------------------------------------
 
@@ -120,10 +124,12 @@ class OwnershipJournal:
         known = self._held.get(claim_uid)
         if known is not None:
             return list(known)
-        record = self._files.read(claim_uid)
+        record, present = self._files.lookup(claim_uid)
         entries = _entries(record) if record is not None else []
         if claim_uid in self._held:
             self._held[claim_uid] = list(entries)
+            if not present:
+                self._no_file.add(claim_uid)
         return entries
 
     # ---- writing (OSError propagates: the caller decides whether that is fatal) -----------
@@ -158,12 +164,18 @@ class OwnershipJournal:
             else:
                 self._memory.pop(claim_uid, None)
             return
-        if claim_uid in self._held:
+        held = claim_uid in self._held
+        if not entries and held and claim_uid in self._no_file:
+            return  # no file to remove
+        if held:
             self._held[claim_uid] = None  # read again if this write fails half-way; set once it is done
+            self._no_file.discard(claim_uid)
         if not entries:
-            self._files.remove(claim_uid)
-            if claim_uid in self._held:
+            gone = self._files.remove(claim_uid)
+            if held:
                 self._held[claim_uid] = []
+                if gone:
+                    self._no_file.add(claim_uid)
             return
         body = {
             "version": FORMAT_VERSION,
