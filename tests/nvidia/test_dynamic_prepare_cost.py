@@ -16,6 +16,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from dra_driver.common import atomic_file
 from dra_driver.common.errors import DeviceError
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig
@@ -40,15 +41,24 @@ def alloc(*devices: str) -> list[AllocatedDevice]:
 
 
 def count_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every record file written, in order (ClaimFiles.write is the only way the journal writes)."""
+    """Every record file written, in order: created in place (ClaimFiles.create) or replaced (atomic_file.replace_file),
+    the only two ways the journal writes."""
     written: list[Path] = []
-    real: Callable[..., None] = ClaimFiles.write
+    create: Callable[..., bool] = ClaimFiles.create
+    replace: Callable[..., None] = atomic_file.replace_file
 
-    def spy(files: ClaimFiles[Any], claim_uid: str, body: bytes) -> None:
-        written.append(Path(files.path(claim_uid)))
-        real(files, claim_uid, body)
+    def creating(files: ClaimFiles[Any], claim_uid: str, body: bytes) -> bool:
+        made = create(files, claim_uid, body)
+        if made:
+            written.append(Path(files.path(claim_uid)))
+        return made
 
-    monkeypatch.setattr(ClaimFiles, "write", spy)
+    def replacing(path: Path | str, data: bytes, **options: Any) -> None:
+        written.append(Path(path))
+        replace(path, data, **options)
+
+    monkeypatch.setattr(ClaimFiles, "create", creating)
+    monkeypatch.setattr(atomic_file, "replace_file", replacing)
     return written
 
 
@@ -215,11 +225,12 @@ def test_gpu_instance_that_cannot_be_undone_is_left_alone_and_logged(
     assert EIGHT[0] not in offered and "gpu-0" not in offered and EIGHT[1] in offered
 
 
-def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
+def test_a_prepare_reads_the_claims_journal_file_only_when_one_is_there_and_an_unprepare_once(
     backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second write of a prepare and the removals of an unprepare use what the call read or wrote itself (the
-    claim is held by the call); each call still reads the file once, as a rolling-update peer may have written it."""
+    """The removals of an unprepare use what the call read or wrote itself (the claim is held by the call): it reads
+    the file once, as a rolling-update peer may have written it. A prepare reads nothing when it creates the file
+    (nothing was there to merge with), and merges with what is there when it cannot."""
     read: list[Path] = []
     files = backend._journal._files
     assert files is not None
@@ -231,14 +242,14 @@ def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
 
     monkeypatch.setattr(files, "_parse", spy)
     prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
-    assert read == [tmp_path / SUBDIR / "uid-8.json"]
-    read.clear()
+    assert read == []  # was one read, of a file that was not there
     backend.unprepare(claim("uid-8"), prepared.state)
     assert read == [tmp_path / SUBDIR / "uid-8.json"]
     assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
     read.clear()
     OwnershipJournal.under(tmp_path).record(OwnedInstance("uid-x", EIGHT[0], "GPU-x", 19, 0))  # a peer's write
     backend.prepare(claim("uid-x"), alloc(EIGHT[1]))
+    assert read == [tmp_path / SUBDIR / "uid-x.json"]  # there already: read and merged
     assert [e.device for e in OwnershipJournal.under(tmp_path).entries("uid-x")] == [EIGHT[0], EIGHT[1]]  # the peer's entry kept
 
 

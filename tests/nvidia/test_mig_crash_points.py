@@ -28,6 +28,7 @@ from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.simulated.fake_nvml import FakeNvmlLibrary
+from dra_driver.common import atomic_file
 from dra_driver_nvidia.claim_files import ClaimFiles
 from dra_driver_nvidia.ownership import SUBDIR, OwnershipJournal
 
@@ -75,9 +76,10 @@ class KillSwitch:
 def install(switch: KillSwitch, fake: FakeNvmlLibrary, monkeypatch: pytest.MonkeyPatch) -> None:
     for symbol in CHANGING_SYMBOLS:
         intercept(monkeypatch, fake, symbol, lambda original, *args: switch.step(lambda: original(*args)))
-    # Every record write, a claim's first (created in place) or a later one (replaced): the journal's intents.
-    write = ClaimFiles.write
-    monkeypatch.setattr(ClaimFiles, "write", lambda files, uid, body: switch.step(lambda: write(files, uid, body)))
+    # Every record write: a claim's first, created in place (ClaimFiles.create), or a later one, replaced.
+    create, replace = ClaimFiles.create, atomic_file.replace_file
+    monkeypatch.setattr(ClaimFiles, "create", lambda files, uid, body: switch.step(lambda: create(files, uid, body)))
+    monkeypatch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: replace(*args, **kw)))
     remove = ClaimFiles.remove  # the journal's other change: a claim's file removed with its last entry
 
     def removing(files: ClaimFiles[Any], uid: str) -> bool:

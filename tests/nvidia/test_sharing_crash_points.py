@@ -23,6 +23,7 @@ import pytest
 
 from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia.backend import SHARING_KEY, NvidiaBackend
+from dra_driver.common import atomic_file
 from dra_driver_nvidia.claim_files import ClaimFiles
 
 from .conftest import OpenBackend
@@ -45,9 +46,10 @@ def install(switch: KillSwitch, backend: NvidiaBackend, patch: pytest.MonkeyPatc
     intercept(patch, backend.simulator, "nvmlDeviceSetComputeMode", lambda original, *args: switch.step(lambda: original(*args)))
     run = subprocess.run
     patch.setattr(subprocess, "run", lambda *args, **kw: switch.step(lambda: run(*args, **kw)))
-    # Every record write, a claim's first (created in place) or a later one (replaced).
-    write = ClaimFiles.write
-    patch.setattr(ClaimFiles, "write", lambda files, uid, body: switch.step(lambda: write(files, uid, body)))
+    # Every record write: a claim's first, created in place (ClaimFiles.create), or a later one, replaced.
+    create, replace = ClaimFiles.create, atomic_file.replace_file
+    patch.setattr(ClaimFiles, "create", lambda files, uid, body: switch.step(lambda: create(files, uid, body)))
+    patch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: replace(*args, **kw)))
     remove = ClaimFiles.remove
 
     def removing(files: ClaimFiles[Any], uid: str) -> bool:

@@ -32,7 +32,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dra_driver.common import atomic_file, json_text, node_file
+from dra_driver.common import atomic_file, file_modes, json_text, node_file
 from dra_driver.common.logs import fields
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class ClaimFiles(Generic[Record]):
         self._boot_id = boot_id
         self._what = what
         self._max_bytes = max_bytes
+        self._durable = not boot_id  # flushed only when a reboot would not void the records: see the module docstring
 
     def path(self, claim_uid: str) -> str:
         return node_file.child_path(self.directory, claim_file_stem(claim_uid) + SUFFIX)  # a str: see child_path
@@ -101,25 +102,34 @@ class ClaimFiles(Generic[Record]):
         """Make `body` (one JSON document of `model`, nothing after its closing brace) the claim's record: readers
         see nothing or the whole record when it is the first, the old or the new one after. OSError propagates (the
         caller must not act unrecorded)."""
+        if not self.create(claim_uid, body):
+            atomic_file.replace_file(self.path(claim_uid), body, durable=self._durable)  # replaced whole
+
+    def create(self, claim_uid: str, body: bytes) -> bool:
+        """Write `body` as the claim's first record; False, writing nothing, when something is at its path already
+        (a record to merge with or replace, or anything else). The directory is made when missing. OSError
+        propagates."""
         path = self.path(claim_uid)
-        durable = not self._boot_id  # see the module docstring
         try:
-            fd = os.open(path, _NEW_FILE_FLAGS, _FILE_MODE)
-        except (FileExistsError, FileNotFoundError):
-            # A record (or anything else) is there: replaced whole. No directory yet: replace_file makes it.
-            atomic_file.replace_file(path, body, durable=durable)
-            return
+            try:
+                fd = os.open(path, _NEW_FILE_FLAGS, _FILE_MODE)
+            except FileNotFoundError:
+                file_modes.make_dirs(self.directory, file_modes.CDI_DIR)  # as atomic_file.replace_file makes it
+                fd = os.open(path, _NEW_FILE_FLAGS, _FILE_MODE)
+        except FileExistsError:
+            return False
         try:
             view = memoryview(body)
             while view:
                 view = view[os.write(fd, view) :]
-            if durable:
+            if self._durable:
                 atomic_file.datasync(fd)
         except BaseException:
             remove_record(path, self._what)  # a failed write leaves no record behind (a kill -9 leaves a torn one)
             raise
         finally:
             os.close(fd)
+        return True
 
     def remove(self, claim_uid: str) -> bool:
         """Whether the claim's file is gone now (a failure is logged)."""
