@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,66 @@ def test_a_pipe_or_a_link_in_a_records_place_is_refused_without_blocking(tmp_pat
     plant(path_of(records, "uid-1"), kind)
     assert returns_within(lambda: records.read("uid-1"), path_of(records, "uid-1")) is None
     assert [note.claimUID for note in returns_within(records.read_all, path_of(records, "uid-1"))] == ["uid-2"]
+
+
+def test_a_record_cut_short_is_never_read_and_the_next_write_replaces_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A claim's first record is written in place (no temp file): a kill -9 between the create and the end of the write
+    leaves a prefix of it, at any length. None of them is a record, and the claim's next write replaces it."""
+    records = files(tmp_path)
+    whole = put(records, "uid-1").read_bytes()
+    for cut in range(len(whole)):
+        path_of(records, "uid-1").write_bytes(whole[:cut])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert records.read("uid-1") is None and records.read_all() == [], cut
+        assert "is corrupt" in caplog.text, cut
+    put(records, "uid-1", text="again")
+    assert records.read("uid-1") == Note(version=1, bootId=BOOT, claimUID="uid-1", text="again")
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_first_record_replaces_a_pipe_or_a_link_in_its_place_and_never_writes_into_it(tmp_path: Path, kind: str) -> None:
+    records = files(tmp_path)
+    plant(path_of(records, "uid-1"), kind)
+    returns_within(lambda: put(records, "uid-1"), path_of(records, "uid-1"))
+    assert stat.S_ISREG(os.lstat(path_of(records, "uid-1")).st_mode) and records.read("uid-1") is not None
+
+
+def test_a_first_record_never_writes_through_a_link_to_a_file(tmp_path: Path) -> None:
+    records = files(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    path_of(records, "uid-1").symlink_to(victim)
+    put(records, "uid-1")
+    assert victim.read_bytes() == b"keep" and not path_of(records, "uid-1").is_symlink() and records.read("uid-1") is not None
+
+
+def test_a_failed_first_write_leaves_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = files(tmp_path)
+
+    def full(fd: int, data: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space"):
+        put(records, "uid-1")
+    monkeypatch.undo()
+    assert not path_of(records, "uid-1").exists() and list(records.directory.iterdir()) == []
+
+
+@pytest.mark.parametrize(("boot", "flushes"), [(BOOT, 0), ("", 2)], ids=["boot-id", "no-boot-id"])
+def test_records_are_flushed_to_the_device_only_without_a_boot_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot: str, flushes: int
+) -> None:
+    """With a boot ID every record is void after a reboot, the only thing that loses the page cache (as the checkpoint)."""
+    (tmp_path / "records").mkdir()
+    records = ClaimFiles(tmp_path / "records", Note, 1, boot, "test record")
+    flushed: list[int] = []
+    sync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (flushed.append(fd), sync(fd))[1])
+    for text in ("first", "replaced"):  # created in place, then replaced
+        records.write("uid-1", json.dumps({"version": 1, "bootId": boot, "claimUID": "uid-1", "text": text}).encode())
+    assert len(flushed) == flushes and records.read("uid-1") is not None
 
 
 def test_a_link_to_a_valid_record_is_not_followed(tmp_path: Path) -> None:

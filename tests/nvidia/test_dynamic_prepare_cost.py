@@ -8,6 +8,7 @@ GPU's MIG mode changes, and a GPU instance made by the prepare is not asked for 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from dra_driver.common.errors import DeviceError
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig
 from dra_driver_nvidia.backend import NvidiaBackend
+from dra_driver_nvidia.claim_files import ClaimFiles
 from dra_driver_nvidia.ownership import SUBDIR, OwnedInstance, OwnershipJournal
 
 from .conftest import OpenBackend
@@ -39,15 +41,24 @@ def alloc(*devices: str) -> list[AllocatedDevice]:
 
 
 def count_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every file the journal replaces, in order (atomic_file.replace_file is its only way to write)."""
+    """Every record file written, in order: created in place (ClaimFiles.create) or replaced (atomic_file.replace_file),
+    the only two ways the journal writes."""
     written: list[Path] = []
-    real: Callable[..., None] = atomic_file.replace_file
+    create: Callable[..., bool] = ClaimFiles.create
+    replace: Callable[..., None] = atomic_file.replace_file
 
-    def spy(path: Path | str, data: bytes, **options: Any) -> None:
+    def creating(files: ClaimFiles[Any], claim_uid: str, body: bytes) -> bool:
+        made = create(files, claim_uid, body)
+        if made:
+            written.append(Path(files.path(claim_uid)))
+        return made
+
+    def replacing(path: Path | str, data: bytes, **options: Any) -> None:
         written.append(Path(path))
-        real(path, data, **options)
+        replace(path, data, **options)
 
-    monkeypatch.setattr(atomic_file, "replace_file", spy)
+    monkeypatch.setattr(ClaimFiles, "create", creating)
+    monkeypatch.setattr(atomic_file, "replace_file", replacing)
     return written
 
 
@@ -80,6 +91,34 @@ def test_unprepare_drops_the_journal_file_without_rewriting_it(
     backend.unprepare(claim("uid-8"), prepared.state)
     assert written == []  # was one rewrite per destroyed instance but the last
     assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
+
+
+def test_an_unprepare_removes_the_claims_journal_file_once_and_a_whole_gpus_never(
+    backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The destroy drops the last entries with the file; the unprepare's final drop (for a corrupt record or entries
+    on unknown GPUs) knows it is gone. A claim with no journal file (a whole GPU) removes nothing."""
+    journal_dir = str(tmp_path / SUBDIR)
+    removed: list[str] = []
+    unlink = os.unlink
+
+    def spy(path: Any, *args: Any, **kw: Any) -> None:
+        if os.fspath(path).startswith(journal_dir):
+            removed.append(os.fspath(path))
+        unlink(path, *args, **kw)
+
+    prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
+    whole = backend.prepare(claim("uid-w"), alloc("gpu-3"))
+    monkeypatch.setattr(os, "unlink", spy)
+    backend.unprepare(claim("uid-8"), prepared.state)
+    assert removed == [str(tmp_path / SUBDIR / "uid-8.json")]  # was twice: the second found nothing
+    removed.clear()
+    backend.unprepare(claim("uid-w"), whole.state)
+    assert removed == []
+    # A corrupt record is still dropped by the claim's unprepare.
+    (tmp_path / SUBDIR / "uid-c.json").write_bytes(b"{")
+    backend.unprepare(claim("uid-c"), {})
+    assert removed == [str(tmp_path / SUBDIR / "uid-c.json")] and list((tmp_path / SUBDIR).glob("*")) == []
 
 
 def test_journal_takes_one_claim_per_write(tmp_path: Path) -> None:
@@ -186,30 +225,31 @@ def test_gpu_instance_that_cannot_be_undone_is_left_alone_and_logged(
     assert EIGHT[0] not in offered and "gpu-0" not in offered and EIGHT[1] in offered
 
 
-def test_a_prepare_and_an_unprepare_read_the_claims_journal_file_once_each(
+def test_a_prepare_reads_the_claims_journal_file_only_when_one_is_there_and_an_unprepare_once(
     backend: NvidiaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second write of a prepare and the removals of an unprepare use what the call read or wrote itself (the
-    claim is held by the call); each call still reads the file once, as a rolling-update peer may have written it."""
+    """The removals of an unprepare use what the call read or wrote itself (the claim is held by the call): it reads
+    the file once, as a rolling-update peer may have written it. A prepare reads nothing when it creates the file
+    (nothing was there to merge with), and merges with what is there when it cannot."""
     read: list[Path] = []
     files = backend._journal._files
     assert files is not None
     real = files._parse
 
-    def spy(path: Path | str) -> Any:
+    def spy(path: Path | str, **options: Any) -> Any:
         read.append(Path(path))
-        return real(path)
+        return real(path, **options)
 
     monkeypatch.setattr(files, "_parse", spy)
     prepared = backend.prepare(claim("uid-8"), alloc(*EIGHT))
-    assert read == [tmp_path / SUBDIR / "uid-8.json"]
-    read.clear()
+    assert read == []  # was one read, of a file that was not there
     backend.unprepare(claim("uid-8"), prepared.state)
     assert read == [tmp_path / SUBDIR / "uid-8.json"]
     assert list((tmp_path / SUBDIR).glob("*")) == [] and list(backend.simulator.live_instances()) == []  # type: ignore[union-attr]
     read.clear()
     OwnershipJournal.under(tmp_path).record(OwnedInstance("uid-x", EIGHT[0], "GPU-x", 19, 0))  # a peer's write
     backend.prepare(claim("uid-x"), alloc(EIGHT[1]))
+    assert read == [tmp_path / SUBDIR / "uid-x.json"]  # there already: read and merged
     assert [e.device for e in OwnershipJournal.under(tmp_path).entries("uid-x")] == [EIGHT[0], EIGHT[1]]  # the peer's entry kept
 
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from dra_driver.common import atomic_file
 from dra_driver.backend.interface import AllocatedDevice, ClaimRef
 from dra_driver_nvidia import mig, nvml
 from dra_driver_nvidia.backend import NvidiaBackend
 from dra_driver_nvidia.simulated.fake_nvml import FakeNvmlLibrary
+from dra_driver.common import atomic_file
 from dra_driver_nvidia.claim_files import ClaimFiles
 from dra_driver_nvidia.ownership import SUBDIR, OwnershipJournal
 
@@ -76,11 +76,13 @@ class KillSwitch:
 def install(switch: KillSwitch, fake: FakeNvmlLibrary, monkeypatch: pytest.MonkeyPatch) -> None:
     for symbol in CHANGING_SYMBOLS:
         intercept(monkeypatch, fake, symbol, lambda original, *args: switch.step(lambda: original(*args)))
-    real = atomic_file.replace_file
-    monkeypatch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: real(*args, **kw)))
+    # Every record write: a claim's first, created in place (ClaimFiles.create), or a later one, replaced.
+    create, replace = ClaimFiles.create, atomic_file.replace_file
+    monkeypatch.setattr(ClaimFiles, "create", lambda files, uid, body: switch.step(lambda: create(files, uid, body)))
+    monkeypatch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: replace(*args, **kw)))
     remove = ClaimFiles.remove  # the journal's other change: a claim's file removed with its last entry
 
-    def removing(files: ClaimFiles[Any], uid: str) -> None:
+    def removing(files: ClaimFiles[Any], uid: str) -> bool:
         if files.directory.name == SUBDIR.name:  # the journal's, not the sharing records'
             return switch.step(lambda: remove(files, uid))
         return remove(files, uid)

@@ -241,3 +241,31 @@ def test_run_defaults_state_dir_to_a_runtime_directory(tmp_path: Path) -> None:
     add_daemon_arguments(parser)
     assert parser.parse_args(["--kubelet-dir", str(tmp_path)]).state_dir == Path("/var/run/dra-driver")
     assert parser.parse_args(["--kubelet-dir", str(tmp_path), "--state-dir", "/x"]).state_dir == Path("/x")
+
+
+@pytest.mark.parametrize("cut", [0, 1, 0.5, -1], ids=["empty", "one-byte", "half", "all-but-the-last-byte"])
+def test_an_intent_cut_short_names_nothing_and_never_destroys(
+    open_backend: OpenBackend, tmp_path: Path, caplog: pytest.LogCaptureFixture, cut: float
+) -> None:
+    """A claim's intent is created in place: a kill -9 inside that write leaves a prefix of it. That is a corrupt
+    record (as today's damaged ones): the instance it would have named was not created yet, and what is at its
+    placement later is nobody's, left alone by rollback and reconcile; the claim's next prepare writes it whole."""
+    backend = open_backend("dgx-h100", partitioning="dynamic", state_dir=tmp_path)
+    fake = backend.simulator
+    assert fake is not None
+    OwnershipJournal.under(tmp_path / "whole").record(OwnedInstance(CLAIM.uid, OURS, fake.gpus[0].spec.uuid, 19, 0))
+    whole = record_files(tmp_path / "whole")[0].read_bytes()
+    torn = whole[: int(len(whole) * cut) if isinstance(cut, float) else cut]
+    (tmp_path / SUBDIR).mkdir(parents=True)
+    (tmp_path / SUBDIR / f"{CLAIM.uid}.json").write_bytes(torn)
+    admin_create(0, 19, 0)  # appears at the torn intent's placement behind the driver's back
+    after = restarted(backend)
+    with caplog.at_level(logging.WARNING):
+        assert after.recorded_claims() == []
+        after.reconcile([])
+        retried = after.prepare(CLAIM, [alloc("gpu-0-mig-1g10gb-19-1")])  # the kubelet's retry, another placement
+    assert "corrupt" in caplog.text
+    assert [e.device for e in OwnershipJournal.under(tmp_path).entries(CLAIM.uid)] == ["gpu-0-mig-1g10gb-19-1"]
+    after.unprepare(CLAIM, retried.state)
+    assert instances(fake) == [(fake.gpus[0].spec.uuid, 0)]  # the admin's, never destroyed
+    assert record_files(tmp_path) == []

@@ -21,9 +21,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from dra_driver.common import atomic_file
 from dra_driver.backend.interface import ClaimRef
 from dra_driver_nvidia.backend import SHARING_KEY, NvidiaBackend
+from dra_driver.common import atomic_file
 from dra_driver_nvidia.claim_files import ClaimFiles
 
 from .conftest import OpenBackend
@@ -46,11 +46,13 @@ def install(switch: KillSwitch, backend: NvidiaBackend, patch: pytest.MonkeyPatc
     intercept(patch, backend.simulator, "nvmlDeviceSetComputeMode", lambda original, *args: switch.step(lambda: original(*args)))
     run = subprocess.run
     patch.setattr(subprocess, "run", lambda *args, **kw: switch.step(lambda: run(*args, **kw)))
-    replace = atomic_file.replace_file
+    # Every record write: a claim's first, created in place (ClaimFiles.create), or a later one, replaced.
+    create, replace = ClaimFiles.create, atomic_file.replace_file
+    patch.setattr(ClaimFiles, "create", lambda files, uid, body: switch.step(lambda: create(files, uid, body)))
     patch.setattr(atomic_file, "replace_file", lambda *args, **kw: switch.step(lambda: replace(*args, **kw)))
     remove = ClaimFiles.remove
 
-    def removing(files: ClaimFiles[Any], uid: str) -> None:
+    def removing(files: ClaimFiles[Any], uid: str) -> bool:
         if files.directory.name == "sharing":  # the sharing records', not the MIG ownership journal's
             return switch.step(lambda: remove(files, uid))
         return remove(files, uid)

@@ -12,8 +12,11 @@ matches by it), and the IDs are in the claim state the plugin records right afte
 prepare.
 
 Layout (claim_files.py, shared with the sharing records): one file per claim,
-`<state_dir>/nvidia/mig-owned/<uid>.json`, replaced atomically and flushed on every change, re-read by
-every change instead of trusting memory (a rolling-update peer may have written it). Each file carries
+`<state_dir>/nvidia/mig-owned/<uid>.json`: a claim's first record is created in place, a later change
+replaces it atomically (claim_files.py says why a first record cut short is safe, and when records are
+flushed). Each change starts from the file as it is on disk, never from memory (a rolling-update peer may have
+written it): a prepare's intents are written by creating the file, which fails when one is there already (then
+it is read, merged and replaced), so the usual prepare does not read it at all. Each file carries
 the boot ID: MIG instances do not survive a reboot, and an instance at the same placement in another boot
 (mig-parted at boot time) is an admin's, never ours, so entries of another boot are void. A file that
 cannot be read or parsed is logged and ignored (never fatal, and never a reason to destroy anything); the
@@ -25,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +81,11 @@ class OwnershipJournal:
         self.boot_id = read_boot_id(boot_id_path) if boot_id_path is not None else read_boot_id()
         self._files = ClaimFiles(directory, _ClaimFile, FORMAT_VERSION, self.boot_id, "MIG ownership record") if directory is not None else None
         self._memory: dict[str, list[OwnedInstance]] = {}  # used when there is no directory
-        # Claims inside `held`: their record as last read or written in this call (None: not read yet).
+        # Claims inside `held`: their record as last read or written in this call (None: not read yet), and those
+        # whose file this call found missing or removed (nothing to remove again: an unprepare drops the entries
+        # of the instances it destroyed, then whatever is left, usually nothing).
         self._held: dict[str, list[OwnedInstance] | None] = {}
+        self._no_file: set[str] = set()
         self._lock = threading.Lock()
 
     @classmethod
@@ -88,7 +94,8 @@ class OwnershipJournal:
 
     @contextmanager
     def held(self, claim_uid: str) -> Iterator[None]:
-        """For one prepare or unprepare of the claim: its record is read from disk once and then kept in memory.
+        """For one prepare or unprepare of the claim: its record is read from disk at most once (or not at all when
+        the call creates it) and then kept in memory.
 
         The caller holds the claim (prepares are serialised per UID, also across the plugin instances of a
         rolling update), so nobody else writes its file meanwhile; a later call reads the file again.
@@ -100,6 +107,7 @@ class OwnershipJournal:
         finally:
             with self._lock:
                 self._held.pop(claim_uid, None)
+                self._no_file.discard(claim_uid)
 
     # ---- reading -------------------------------------------------------------------
 
@@ -120,10 +128,12 @@ class OwnershipJournal:
         known = self._held.get(claim_uid)
         if known is not None:
             return list(known)
-        record = self._files.read(claim_uid)
+        record, present = self._files.lookup(claim_uid)
         entries = _entries(record) if record is not None else []
         if claim_uid in self._held:
             self._held[claim_uid] = list(entries)
+            if not present:
+                self._no_file.add(claim_uid)
         return entries
 
     # ---- writing (OSError propagates: the caller decides whether that is fatal) -----------
@@ -141,6 +151,13 @@ class OwnershipJournal:
             raise ValueError("OwnershipJournal.record takes the entries of one claim at a time")
         keys = {entry.key for entry in entries}
         with self._lock:
+            if self._files is not None and self._held.get(claim_uid) is None:
+                # Not read yet: the file is created only if there is none, so there is nothing to merge with (no
+                # read: a prepare's usual case); otherwise it is read, merged and replaced as below.
+                if self._files.create(claim_uid, self._body(claim_uid, entries)):
+                    if claim_uid in self._held:
+                        self._held[claim_uid] = list(entries)
+                    return
             kept = [e for e in self._read(claim_uid) if e.key not in keys]
             self._write(claim_uid, kept + list(entries))
 
@@ -158,13 +175,24 @@ class OwnershipJournal:
             else:
                 self._memory.pop(claim_uid, None)
             return
-        if claim_uid in self._held:
+        held = claim_uid in self._held
+        if not entries and held and claim_uid in self._no_file:
+            return  # no file to remove
+        if held:
             self._held[claim_uid] = None  # read again if this write fails half-way; set once it is done
+            self._no_file.discard(claim_uid)
         if not entries:
-            self._files.remove(claim_uid)
-            if claim_uid in self._held:
+            gone = self._files.remove(claim_uid)
+            if held:
                 self._held[claim_uid] = []
+                if gone:
+                    self._no_file.add(claim_uid)
             return
+        self._files.write(claim_uid, self._body(claim_uid, entries))
+        if claim_uid in self._held:
+            self._held[claim_uid] = list(entries)
+
+    def _body(self, claim_uid: str, entries: Sequence[OwnedInstance]) -> bytes:
         body = {
             "version": FORMAT_VERSION,
             "bootId": self.boot_id,
@@ -174,9 +202,7 @@ class OwnershipJournal:
                 for e in entries
             ],
         }
-        self._files.write(claim_uid, json.dumps(body, sort_keys=True).encode())  # a dict: cheaper than building the model
-        if claim_uid in self._held:
-            self._held[claim_uid] = list(entries)
+        return json.dumps(body, sort_keys=True).encode()  # a dict: cheaper than building the model
 
 
 def _entries(record: _ClaimFile) -> list[OwnedInstance]:
