@@ -11,7 +11,9 @@ stays a FileNotFoundError.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -22,6 +24,19 @@ _KINDS = (
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISDIR, "a directory"),
 )
+
+
+# A claim UID that may name a file as it is (a Kubernetes UID always does); anything else goes by its hash.
+PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
+HASHED_PREFIX = "sha256-"
+
+
+def claim_file_stem(claim_uid: str) -> str:
+    """The file (or directory) name of a claim's per-claim file, without suffix: the UID when it is a plain name, its
+    SHA-256 otherwise, so no path is ever built from a UID as the socket or the API server sent it."""
+    if PLAIN_FILE_NAME.fullmatch(claim_uid):
+        return claim_uid
+    return HASHED_PREFIX + hashlib.sha256(claim_uid.encode()).hexdigest()
 
 
 def child_path(directory: Path | str, name: str) -> str:

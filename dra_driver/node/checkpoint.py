@@ -73,8 +73,7 @@ PREPARE_COMPLETED: Final = "PrepareCompleted"
 UNPREPARE_STARTED: Final = "UnprepareStarted"
 Phase = Literal["PrepareStarted", "PrepareCompleted", "UnprepareStarted"]
 _RECORD_SUFFIX = ".json"
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
-_HASHED_NAME = re.compile(r"sha256-[0-9a-f]{64}")
+_HASHED_NAME = re.compile(node_file.HASHED_PREFIX + r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -549,9 +548,7 @@ def _as_written(record: ClaimRecord) -> ClaimRecord:
 
 def _file_name(uid: str) -> str:
     """`<uid>.json` for ordinary UIDs; anything that is not a safe file name goes by its hash."""
-    if _PLAIN_NAME.fullmatch(uid):
-        return uid + _RECORD_SUFFIX
-    return "sha256-" + hashlib.sha256(uid.encode()).hexdigest() + _RECORD_SUFFIX
+    return node_file.claim_file_stem(uid) + _RECORD_SUFFIX
 
 
 def record_from_json(data: Any) -> ClaimRecord:
@@ -602,7 +599,7 @@ def _uid_of_file_name(name: str) -> str | None:
     if not name.endswith(_RECORD_SUFFIX):
         return None
     stem = name[: -len(_RECORD_SUFFIX)]
-    if _HASHED_NAME.fullmatch(stem) or not _PLAIN_NAME.fullmatch(stem):
+    if _HASHED_NAME.fullmatch(stem) or not node_file.PLAIN_FILE_NAME.fullmatch(stem):
         return None
     return stem
 

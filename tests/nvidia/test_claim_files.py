@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from tests.hostile_paths import HOSTILE, plant, returns_within
 
-from dra_driver_nvidia.claim_files import ClaimFile, ClaimFiles, claim_file_stem
+from dra_driver.common.node_file import claim_file_stem
+from dra_driver_nvidia.claim_files import ClaimFile, ClaimFiles
 from dra_driver_nvidia.ownership import OwnedInstance, OwnershipJournal
 from dra_driver_nvidia.sharing_records import SharingRecords
 

@@ -23,10 +23,8 @@ next write for the claim replaces it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -39,7 +37,6 @@ log = logging.getLogger(__name__)
 
 SUFFIX = ".json"
 MAX_RECORD_BYTES = 1 << 20  # a record names a few MIG instances or one MPS daemon: a few hundred bytes
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,199}")
 # A claim's first record: a new file only, never through a link or over anything already there.
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 _FILE_MODE = 0o600
@@ -71,7 +68,7 @@ class ClaimFiles(Generic[Record]):
         self._durable = not boot_id  # flushed only when a reboot would not void the records: see the module docstring
 
     def path(self, claim_uid: str) -> str:
-        return node_file.child_path(self.directory, claim_file_stem(claim_uid) + SUFFIX)  # a str: see child_path
+        return node_file.child_path(self.directory, node_file.claim_file_stem(claim_uid) + SUFFIX)  # a str: see child_path
 
     def read(self, claim_uid: str) -> Record | None:
         """The claim's record; None when there is none or it is unusable (logged)."""
@@ -162,13 +159,6 @@ class ClaimFiles(Generic[Record]):
             remove_record(path, self._what)
             return None
         return record
-
-
-def claim_file_stem(claim_uid: str) -> str:
-    """A file (or directory) name for a claim's record: the UID when it is a plain name, its SHA-256 otherwise."""
-    if _PLAIN_NAME.fullmatch(claim_uid):
-        return claim_uid
-    return "sha256-" + hashlib.sha256(claim_uid.encode()).hexdigest()
 
 
 def remove_record(path: Path | str, what: str) -> bool:

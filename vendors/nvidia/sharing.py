@@ -39,7 +39,7 @@ from dra_driver_nvidia import nvml
 from dra_driver_nvidia.config import TIMESLICE_VALUES, MpsConfig, Sharing
 from dra_driver_nvidia.mps import SET_PINNED, SET_THREADS, DaemonDir, DaemonProcess, MpsControl, MpsError
 from dra_driver_nvidia.nvml import NvmlError
-from dra_driver_nvidia.claim_files import claim_file_stem
+from dra_driver.common.node_file import claim_file_stem
 from dra_driver_nvidia.sharing_records import MpsRecord, SharingRecord, SharingRecords
 
 log = logging.getLogger(__name__)
