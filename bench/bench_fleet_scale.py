@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from dra_driver.backend.interface import Partitioning
+    from dra_driver.kube.client import JsonApi
 
 ROOT = Path(__file__).resolve().parent.parent
 MIX: tuple[tuple[str, str], ...] = (
@@ -108,9 +109,9 @@ def api(kubeconfig: str) -> Any:
 _METRIC = re.compile(r'^(\w+)\{([^}]*)\} ([0-9.e+-]+)$')
 
 
-def metrics(json_api: Any) -> tuple[Counter[tuple[str, str]], float]:
+def metrics(json_api: JsonApi) -> tuple[Counter[tuple[str, str]], float]:
     """(apiserver_request_total by (resource, verb) for WATCHED, the API server's RSS in bytes)."""
-    response = json_api._send("GET", "/metrics", None, None)
+    response = json_api.send("GET", "/metrics")
     response.read()
     requests: Counter[tuple[str, str]] = Counter()
     rss = 0.0
