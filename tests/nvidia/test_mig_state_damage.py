@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +29,6 @@ from .test_owned_instances import instances, restarted
 
 DRIVER = "gpu.nvidia.com"
 DEVICE = "gpu-0-mig-1g10gb-19-0"
-
-
-@pytest.fixture
-def apiserver() -> Iterator[sim_apiserver.SimApiServer]:
-    with sim_apiserver.SimApiServer() as server:
-        yield server
 
 
 def claim(server: sim_apiserver.SimApiServer, name: str) -> ClaimRef:
