@@ -66,3 +66,23 @@ def test_a_sysfs_attribute_that_is_a_pipe_or_dev_zero_reads_as_absent(tmp_path: 
     attribute = tmp_path / "device" / "status"
     plant(attribute, kind)
     assert returns_within(lambda: sysfs.read_text(attribute), attribute) is None
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", "a\0b"])
+def test_a_child_path_is_one_name_in_its_directory(name: str) -> None:
+    with pytest.raises(ValueError, match="not a file name"):
+        node_file.child_path(Path("/cdi"), name)
+    assert node_file.child_path(Path("/cdi"), "x.json") == node_file.child_path("/cdi/", "x.json") == "/cdi/x.json"
+
+
+@pytest.mark.parametrize("uid", ["../../etc/passwd", "a/b", "..", ".", "", "-rf", "x" * 201, "uid\0nul", "é"])
+def test_a_uid_that_is_no_plain_file_name_is_named_by_its_hash(uid: str) -> None:
+    stem = node_file.claim_file_stem(uid)
+    assert stem.startswith(node_file.HASHED_PREFIX) and len(stem) == len(node_file.HASHED_PREFIX) + 64
+    assert node_file.child_path("/state", stem + ".json") == f"/state/{stem}.json"  # always one name in its directory
+    assert node_file.claim_file_stem(uid + "x") != stem
+
+
+def test_a_kubernetes_uid_is_its_own_file_name() -> None:
+    uid = "0f1c2a4e-7d3b-4c5e-9a8b-1234567890ab"
+    assert node_file.claim_file_stem(uid) == uid

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from dra_driver.backend.interface import ClaimRef
-from dra_driver.common.node_file import child_path
 from dra_driver.kube.claims import ClaimReader
 from dra_driver.node.checkpoint import Checkpoint
 from dra_driver.node.plugin.prepare import PrepareService
@@ -57,10 +56,3 @@ def test_a_prepared_and_unprepared_claim_interns_none_of_its_names(
     finally:
         service.close()
     assert [text for text in interned if ref.uid in text] == []
-
-
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", "a\0b"])
-def test_a_child_path_is_one_name_in_its_directory(name: str) -> None:
-    with pytest.raises(ValueError, match="not a file name"):
-        child_path(Path("/cdi"), name)
-    assert child_path(Path("/cdi"), "x.json") == child_path("/cdi/", "x.json") == "/cdi/x.json"
